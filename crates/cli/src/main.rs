@@ -1,0 +1,2 @@
+//! `permafrost`: the operator's command line. TODO
+fn main() {}

@@ -1,0 +1,3 @@
+//! TODO (helper A): BlockDisk.
+/// A disk backed by a block device.
+pub struct BlockDisk;

@@ -1,0 +1,3 @@
+//! TODO (helper A): FileDisk.
+/// A disk backed by a sparse file.
+pub struct FileDisk;

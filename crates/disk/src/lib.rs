@@ -1,0 +1,67 @@
+//! # permafrost-disk: the lowest layer — one disk, and its power
+//!
+//! **Job.** Give every layer above one way to talk to a disk ([`Disk`]) whatever
+//! it really is: a sparse file ([`FileDisk`]), a block device ([`BlockDisk`]), or
+//! a test wrapper that injects faults ([`FaultyDisk`]), or RAM ([`MemDisk`], for
+//! simulations and unit tests). And model what a disk
+//! costs to keep spinning: power states, spin-up delay, idle timeout, watts and
+//! counters ([`power`]), with a budget that caps how many disks spin at once.
+//!
+//! **Invariants.**
+//! - All I/O is in whole blocks of [`BLOCK_BYTES`] at block-aligned offsets;
+//!   anything else is rejected with [`DiskError::Misaligned`] (never silently
+//!   widened). Callers may pass any buffer; backends that need aligned memory
+//!   (O_DIRECT) bounce through an [`AlignedBuf`] when the caller's is not aligned.
+//! - A write that returned `Ok` and was followed by a successful [`Disk::sync`]
+//!   is durable. A read never returns bytes from outside the requested range.
+//! - I/O outside `[0, capacity_bytes)` is an error, never a short read.
+//! - The power model is pure bookkeeping over a caller-supplied clock, so the
+//!   server (real time) and the simulators (simulated time) share it.
+//!
+//! **Not here.** Checksums and redundancy (that is `permafrost-idr`), and what the
+//! bytes mean (the grid header is written by `permafrost-engine`).
+
+mod aligned;
+mod block;
+mod error;
+mod faulty;
+mod file;
+mod mem;
+pub mod power;
+
+pub use aligned::AlignedBuf;
+pub use block::BlockDisk;
+pub use error::DiskError;
+pub use faulty::{FaultHandle, FaultyDisk};
+pub use file::FileDisk;
+pub use mem::MemDisk;
+
+/// Size of one I/O block and of one IDR coding block: 4 KiB.
+pub const BLOCK_BYTES: usize = 4096;
+
+/// One disk: a fixed-size array of [`BLOCK_BYTES`] blocks.
+pub trait Disk: Send + Sync + 'static {
+    /// Usable size in bytes (a multiple of [`BLOCK_BYTES`]).
+    fn capacity_bytes(&self) -> u64;
+    /// Read `buf.len()` bytes at `offset`. Both must be multiples of [`BLOCK_BYTES`].
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<(), DiskError>;
+    /// Write `buf` at `offset`. Both must be multiples of [`BLOCK_BYTES`].
+    fn write_at(&self, offset: u64, buf: &[u8]) -> Result<(), DiskError>;
+    /// Make every completed write durable.
+    fn sync(&self) -> Result<(), DiskError>;
+    /// Human-readable name for messages, e.g. the path.
+    fn describe(&self) -> String;
+}
+
+/// Check the block-alignment invariant shared by all backends.
+pub fn check_io(disk: &(impl Disk + ?Sized), offset: u64, len: usize) -> Result<(), DiskError> {
+    let block = BLOCK_BYTES as u64;
+    if offset % block != 0 || len % BLOCK_BYTES != 0 {
+        return Err(DiskError::Misaligned { disk: disk.describe(), offset, len });
+    }
+    let capacity = disk.capacity_bytes();
+    if offset.checked_add(len as u64).map_or(true, |end| end > capacity) {
+        return Err(DiskError::OutOfRange { disk: disk.describe(), offset, len, capacity });
+    }
+    Ok(())
+}
