@@ -5,6 +5,8 @@ set -euo pipefail
 
 need_apt=()
 command -v losetup >/dev/null 2>&1 || need_apt+=(mount)
+# permafrost-plot rasterises chart text with a system font (PNG output of --plot).
+[ -e /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ] || need_apt+=(fonts-dejavu-core)
 if [ ${#need_apt[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}"

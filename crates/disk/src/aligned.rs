@@ -20,7 +20,10 @@ impl AlignedBuf {
     /// A zeroed buffer of `len` bytes.
     pub fn zeroed(len: usize) -> AlignedBuf {
         if len == 0 {
-            return AlignedBuf { ptr: NonNull::dangling(), len: 0 };
+            return AlignedBuf {
+                ptr: NonNull::dangling(),
+                len: 0,
+            };
         }
         let layout = Layout::from_size_align(len, ALIGN).expect("buffer layout");
         // SAFETY: layout has non-zero size.

@@ -6,11 +6,26 @@ use std::io;
 #[derive(Debug, thiserror::Error)]
 pub enum DiskError {
     #[error("{disk}: I/O at offset {offset} length {len} is not aligned to 4096-byte blocks")]
-    Misaligned { disk: String, offset: u64, len: usize },
+    Misaligned {
+        disk: String,
+        offset: u64,
+        len: usize,
+    },
     #[error("{disk}: I/O at offset {offset} length {len} is outside the disk (capacity {capacity} bytes)")]
-    OutOfRange { disk: String, offset: u64, len: usize, capacity: u64 },
+    OutOfRange {
+        disk: String,
+        offset: u64,
+        len: usize,
+        capacity: u64,
+    },
     #[error("{disk}: I/O error at offset {offset} length {len}: {source}")]
-    Io { disk: String, offset: u64, len: usize, #[source] source: io::Error },
+    Io {
+        disk: String,
+        offset: u64,
+        len: usize,
+        #[source]
+        source: io::Error,
+    },
     #[error("{disk}: disk has failed")]
     Failed { disk: String },
     #[error("{disk}: {message}")]

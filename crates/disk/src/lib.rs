@@ -6,6 +6,8 @@
 //! simulations and unit tests). And model what a disk
 //! costs to keep spinning: power states, spin-up delay, idle timeout, watts and
 //! counters ([`power`]), with a budget that caps how many disks spin at once.
+//! [`PoweredDisk`] is a [`Disk`] that spins its disk up through the budget for
+//! every I/O. The model, defaults and their sources are in `docs/power.md`.
 //!
 //! **Invariants.**
 //! - All I/O is in whole blocks of [`BLOCK_BYTES`] at block-aligned offsets;
@@ -35,6 +37,7 @@ pub use error::DiskError;
 pub use faulty::{FaultHandle, FaultyDisk};
 pub use file::FileDisk;
 pub use mem::MemDisk;
+pub use power::PoweredDisk;
 
 /// Size of one I/O block and of one IDR coding block: 4 KiB.
 pub const BLOCK_BYTES: usize = 4096;
@@ -57,11 +60,23 @@ pub trait Disk: Send + Sync + 'static {
 pub fn check_io(disk: &(impl Disk + ?Sized), offset: u64, len: usize) -> Result<(), DiskError> {
     let block = BLOCK_BYTES as u64;
     if offset % block != 0 || len % BLOCK_BYTES != 0 {
-        return Err(DiskError::Misaligned { disk: disk.describe(), offset, len });
+        return Err(DiskError::Misaligned {
+            disk: disk.describe(),
+            offset,
+            len,
+        });
     }
     let capacity = disk.capacity_bytes();
-    if offset.checked_add(len as u64).map_or(true, |end| end > capacity) {
-        return Err(DiskError::OutOfRange { disk: disk.describe(), offset, len, capacity });
+    if offset
+        .checked_add(len as u64)
+        .is_none_or(|end| end > capacity)
+    {
+        return Err(DiskError::OutOfRange {
+            disk: disk.describe(),
+            offset,
+            len,
+            capacity,
+        });
     }
     Ok(())
 }

@@ -13,7 +13,10 @@ impl MemDisk {
     /// A zeroed disk of `capacity_bytes` (rounded down to whole blocks).
     pub fn new(name: impl Into<String>, capacity_bytes: u64) -> MemDisk {
         let capacity = capacity_bytes - capacity_bytes % crate::BLOCK_BYTES as u64;
-        MemDisk { name: name.into(), bytes: RwLock::new(vec![0; capacity as usize]) }
+        MemDisk {
+            name: name.into(),
+            bytes: RwLock::new(vec![0; capacity as usize]),
+        }
     }
 }
 

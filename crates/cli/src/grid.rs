@@ -1,0 +1,478 @@
+//! `permafrost grid …`: operate a parity grid directly through the engine.
+
+use std::fs::File;
+use std::io::{self, BufWriter, Read, Write};
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::{bail, Context, Result};
+use clap::{Args, Subcommand};
+use permafrost_engine::{DiskSpec, Engine, GridConfig, WriteMode};
+use permafrost_grid::Layout;
+
+use crate::progress::bytes_bar;
+use crate::units::{format_bytes, parse_bytes};
+
+#[derive(Subcommand)]
+pub enum GridCommand {
+    /// Create a grid: file-backed disks (--disk-size) or one block device per position (--device).
+    Init(InitArgs),
+    /// Write a file (or stdin) into a bucket range through a write promise.
+    Write(WriteArgs),
+    /// Read a bucket range through a read promise (check-on-read, transparent repair).
+    Read(ReadArgs),
+    /// Per-disk role, power state, fill, health and energy.
+    Status(StatusArgs),
+    /// Mark a disk failed: it is no longer read or written; its data is reconstructed on read.
+    Fail(DiskArgs),
+    /// Put a fresh disk in a failed disk's place (a new file, or --device) and mark it for rebuild.
+    Replace(ReplaceArgs),
+    /// Rebuild a replaced disk from the smaller intact parity group.
+    Rebuild(DiskArgs),
+    /// Verify (and repair) disks: one disk, all disks, or those whose last full pass is overdue.
+    Scrub(ScrubArgs),
+    /// Recompute every parity disk from its members and report mismatches (exit code 2 if any).
+    VerifyParity(DirArgs),
+    /// Apply all pending parity deltas of delayed writes now.
+    Flush(DirArgs),
+    /// Test workload: append deterministic chunks to random buckets and print each commit.
+    #[command(hide = true)]
+    Soak(SoakArgs),
+}
+
+#[derive(Args)]
+pub struct DirArgs {
+    /// The grid directory (grid.toml, journal, file-backed disks).
+    #[arg(long)]
+    pub dir: PathBuf,
+    /// Print machine-readable JSON on stdout.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args)]
+pub struct InitArgs {
+    #[arg(long)]
+    dir: PathBuf,
+    /// Grid layout XxY:hn+hk.
+    #[arg(long, default_value = "8x6:4+1")]
+    layout: Layout,
+    /// Size of each file-backed disk (e.g. 64MiB, 4TiB); files are sparse.
+    #[arg(long, value_parser = parse_bytes, conflicts_with = "device")]
+    disk_size: Option<u64>,
+    /// Block devices in grid order, one per position (repeat the flag).
+    #[arg(long)]
+    device: Vec<PathBuf>,
+    /// Default write mode: direct, serialized or delayed.
+    #[arg(long, default_value = "serialized")]
+    mode: WriteMode,
+    /// At most this many disks spin at once.
+    #[arg(long)]
+    spinning_max: Option<usize>,
+    /// Spin-up delay of the (simulated) disks in milliseconds (default: the thesis's ~10 s).
+    #[arg(long)]
+    spin_up_ms: Option<u64>,
+    /// Idle time before a disk is turned off, in milliseconds (default: 50 s).
+    #[arg(long)]
+    idle_timeout_ms: Option<u64>,
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args)]
+pub struct WriteArgs {
+    #[arg(long)]
+    dir: PathBuf,
+    #[arg(long)]
+    bucket: usize,
+    /// Bucket offset (a multiple of 4096).
+    #[arg(long, value_parser = parse_bytes)]
+    offset: u64,
+    /// File to write; `-` for stdin. Its length is padded with zeros to a multiple of 4096.
+    #[arg(long, default_value = "-")]
+    input: PathBuf,
+    /// Write mode (default: the grid's).
+    #[arg(long)]
+    mode: Option<WriteMode>,
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args)]
+pub struct ReadArgs {
+    #[arg(long)]
+    dir: PathBuf,
+    #[arg(long)]
+    bucket: usize,
+    #[arg(long, value_parser = parse_bytes)]
+    offset: u64,
+    #[arg(long, value_parser = parse_bytes)]
+    length: u64,
+    /// Output file; `-` for stdout.
+    #[arg(long, default_value = "-")]
+    output: PathBuf,
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args)]
+pub struct StatusArgs {
+    #[arg(long)]
+    dir: PathBuf,
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args)]
+pub struct DiskArgs {
+    #[arg(long)]
+    dir: PathBuf,
+    /// Disk index (row-major position in the grid).
+    #[arg(long)]
+    disk: usize,
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args)]
+pub struct ReplaceArgs {
+    #[arg(long)]
+    dir: PathBuf,
+    #[arg(long)]
+    disk: usize,
+    /// The new block device; without it a fresh file replaces a file-backed disk.
+    #[arg(long)]
+    device: Option<PathBuf>,
+}
+
+#[derive(Args)]
+pub struct ScrubArgs {
+    #[arg(long)]
+    dir: PathBuf,
+    /// Scrub only this disk.
+    #[arg(long)]
+    disk: Option<usize>,
+    /// Scrub only disks whose last full pass is older than this many hours.
+    #[arg(long)]
+    overdue_hours: Option<f64>,
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args)]
+pub struct SoakArgs {
+    #[arg(long)]
+    dir: PathBuf,
+    #[arg(long)]
+    mode: WriteMode,
+    /// Seed of the data and of the choice of buckets.
+    #[arg(long)]
+    seed: u64,
+    /// Number of chunks to write.
+    #[arg(long)]
+    writes: usize,
+    /// Bytes per chunk (a multiple of 4096).
+    #[arg(long, value_parser = parse_bytes, default_value = "64KiB")]
+    chunk: u64,
+    /// Bucket offset where this run starts appending (each bucket).
+    #[arg(long, value_parser = parse_bytes)]
+    start: u64,
+    /// Bytes this run may append to each bucket after `start`.
+    #[arg(long, value_parser = parse_bytes)]
+    region: u64,
+}
+
+pub fn run(command: GridCommand) -> Result<()> {
+    match command {
+        GridCommand::Init(args) => init(args),
+        GridCommand::Write(args) => write(args),
+        GridCommand::Read(args) => read(args),
+        GridCommand::Status(args) => status(args),
+        GridCommand::Fail(args) => {
+            let engine = open(&args.dir)?;
+            engine.fail_disk(args.disk)?;
+            eprintln!("disk {} is marked failed; its data is reconstructed on read until it is replaced and rebuilt", args.disk);
+            close(engine)
+        }
+        GridCommand::Replace(args) => {
+            let engine = open(&args.dir)?;
+            let spec = args.device.map(|path| DiskSpec::Block { path });
+            engine.replace_disk(args.disk, spec)?;
+            eprintln!("disk {} replaced; run `permafrost grid rebuild --dir {} --disk {}`", args.disk, args.dir.display(), args.disk);
+            close(engine)
+        }
+        GridCommand::Rebuild(args) => rebuild(args),
+        GridCommand::Scrub(args) => scrub(args),
+        GridCommand::VerifyParity(args) => verify_parity(args),
+        GridCommand::Flush(args) => {
+            let engine = open(&args.dir)?;
+            engine.flush()?;
+            close(engine)
+        }
+        GridCommand::Soak(args) => soak(args),
+    }
+}
+
+fn open(dir: &std::path::Path) -> Result<Engine> {
+    Engine::open(dir).with_context(|| format!("cannot open the grid in {}", dir.display()))
+}
+
+fn close(engine: Engine) -> Result<()> {
+    engine.close().context("closing the grid")
+}
+
+fn init(args: InitArgs) -> Result<()> {
+    let mut config = match (args.disk_size, args.device.is_empty()) {
+        (Some(size), true) => GridConfig::with_file_disks(args.layout, size),
+        (None, false) => {
+            if args.device.len() != args.layout.disks() {
+                bail!("layout {} has {} disks but {} --device were given", args.layout, args.layout.disks(), args.device.len());
+            }
+            let disks = args.device.iter().map(|path| DiskSpec::Block { path: path.clone() }).collect();
+            GridConfig::new(args.layout, disks)
+        }
+        (Some(_), false) => bail!("give either --disk-size (file-backed disks) or --device (block devices), not both"),
+        (None, true) => bail!("give --disk-size for file-backed disks or one --device per disk"),
+    };
+    config.write_mode_default = args.mode;
+    if let Some(spinning_max) = args.spinning_max {
+        config.spinning_max = spinning_max;
+    }
+    if let Some(ms) = args.spin_up_ms {
+        config.power.spin_up_ms = ms;
+    }
+    if let Some(ms) = args.idle_timeout_ms {
+        config.power.idle_timeout_ms = ms;
+    }
+    let engine = Engine::create(&args.dir, config).with_context(|| format!("cannot create a grid in {}", args.dir.display()))?;
+    let geometry = engine.geometry();
+    if args.json {
+        println!(
+            "{}",
+            serde_json::json!({
+                "dir": args.dir, "layout": args.layout.to_string(), "disks": geometry.disks(),
+                "buckets": engine.buckets(), "bucket_capacity_bytes": engine.bucket_capacity_bytes(),
+            })
+        );
+    } else {
+        println!(
+            "created grid {} in {}: {} disks, {} buckets of {} each",
+            args.layout,
+            args.dir.display(),
+            geometry.disks(),
+            engine.buckets(),
+            format_bytes(engine.bucket_capacity_bytes())
+        );
+    }
+    close(engine)
+}
+
+fn write(args: WriteArgs) -> Result<()> {
+    let engine = open(&args.dir)?;
+    let mut input: Box<dyn Read> = if args.input.as_os_str() == "-" {
+        Box::new(io::stdin().lock())
+    } else {
+        Box::new(File::open(&args.input).with_context(|| format!("cannot open {}", args.input.display()))?)
+    };
+    let length = if args.input.as_os_str() == "-" {
+        None
+    } else {
+        Some(std::fs::metadata(&args.input)?.len().next_multiple_of(4096))
+    };
+    let mut data = Vec::new();
+    let started = Instant::now();
+    let mode = args.mode.unwrap_or(engine.config().write_mode_default);
+    // A promise needs its length up front; stdin is read fully first, a file streams.
+    let total = match length {
+        Some(len) => len,
+        None => {
+            input.read_to_end(&mut data).context("reading stdin")?;
+            data.len().next_multiple_of(4096) as u64
+        }
+    };
+    let bar = bytes_bar("writing", args.json);
+    bar.set_length(total);
+    let mut promise = engine.write(args.bucket, args.offset, total, mode)?;
+    let mut written = 0u64;
+    if length.is_some() {
+        let mut buf = vec![0u8; 8 << 20];
+        loop {
+            let n = read_full(&mut input, &mut buf)?;
+            if n == 0 {
+                break;
+            }
+            let padded = n.next_multiple_of(4096).min(buf.len());
+            buf[n..padded].fill(0);
+            promise.append(&buf[..padded])?;
+            written += padded as u64;
+            bar.set_position(written);
+        }
+    } else {
+        data.resize(total as usize, 0);
+        promise.append(&data)?;
+        written = total;
+    }
+    promise.commit()?;
+    bar.finish_and_clear();
+    let seconds = started.elapsed().as_secs_f64();
+    report_throughput("written", args.json, written, seconds, mode);
+    close(engine)
+}
+
+fn read(args: ReadArgs) -> Result<()> {
+    let engine = open(&args.dir)?;
+    let started = Instant::now();
+    let mut promise = engine.read(args.bucket, args.offset, args.length)?;
+    let mut output: Box<dyn Write> = if args.output.as_os_str() == "-" {
+        Box::new(BufWriter::new(io::stdout().lock()))
+    } else {
+        Box::new(File::create(&args.output).with_context(|| format!("cannot create {}", args.output.display()))?)
+    };
+    let bar = bytes_bar("reading", args.json || args.output.as_os_str() == "-");
+    bar.set_length(args.length);
+    let mut buf = vec![0u8; 8 << 20];
+    let mut done = 0u64;
+    loop {
+        let n = promise.read(&mut buf).context("reading the bucket")?;
+        if n == 0 {
+            break;
+        }
+        output.write_all(&buf[..n])?;
+        done += n as u64;
+        bar.set_position(done);
+    }
+    output.flush()?;
+    bar.finish_and_clear();
+    let seconds = started.elapsed().as_secs_f64();
+    if args.output.as_os_str() != "-" {
+        report_throughput("read", args.json, done, seconds, engine.config().write_mode_default);
+    }
+    close(engine)
+}
+
+fn report_throughput(what: &str, json: bool, bytes: u64, seconds: f64, mode: WriteMode) {
+    let mb_per_s = bytes as f64 / seconds.max(1e-9) / 1e6;
+    if json {
+        println!("{}", serde_json::json!({ "bytes": bytes, "seconds": seconds, "mb_per_s": mb_per_s, "mode": mode.to_string() }));
+    } else {
+        eprintln!("{what} {} in {seconds:.2} s ({mb_per_s:.0} MB/s)", format_bytes(bytes));
+    }
+}
+
+fn read_full(input: &mut dyn Read, buf: &mut [u8]) -> io::Result<usize> {
+    let mut filled = 0;
+    while filled < buf.len() {
+        match input.read(&mut buf[filled..]) {
+            Ok(0) => break,
+            Ok(n) => filled += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(filled)
+}
+
+fn status(args: StatusArgs) -> Result<()> {
+    let engine = open(&args.dir)?;
+    let status = engine.status();
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&status)?);
+    } else {
+        print!("{status}");
+    }
+    close(engine)
+}
+
+fn rebuild(args: DiskArgs) -> Result<()> {
+    let engine = open(&args.dir)?;
+    let bar = bytes_bar("rebuilding", args.json);
+    let started = Instant::now();
+    let report = engine.rebuild(args.disk, &|done, total| {
+        bar.set_length(total);
+        bar.set_position(done);
+    })?;
+    bar.finish_and_clear();
+    let seconds = started.elapsed().as_secs_f64();
+    if args.json {
+        println!("{}", serde_json::json!({ "disk": args.disk, "bytes": report, "seconds": seconds }));
+    } else {
+        eprintln!("disk {} rebuilt: {} in {seconds:.1} s", args.disk, format_bytes(report));
+    }
+    close(engine)
+}
+
+fn scrub(args: ScrubArgs) -> Result<()> {
+    let engine = open(&args.dir)?;
+    let disks: Vec<usize> = match (args.disk, args.overdue_hours) {
+        (Some(disk), _) => vec![disk],
+        (None, Some(hours)) => engine.overdue_disks(std::time::Duration::from_secs_f64(hours * 3600.0)),
+        (None, None) => (0..engine.geometry().disks()).collect(),
+    };
+    let bar = bytes_bar("scrubbing", args.json);
+    let mut reports = Vec::new();
+    for disk in disks {
+        let report = engine.scrub_disk(disk, &|done, total| {
+            bar.set_length(total);
+            bar.set_position(done);
+        })?;
+        reports.push(report);
+    }
+    bar.finish_and_clear();
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&reports)?);
+    } else {
+        for report in &reports {
+            println!("{report}");
+        }
+    }
+    close(engine)
+}
+
+fn verify_parity(args: DirArgs) -> Result<()> {
+    let engine = open(&args.dir)?;
+    let bar = bytes_bar("verifying", args.json);
+    let report = engine.verify_parity(&|done, total| {
+        bar.set_length(total);
+        bar.set_position(done);
+    })?;
+    bar.finish_and_clear();
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        println!("checked {} of parity: {} mismatches", format_bytes(report.bytes_checked), report.mismatches.len());
+        for mismatch in &report.mismatches {
+            println!("  mismatch: {mismatch:?}");
+        }
+    }
+    let clean = report.mismatches.is_empty();
+    close(engine)?;
+    if !clean {
+        std::process::exit(2);
+    }
+    Ok(())
+}
+
+fn soak(args: SoakArgs) -> Result<()> {
+    use rand::{Rng, SeedableRng};
+    let engine = open(&args.dir)?;
+    let buckets = engine.buckets();
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(args.seed);
+    let mut next_offset = vec![args.start; buckets];
+    let stdout = io::stdout();
+    for _ in 0..args.writes {
+        let bucket = rng.gen_range(0..buckets);
+        let offset = next_offset[bucket];
+        if offset + args.chunk > (args.start + args.region).min(engine.bucket_capacity_bytes()) {
+            continue;
+        }
+        let data = crate::pattern::pattern_bytes(args.seed, bucket, offset, args.chunk as usize);
+        let mut promise = engine.write(bucket, offset, args.chunk, args.mode)?;
+        promise.append(&data)?;
+        promise.commit()?;
+        next_offset[bucket] += args.chunk;
+        let mut out = stdout.lock();
+        writeln!(out, "committed {bucket} {offset} {}", args.chunk)?;
+        out.flush()?;
+    }
+    close(engine)
+}

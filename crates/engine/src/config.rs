@@ -1,0 +1,207 @@
+//! `GridConfig`: the grid's configuration, stored in `DIR/grid.toml`.
+
+use std::path::{Path, PathBuf};
+
+use permafrost_disk::power::PowerProfile;
+use permafrost_grid::Layout;
+use permafrost_idr::IdrConfig;
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+use crate::{Error, Result};
+
+/// Name of the configuration file inside a grid directory.
+pub const CONFIG_FILE: &str = "grid.toml";
+
+/// How a write promise updates parity (docs/engine.md "Write promises").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum WriteMode {
+    /// Data disk and all three parity disks at once; `commit()` returns with parity durable. Has the write hole.
+    Direct,
+    /// Data disk, then `hP`, `vP`, `vhP` one after the other: at most one disk undefined at any moment.
+    #[default]
+    Serialized,
+    /// Data disk now; parity deltas to the delta cache, applied later by the drain.
+    Delayed,
+}
+
+impl WriteMode {
+    pub(crate) fn code(self) -> u8 {
+        match self {
+            WriteMode::Direct => 0,
+            WriteMode::Serialized => 1,
+            WriteMode::Delayed => 2,
+        }
+    }
+    pub(crate) fn from_code(code: u8) -> Option<WriteMode> {
+        match code {
+            0 => Some(WriteMode::Direct),
+            1 => Some(WriteMode::Serialized),
+            2 => Some(WriteMode::Delayed),
+            _ => None,
+        }
+    }
+}
+
+impl std::fmt::Display for WriteMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            WriteMode::Direct => "direct",
+            WriteMode::Serialized => "serialized",
+            WriteMode::Delayed => "delayed",
+        })
+    }
+}
+
+impl std::str::FromStr for WriteMode {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s {
+            "direct" => Ok(WriteMode::Direct),
+            "serialized" => Ok(WriteMode::Serialized),
+            "delayed" => Ok(WriteMode::Delayed),
+            other => Err(format!("unknown write mode {other:?}: expected direct, serialized or delayed")),
+        }
+    }
+}
+
+/// Where one disk of the grid lives.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum DiskSpec {
+    /// A sparse file (relative paths are relative to the grid directory), created by `Engine::create`.
+    File { path: PathBuf, capacity_bytes: u64 },
+    /// A block device (its size is the device's size).
+    Block { path: PathBuf },
+}
+
+impl DiskSpec {
+    /// The path, resolved against the grid directory.
+    pub fn resolved_path(&self, dir: &Path) -> PathBuf {
+        let path = match self {
+            DiskSpec::File { path, .. } | DiskSpec::Block { path } => path,
+        };
+        if path.is_absolute() {
+            path.clone()
+        } else {
+            dir.join(path)
+        }
+    }
+}
+
+/// Configuration of one grid.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GridConfig {
+    /// Identifies the grid; written into every disk header.
+    pub grid_id: Uuid,
+    /// The parity grid, e.g. `8x6:4+1`.
+    pub layout: Layout,
+    /// Intra-disk redundancy of every disk.
+    #[serde(default)]
+    pub idr: IdrConfig,
+    /// Power model of the disks.
+    #[serde(default)]
+    pub power: PowerProfile,
+    /// At most this many disks spin at once (must be at least 6 so a vertical group can be read).
+    pub spinning_max: usize,
+    /// Mode used by callers that do not choose one.
+    #[serde(default)]
+    pub write_mode_default: WriteMode,
+    /// Largest unit of work (one journal transaction) of a promise.
+    pub chunk_bytes_max: u64,
+    /// Bound on pending parity delta bytes; writers wait while the drain runs when it is exceeded.
+    pub delta_cache_bytes_max: u64,
+    /// Largest range recovered at once by the background recovery and rebuild.
+    pub recovery_chunk_bytes_max: u64,
+    /// Chunks a read promise keeps in flight ahead of the reader.
+    pub readahead_chunks: usize,
+    /// Bytes scrubbed on each spin-up of a disk.
+    pub scrub_slice_bytes: u64,
+    /// The disks, in grid order (disk index = position).
+    pub disks: Vec<DiskSpec>,
+}
+
+impl GridConfig {
+    /// Defaults for a layout with `disks` given; a fresh `grid_id`.
+    pub fn new(layout: Layout, disks: Vec<DiskSpec>) -> GridConfig {
+        GridConfig {
+            grid_id: Uuid::new_v4(),
+            layout,
+            idr: IdrConfig::default(),
+            power: PowerProfile::default(),
+            spinning_max: 12,
+            write_mode_default: WriteMode::Serialized,
+            chunk_bytes_max: 8 << 20,
+            delta_cache_bytes_max: 256 << 20,
+            recovery_chunk_bytes_max: 64 << 20,
+            readahead_chunks: 2,
+            scrub_slice_bytes: 64 << 20,
+            disks,
+        }
+    }
+
+    /// File-backed disks `disks/disk-NN.img` of `capacity_bytes` each, for every disk of `layout`.
+    pub fn with_file_disks(layout: Layout, capacity_bytes: u64) -> GridConfig {
+        let disks = (0..layout.disks())
+            .map(|i| DiskSpec::File { path: PathBuf::from(format!("disks/disk-{i:02}.img")), capacity_bytes })
+            .collect();
+        GridConfig::new(layout, disks)
+    }
+
+    /// Check values that would make the engine misbehave.
+    pub fn validate(&self) -> Result<()> {
+        let bad = |msg: String| Err(Error::Config(msg));
+        if self.disks.len() != self.layout.disks() {
+            return bad(format!("layout {} has {} disks but {} are configured", self.layout, self.layout.disks(), self.disks.len()));
+        }
+        if self.spinning_max < self.layout.y.max(self.layout.hn + self.layout.hk).max(4) {
+            return bad(format!(
+                "spinning_max = {} is too small: a write needs 4 disks and a recovery needs a whole parity group ({} and {} disks)",
+                self.spinning_max,
+                self.layout.hn + self.layout.hk,
+                self.layout.y
+            ));
+        }
+        for (name, value) in [
+            ("chunk_bytes_max", self.chunk_bytes_max),
+            ("delta_cache_bytes_max", self.delta_cache_bytes_max),
+            ("recovery_chunk_bytes_max", self.recovery_chunk_bytes_max),
+        ] {
+            if value == 0 || value % 4096 != 0 {
+                return bad(format!("{name} = {value} must be a non-zero multiple of 4096"));
+            }
+        }
+        if self.readahead_chunks == 0 || self.readahead_chunks > 64 {
+            return bad(format!("readahead_chunks = {} must be between 1 and 64", self.readahead_chunks));
+        }
+        self.power.validate().map_err(Error::Config)?;
+        Ok(())
+    }
+
+    /// Read `DIR/grid.toml`.
+    pub fn load(dir: &Path) -> Result<GridConfig> {
+        let path = dir.join(CONFIG_FILE);
+        let text = std::fs::read_to_string(&path).map_err(|e| Error::Config(format!("cannot read {}: {e}", path.display())))?;
+        let config: GridConfig = toml::from_str(&text).map_err(|e| Error::Config(format!("{}: {e}", path.display())))?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Write `DIR/grid.toml` durably (write a temporary file, fsync, rename).
+    pub fn save(&self, dir: &Path) -> Result<()> {
+        let text = toml::to_string_pretty(self).map_err(|e| Error::Config(format!("cannot encode configuration: {e}")))?;
+        let path = dir.join(CONFIG_FILE);
+        let tmp = dir.join(format!("{CONFIG_FILE}.tmp"));
+        let io = |e: std::io::Error| Error::Io(format!("cannot write {}: {e}", path.display()));
+        {
+            use std::io::Write;
+            let mut file = std::fs::File::create(&tmp).map_err(io)?;
+            file.write_all(text.as_bytes()).map_err(io)?;
+            file.sync_all().map_err(io)?;
+        }
+        std::fs::rename(&tmp, &path).map_err(io)?;
+        std::fs::File::open(dir).and_then(|d| d.sync_all()).map_err(io)?;
+        Ok(())
+    }
+}

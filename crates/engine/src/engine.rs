@@ -1,0 +1,1732 @@
+//! The engine: opening a grid, the true content of disk ranges, reconstruction, writes per mode, the
+//! Cache2Disk drain, replay, recovery, rebuild, scrub and verify-parity.
+
+use std::collections::{HashMap, VecDeque};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use parking_lot::{Condvar, Mutex, RwLock};
+use permafrost_disk::power::{PowerManager, PowerProfile, PowerState, PowerStats};
+use permafrost_disk::{BlockDisk, Disk, DiskError, FileDisk};
+use permafrost_grid::{Geometry, Role};
+use permafrost_idr::{IdrError, ScrubReport};
+use serde::Serialize;
+
+use crate::config::{DiskSpec, GridConfig, WriteMode, CONFIG_FILE};
+use crate::delta::{delta_dir, Delta, DeltaCache, Snapshot};
+use crate::disks::{DiskSlot, IoCounters, IoStats, MissingDisk};
+use crate::header::DiskHeader;
+use crate::journal::{now_ms, Journal, Mark, PromiseRow, RangeTable, ScrubRow, Slot, PARITY_SLOTS};
+use crate::locks::{LockGuard, LockManager, RangeLock};
+use crate::promise::{ReadPromise, WritePromise};
+use crate::rangeset::RangeSet;
+use crate::{Error, Result};
+
+/// Name of the journal file inside a grid directory.
+pub(crate) const JOURNAL_FILE: &str = "journal.sqlite";
+/// Consecutive I/O errors after which a disk is marked failed.
+const IO_ERRORS_MAX: u32 = 3;
+/// Poll interval of the background threads.
+const POLL_MS: u64 = 20;
+
+/// Wraps each disk as it is opened (tests insert `FaultyDisk` here): `(disk index, disk) -> disk`.
+pub type WrapDisk = Box<dyn Fn(usize, Arc<dyn Disk>) -> Arc<dyn Disk> + Send + Sync>;
+
+/// Options of [`Engine::open_with`].
+#[derive(Default)]
+pub struct OpenOptions {
+    /// Wrap each disk's backend (below the power model and the IDR).
+    pub wrap_disk: Option<WrapDisk>,
+    /// Use this power profile instead of the one in `grid.toml`.
+    pub power_profile: Option<PowerProfile>,
+}
+
+/// Points where the test hook [`Engine::set_crash_point`] stops a write or drain as if the process died.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CrashPoint {
+    /// The promise row is journaled with the data disk started; nothing written.
+    DataStarted,
+    /// Half of the data disk's range is written.
+    DataHalfWritten,
+    /// The data disk is written and synced; its finish mark is not set.
+    DataWritten,
+    /// The data disk's finish mark is set; no parity disk touched (serialized, delayed: delta only in its file).
+    DataFinished,
+    /// Half of the first parity disk's range is written (serialized: `hP`; direct: all three).
+    ParityHalfWritten,
+    /// The drain set its start marks and wrote half of its first region.
+    DrainHalfWritten,
+}
+
+/// What [`Engine::verify_parity`] found.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct ParityReport {
+    /// `(parity disk, logical offset, length)` of every range whose parity does not match its members.
+    pub mismatches: Vec<(usize, u64, u64)>,
+    /// Logical bytes of parity compared.
+    pub bytes_checked: u64,
+    /// Parity groups skipped because a member is failed.
+    pub groups_skipped: usize,
+}
+
+/// What a recovery run did.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct RecoveryReport {
+    pub bytes_recovered: u64,
+    /// Ranges `(disk, offset, length)` that could not be recovered now (they stay defect).
+    pub unrecoverable: Vec<(usize, u64, u64)>,
+}
+
+/// State of one disk for [`Engine::status`].
+#[derive(Debug, Clone, Serialize)]
+pub struct DiskStatus {
+    pub index: usize,
+    pub name: String,
+    pub role: Role,
+    pub power_state: PowerState,
+    pub power: PowerStats,
+    pub failed: bool,
+    pub defect_bytes: u64,
+    pub written_bytes: u64,
+    pub pending_delta_bytes: u64,
+    pub io: IoStats,
+    /// When the last full scrub pass finished (ms since the epoch, 0 = never).
+    pub last_scrub_pass_ms: u64,
+}
+
+/// State of the grid for [`Engine::status`].
+#[derive(Debug, Clone, Serialize)]
+pub struct GridStatus {
+    pub grid_id: String,
+    pub layout: String,
+    pub buckets: usize,
+    pub bucket_capacity_bytes: u64,
+    pub disks: Vec<DiskStatus>,
+    pub pending_delta_bytes: u64,
+    pub open_promises: u64,
+    pub journal_rows: u64,
+    pub spinning_now: usize,
+    pub max_spinning_seen: usize,
+}
+
+/// In-memory copies of the journal's per-disk state (updated only after the journal committed).
+struct Maps {
+    /// Written map in stripe units.
+    written: Vec<RangeSet>,
+    /// Defect ranges in bytes (stripe aligned).
+    defects: Vec<RangeSet>,
+    failed: Vec<bool>,
+    scrub: Vec<ScrubRow>,
+}
+
+pub(crate) struct Shared {
+    pub dir: PathBuf,
+    pub config: RwLock<GridConfig>,
+    pub geometry: Geometry,
+    pub power: Arc<PowerManager>,
+    slots: Vec<RwLock<Arc<DiskSlot>>>,
+    counters: Vec<Arc<IoCounters>>,
+    io_errors: Vec<AtomicU32>,
+    /// Logical bytes of every disk's IDR space (the bucket capacity).
+    pub logical_bytes: u64,
+    pub stripe_bytes: u64,
+    journal: Journal,
+    locks: Arc<LockManager>,
+    deltas: DeltaCache,
+    drain_mutexes: Vec<Mutex<()>>,
+    maps: Mutex<Maps>,
+    next_txn: AtomicU64,
+    stop: AtomicBool,
+    paused: AtomicBool,
+    crash_point: Mutex<Option<CrashPoint>>,
+    /// Wakes the background threads (defects added, deltas added, stop).
+    wake: Condvar,
+    wake_mutex: Mutex<()>,
+    scrub_queue: Mutex<VecDeque<usize>>,
+}
+
+/// An open grid. Cheap to share by reference across threads (`&Engine` is `Send + Sync`).
+pub struct Engine {
+    shared: Arc<Shared>,
+    threads: Mutex<Vec<JoinHandle<()>>>,
+}
+
+fn align_down(x: u64, unit: u64) -> u64 {
+    x / unit * unit
+}
+fn align_up(x: u64, unit: u64) -> u64 {
+    x.div_ceil(unit) * unit
+}
+
+enum ReadFail {
+    /// The disk is failed (or failed during the read).
+    Failed,
+    /// These ranges could not be read or verified (or are defect).
+    Ranges(Vec<(u64, u64)>),
+}
+
+impl Engine {
+    /// Create a new grid in `dir` (which must not hold a `grid.toml`): create missing file disks, write every
+    /// disk's header, the configuration and an empty journal; then open it.
+    pub fn create(dir: impl AsRef<Path>, config: GridConfig) -> Result<Engine> {
+        let dir = dir.as_ref();
+        config.validate()?;
+        let geometry = Geometry::new(config.layout).map_err(|e| Error::Config(e.to_string()))?;
+        if dir.join(CONFIG_FILE).exists() {
+            return Err(Error::Config(format!("{} already holds a grid ({CONFIG_FILE} exists)", dir.display())));
+        }
+        let io = |e: std::io::Error| Error::Io(format!("cannot create {}: {e}", dir.display()));
+        std::fs::create_dir_all(dir).map_err(io)?;
+        for (index, spec) in config.disks.iter().enumerate() {
+            let path = spec.resolved_path(dir);
+            let disk: Arc<dyn Disk> = match spec {
+                DiskSpec::File { capacity_bytes, .. } => {
+                    if let Some(parent) = path.parent() {
+                        std::fs::create_dir_all(parent).map_err(io)?;
+                    }
+                    if path.exists() {
+                        let disk = FileDisk::open(&path)?;
+                        if disk.capacity_bytes() != *capacity_bytes {
+                            return Err(Error::Header {
+                                disk: index,
+                                name: path.display().to_string(),
+                                message: format!(
+                                    "existing file has {} bytes, configuration says {capacity_bytes}",
+                                    disk.capacity_bytes()
+                                ),
+                            });
+                        }
+                        Arc::new(disk)
+                    } else {
+                        Arc::new(FileDisk::create(&path, *capacity_bytes)?)
+                    }
+                }
+                DiskSpec::Block { .. } => Arc::new(BlockDisk::open(&path)?),
+            };
+            DiskHeader::new(config.grid_id, &geometry, index, disk.capacity_bytes(), config.idr).write(disk.as_ref())?;
+        }
+        Journal::open(&dir.join(JOURNAL_FILE))?;
+        std::fs::create_dir_all(delta_dir(dir)).map_err(io)?;
+        config.save(dir)?;
+        Engine::open(dir)
+    }
+
+    /// Open the grid in `dir`.
+    pub fn open(dir: impl AsRef<Path>) -> Result<Engine> {
+        Engine::open_with(dir, OpenOptions::default())
+    }
+
+    /// Open the grid in `dir` with options: validate every disk's header (a disk that cannot be opened or read is
+    /// opened as *failed*; a disk of another grid, at a wrong position or of a wrong size is an error), replay
+    /// the journal, start the background threads.
+    pub fn open_with(dir: impl AsRef<Path>, options: OpenOptions) -> Result<Engine> {
+        let dir = dir.as_ref().to_path_buf();
+        let config = GridConfig::load(&dir)?;
+        let geometry = Geometry::new(config.layout).map_err(|e| Error::Config(e.to_string()))?;
+        let n = geometry.disks();
+        let profile = options.power_profile.clone().unwrap_or_else(|| config.power.clone());
+        let power = PowerManager::simulated(profile, n, config.spinning_max)?;
+        let journal = Journal::open(&dir.join(JOURNAL_FILE))?;
+        let failed_in_journal: HashMap<usize, String> = journal.failed_disks()?.into_iter().collect();
+
+        let counters: Vec<Arc<IoCounters>> = (0..n).map(|_| Arc::new(IoCounters::default())).collect();
+        let mut backends: Vec<Option<Arc<dyn Disk>>> = Vec::with_capacity(n);
+        let mut failed = vec![false; n];
+        let mut newly_failed = Vec::new();
+        for (index, spec) in config.disks.iter().enumerate() {
+            match open_backend(&dir, &config, &geometry, index, spec, &options)? {
+                Some(disk) => backends.push(Some(disk)),
+                None => {
+                    backends.push(None);
+                    failed[index] = true;
+                    if !failed_in_journal.contains_key(&index) {
+                        newly_failed.push(index);
+                    }
+                }
+            }
+            if failed_in_journal.contains_key(&index) {
+                failed[index] = true;
+            }
+        }
+        let capacity = backends.iter().flatten().map(|d| d.capacity_bytes()).max().unwrap_or_else(|| {
+            config.disks.iter().map(|s| if let DiskSpec::File { capacity_bytes, .. } = s { *capacity_bytes } else { 0 }).max().unwrap_or(0)
+        });
+        let mut slots = Vec::with_capacity(n);
+        for (index, backend) in backends.into_iter().enumerate() {
+            let backend = backend.unwrap_or_else(|| {
+                Arc::new(MissingDisk { name: config.disks[index].resolved_path(&dir).display().to_string(), capacity_bytes: capacity })
+            });
+            let slot = DiskSlot::build(backend, Arc::clone(&counters[index]), &power, index, config.idr)?;
+            slots.push(slot);
+        }
+        let logical_bytes = slots.iter().map(|s| s.idr.logical_capacity()).min().unwrap_or(0);
+        let stripe_bytes = slots[0].idr.stripe_bytes();
+        if config.chunk_bytes_max % stripe_bytes != 0 || config.recovery_chunk_bytes_max % stripe_bytes != 0 {
+            return Err(Error::Config(format!(
+                "chunk_bytes_max and recovery_chunk_bytes_max must be multiples of the IDR stripe ({stripe_bytes} bytes)"
+            )));
+        }
+        let written = journal.ranges(RangeTable::Written, n)?;
+        let defects = journal.ranges(RangeTable::Defects, n)?;
+        let scrub = journal.scrub_rows(n)?;
+        let next_txn = journal.next_txn()?;
+        let deltas = DeltaCache::new(delta_dir(&dir), config.delta_cache_bytes_max)
+            .map_err(|e| Error::Io(format!("cannot open the delta cache in {}: {e}", delta_dir(&dir).display())))?;
+        let shared = Arc::new(Shared {
+            dir,
+            geometry,
+            power: Arc::clone(&power),
+            slots: slots.into_iter().map(|s| RwLock::new(Arc::new(s))).collect(),
+            counters,
+            io_errors: (0..n).map(|_| AtomicU32::new(0)).collect(),
+            logical_bytes,
+            stripe_bytes,
+            journal,
+            locks: LockManager::new(),
+            deltas,
+            drain_mutexes: (0..n).map(|_| Mutex::new(())).collect(),
+            maps: Mutex::new(Maps { written, defects, failed, scrub }),
+            next_txn: AtomicU64::new(next_txn),
+            stop: AtomicBool::new(false),
+            paused: AtomicBool::new(false),
+            crash_point: Mutex::new(None),
+            wake: Condvar::new(),
+            wake_mutex: Mutex::new(()),
+            scrub_queue: Mutex::new(VecDeque::new()),
+            config: RwLock::new(config),
+        });
+        for index in newly_failed {
+            shared.journal.batch(|b| b.set_failed(index, "could not be opened"))?;
+        }
+        shared.replay()?;
+        let engine = Engine { shared: Arc::clone(&shared), threads: Mutex::new(Vec::new()) };
+        engine.start_threads();
+        Ok(engine)
+    }
+
+    fn start_threads(&self) {
+        let mut threads = self.threads.lock();
+        let shared = Arc::clone(&self.shared);
+        threads.push(spawn("permafrost-recovery", move || shared.recovery_loop()));
+        for &disk in self.shared.geometry.parity_disks() {
+            let shared = Arc::clone(&self.shared);
+            threads.push(spawn(&format!("permafrost-drain-{disk}"), move || shared.drain_loop(disk)));
+        }
+        let shared = Arc::clone(&self.shared);
+        threads.push(spawn("permafrost-scrub", move || shared.scrub_loop()));
+        let weak = Arc::downgrade(&self.shared);
+        self.shared.power.set_on_spin_up(Box::new(move |disk| {
+            if let Some(shared) = weak.upgrade() {
+                let mut queue = shared.scrub_queue.lock();
+                if !queue.contains(&disk) && queue.len() < 1024 {
+                    queue.push_back(disk);
+                }
+                shared.wake.notify_all();
+            }
+        }));
+    }
+
+    /// Stop the background threads and close the grid. Pending deltas stay durable in `DIR/deltas` and are
+    /// re-queued on the next open.
+    pub fn close(self) -> Result<()> {
+        self.stop_threads();
+        Ok(())
+    }
+
+    fn stop_threads(&self) {
+        self.shared.stop.store(true, Ordering::SeqCst);
+        self.shared.wake.notify_all();
+        let threads: Vec<_> = std::mem::take(&mut *self.threads.lock());
+        for t in threads {
+            let _ = t.join();
+        }
+    }
+
+    /// The grid's geometry.
+    pub fn geometry(&self) -> &Geometry {
+        &self.shared.geometry
+    }
+
+    /// Number of buckets (data disks).
+    pub fn buckets(&self) -> usize {
+        self.shared.geometry.buckets()
+    }
+
+    /// Logical bytes of every bucket.
+    pub fn bucket_capacity_bytes(&self) -> u64 {
+        self.shared.logical_bytes
+    }
+
+    /// The IDR stripe: the unit of the written map, of defects and of locks.
+    pub fn stripe_bytes(&self) -> u64 {
+        self.shared.stripe_bytes
+    }
+
+    /// The configuration in effect.
+    pub fn config(&self) -> GridConfig {
+        self.shared.config.read().clone()
+    }
+
+    /// The power manager (power states, stats, budget) of the grid's disks.
+    pub fn power(&self) -> &Arc<PowerManager> {
+        &self.shared.power
+    }
+
+    /// Start a write promise of `len` bytes at `offset` of `bucket` (both multiples of 4096).
+    pub fn write(&self, bucket: usize, offset: u64, len: u64, mode: WriteMode) -> Result<WritePromise> {
+        let disk = self.shared.check_bucket_range(bucket, offset, len)?;
+        if self.shared.is_failed(disk) {
+            return Err(Error::DiskFailed { disk, message: format!("bucket {bucket} cannot be written until it is replaced and rebuilt") });
+        }
+        Ok(WritePromise::new(Arc::clone(&self.shared), disk, offset, len, mode))
+    }
+
+    /// Start a read promise of `len` bytes at `offset` (a multiple of 4096) of `bucket`.
+    pub fn read(&self, bucket: usize, offset: u64, len: u64) -> Result<ReadPromise> {
+        let disk = self.shared.check_bucket_range(bucket, offset, len)?;
+        Ok(ReadPromise::new(Arc::clone(&self.shared), disk, offset, len))
+    }
+
+    /// Apply every pending parity delta (spinning up the parity disks concerned).
+    pub fn flush(&self) -> Result<()> {
+        for disk in self.shared.deltas.disks_with_pending() {
+            self.shared.drain(disk)?;
+        }
+        Ok(())
+    }
+
+    /// Wait until the parity of write `txn_id` is durable on all its parity disks (draining them now).
+    pub fn wait_persisted(&self, txn_id: u64) -> Result<()> {
+        for disk in self.shared.deltas.pending_disks_of(txn_id) {
+            self.shared.drain(disk)?;
+        }
+        Ok(())
+    }
+
+    /// Mark disk `disk` failed (operator action): it is never read or written again until replaced.
+    pub fn fail_disk(&self, disk: usize) -> Result<()> {
+        self.shared.check_disk(disk)?;
+        self.shared.mark_failed(disk, "failed by the operator")
+    }
+
+    /// Replace disk `disk` by a fresh one (`spec`, or a new empty file at the configured path), write its header
+    /// and mark every range it must hold defect; [`Engine::rebuild`] (or the background recovery) fills it.
+    pub fn replace_disk(&self, disk: usize, spec: Option<DiskSpec>) -> Result<()> {
+        self.shared.replace_disk(disk, spec)
+    }
+
+    /// Recover every defect range of `disk` now, reporting progress in bytes.
+    pub fn rebuild(&self, disk: usize, progress: &dyn Fn(u64, u64)) -> Result<RecoveryReport> {
+        self.shared.check_disk(disk)?;
+        if self.shared.is_failed(disk) {
+            return Err(Error::DiskFailed { disk, message: "replace it (replace_disk) before rebuilding".into() });
+        }
+        self.shared.recover_disk(disk, progress)
+    }
+
+    /// Recover every defect range of every live disk now.
+    pub fn recover_defects(&self) -> Result<RecoveryReport> {
+        let mut report = RecoveryReport::default();
+        for disk in 0..self.shared.geometry.disks() {
+            if !self.shared.is_failed(disk) {
+                let r = self.shared.recover_disk(disk, &|_, _| {})?;
+                report.bytes_recovered += r.bytes_recovered;
+                report.unrecoverable.extend(r.unrecoverable);
+            }
+        }
+        Ok(report)
+    }
+
+    /// Verify (IDR check, repairing what IDR can) the written parts of `[offset, offset+len)` of `disk`'s logical
+    /// space; ranges IDR cannot repair become defect (recovered from the grid in the background).
+    pub fn scrub(&self, disk: usize, offset: u64, len: u64) -> Result<ScrubReport> {
+        self.shared.check_disk(disk)?;
+        if offset % 4096 != 0 || len % 4096 != 0 || offset.saturating_add(len) > self.shared.logical_bytes {
+            return Err(Error::InvalidArgument(format!(
+                "scrub range {offset}+{len} must be 4096-aligned and inside the disk's {} logical bytes",
+                self.shared.logical_bytes
+            )));
+        }
+        self.shared.scrub_range(disk, offset, offset + len)
+    }
+
+    /// Scrub completely every live disk whose last full pass is older than `max_age` (spinning it up).
+    /// Returns the disks scrubbed.
+    pub fn scrub_overdue(&self, max_age: Duration) -> Result<Vec<usize>> {
+        let now = now_ms();
+        let overdue: Vec<usize> = {
+            let maps = self.shared.maps.lock();
+            (0..self.shared.geometry.disks())
+                .filter(|&d| !maps.failed[d] && now.saturating_sub(maps.scrub[d].last_pass_ms) > max_age.as_millis() as u64)
+                .collect()
+        };
+        for &disk in &overdue {
+            self.shared.scrub_range(disk, 0, self.shared.logical_bytes)?;
+            self.shared.set_scrub_row(disk, ScrubRow { cursor: 0, last_pass_ms: now_ms() })?;
+        }
+        Ok(overdue)
+    }
+
+    /// Recompute every parity disk from its group's members over all written ranges and report mismatches.
+    pub fn verify_parity(&self, progress: &dyn Fn(u64, u64)) -> Result<ParityReport> {
+        self.shared.verify_parity(progress)
+    }
+
+    /// Bytes moved per disk, by disk index.
+    pub fn io_stats(&self) -> Vec<IoStats> {
+        self.shared.counters.iter().map(|c| c.snapshot()).collect()
+    }
+
+    /// Zero the I/O counters.
+    pub fn reset_io_stats(&self) {
+        self.shared.counters.iter().for_each(|c| c.reset());
+    }
+
+    /// The grid's state.
+    pub fn status(&self) -> Result<GridStatus> {
+        let s = &self.shared;
+        let config = s.config.read().clone();
+        let maps = s.maps.lock();
+        let disks = (0..s.geometry.disks())
+            .map(|d| DiskStatus {
+                index: d,
+                name: s.slot(d).name.clone(),
+                role: s.geometry.role(d),
+                power_state: s.power.state(d),
+                power: s.power.stats(d),
+                failed: maps.failed[d],
+                defect_bytes: maps.defects[d].total(),
+                written_bytes: maps.written[d].total() * s.stripe_bytes,
+                pending_delta_bytes: s.deltas.pending_bytes_of(d),
+                io: s.counters[d].snapshot(),
+                last_scrub_pass_ms: maps.scrub[d].last_pass_ms,
+            })
+            .collect();
+        drop(maps);
+        Ok(GridStatus {
+            grid_id: config.grid_id.to_string(),
+            layout: config.layout.to_string(),
+            buckets: s.geometry.buckets(),
+            bucket_capacity_bytes: s.logical_bytes,
+            disks,
+            pending_delta_bytes: s.deltas.pending_bytes(),
+            open_promises: s.journal.promise_count()?,
+            journal_rows: s.journal.row_count()?,
+            spinning_now: s.power.spinning_now(),
+            max_spinning_seen: s.power.max_spinning_seen(),
+        })
+    }
+
+    /// Is `disk` marked failed?
+    pub fn is_failed(&self, disk: usize) -> bool {
+        self.shared.is_failed(disk)
+    }
+
+    /// Defect bytes of `disk` (ranges waiting for recovery).
+    pub fn defect_bytes(&self, disk: usize) -> u64 {
+        self.shared.maps.lock().defects.get(disk).map_or(0, |d| d.total())
+    }
+
+    /// Test hook: make the next write or drain that reaches `point` stop there as if the process died (the
+    /// engine stops its background threads and must be dropped and reopened).
+    #[doc(hidden)]
+    pub fn set_crash_point(&self, point: Option<CrashPoint>) {
+        *self.shared.crash_point.lock() = point;
+    }
+
+    /// Test hook: pause or resume the background threads (recovery, drains, scrub) so tests can observe
+    /// pending states deterministically.
+    #[doc(hidden)]
+    pub fn pause_background(&self, paused: bool) {
+        self.shared.paused.store(paused, Ordering::SeqCst);
+        self.shared.wake.notify_all();
+    }
+}
+
+impl Drop for Engine {
+    fn drop(&mut self) {
+        self.stop_threads();
+    }
+}
+
+fn spawn(name: &str, f: impl FnOnce() + Send + 'static) -> JoinHandle<()> {
+    std::thread::Builder::new().name(name.to_string()).spawn(f).expect("spawn an engine thread")
+}
+
+/// Open one disk's backend and check its header. `Ok(None)`: the disk cannot be opened (it runs as failed).
+fn open_backend(
+    dir: &Path,
+    config: &GridConfig,
+    geometry: &Geometry,
+    index: usize,
+    spec: &DiskSpec,
+    options: &OpenOptions,
+) -> Result<Option<Arc<dyn Disk>>> {
+    let path = spec.resolved_path(dir);
+    let name = path.display().to_string();
+    let opened: std::result::Result<Arc<dyn Disk>, DiskError> = match spec {
+        DiskSpec::File { .. } => FileDisk::open(&path).map(|d| Arc::new(d) as Arc<dyn Disk>),
+        DiskSpec::Block { .. } => BlockDisk::open(&path).map(|d| Arc::new(d) as Arc<dyn Disk>),
+    };
+    let disk = match opened {
+        Ok(disk) => disk,
+        Err(e) => {
+            tracing::warn!("disk {index} ({name}) cannot be opened, running it as failed: {e}");
+            return Ok(None);
+        }
+    };
+    let header_error = |message: String| Error::Header { disk: index, name: name.clone(), message };
+    if let DiskSpec::File { capacity_bytes, .. } = spec {
+        if disk.capacity_bytes() != *capacity_bytes {
+            return Err(header_error(format!("wrong size: {} bytes, configured {capacity_bytes}", disk.capacity_bytes())));
+        }
+    }
+    let disk = match &options.wrap_disk {
+        Some(wrap) => wrap(index, disk),
+        None => disk,
+    };
+    let header = match DiskHeader::read(disk.as_ref()) {
+        Ok(Some(h)) => h,
+        Ok(None) => return Err(header_error("no valid permafrost disk header: not a disk of this grid".into())),
+        Err(e) => {
+            tracing::warn!("disk {index} ({name}): header unreadable, running it as failed: {e}");
+            return Ok(None);
+        }
+    };
+    if header.grid_id != config.grid_id {
+        return Err(header_error(format!("belongs to another grid ({}), not {}", header.grid_id, config.grid_id)));
+    }
+    if header.disk_index as usize != index {
+        return Err(header_error(format!("wrong position: its header says disk {}, it is configured as disk {index}", header.disk_index)));
+    }
+    if header.capacity_bytes != disk.capacity_bytes() {
+        return Err(header_error(format!("wrong size: {} bytes, its header says {}", disk.capacity_bytes(), header.capacity_bytes)));
+    }
+    let expected = DiskHeader::new(config.grid_id, geometry, index, disk.capacity_bytes(), config.idr);
+    if header.layout != expected.layout || header.idr != expected.idr || header.role != expected.role {
+        return Err(header_error(format!(
+            "header says layout {} / IDR {:?}, the grid is {} / {:?}",
+            header.layout, header.idr, expected.layout, expected.idr
+        )));
+    }
+    Ok(Some(disk))
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Shared: the machinery.
+
+impl Shared {
+    pub(crate) fn slot(&self, disk: usize) -> Arc<DiskSlot> {
+        Arc::clone(&self.slots[disk].read())
+    }
+
+    pub(crate) fn is_failed(&self, disk: usize) -> bool {
+        self.maps.lock().failed[disk]
+    }
+
+    pub(crate) fn stopped(&self) -> bool {
+        self.stop.load(Ordering::SeqCst)
+    }
+
+    fn check_disk(&self, disk: usize) -> Result<()> {
+        if disk >= self.geometry.disks() {
+            return Err(Error::InvalidArgument(format!("disk {disk} does not exist: the grid has {} disks", self.geometry.disks())));
+        }
+        Ok(())
+    }
+
+    fn check_bucket_range(&self, bucket: usize, offset: u64, len: u64) -> Result<usize> {
+        if self.stopped() {
+            return Err(Error::Closed);
+        }
+        if bucket >= self.geometry.buckets() {
+            return Err(Error::InvalidArgument(format!("bucket {bucket} does not exist: the grid has {} buckets", self.geometry.buckets())));
+        }
+        if offset % 4096 != 0 {
+            return Err(Error::InvalidArgument(format!("offset {offset} is not a multiple of 4096")));
+        }
+        if offset.checked_add(len).is_none_or(|end| end > self.logical_bytes) {
+            return Err(Error::InvalidArgument(format!(
+                "range {offset}+{len} is outside bucket {bucket} ({} bytes)",
+                self.logical_bytes
+            )));
+        }
+        Ok(self.geometry.bucket_disk(bucket))
+    }
+
+    pub(crate) fn chunk_bytes_max(&self) -> u64 {
+        self.config.read().chunk_bytes_max
+    }
+
+    pub(crate) fn readahead_chunks(&self) -> usize {
+        self.config.read().readahead_chunks
+    }
+
+    fn crash_at(&self, point: CrashPoint) -> Result<()> {
+        let mut armed = self.crash_point.lock();
+        if *armed == Some(point) {
+            *armed = None;
+            self.stop.store(true, Ordering::SeqCst);
+            self.wake.notify_all();
+            return Err(Error::SimulatedCrash(point));
+        }
+        Ok(())
+    }
+
+    fn notify(&self) {
+        self.wake.notify_all();
+    }
+
+    fn sleep_until_woken(&self, ms: u64) {
+        let mut guard = self.wake_mutex.lock();
+        if !self.stopped() {
+            self.wake.wait_for(&mut guard, Duration::from_millis(ms));
+        }
+    }
+
+    fn stripe_range(&self, start: u64, end: u64) -> (u64, u64) {
+        (align_down(start, self.stripe_bytes), align_up(end, self.stripe_bytes).min(self.logical_bytes))
+    }
+
+    fn lock(&self, set: Vec<RangeLock>) -> LockGuard {
+        self.locks.acquire(set)
+    }
+
+    /// `target` in `mode` plus every other disk shared, over `[start, end)`.
+    fn lock_all(&self, target: usize, exclusive: bool, start: u64, end: u64) -> LockGuard {
+        let set = (0..self.geometry.disks())
+            .map(|d| if d == target && exclusive { RangeLock::exclusive(d, start, end) } else { RangeLock::shared(d, start, end) })
+            .collect();
+        self.lock(set)
+    }
+
+    // ---- journal-backed maps -----------------------------------------------------------------------------------
+
+    fn add_defect(&self, disk: usize, start: u64, end: u64) -> Result<()> {
+        let (start, end) = self.stripe_range(start, end);
+        let mut maps = self.maps.lock();
+        let mut set = maps.defects[disk].clone();
+        set.insert(start, end);
+        self.journal.batch(|b| b.sync_ranges(RangeTable::Defects, disk, &set, start, end))?;
+        maps.defects[disk] = set;
+        drop(maps);
+        self.notify();
+        Ok(())
+    }
+
+    fn remove_defect(&self, disk: usize, start: u64, end: u64) -> Result<()> {
+        let mut maps = self.maps.lock();
+        let mut set = maps.defects[disk].clone();
+        set.remove(start, end);
+        self.journal.batch(|b| b.sync_ranges(RangeTable::Defects, disk, &set, start, end))?;
+        maps.defects[disk] = set;
+        Ok(())
+    }
+
+    fn defects_in(&self, disk: usize, start: u64, end: u64) -> Vec<(u64, u64)> {
+        self.maps.lock().defects[disk].overlapping(start, end)
+    }
+
+    /// Written map of `disk` with `[start, end)` (bytes, stripe aligned) added; the caller journals it.
+    fn written_with(&self, maps: &Maps, disk: usize, start: u64, end: u64) -> RangeSet {
+        let mut set = maps.written[disk].clone();
+        set.insert(start / self.stripe_bytes, end.div_ceil(self.stripe_bytes));
+        set
+    }
+
+    /// Run `extra` and mark `[start, end)` written on `disks` in one journal transaction.
+    fn journal_with_written(&self, disks: &[usize], start: u64, end: u64, extra: impl FnOnce(&crate::journal::Batch) -> rusqlite::Result<()>) -> Result<()> {
+        let mut maps = self.maps.lock();
+        let sets: Vec<(usize, RangeSet)> = disks.iter().map(|&d| (d, self.written_with(&maps, d, start, end))).collect();
+        let (lo, hi) = (start / self.stripe_bytes, end.div_ceil(self.stripe_bytes));
+        self.journal.batch(|b| {
+            extra(b)?;
+            for (d, set) in &sets {
+                b.sync_ranges(RangeTable::Written, *d, set, lo, hi)?;
+            }
+            Ok(())
+        })?;
+        for (d, set) in sets {
+            maps.written[d] = set;
+        }
+        Ok(())
+    }
+
+    fn is_unwritten(&self, disk: usize, start: u64, end: u64) -> bool {
+        !self.maps.lock().written[disk].intersects(start / self.stripe_bytes, end.div_ceil(self.stripe_bytes))
+    }
+
+    /// Written parts of `[start, end)` of `disk`, in bytes.
+    fn written_parts(&self, disk: usize, start: u64, end: u64) -> Vec<(u64, u64)> {
+        let unit = self.stripe_bytes;
+        self.maps.lock().written[disk]
+            .overlapping(start / unit, end.div_ceil(unit))
+            .into_iter()
+            .map(|(s, e)| ((s * unit).max(start), (e * unit).min(end)))
+            .collect()
+    }
+
+    fn set_scrub_row(&self, disk: usize, row: ScrubRow) -> Result<()> {
+        self.journal.batch(|b| b.set_scrub(disk, row))?;
+        self.maps.lock().scrub[disk] = row;
+        Ok(())
+    }
+
+    fn mark_failed(&self, disk: usize, reason: &str) -> Result<()> {
+        {
+            let mut maps = self.maps.lock();
+            if maps.failed[disk] {
+                return Ok(());
+            }
+            self.journal.batch(|b| b.set_failed(disk, reason))?;
+            maps.failed[disk] = true;
+        }
+        tracing::warn!("disk {disk} marked failed: {reason}");
+        // A failed parity disk will be recomputed from its members: it no longer owes any delta.
+        let _drain = self.drain_mutexes[disk].lock();
+        for delta in self.deltas.pending_of(disk) {
+            self.complete_delta(&delta, disk)?;
+        }
+        self.notify();
+        Ok(())
+    }
+
+    /// Note an I/O error of `disk`; a whole-disk failure or repeated errors mark it failed.
+    fn note_error(&self, disk: usize, error: &IdrError) {
+        let fatal = match error {
+            IdrError::Disk(DiskError::Failed { .. }) => true,
+            IdrError::Disk(_) => self.io_errors[disk].fetch_add(1, Ordering::SeqCst) + 1 >= IO_ERRORS_MAX,
+            _ => false,
+        };
+        if fatal {
+            if let Err(e) = self.mark_failed(disk, &error.to_string()) {
+                tracing::error!("cannot mark disk {disk} failed: {e}");
+            }
+        }
+    }
+
+    // ---- reading true content ----------------------------------------------------------------------------------
+
+    /// Read `disk`'s on-disk content of `[offset, offset+buf.len())`: zeros where never written, the IDR space
+    /// elsewhere. No overlay, no defect check. The caller holds a lock on the range.
+    fn read_raw(&self, disk: usize, offset: u64, buf: &mut [u8]) -> std::result::Result<(), ReadFail> {
+        if self.is_failed(disk) {
+            return Err(ReadFail::Failed);
+        }
+        let end = offset + buf.len() as u64;
+        buf.fill(0);
+        let slot = self.slot(disk);
+        let mut bad = Vec::new();
+        for (s, e) in self.written_parts(disk, offset, end) {
+            let part = &mut buf[(s - offset) as usize..(e - offset) as usize];
+            match slot.idr.read(s, part) {
+                Ok(_) => {
+                    self.counters[disk].logical_read.fetch_add(e - s, Ordering::Relaxed);
+                }
+                Err(IdrError::Unrecoverable { ranges }) => bad.extend(ranges.into_iter().map(|(o, l)| (o, o + l))),
+                Err(e) => {
+                    self.note_error(disk, &e);
+                    return Err(if self.is_failed(disk) { ReadFail::Failed } else { ReadFail::Ranges(vec![(offset, end)]) });
+                }
+            }
+        }
+        if bad.is_empty() {
+            Ok(())
+        } else {
+            Err(ReadFail::Ranges(bad))
+        }
+    }
+
+    /// The true content of `disk` over the range: defect ranges fail, parity disks get the snapshot's overlay.
+    fn read_true(&self, disk: usize, offset: u64, buf: &mut [u8], snapshot: &Snapshot) -> std::result::Result<(), ReadFail> {
+        if self.is_failed(disk) {
+            return Err(ReadFail::Failed);
+        }
+        let defects = self.defects_in(disk, offset, offset + buf.len() as u64);
+        if !defects.is_empty() {
+            return Err(ReadFail::Ranges(defects));
+        }
+        self.read_raw(disk, offset, buf)?;
+        snapshot.overlay(disk, offset, buf);
+        Ok(())
+    }
+
+    /// Compute the true content of `target` over `[offset, offset+len)` from the grid. The caller holds at least
+    /// shared locks on every disk over the range and took `snapshot` after locking.
+    fn reconstruct(&self, target: usize, offset: u64, len: u64, snapshot: &Snapshot) -> Result<Vec<u8>> {
+        let end = offset + len;
+        let mut unavailable: Vec<usize> = (0..self.geometry.disks())
+            .filter(|&d| d == target || self.is_failed(d) || !self.defects_in(d, offset, end).is_empty())
+            .collect();
+        for _attempt in 0..=self.geometry.disks() {
+            let partial = self.geometry.partial_recovery_plan(&unavailable);
+            if partial.stuck.contains(&target) {
+                return Err(Error::Unrecoverable { disk: target, offset, end, stuck: partial.stuck });
+            }
+            // Only the steps the target depends on.
+            let steps = needed_steps(&partial.plan.steps, target);
+            let sources: Vec<usize> = {
+                let mut s: Vec<usize> = steps.iter().flat_map(|st| st.sources.iter().copied()).filter(|d| !unavailable.contains(d)).collect();
+                s.sort_unstable();
+                s.dedup();
+                s
+            };
+            // Spin the sources that hold data up together (range locks are held; power comes after them).
+            let to_power: Vec<usize> = sources.iter().copied().filter(|&d| !self.is_unwritten(d, offset, end)).collect();
+            let _guards = if to_power.len() <= self.power.budget() { self.power.acquire_many(&to_power).ok() } else { None };
+            let mut recovered: HashMap<usize, Vec<u8>> = HashMap::new();
+            let mut newly_bad = None;
+            'steps: for step in &steps {
+                let mut acc = vec![0u8; len as usize];
+                let mut buf = vec![0u8; len as usize];
+                for &source in &step.sources {
+                    if let Some(data) = recovered.get(&source) {
+                        permafrost_idr::xor_into(&mut acc, data);
+                        continue;
+                    }
+                    match self.read_true(source, offset, &mut buf, snapshot) {
+                        Ok(()) => permafrost_idr::xor_into(&mut acc, &buf),
+                        Err(fail) => {
+                            if let ReadFail::Ranges(ranges) = &fail {
+                                for &(s, e) in ranges {
+                                    let _ = self.add_defect(source, s, e);
+                                }
+                            }
+                            newly_bad = Some(source);
+                            break 'steps;
+                        }
+                    }
+                }
+                recovered.insert(step.disk, acc);
+            }
+            match newly_bad {
+                Some(disk) => unavailable.push(disk),
+                None => return Ok(recovered.remove(&target).expect("the plan rebuilds the target")),
+            }
+        }
+        Err(Error::Unrecoverable { disk: target, offset, end, stuck: unavailable })
+    }
+
+    /// Read the true content of `disk` over a chunk for a reader: the disk itself where it can, the grid where it
+    /// cannot (then the damaged ranges are queued as defect for the background recovery).
+    pub(crate) fn read_chunk(&self, disk: usize, offset: u64, buf: &mut [u8]) -> Result<()> {
+        let end = offset + buf.len() as u64;
+        let (lock_start, lock_end) = self.stripe_range(offset, end);
+        {
+            let _lock = self.lock(vec![RangeLock::shared(disk, lock_start, lock_end)]);
+            match self.read_true(disk, offset, buf, &Snapshot::default()) {
+                Ok(()) => return Ok(()),
+                Err(ReadFail::Ranges(ranges)) => {
+                    for (s, e) in ranges {
+                        self.add_defect(disk, s, e)?;
+                    }
+                }
+                Err(ReadFail::Failed) => {}
+            }
+        }
+        // Degraded: per stripe, the disk where it is good, the grid elsewhere.
+        let _lock = self.lock_all(disk, false, lock_start, lock_end);
+        let snapshot = self.deltas.snapshot(self.geometry.parity_disks());
+        let mut stripe = lock_start;
+        while stripe < lock_end {
+            let s_end = stripe + self.stripe_bytes;
+            let from = stripe.max(offset);
+            let to = s_end.min(end);
+            let part = &mut buf[(from - offset) as usize..(to - offset) as usize];
+            if self.read_true(disk, from, part, &snapshot).is_err() {
+                let data = self.reconstruct(disk, stripe, self.stripe_bytes, &snapshot)?;
+                part.copy_from_slice(&data[(from - stripe) as usize..(to - stripe) as usize]);
+            }
+            stripe = s_end;
+        }
+        Ok(())
+    }
+
+    // ---- writes ------------------------------------------------------------------------------------------------
+
+    /// Write `data` at `offset` (4 KiB aligned) of data disk `disk` in `mode`: one journal transaction.
+    pub(crate) fn write_chunk(&self, disk: usize, offset: u64, data: &[u8], mode: WriteMode) -> Result<u64> {
+        if self.stopped() {
+            return Err(Error::Closed);
+        }
+        let end = offset + data.len() as u64;
+        let (io_start, io_end) = self.stripe_range(offset, end);
+        let io_len = io_end - io_start;
+        let targets = self.geometry.parity_targets(disk);
+        let parities = [targets.hp, targets.vp, targets.vhp];
+        let reservation = if mode == WriteMode::Delayed {
+            Some(self.deltas.reserve(data.len() as u64, &|| self.stopped()).ok_or(Error::Closed)?)
+        } else {
+            None
+        };
+        for _attempt in 0..8 {
+            if self.is_failed(disk) {
+                return Err(Error::DiskFailed { disk, message: "the data disk failed during the write".into() });
+            }
+            let mut set = vec![RangeLock::exclusive(disk, io_start, io_end)];
+            if mode != WriteMode::Delayed {
+                set.extend(parities.iter().map(|&p| RangeLock::exclusive(p, io_start, io_end)));
+            }
+            let lock = self.lock(set);
+            // Old content of the data disk (zeros where unwritten).
+            let mut old = vec![0u8; io_len as usize];
+            match self.read_true(disk, io_start, &mut old, &Snapshot::default()) {
+                Ok(()) => {}
+                Err(ReadFail::Failed) => continue,
+                Err(ReadFail::Ranges(ranges)) => {
+                    drop(lock);
+                    for (s, e) in ranges {
+                        self.add_defect(disk, s, e)?;
+                    }
+                    self.recover_range(disk, io_start, io_end)?;
+                    continue;
+                }
+            }
+            let mut new = old.clone();
+            new[(offset - io_start) as usize..(end - io_start) as usize].copy_from_slice(data);
+            // δ over the user range only (zero elsewhere).
+            let mut delta = new[(offset - io_start) as usize..(end - io_start) as usize].to_vec();
+            permafrost_idr::xor_into(&mut delta, &old[(offset - io_start) as usize..(end - io_start) as usize]);
+            let data_was_unwritten = self.is_unwritten(disk, io_start, io_end);
+            let txn_id = self.next_txn.fetch_add(1, Ordering::SeqCst);
+            let row = PromiseRow {
+                txn_id,
+                mode,
+                disks: [disk, parities[0], parities[1], parities[2]],
+                offset: io_start,
+                length: io_len,
+                starts: [0; 4],
+                finishes: [0; 4],
+                data_was_unwritten,
+            };
+            let write = ChunkWrite { row, new, delta, delta_offset: offset };
+            match mode {
+                WriteMode::Direct => self.write_direct(write)?,
+                WriteMode::Serialized => self.write_serialized(write)?,
+                WriteMode::Delayed => self.write_delayed(write, reservation)?,
+            }
+            drop(lock);
+            return Ok(txn_id);
+        }
+        Err(Error::Io(format!("disk {disk}: write at {offset} kept failing; giving up")))
+    }
+
+    /// Write the data disk's new content over the row's range (crash hooks included).
+    fn write_data(&self, w: &ChunkWrite) -> Result<()> {
+        let disk = w.row.disks[0];
+        let slot = self.slot(disk);
+        if self.crash_point.lock().is_some() {
+            self.crash_at(CrashPoint::DataStarted)?;
+            if *self.crash_point.lock() == Some(CrashPoint::DataHalfWritten) {
+                let half = align_down(w.new.len() as u64 / 2, 4096).max(4096) as usize;
+                let _ = slot.idr.write(w.row.offset, &w.new[..half]);
+                let _ = slot.idr.sync();
+                self.crash_at(CrashPoint::DataHalfWritten)?;
+            }
+        }
+        let result = slot.idr.write(w.row.offset, &w.new).and_then(|_| slot.idr.sync());
+        if let Err(e) = result {
+            self.note_error(disk, &e);
+            return Err(Error::Idr(e));
+        }
+        self.counters[disk].logical_written.fetch_add(w.new.len() as u64, Ordering::Relaxed);
+        self.crash_at(CrashPoint::DataWritten)
+    }
+
+    /// `raw(P) ^= δ` over the row's range. Returns false if `P` could not be updated (then its range is defect).
+    fn update_parity(&self, parity: usize, w: &ChunkWrite, crash_half: bool) -> Result<bool> {
+        let (start, end) = (w.row.offset, w.row.offset + w.row.length);
+        if self.is_failed(parity) {
+            return Ok(false);
+        }
+        if !self.defects_in(parity, start, end).is_empty() {
+            // Recovery recomputes it from the members, which already include this write.
+            return Ok(false);
+        }
+        let mut buf = vec![0u8; w.row.length as usize];
+        if let Err(fail) = self.read_raw(parity, start, &mut buf) {
+            if let ReadFail::Ranges(_) = fail {
+                self.add_defect(parity, start, end)?;
+            }
+            return Ok(false);
+        }
+        let at = (w.delta_offset - start) as usize;
+        permafrost_idr::xor_into(&mut buf[at..at + w.delta.len()], &w.delta);
+        let slot = self.slot(parity);
+        if crash_half {
+            let half = align_down(buf.len() as u64 / 2, 4096).max(4096) as usize;
+            let _ = slot.idr.write(start, &buf[..half]);
+            let _ = slot.idr.sync();
+            self.crash_at(CrashPoint::ParityHalfWritten)?;
+        }
+        match slot.idr.write(start, &buf).and_then(|_| slot.idr.sync()) {
+            Ok(()) => {
+                self.counters[parity].logical_written.fetch_add(buf.len() as u64, Ordering::Relaxed);
+                Ok(true)
+            }
+            Err(e) => {
+                self.note_error(parity, &e);
+                if !self.is_failed(parity) {
+                    self.add_defect(parity, start, end)?;
+                }
+                Ok(false)
+            }
+        }
+    }
+
+    fn live_disks(&self, disks: &[usize]) -> Vec<usize> {
+        disks.iter().copied().filter(|&d| !self.is_failed(d)).collect()
+    }
+
+    fn write_direct(&self, mut w: ChunkWrite) -> Result<()> {
+        let (start, end) = (w.row.offset, w.row.offset + w.row.length);
+        let now = now_ms();
+        w.row.starts = [now; 4];
+        let live = self.live_disks(&w.row.disks);
+        self.journal_with_written(&live, start, end, |b| b.insert_promise(&w.row))?;
+        let _guards = self.power.acquire_many(&live).ok();
+        let crash_parity = *self.crash_point.lock() == Some(CrashPoint::ParityHalfWritten);
+        let w = &w;
+        let results: Vec<Result<bool>> = std::thread::scope(|scope| {
+            let handles: Vec<_> = PARITY_SLOTS
+                .iter()
+                .map(|&slot| scope.spawn(move || self.update_parity(w.row.disks[slot as usize], w, crash_parity)))
+                .collect();
+            let data = self.write_data(w).map(|_| true);
+            std::iter::once(data).chain(handles.into_iter().map(|h| h.join().expect("parity thread panicked"))).collect()
+        });
+        for r in &results {
+            if let Err(Error::SimulatedCrash(p)) = r {
+                return Err(Error::SimulatedCrash(*p));
+            }
+        }
+        if let Some(Err(e)) = results.into_iter().find(|r| r.is_err()) {
+            self.settle_row_now(&w.row)?;
+            return Err(e);
+        }
+        self.journal.batch(|b| b.delete_promise(w.row.txn_id))?;
+        Ok(())
+    }
+
+    fn write_serialized(&self, mut w: ChunkWrite) -> Result<()> {
+        let (start, end) = (w.row.offset, w.row.offset + w.row.length);
+        let disk = w.row.disks[0];
+        w.row.starts[0] = now_ms();
+        self.journal_with_written(&[disk], start, end, |b| b.insert_promise(&w.row))?;
+        let live = self.live_disks(&w.row.disks);
+        let _guards = self.power.acquire_many(&live).ok();
+        if let Err(e) = self.write_data(&w) {
+            if !matches!(e, Error::SimulatedCrash(_)) {
+                self.settle_row_now(&w.row)?;
+            }
+            return Err(e);
+        }
+        let txn = w.row.txn_id;
+        let mut previous = Slot::Data;
+        for (i, &slot) in PARITY_SLOTS.iter().enumerate() {
+            let parity = w.row.disks[slot as usize];
+            let prev = previous;
+            let live = !self.is_failed(parity);
+            let marks = |b: &crate::journal::Batch| {
+                b.set_mark(txn, prev, Mark::Finish)?;
+                b.set_mark(txn, slot, Mark::Start)
+            };
+            if live {
+                self.journal_with_written(&[parity], start, end, marks)?;
+            } else {
+                self.journal.batch(marks)?;
+            }
+            if i == 0 {
+                self.crash_at(CrashPoint::DataFinished)?;
+            }
+            let crash_half = i == 0 && *self.crash_point.lock() == Some(CrashPoint::ParityHalfWritten);
+            self.update_parity(parity, &w, crash_half)?;
+            previous = slot;
+        }
+        self.journal.batch(|b| b.delete_promise(txn))?;
+        Ok(())
+    }
+
+    fn write_delayed(&self, mut w: ChunkWrite, reservation: Option<crate::delta::Reservation<'_>>) -> Result<()> {
+        let (start, end) = (w.row.offset, w.row.offset + w.row.length);
+        let disk = w.row.disks[0];
+        let txn = w.row.txn_id;
+        self.deltas
+            .write_file(txn, w.delta_offset, &w.delta)
+            .map_err(|e| Error::Io(format!("cannot write the delta file of txn {txn}: {e}")))?;
+        w.row.starts[0] = now_ms();
+        self.journal_with_written(&[disk], start, end, |b| b.insert_promise(&w.row))?;
+        if let Err(e) = self.write_data(&w) {
+            if !matches!(e, Error::SimulatedCrash(_)) {
+                self.settle_row_now(&w.row)?;
+            }
+            return Err(e);
+        }
+        self.journal.batch(|b| b.set_mark(txn, Slot::Data, Mark::Finish))?;
+        self.crash_at(CrashPoint::DataFinished)?;
+        let parities: Vec<usize> = PARITY_SLOTS.iter().map(|&s| w.row.disks[s as usize]).collect();
+        let live: Vec<usize> = self.live_disks(&parities);
+        let delta = Delta { txn_id: txn, offset: w.delta_offset, data: std::mem::take(&mut w.delta), parities: w.row.disks };
+        if live.is_empty() {
+            self.deltas.insert(delta, Vec::new(), reservation);
+            self.finish_txn(txn)?;
+        } else {
+            let failed: Vec<usize> = parities.iter().copied().filter(|p| !live.contains(p)).collect();
+            if !failed.is_empty() {
+                self.journal.batch(|b| {
+                    for &p in &failed {
+                        b.set_mark(txn, slot_of(&w.row.disks, p), Mark::Finish)?;
+                    }
+                    Ok(())
+                })?;
+            }
+            self.deltas.insert(delta, live, reservation);
+            self.notify();
+        }
+        Ok(())
+    }
+
+    /// A chunk that failed mid-way (I/O error, not a crash): settle its row as replay would.
+    fn settle_row_now(&self, row: &PromiseRow) -> Result<()> {
+        let rows = self.journal.promises()?;
+        if let Some(current) = rows.into_iter().find(|r| r.txn_id == row.txn_id) {
+            self.settle_row(&current, false)?;
+        }
+        Ok(())
+    }
+
+    fn finish_txn(&self, txn: u64) -> Result<()> {
+        self.journal.batch(|b| b.delete_promise(txn))?;
+        self.deltas.remove_file(txn).map_err(|e| Error::Io(format!("cannot remove the delta file of txn {txn}: {e}")))
+    }
+
+    /// `disk` has applied (or no longer owes) `delta`: set its finish mark; finish the txn when none is owed.
+    fn complete_delta(&self, delta: &Delta, disk: usize) -> Result<()> {
+        self.journal.batch(|b| b.set_mark(delta.txn_id, slot_of(&delta.parities, disk), Mark::Finish))?;
+        if self.deltas.complete(delta.txn_id, disk) {
+            self.finish_txn(delta.txn_id)?;
+        }
+        Ok(())
+    }
+
+    // ---- Cache2Disk drain --------------------------------------------------------------------------------------
+
+    /// Apply every pending delta of parity disk `disk`: merged, one read-modify-write per region.
+    pub(crate) fn drain(&self, disk: usize) -> Result<()> {
+        let _one_drain = self.drain_mutexes[disk].lock();
+        let deltas = self.deltas.pending_of(disk);
+        if deltas.is_empty() {
+            return Ok(());
+        }
+        if self.is_failed(disk) {
+            for d in &deltas {
+                self.complete_delta(d, disk)?;
+            }
+            return Ok(());
+        }
+        // Regions: stripe-expanded deltas, merged where they overlap or touch.
+        let mut regions: Vec<(u64, u64, Vec<Arc<Delta>>)> = Vec::new();
+        for d in deltas {
+            let (s, e) = self.stripe_range(d.offset, d.end());
+            match regions.last_mut() {
+                Some((_, re, list)) if s <= *re => {
+                    *re = (*re).max(e);
+                    list.push(d);
+                }
+                _ => regions.push((s, e, vec![d])),
+            }
+        }
+        let piece_max = self.chunk_bytes_max();
+        for (start, end, list) in regions {
+            if self.stopped() {
+                return Err(Error::Closed);
+            }
+            let _lock = self.lock(vec![RangeLock::exclusive(disk, start, end)]);
+            self.journal_with_written(&[disk], start, end, |b| {
+                for d in &list {
+                    b.set_mark(d.txn_id, slot_of(&d.parities, disk), Mark::Start)?;
+                }
+                Ok(())
+            })?;
+            let slot = self.slot(disk);
+            let mut ok = true;
+            let mut piece = start;
+            while piece < end {
+                let piece_end = (piece + piece_max).min(end);
+                let mut buf = vec![0u8; (piece_end - piece) as usize];
+                if self.read_raw(disk, piece, &mut buf).is_err() {
+                    ok = false;
+                    break;
+                }
+                for d in &list {
+                    d.xor_into(piece, &mut buf);
+                }
+                if piece == start && *self.crash_point.lock() == Some(CrashPoint::DrainHalfWritten) {
+                    let half = align_down(buf.len() as u64 / 2, 4096).max(4096) as usize;
+                    let _ = slot.idr.write(piece, &buf[..half]);
+                    let _ = slot.idr.sync();
+                    self.crash_at(CrashPoint::DrainHalfWritten)?;
+                }
+                if let Err(e) = slot.idr.write(piece, &buf) {
+                    self.note_error(disk, &e);
+                    ok = false;
+                    break;
+                }
+                self.counters[disk].logical_written.fetch_add(buf.len() as u64, Ordering::Relaxed);
+                piece = piece_end;
+            }
+            if ok {
+                if let Err(e) = slot.idr.sync() {
+                    self.note_error(disk, &e);
+                    ok = false;
+                }
+            }
+            if !ok && !self.is_failed(disk) {
+                // Recomputed from the members, which hold the deltas' data already.
+                self.add_defect(disk, start, end)?;
+            }
+            for d in &list {
+                self.complete_delta(d, disk)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn drain_loop(&self, disk: usize) {
+        while !self.stopped() {
+            if !self.paused.load(Ordering::SeqCst) && !self.deltas.pending_of(disk).is_empty() {
+                let spinning = matches!(self.power.state(disk), PowerState::Idle | PowerState::Active);
+                if spinning || self.deltas.over_bound() {
+                    if let Err(e) = self.drain(disk) {
+                        if !self.stopped() {
+                            tracing::error!("drain of disk {disk} failed: {e}");
+                        }
+                    }
+                    continue;
+                }
+            }
+            self.deltas.wait_change(Duration::from_millis(POLL_MS));
+        }
+    }
+
+    // ---- replay ------------------------------------------------------------------------------------------------
+
+    /// Finish or recover every promise left in the journal (docs/engine.md "Replay").
+    fn replay(&self) -> Result<()> {
+        let rows = self.journal.promises()?;
+        let mut with_rows = Vec::new();
+        for row in &rows {
+            with_rows.push(row.txn_id);
+            self.settle_row(row, true)?;
+        }
+        // Delta files without a row belong to finished or never-started txns.
+        for txn in self.deltas.files().map_err(|e| Error::Io(format!("cannot list the delta cache: {e}")))? {
+            if !with_rows.contains(&txn) {
+                self.deltas.remove_file(txn).map_err(|e| Error::Io(format!("cannot remove delta {txn}: {e}")))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Settle one unfinished row. `at_open`: replay (delayed deltas may be re-queued).
+    fn settle_row(&self, row: &PromiseRow, at_open: bool) -> Result<()> {
+        let (start, end) = (row.offset, row.offset + row.length);
+        let disk = row.disks[0];
+        let data_finished = row.finishes[0] != 0;
+        let mut parity_defects: Vec<usize> = Vec::new();
+        if !data_finished {
+            let direct = row.mode == WriteMode::Direct;
+            if row.data_was_unwritten {
+                // Back to never-written: reads as zeros again.
+                let mut maps = self.maps.lock();
+                let mut set = maps.written[disk].clone();
+                set.remove(start / self.stripe_bytes, end.div_ceil(self.stripe_bytes));
+                self.journal.batch(|b| b.sync_ranges(RangeTable::Written, disk, &set, start / self.stripe_bytes, end.div_ceil(self.stripe_bytes)))?;
+                maps.written[disk] = set;
+            } else if direct {
+                // Parity was written at the same time: take the data as it reads, recompute the parities.
+                if !self.is_failed(disk) {
+                    if let Err(e) = self.slot(disk).idr.reencode(start, row.length).and_then(|_| self.slot(disk).idr.sync()) {
+                        self.note_error(disk, &e);
+                        self.add_defect(disk, start, end)?;
+                    }
+                }
+            } else {
+                // Parity untouched: it still describes the old data.
+                self.add_defect(disk, start, end)?;
+            }
+            if direct {
+                parity_defects.extend(PARITY_SLOTS.iter().filter(|&&s| row.finishes[s as usize] == 0).map(|&s| row.disks[s as usize]));
+            }
+            self.journal.batch(|b| b.delete_promise(row.txn_id))?;
+            self.deltas.remove_file(row.txn_id).map_err(|e| Error::Io(format!("cannot remove delta {}: {e}", row.txn_id)))?;
+        } else if row.mode == WriteMode::Delayed && at_open {
+            let owed: Vec<Slot> = PARITY_SLOTS.iter().copied().filter(|&s| row.finishes[s as usize] == 0).collect();
+            let delta = self.deltas.read_file(row.txn_id).map_err(|e| Error::Io(format!("cannot read delta {}: {e}", row.txn_id)))?;
+            let mut requeue = Vec::new();
+            for &s in &owed {
+                let p = row.disks[s as usize];
+                if row.starts[s as usize] == 0 && delta.is_some() && !self.is_failed(p) {
+                    requeue.push(p);
+                } else {
+                    parity_defects.push(p);
+                }
+            }
+            if requeue.is_empty() {
+                self.finish_txn(row.txn_id)?;
+            } else {
+                let delta = delta.expect("checked above");
+                let done: Vec<Slot> = owed.iter().copied().filter(|&s| !requeue.contains(&row.disks[s as usize])).collect();
+                self.journal.batch(|b| {
+                    for &s in &done {
+                        b.set_mark(row.txn_id, s, Mark::Finish)?;
+                    }
+                    Ok(())
+                })?;
+                let bytes = delta.data.len() as u64;
+                let reservation = self.deltas.reserve(bytes, &|| true);
+                self.deltas.insert(Delta { parities: row.disks, ..delta }, requeue, reservation);
+            }
+        } else {
+            parity_defects.extend(PARITY_SLOTS.iter().filter(|&&s| row.finishes[s as usize] == 0).map(|&s| row.disks[s as usize]));
+            self.finish_txn(row.txn_id)?;
+        }
+        for p in parity_defects {
+            if !self.is_failed(p) {
+                self.add_defect(p, start, end)?;
+            }
+        }
+        Ok(())
+    }
+
+    // ---- recovery ----------------------------------------------------------------------------------------------
+
+    /// Recover `[start, end)` of `disk` from the grid and write it back, in chunks; clears the defect.
+    fn recover_range(&self, disk: usize, start: u64, end: u64) -> Result<u64> {
+        let (start, end) = self.stripe_range(start, end);
+        let chunk = self.config.read().recovery_chunk_bytes_max;
+        let mut at = start;
+        let mut recovered = 0;
+        while at < end {
+            let to = (at + chunk).min(end);
+            let _lock = self.lock_all(disk, true, at, to);
+            if self.is_failed(disk) {
+                return Err(Error::DiskFailed { disk, message: "cannot write recovered data to a failed disk".into() });
+            }
+            let snapshot = self.deltas.snapshot(self.geometry.parity_disks());
+            let mut data = self.reconstruct(disk, at, to - at, &snapshot)?;
+            // On-disk content = true content XOR what is still pending for this disk.
+            snapshot.overlay(disk, at, &mut data);
+            self.journal_with_written(&[disk], at, to, |_| Ok(()))?;
+            let slot = self.slot(disk);
+            if let Err(e) = slot.idr.write(at, &data).and_then(|_| slot.idr.sync()) {
+                self.note_error(disk, &e);
+                return Err(Error::Idr(e));
+            }
+            self.counters[disk].logical_written.fetch_add(data.len() as u64, Ordering::Relaxed);
+            self.remove_defect(disk, at, to)?;
+            recovered += to - at;
+            at = to;
+        }
+        Ok(recovered)
+    }
+
+    fn recover_disk(&self, disk: usize, progress: &dyn Fn(u64, u64)) -> Result<RecoveryReport> {
+        let total = self.maps.lock().defects[disk].total();
+        let mut report = RecoveryReport::default();
+        let mut cursor = 0;
+        progress(0, total);
+        loop {
+            let next = self.maps.lock().defects[disk].first_from(cursor);
+            let Some((s, e)) = next else { break };
+            let chunk = self.config.read().recovery_chunk_bytes_max;
+            let e = e.min(s + chunk);
+            match self.recover_range(disk, s, e) {
+                Ok(n) => report.bytes_recovered += n,
+                Err(Error::Unrecoverable { .. }) => report.unrecoverable.push((disk, s, e - s)),
+                Err(err) => return Err(err),
+            }
+            cursor = e;
+            progress(report.bytes_recovered.min(total), total);
+        }
+        Ok(report)
+    }
+
+    fn recovery_loop(&self) {
+        // Ranges that failed recovery are retried after a pause, not in a hot loop.
+        let mut retry_after: HashMap<(usize, u64), std::time::Instant> = HashMap::new();
+        while !self.stopped() {
+            let mut work = None;
+            if !self.paused.load(Ordering::SeqCst) {
+                let maps = self.maps.lock();
+                'find: for disk in 0..self.geometry.disks() {
+                    if maps.failed[disk] {
+                        continue;
+                    }
+                    for (s, e) in maps.defects[disk].iter() {
+                        if retry_after.get(&(disk, s)).is_none_or(|t| *t <= std::time::Instant::now()) {
+                            work = Some((disk, s, e));
+                            break 'find;
+                        }
+                    }
+                }
+            }
+            let Some((disk, s, e)) = work else {
+                self.sleep_until_woken(200);
+                continue;
+            };
+            let chunk = self.config.read().recovery_chunk_bytes_max;
+            let e = e.min(s + chunk);
+            if let Err(err) = self.recover_range(disk, s, e) {
+                if !self.stopped() {
+                    tracing::warn!("background recovery of disk {disk} {s}..{e} failed: {err}");
+                }
+                retry_after.insert((disk, s), std::time::Instant::now() + Duration::from_secs(5));
+            }
+        }
+    }
+
+    // ---- replace / rebuild ---------------------------------------------------------------------------------------
+
+    fn replace_disk(&self, disk: usize, spec: Option<DiskSpec>) -> Result<()> {
+        self.check_disk(disk)?;
+        self.mark_failed(disk, "being replaced")?;
+        let mut config = self.config.read().clone();
+        if let Some(spec) = spec {
+            config.disks[disk] = spec;
+        }
+        let spec = config.disks[disk].clone();
+        let path = spec.resolved_path(&self.dir);
+        let backend: Arc<dyn Disk> = match &spec {
+            DiskSpec::File { capacity_bytes, .. } => {
+                if let Some(parent) = path.parent() {
+                    std::fs::create_dir_all(parent).map_err(|e| Error::Io(format!("cannot create {}: {e}", parent.display())))?;
+                }
+                Arc::new(FileDisk::create_or_replace(&path, *capacity_bytes)?)
+            }
+            DiskSpec::Block { .. } => Arc::new(BlockDisk::open(&path)?),
+        };
+        let header = DiskHeader::new(config.grid_id, &self.geometry, disk, backend.capacity_bytes(), config.idr);
+        header.write(backend.as_ref())?;
+        let slot = DiskSlot::build(backend, Arc::clone(&self.counters[disk]), &self.power, disk, config.idr)?;
+        if slot.idr.logical_capacity() < self.logical_bytes {
+            return Err(Error::Header {
+                disk,
+                name: path.display().to_string(),
+                message: format!("too small: {} logical bytes, the grid needs {}", slot.idr.logical_capacity(), self.logical_bytes),
+            });
+        }
+        config.save(&self.dir)?;
+        *self.config.write() = config;
+        // Everything the disk must hold becomes defect: its own written ranges and, for a parity disk, those of
+        // the members of the group it protects.
+        let mut maps = self.maps.lock();
+        let mut units = maps.written[disk].clone();
+        for group in self.geometry.groups_of(disk) {
+            if self.geometry.group_parity(group) == disk {
+                for &m in self.geometry.group_members(group) {
+                    for (s, e) in maps.written[m].iter() {
+                        units.insert(s, e);
+                    }
+                }
+            }
+        }
+        let mut defects = maps.defects[disk].clone();
+        for (s, e) in units.iter() {
+            defects.insert(s * self.stripe_bytes, (e * self.stripe_bytes).min(self.logical_bytes));
+        }
+        self.journal.batch(|b| {
+            b.replace_all_ranges(RangeTable::Written, disk, &RangeSet::new())?;
+            b.replace_all_ranges(RangeTable::Defects, disk, &defects)?;
+            b.set_scrub(disk, ScrubRow::default())?;
+            b.clear_failed(disk)
+        })?;
+        *self.slots[disk].write() = Arc::new(slot);
+        maps.written[disk] = RangeSet::new();
+        maps.defects[disk] = defects;
+        maps.scrub[disk] = ScrubRow::default();
+        maps.failed[disk] = false;
+        self.io_errors[disk].store(0, Ordering::SeqCst);
+        drop(maps);
+        self.notify();
+        Ok(())
+    }
+
+    // ---- scrub -------------------------------------------------------------------------------------------------
+
+    fn scrub_range(&self, disk: usize, start: u64, end: u64) -> Result<ScrubReport> {
+        let mut total = ScrubReport::default();
+        if self.is_failed(disk) {
+            return Ok(total);
+        }
+        let chunk = self.config.read().recovery_chunk_bytes_max;
+        for (s, e) in self.written_parts(disk, start, end) {
+            let (s, e) = self.stripe_range(s, e);
+            let mut at = s;
+            while at < e {
+                let to = (at + chunk).min(e);
+                let _lock = self.lock(vec![RangeLock::shared(disk, at, to)]);
+                match self.slot(disk).idr.scrub(at, to - at) {
+                    Ok(report) => {
+                        self.counters[disk].logical_read.fetch_add(report.bytes_verified, Ordering::Relaxed);
+                        total.bytes_verified += report.bytes_verified;
+                        total.stripes_never_written += report.stripes_never_written;
+                        total.blocks_repaired += report.blocks_repaired;
+                        total.check_blocks_repaired += report.check_blocks_repaired;
+                        drop(_lock);
+                        for &(o, l) in &report.unrecoverable {
+                            self.add_defect(disk, o, o + l)?;
+                        }
+                        total.unrecoverable.extend(report.unrecoverable);
+                    }
+                    Err(e) => {
+                        self.note_error(disk, &e);
+                        return Err(Error::Idr(e));
+                    }
+                }
+                at = to;
+            }
+        }
+        Ok(total)
+    }
+
+    fn scrub_loop(&self) {
+        while !self.stopped() {
+            let next = if self.paused.load(Ordering::SeqCst) { None } else { self.scrub_queue.lock().pop_front() };
+            let Some(disk) = next else {
+                self.sleep_until_woken(200);
+                continue;
+            };
+            // Only while the disk is up anyway: never spin a disk up just for this slice.
+            if !matches!(self.power.state(disk), PowerState::Idle | PowerState::Active) || self.is_failed(disk) {
+                continue;
+            }
+            let slice = self.config.read().scrub_slice_bytes;
+            let row = self.maps.lock().scrub[disk];
+            let from = row.cursor.min(self.logical_bytes);
+            let to = (from + slice).min(self.logical_bytes);
+            if let Err(e) = self.scrub_range(disk, from, to) {
+                tracing::warn!("scrub of disk {disk} failed: {e}");
+                continue;
+            }
+            let new_row = if to >= self.logical_bytes { ScrubRow { cursor: 0, last_pass_ms: now_ms() } } else { ScrubRow { cursor: to, ..row } };
+            if let Err(e) = self.set_scrub_row(disk, new_row) {
+                tracing::warn!("cannot record scrub progress of disk {disk}: {e}");
+            }
+        }
+    }
+
+    // ---- verify parity -----------------------------------------------------------------------------------------
+
+    fn verify_parity(&self, progress: &dyn Fn(u64, u64)) -> Result<ParityReport> {
+        let mut report = ParityReport::default();
+        let groups: Vec<_> = self.geometry.groups().collect();
+        // Ranges to check per group: where any member (parity included) was ever written.
+        let mut work: Vec<(permafrost_grid::GroupId, RangeSet)> = Vec::new();
+        {
+            let maps = self.maps.lock();
+            for &g in &groups {
+                let members = self.geometry.group_members(g);
+                if members.iter().any(|&m| maps.failed[m]) {
+                    report.groups_skipped += 1;
+                    continue;
+                }
+                let mut units = RangeSet::new();
+                for &m in members {
+                    for (s, e) in maps.written[m].iter() {
+                        units.insert(s, e);
+                    }
+                }
+                work.push((g, units));
+            }
+        }
+        let total: u64 = work.iter().map(|(_, u)| u.total() * self.stripe_bytes).sum();
+        let chunk = self.chunk_bytes_max();
+        let mut done = 0;
+        progress(0, total);
+        for (group, units) in work {
+            let members = self.geometry.group_members(group);
+            let parity = self.geometry.group_parity(group);
+            for (us, ue) in units.iter() {
+                let (s, e) = (us * self.stripe_bytes, (ue * self.stripe_bytes).min(self.logical_bytes));
+                let mut at = s;
+                while at < e {
+                    let to = (at + chunk).min(e);
+                    let len = (to - at) as usize;
+                    let _lock = self.lock(members.iter().map(|&m| RangeLock::shared(m, at, to)).collect());
+                    let snapshot = self.deltas.snapshot(self.geometry.parity_disks());
+                    let _guards = self.power.acquire_many(members).ok();
+                    let mut acc = vec![0u8; len];
+                    let mut buf = vec![0u8; len];
+                    let mut expected = vec![0u8; len];
+                    for &m in members {
+                        let target = if m == parity { &mut expected } else { &mut buf };
+                        if self.read_true(m, at, target, &snapshot).is_err() {
+                            // Unreadable member: reconstruct it through the grid.
+                            let data = self.reconstruct(m, at, to - at, &snapshot)?;
+                            target.copy_from_slice(&data);
+                        }
+                        if m != parity {
+                            permafrost_idr::xor_into(&mut acc, &buf);
+                        }
+                    }
+                    let mut block = 0;
+                    while block < len {
+                        let b_end = (block + 4096).min(len);
+                        if acc[block..b_end] != expected[block..b_end] {
+                            let off = at + block as u64;
+                            match report.mismatches.last_mut() {
+                                Some((p, o, l)) if *p == parity && *o + *l == off => *l += (b_end - block) as u64,
+                                _ => report.mismatches.push((parity, off, (b_end - block) as u64)),
+                            }
+                        }
+                        block = b_end;
+                    }
+                    report.bytes_checked += to - at;
+                    done += to - at;
+                    progress(done, total);
+                    at = to;
+                }
+            }
+        }
+        Ok(report)
+    }
+}
+
+/// The chunk of one write with its computed content.
+struct ChunkWrite {
+    row: PromiseRow,
+    /// New content of the data disk over the row's range.
+    new: Vec<u8>,
+    /// `old ⊕ new` over the user range.
+    delta: Vec<u8>,
+    delta_offset: u64,
+}
+
+/// Slot of `disk` among a promise's four disks.
+fn slot_of(disks: &[usize; 4], disk: usize) -> Slot {
+    match disks.iter().position(|&d| d == disk) {
+        Some(0) => Slot::Data,
+        Some(1) => Slot::HParity,
+        Some(2) => Slot::VParity,
+        Some(3) => Slot::VhParity,
+        _ => panic!("disk {disk} is not one of the promise's disks {disks:?}"),
+    }
+}
+
+/// The steps of `steps` that `target`'s step depends on, in order.
+fn needed_steps(steps: &[permafrost_grid::RecoveryStep], target: usize) -> Vec<permafrost_grid::RecoveryStep> {
+    let mut needed = vec![target];
+    let mut out = Vec::new();
+    for step in steps.iter().rev() {
+        if needed.contains(&step.disk) {
+            needed.extend(step.sources.iter().copied());
+            out.push(step.clone());
+        }
+    }
+    out.reverse();
+    out
+}

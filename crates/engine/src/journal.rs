@@ -1,0 +1,419 @@
+//! The journal: SQLite (WAL, `synchronous=FULL`) on the data directory's flash.
+//!
+//! Every state change of a write promise, the written map, defect ranges, scrub progress and failed disks is one
+//! durable SQLite transaction. The in-memory copies in the engine are updated only after the transaction
+//! committed, so memory never runs ahead of the journal. Schema: see `docs/engine.md` "Journal".
+
+use std::path::Path;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use parking_lot::Mutex;
+use rusqlite::{params, Connection, OptionalExtension, Transaction};
+
+use crate::rangeset::RangeSet;
+use crate::WriteMode;
+
+/// Schema version stored in `meta`.
+pub(crate) const SCHEMA_VERSION: u32 = 1;
+
+/// The four disks of a promise, in the order their marks are stored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Slot {
+    Data = 0,
+    HParity = 1,
+    VParity = 2,
+    VhParity = 3,
+}
+
+pub(crate) const PARITY_SLOTS: [Slot; 3] = [Slot::HParity, Slot::VParity, Slot::VhParity];
+
+impl Slot {
+    fn start_column(self) -> &'static str {
+        ["d_start", "hp_start", "vp_start", "vhp_start"][self as usize]
+    }
+    fn finish_column(self) -> &'static str {
+        ["d_finish", "hp_finish", "vp_finish", "vhp_finish"][self as usize]
+    }
+}
+
+/// A start or finish mark.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Mark {
+    Start,
+    Finish,
+}
+
+/// One journaled write promise chunk (one `txn_id`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct PromiseRow {
+    pub txn_id: u64,
+    pub mode: WriteMode,
+    /// Data disk and its parity disks, indexed by [`Slot`].
+    pub disks: [usize; 4],
+    /// Logical range of the chunk's I/O (stripe aligned) on all four disks.
+    pub offset: u64,
+    pub length: u64,
+    /// Start and finish marks (ms since the epoch, 0 = not set), indexed by [`Slot`].
+    pub starts: [u64; 4],
+    pub finishes: [u64; 4],
+    /// The whole range was unwritten on the data disk before this promise.
+    pub data_was_unwritten: bool,
+}
+
+/// Names of the two range tables.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum RangeTable {
+    /// Written map, in stripe units.
+    Written,
+    /// Defect ranges, in bytes.
+    Defects,
+}
+
+impl RangeTable {
+    fn name(self) -> &'static str {
+        match self {
+            RangeTable::Written => "written",
+            RangeTable::Defects => "defects",
+        }
+    }
+}
+
+/// Scrub progress of one disk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) struct ScrubRow {
+    pub cursor: u64,
+    /// When the last complete pass finished (ms since the epoch, 0 = never).
+    pub last_pass_ms: u64,
+}
+
+pub(crate) fn now_ms() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0).max(1)
+}
+
+/// The journal of one grid.
+pub(crate) struct Journal {
+    conn: Mutex<Connection>,
+}
+
+/// One journal transaction in progress.
+pub(crate) struct Batch<'a> {
+    tx: Transaction<'a>,
+}
+
+impl Journal {
+    /// Open or create the journal at `path`.
+    pub(crate) fn open(path: &Path) -> rusqlite::Result<Journal> {
+        let conn = Connection::open(path)?;
+        conn.pragma_update(None, "journal_mode", "WAL")?;
+        conn.pragma_update(None, "synchronous", "FULL")?;
+        conn.busy_timeout(std::time::Duration::from_secs(10))?;
+        conn.execute_batch(
+            "CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
+             CREATE TABLE IF NOT EXISTS promises(
+                txn_id INTEGER PRIMARY KEY, mode INTEGER NOT NULL,
+                disk INTEGER NOT NULL, offset INTEGER NOT NULL, length INTEGER NOT NULL,
+                hp INTEGER NOT NULL, vp INTEGER NOT NULL, vhp INTEGER NOT NULL,
+                d_start INTEGER NOT NULL DEFAULT 0, d_finish INTEGER NOT NULL DEFAULT 0,
+                hp_start INTEGER NOT NULL DEFAULT 0, hp_finish INTEGER NOT NULL DEFAULT 0,
+                vp_start INTEGER NOT NULL DEFAULT 0, vp_finish INTEGER NOT NULL DEFAULT 0,
+                vhp_start INTEGER NOT NULL DEFAULT 0, vhp_finish INTEGER NOT NULL DEFAULT 0,
+                data_was_unwritten INTEGER NOT NULL);
+             CREATE TABLE IF NOT EXISTS defects(disk INTEGER NOT NULL, start INTEGER NOT NULL, end INTEGER NOT NULL,
+                PRIMARY KEY(disk, start));
+             CREATE TABLE IF NOT EXISTS written(disk INTEGER NOT NULL, start INTEGER NOT NULL, end INTEGER NOT NULL,
+                PRIMARY KEY(disk, start));
+             CREATE TABLE IF NOT EXISTS scrub(disk INTEGER PRIMARY KEY, cursor INTEGER NOT NULL,
+                last_pass_ms INTEGER NOT NULL);
+             CREATE TABLE IF NOT EXISTS failed(disk INTEGER PRIMARY KEY, since_ms INTEGER NOT NULL,
+                reason TEXT NOT NULL);",
+        )?;
+        let version: Option<String> =
+            conn.query_row("SELECT value FROM meta WHERE key = 'schema_version'", [], |r| r.get(0)).optional()?;
+        if version.is_none() {
+            conn.execute(
+                "INSERT INTO meta(key, value) VALUES ('schema_version', ?1)",
+                params![SCHEMA_VERSION.to_string()],
+            )?;
+        }
+        Ok(Journal { conn: Mutex::new(conn) })
+    }
+
+    /// Run `f` in one durable transaction.
+    pub(crate) fn batch<R>(&self, f: impl FnOnce(&Batch) -> rusqlite::Result<R>) -> rusqlite::Result<R> {
+        let mut conn = self.conn.lock();
+        let tx = conn.transaction()?;
+        let batch = Batch { tx };
+        let result = f(&batch)?;
+        batch.tx.commit()?;
+        Ok(result)
+    }
+
+    pub(crate) fn schema_version(&self) -> rusqlite::Result<u32> {
+        let conn = self.conn.lock();
+        let v: String = conn.query_row("SELECT value FROM meta WHERE key = 'schema_version'", [], |r| r.get(0))?;
+        Ok(v.parse().unwrap_or(0))
+    }
+
+    /// The next unused txn id.
+    pub(crate) fn next_txn(&self) -> rusqlite::Result<u64> {
+        let conn = self.conn.lock();
+        let stored: Option<String> =
+            conn.query_row("SELECT value FROM meta WHERE key = 'next_txn'", [], |r| r.get(0)).optional()?;
+        let stored = stored.and_then(|s| s.parse::<u64>().ok()).unwrap_or(1);
+        let max_row: i64 = conn.query_row("SELECT COALESCE(MAX(txn_id), 0) FROM promises", [], |r| r.get(0))?;
+        Ok(stored.max(max_row as u64 + 1))
+    }
+
+    pub(crate) fn promises(&self) -> rusqlite::Result<Vec<PromiseRow>> {
+        let conn = self.conn.lock();
+        let mut stmt = conn.prepare(
+            "SELECT txn_id, mode, disk, hp, vp, vhp, offset, length,
+                    d_start, hp_start, vp_start, vhp_start, d_finish, hp_finish, vp_finish, vhp_finish,
+                    data_was_unwritten FROM promises ORDER BY txn_id",
+        )?;
+        let rows = stmt.query_map([], |r| {
+            let g = |i: usize| -> rusqlite::Result<u64> { Ok(r.get::<_, i64>(i)? as u64) };
+            Ok(PromiseRow {
+                txn_id: g(0)?,
+                mode: WriteMode::from_code(g(1)? as u8).unwrap_or(WriteMode::Direct),
+                disks: [g(2)? as usize, g(3)? as usize, g(4)? as usize, g(5)? as usize],
+                offset: g(6)?,
+                length: g(7)?,
+                starts: [g(8)?, g(9)?, g(10)?, g(11)?],
+                finishes: [g(12)?, g(13)?, g(14)?, g(15)?],
+                data_was_unwritten: g(16)? != 0,
+            })
+        })?;
+        rows.collect()
+    }
+
+    pub(crate) fn promise_count(&self) -> rusqlite::Result<u64> {
+        let conn = self.conn.lock();
+        let n: i64 = conn.query_row("SELECT COUNT(*) FROM promises", [], |r| r.get(0))?;
+        Ok(n as u64)
+    }
+
+    /// Total rows of all tables (for status).
+    pub(crate) fn row_count(&self) -> rusqlite::Result<u64> {
+        let conn = self.conn.lock();
+        let mut total = 0i64;
+        for table in ["promises", "defects", "written", "scrub", "failed"] {
+            let n: i64 = conn.query_row(&format!("SELECT COUNT(*) FROM {table}"), [], |r| r.get(0))?;
+            total += n;
+        }
+        Ok(total as u64)
+    }
+
+    /// All ranges of a range table, by disk.
+    pub(crate) fn ranges(&self, table: RangeTable, disk_count: usize) -> rusqlite::Result<Vec<RangeSet>> {
+        let conn = self.conn.lock();
+        let mut sets = vec![RangeSet::new(); disk_count];
+        let mut stmt = conn.prepare(&format!("SELECT disk, start, end FROM {}", table.name()))?;
+        let rows = stmt.query_map([], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?, r.get::<_, i64>(2)?)))?;
+        for row in rows {
+            let (disk, start, end) = row?;
+            if let Some(set) = sets.get_mut(disk as usize) {
+                set.insert(start as u64, end as u64);
+            }
+        }
+        Ok(sets)
+    }
+
+    pub(crate) fn scrub_rows(&self, disk_count: usize) -> rusqlite::Result<Vec<ScrubRow>> {
+        let conn = self.conn.lock();
+        let mut rows = vec![ScrubRow::default(); disk_count];
+        let mut stmt = conn.prepare("SELECT disk, cursor, last_pass_ms FROM scrub")?;
+        let it = stmt.query_map([], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?, r.get::<_, i64>(2)?)))?;
+        for row in it {
+            let (disk, cursor, last) = row?;
+            if let Some(slot) = rows.get_mut(disk as usize) {
+                *slot = ScrubRow { cursor: cursor as u64, last_pass_ms: last as u64 };
+            }
+        }
+        Ok(rows)
+    }
+
+    pub(crate) fn failed_disks(&self) -> rusqlite::Result<Vec<(usize, String)>> {
+        let conn = self.conn.lock();
+        let mut stmt = conn.prepare("SELECT disk, reason FROM failed ORDER BY disk")?;
+        let rows = stmt.query_map([], |r| Ok((r.get::<_, i64>(0)? as usize, r.get::<_, String>(1)?)))?;
+        rows.collect()
+    }
+}
+
+impl Batch<'_> {
+    pub(crate) fn insert_promise(&self, row: &PromiseRow) -> rusqlite::Result<()> {
+        self.tx.execute(
+            "INSERT INTO promises(txn_id, mode, disk, hp, vp, vhp, offset, length,
+                d_start, hp_start, vp_start, vhp_start, d_finish, hp_finish, vp_finish, vhp_finish, data_was_unwritten)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)",
+            params![
+                row.txn_id as i64,
+                row.mode.code() as i64,
+                row.disks[0] as i64,
+                row.disks[1] as i64,
+                row.disks[2] as i64,
+                row.disks[3] as i64,
+                row.offset as i64,
+                row.length as i64,
+                row.starts[0] as i64,
+                row.starts[1] as i64,
+                row.starts[2] as i64,
+                row.starts[3] as i64,
+                row.finishes[0] as i64,
+                row.finishes[1] as i64,
+                row.finishes[2] as i64,
+                row.finishes[3] as i64,
+                row.data_was_unwritten as i64,
+            ],
+        )?;
+        self.tx.execute(
+            "INSERT INTO meta(key, value) VALUES ('next_txn', ?1)
+             ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+            params![(row.txn_id + 1).to_string()],
+        )?;
+        Ok(())
+    }
+
+    pub(crate) fn set_mark(&self, txn_id: u64, slot: Slot, mark: Mark) -> rusqlite::Result<()> {
+        let column = match mark {
+            Mark::Start => slot.start_column(),
+            Mark::Finish => slot.finish_column(),
+        };
+        self.tx.execute(&format!("UPDATE promises SET {column} = ?1 WHERE txn_id = ?2"), params![now_ms() as i64, txn_id as i64])?;
+        Ok(())
+    }
+
+    pub(crate) fn delete_promise(&self, txn_id: u64) -> rusqlite::Result<()> {
+        self.tx.execute("DELETE FROM promises WHERE txn_id = ?1", params![txn_id as i64])?;
+        Ok(())
+    }
+
+    /// Make the stored rows of `disk` in `table` equal to `set` inside `[lo, hi)` (the caller has already applied
+    /// its change to `set`, the in-memory copy; only ranges touching `[lo, hi)` changed).
+    pub(crate) fn sync_ranges(&self, table: RangeTable, disk: usize, set: &RangeSet, lo: u64, hi: u64) -> rusqlite::Result<()> {
+        let name = table.name();
+        // Stored rows touching the window (overlapping or adjacent) are replaced wholesale.
+        let mut window_lo = lo;
+        let mut window_hi = hi;
+        {
+            let mut stmt = self.tx.prepare(&format!("SELECT start, end FROM {name} WHERE disk = ?1 AND start <= ?3 AND end >= ?2"))?;
+            let rows = stmt.query_map(params![disk as i64, lo as i64, hi as i64], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?)))?;
+            for row in rows {
+                let (s, e) = row?;
+                window_lo = window_lo.min(s as u64);
+                window_hi = window_hi.max(e as u64);
+            }
+        }
+        // The change was inside [lo, hi), so every new range touching it is a union of [lo, hi) parts and the
+        // old rows selected above: it lies inside the window.
+        self.tx.execute(
+            &format!("DELETE FROM {name} WHERE disk = ?1 AND start <= ?3 AND end >= ?2"),
+            params![disk as i64, window_lo as i64, window_hi as i64],
+        )?;
+        for (s, e) in set.overlapping(window_lo, window_hi) {
+            self.tx.execute(
+                &format!("INSERT INTO {name}(disk, start, end) VALUES (?1, ?2, ?3)"),
+                params![disk as i64, s as i64, e as i64],
+            )?;
+        }
+        Ok(())
+    }
+
+    /// Replace all rows of `disk` in `table` by `set`.
+    pub(crate) fn replace_all_ranges(&self, table: RangeTable, disk: usize, set: &RangeSet) -> rusqlite::Result<()> {
+        let name = table.name();
+        self.tx.execute(&format!("DELETE FROM {name} WHERE disk = ?1"), params![disk as i64])?;
+        for (s, e) in set.iter() {
+            self.tx.execute(&format!("INSERT INTO {name}(disk, start, end) VALUES (?1, ?2, ?3)"), params![disk as i64, s as i64, e as i64])?;
+        }
+        Ok(())
+    }
+
+    pub(crate) fn set_scrub(&self, disk: usize, row: ScrubRow) -> rusqlite::Result<()> {
+        self.tx.execute(
+            "INSERT INTO scrub(disk, cursor, last_pass_ms) VALUES (?1, ?2, ?3)
+             ON CONFLICT(disk) DO UPDATE SET cursor = excluded.cursor, last_pass_ms = excluded.last_pass_ms",
+            params![disk as i64, row.cursor as i64, row.last_pass_ms as i64],
+        )?;
+        Ok(())
+    }
+
+    pub(crate) fn set_failed(&self, disk: usize, reason: &str) -> rusqlite::Result<()> {
+        self.tx.execute(
+            "INSERT INTO failed(disk, since_ms, reason) VALUES (?1, ?2, ?3) ON CONFLICT(disk) DO NOTHING",
+            params![disk as i64, now_ms() as i64, reason],
+        )?;
+        Ok(())
+    }
+
+    pub(crate) fn clear_failed(&self, disk: usize) -> rusqlite::Result<()> {
+        self.tx.execute("DELETE FROM failed WHERE disk = ?1", params![disk as i64])?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(txn_id: u64) -> PromiseRow {
+        PromiseRow {
+            txn_id,
+            mode: WriteMode::Serialized,
+            disks: [0, 4, 40, 44],
+            offset: 1 << 20,
+            length: 1 << 20,
+            starts: [1, 0, 0, 0],
+            finishes: [0; 4],
+            data_was_unwritten: true,
+        }
+    }
+
+    #[test]
+    fn promise_rows_and_marks_survive_reopen() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("journal.sqlite");
+        {
+            let journal = Journal::open(&path).unwrap();
+            journal.batch(|b| b.insert_promise(&row(7))).unwrap();
+            journal.batch(|b| b.insert_promise(&row(8))).unwrap();
+            journal.batch(|b| {
+                b.set_mark(7, Slot::Data, Mark::Finish)?;
+                b.set_mark(7, Slot::HParity, Mark::Start)
+            })
+            .unwrap();
+            journal.batch(|b| b.delete_promise(8)).unwrap();
+        }
+        let journal = Journal::open(&path).unwrap();
+        let rows = journal.promises().unwrap();
+        assert_eq!(rows.len(), 1);
+        assert_eq!(rows[0].txn_id, 7);
+        assert!(rows[0].finishes[0] > 0 && rows[0].starts[1] > 0 && rows[0].finishes[1] == 0);
+        assert_eq!(journal.next_txn().unwrap(), 9, "txn ids are never reused");
+        assert_eq!(journal.schema_version().unwrap(), SCHEMA_VERSION);
+    }
+
+    #[test]
+    fn range_rows_follow_the_in_memory_set() {
+        let dir = tempfile::tempdir().unwrap();
+        let journal = Journal::open(&dir.path().join("j.sqlite")).unwrap();
+        let mut set = RangeSet::new();
+        let mut apply = |set: &mut RangeSet, insert: bool, s: u64, e: u64| {
+            if insert {
+                set.insert(s, e)
+            } else {
+                set.remove(s, e)
+            }
+            journal.batch(|b| b.sync_ranges(RangeTable::Defects, 3, set, s, e)).unwrap();
+            assert_eq!(&journal.ranges(RangeTable::Defects, 4).unwrap()[3], set);
+        };
+        apply(&mut set, true, 10, 20);
+        apply(&mut set, true, 30, 40);
+        apply(&mut set, true, 20, 30);
+        apply(&mut set, false, 15, 35);
+        apply(&mut set, true, 0, 5);
+        apply(&mut set, false, 0, 100);
+        assert!(set.is_empty());
+    }
+}

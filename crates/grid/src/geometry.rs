@@ -1,0 +1,464 @@
+//! Roles, parity groups and parity targets of every disk of a grid.
+
+use serde::{Deserialize, Serialize};
+
+use crate::layout::{Layout, LayoutError};
+
+/// What a disk holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    /// A data disk, exported as bucket `bucket`.
+    Data {
+        /// Bucket number (data disks numbered in disk order from 0).
+        bucket: usize,
+    },
+    /// The parity disk `hP` of horizontal parity group `hpg`.
+    HParity {
+        /// The horizontal parity group it protects.
+        hpg: usize,
+    },
+    /// The parity disk `vP` of column `column` (last row).
+    VParity {
+        /// The column (vertical parity group) it protects.
+        column: usize,
+    },
+}
+
+/// A parity group: horizontal group `h` (hPG) or column `c` (vPG).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GroupId {
+    /// Horizontal parity group number `h`, `0..hpgs()`.
+    Horizontal(usize),
+    /// Vertical parity group (column) number `c`, `0..x`.
+    Vertical(usize),
+}
+
+/// The three parity disks a write to one data disk must update.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct ParityTargets {
+    /// Parity disk of the data disk's horizontal parity group.
+    pub hp: usize,
+    /// Vertical parity disk of the data disk's column.
+    pub vp: usize,
+    /// Vertical parity disk of `hp`'s column (`hp` changes, so its column parity does too).
+    pub vhp: usize,
+}
+
+/// Marker in [`Geometry::disk_groups`] for "no horizontal group" (a `vP`).
+pub(crate) const NO_GROUP: u16 = u16::MAX;
+
+/// The geometry of one grid: which disk plays which role, and which disks form
+/// each parity group. Immutable once built; cheap to share.
+///
+/// Numbering: disk = row·x + column. The last row holds the vertical parity disks.
+/// The `x·(y−1)` upper disks, in disk order, are cut into consecutive horizontal
+/// parity groups of `hn + hk` disks (a group wraps from the end of one row into
+/// the next); the last disk of each group is its `hP`. Data disks are buckets
+/// 0, 1, 2, … in disk order.
+#[derive(Clone, Debug)]
+pub struct Geometry {
+    layout: Layout,
+    roles: Vec<Role>,
+    bucket_disks: Vec<usize>,
+    disk_buckets: Vec<Option<usize>>,
+    data_disks: Vec<usize>,
+    parity_disks: Vec<usize>,
+    /// Members of hPG `h` are `hpg_members[h·g .. (h+1)·g]`; the last is `hP`.
+    hpg_members: Vec<usize>,
+    /// Members of column `c` are `column_members[c·y .. (c+1)·y]`; the last is `vP`.
+    column_members: Vec<usize>,
+    /// Per disk: dense group numbers `[hpg or NO_GROUP, hpgs + column]`, for the
+    /// peel decoder.
+    pub(crate) disk_groups: Vec<[u16; 2]>,
+}
+
+impl Geometry {
+    /// Build the geometry of a layout, after [`Layout::validate`] and a check
+    /// that no two members of a horizontal parity group share a column.
+    pub fn new(layout: Layout) -> Result<Geometry, LayoutError> {
+        layout.validate()?;
+        Self::build(layout)
+    }
+
+    /// The construction proper; assumes the sizes are sane but checks the
+    /// column rule itself (so the check is tested with layouts `validate` refuses).
+    fn build(layout: Layout) -> Result<Geometry, LayoutError> {
+        let Layout { x, y, .. } = layout;
+        let disks = layout.disks();
+        let group = layout.hpg_size();
+        let upper = x * (y - 1);
+        let hpgs = upper / group;
+        assert!(
+            disks <= Layout::MAX_DISKS && hpgs * group == upper && hpgs + x <= Layout::MAX_DISKS,
+            "build() needs a validated layout (the peel decoder sizes its scratch by MAX_DISKS)"
+        );
+
+        let mut roles = Vec::with_capacity(disks);
+        let mut bucket_disks = Vec::new();
+        let mut disk_buckets = Vec::with_capacity(disks);
+        let mut disk_groups = Vec::with_capacity(disks);
+        for disk in 0..disks {
+            let column = disk % x;
+            let column_group = (hpgs + column) as u16;
+            if disk < upper {
+                let hpg = disk / group;
+                disk_groups.push([hpg as u16, column_group]);
+                if disk % group == group - 1 {
+                    roles.push(Role::HParity { hpg });
+                    disk_buckets.push(None);
+                } else {
+                    roles.push(Role::Data {
+                        bucket: bucket_disks.len(),
+                    });
+                    disk_buckets.push(Some(bucket_disks.len()));
+                    bucket_disks.push(disk);
+                }
+            } else {
+                roles.push(Role::VParity { column });
+                disk_buckets.push(None);
+                disk_groups.push([NO_GROUP, column_group]);
+            }
+        }
+
+        let hpg_members: Vec<usize> = (0..upper).collect();
+        for (hpg, members) in hpg_members.chunks(group).enumerate() {
+            let mut used = vec![false; x];
+            for &disk in members {
+                let column = disk % x;
+                if std::mem::replace(&mut used[column], true) {
+                    return Err(LayoutError::SharedColumn {
+                        layout: layout.to_string(),
+                        hpg,
+                        column,
+                    });
+                }
+            }
+        }
+        let column_members: Vec<usize> = (0..x)
+            .flat_map(|column| (0..y).map(move |row| row * x + column))
+            .collect();
+        let data_disks = bucket_disks.clone();
+        let parity_disks = (0..disks)
+            .filter(|&disk| disk_buckets[disk].is_none())
+            .collect();
+
+        Ok(Geometry {
+            layout,
+            roles,
+            bucket_disks,
+            disk_buckets,
+            data_disks,
+            parity_disks,
+            hpg_members,
+            column_members,
+            disk_groups,
+        })
+    }
+
+    /// The layout this geometry was built from.
+    pub fn layout(&self) -> Layout {
+        self.layout
+    }
+
+    /// Number of disks, `x·y`.
+    pub fn disks(&self) -> usize {
+        self.roles.len()
+    }
+
+    /// Number of horizontal parity groups, `x·(y−1) / (hn + hk)`.
+    pub fn hpgs(&self) -> usize {
+        self.hpg_members.len() / self.layout.hpg_size()
+    }
+
+    /// Number of buckets (= data disks), `hpgs · hn`.
+    pub fn buckets(&self) -> usize {
+        self.bucket_disks.len()
+    }
+
+    /// The role of `disk`. Panics if `disk >= disks()` (a caller bug).
+    pub fn role(&self, disk: usize) -> Role {
+        self.roles[disk]
+    }
+
+    /// Column of `disk` (its vertical parity group).
+    pub fn column(&self, disk: usize) -> usize {
+        self.check_disk(disk);
+        disk % self.layout.x
+    }
+
+    /// Row of `disk`; row `y − 1` holds the vertical parity disks.
+    pub fn row(&self, disk: usize) -> usize {
+        self.check_disk(disk);
+        disk / self.layout.x
+    }
+
+    /// The data disk that holds bucket `bucket`. Panics if `bucket >= buckets()`.
+    pub fn bucket_disk(&self, bucket: usize) -> usize {
+        self.bucket_disks[bucket]
+    }
+
+    /// The bucket on `disk`, or `None` for a parity disk.
+    pub fn disk_bucket(&self, disk: usize) -> Option<usize> {
+        self.disk_buckets[disk]
+    }
+
+    /// All data disks, in bucket order.
+    pub fn data_disks(&self) -> &[usize] {
+        &self.data_disks
+    }
+
+    /// All parity disks (`hP` and `vP`), in disk order.
+    pub fn parity_disks(&self) -> &[usize] {
+        &self.parity_disks
+    }
+
+    /// The parity disks a write to `data_disk` updates. Panics if `data_disk`
+    /// is not a data disk (a caller bug).
+    pub fn parity_targets(&self, data_disk: usize) -> ParityTargets {
+        assert!(
+            matches!(self.role(data_disk), Role::Data { .. }),
+            "parity_targets({data_disk}): not a data disk but {:?}",
+            self.role(data_disk)
+        );
+        let hpg = data_disk / self.layout.hpg_size();
+        let hp = self.group_parity(GroupId::Horizontal(hpg));
+        let vp = self.group_parity(GroupId::Vertical(self.column(data_disk)));
+        let vhp = self.group_parity(GroupId::Vertical(self.column(hp)));
+        ParityTargets { hp, vp, vhp }
+    }
+
+    /// Members of a group, parity disk last. Panics on a group number out of range.
+    pub fn group_members(&self, group: GroupId) -> &[usize] {
+        match group {
+            GroupId::Horizontal(h) => {
+                let size = self.layout.hpg_size();
+                &self.hpg_members[h * size..(h + 1) * size]
+            }
+            GroupId::Vertical(c) => {
+                assert!(
+                    c < self.layout.x,
+                    "column {c} out of range (x = {})",
+                    self.layout.x
+                );
+                let size = self.layout.y;
+                &self.column_members[c * size..(c + 1) * size]
+            }
+        }
+    }
+
+    /// The parity disk of a group (`hP` or `vP`).
+    pub fn group_parity(&self, group: GroupId) -> usize {
+        *self
+            .group_members(group)
+            .last()
+            .expect("groups are never empty")
+    }
+
+    /// The groups `disk` belongs to: a data disk or `hP`: its hPG, then its
+    /// column; a `vP`: its column only.
+    pub fn groups_of(&self, disk: usize) -> Vec<GroupId> {
+        let column = GroupId::Vertical(self.column(disk));
+        match self.horizontal_group(disk) {
+            Some(hpg) => vec![GroupId::Horizontal(hpg), column],
+            None => vec![column],
+        }
+    }
+
+    /// All groups: the hPGs, then the columns.
+    pub fn groups(&self) -> impl Iterator<Item = GroupId> + '_ {
+        (0..self.hpgs())
+            .map(GroupId::Horizontal)
+            .chain((0..self.layout.x).map(GroupId::Vertical))
+    }
+
+    /// Usable fraction of the raw capacity with an IDR code of `idr_in` data +
+    /// `idr_ik` parity blocks per group: `in/(in+ik) · dn/(dn+dk)` (thesis
+    /// §4.3.2). `usable_fraction(1, 0)` is the grid's share alone; `idr_in = 0`
+    /// gives 0.
+    pub fn usable_fraction(&self, idr_in: usize, idr_ik: usize) -> f64 {
+        if idr_in == 0 {
+            return 0.0;
+        }
+        let idr = idr_in as f64 / (idr_in + idr_ik) as f64;
+        idr * self.buckets() as f64 / self.disks() as f64
+    }
+
+    fn horizontal_group(&self, disk: usize) -> Option<usize> {
+        match self.disk_groups[disk][0] {
+            NO_GROUP => None,
+            hpg => Some(hpg as usize),
+        }
+    }
+
+    fn check_disk(&self, disk: usize) {
+        assert!(
+            disk < self.disks(),
+            "disk {disk} out of range (grid of {} disks)",
+            self.disks()
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const REFERENCE: [&str; 4] = ["8x6:4+1", "12x6:9+1", "8x8:6+1", "24x8:6+1"];
+
+    fn geometry(text: &str) -> Geometry {
+        Geometry::new(text.parse().unwrap()).unwrap()
+    }
+
+    #[test]
+    fn eight_by_six_matches_thesis_figure_4_2_counts() {
+        let g = geometry("8x6:4+1");
+        assert_eq!(g.disks(), 48);
+        assert_eq!(g.buckets(), 32); // dn = 32
+        assert_eq!(g.parity_disks().len(), 16); // dk = 16
+        assert_eq!(g.hpgs(), 8);
+        // hPG 1 wraps from row 0 into row 1: disks 5, 6, 7, 8, 9 with hP = 9.
+        assert_eq!(g.group_members(GroupId::Horizontal(1)), &[5, 6, 7, 8, 9]);
+        assert_eq!(g.role(9), Role::HParity { hpg: 1 });
+        assert_eq!(g.role(8), Role::Data { bucket: 7 });
+        assert_eq!(g.role(40), Role::VParity { column: 0 });
+        assert_eq!(
+            g.group_members(GroupId::Vertical(3)),
+            &[3, 11, 19, 27, 35, 43]
+        );
+        assert_eq!(
+            g.groups_of(9),
+            vec![GroupId::Horizontal(1), GroupId::Vertical(1)]
+        );
+        assert_eq!(g.groups_of(43), vec![GroupId::Vertical(3)]);
+        assert_eq!(
+            g.groups_of(8),
+            vec![GroupId::Horizontal(1), GroupId::Vertical(0)]
+        );
+        assert_eq!(
+            g.parity_targets(8),
+            ParityTargets {
+                hp: 9,
+                vp: 40,
+                vhp: 41
+            }
+        );
+        assert_eq!((g.row(43), g.column(43)), (5, 3));
+    }
+
+    #[test]
+    fn every_disk_has_exactly_its_groups_and_roles_are_consistent() {
+        for text in REFERENCE {
+            let g = geometry(text);
+            let layout = g.layout();
+            assert_eq!(g.buckets(), g.hpgs() * layout.hn, "{text}");
+            assert_eq!(g.data_disks().len() + g.parity_disks().len(), g.disks());
+            for disk in 0..g.disks() {
+                let groups = g.groups_of(disk);
+                for &group in &groups {
+                    assert!(
+                        g.group_members(group).contains(&disk),
+                        "{text}: {disk} not in {group:?}"
+                    );
+                }
+                let containing: Vec<GroupId> = g
+                    .groups()
+                    .filter(|&gr| g.group_members(gr).contains(&disk))
+                    .collect();
+                assert_eq!(containing, groups, "{text}: disk {disk}");
+                assert_eq!(g.row(disk) * layout.x + g.column(disk), disk);
+                match g.role(disk) {
+                    Role::Data { bucket } => {
+                        assert_eq!(g.bucket_disk(bucket), disk);
+                        assert_eq!(g.disk_bucket(disk), Some(bucket));
+                        assert_eq!(g.data_disks()[bucket], disk);
+                    }
+                    Role::HParity { hpg } => {
+                        assert_eq!(g.group_parity(GroupId::Horizontal(hpg)), disk);
+                        assert_eq!(g.disk_bucket(disk), None);
+                    }
+                    Role::VParity { column } => {
+                        assert_eq!(g.group_parity(GroupId::Vertical(column)), disk);
+                        assert_eq!(g.row(disk), layout.y - 1);
+                        assert_eq!(g.disk_bucket(disk), None);
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn no_two_members_of_a_group_share_a_column() {
+        for text in REFERENCE {
+            let g = geometry(text);
+            for hpg in 0..g.hpgs() {
+                let members = g.group_members(GroupId::Horizontal(hpg));
+                let mut columns: Vec<usize> = members.iter().map(|&d| g.column(d)).collect();
+                columns.sort_unstable();
+                columns.dedup();
+                assert_eq!(columns.len(), members.len(), "{text} hPG {hpg}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_group_wrapping_onto_a_used_column_is_rejected() {
+        // 4x6:4+1 cuts its 20 upper disks into 4 groups of 5, wider than a row:
+        // validate() refuses it (GroupTooWide) and build() catches the column clash itself.
+        let layout = Layout {
+            x: 4,
+            y: 6,
+            hn: 4,
+            hk: 1,
+        };
+        assert!(matches!(
+            Geometry::new(layout),
+            Err(LayoutError::GroupTooWide { .. })
+        ));
+        assert!(matches!(
+            Geometry::build(layout),
+            Err(LayoutError::SharedColumn {
+                hpg: 0,
+                column: 0,
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn parity_targets_are_hp_vp_and_vertical_parity_of_hp_column() {
+        for text in REFERENCE {
+            let g = geometry(text);
+            for &disk in g.data_disks() {
+                let t = g.parity_targets(disk);
+                let groups = g.groups_of(disk);
+                assert_eq!(t.hp, g.group_parity(groups[0]));
+                assert_eq!(t.vp, g.group_parity(groups[1]));
+                assert_eq!(
+                    g.role(t.vhp),
+                    Role::VParity {
+                        column: g.column(t.hp)
+                    }
+                );
+                assert_ne!(
+                    t.vp, t.vhp,
+                    "{text}: disk {disk} shares a column with its hP"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn usable_fractions_match_the_thesis() {
+        let percent = |text: &str| (geometry(text).usable_fraction(16, 1) * 1000.0).round() / 10.0;
+        assert_eq!(percent("12x6:9+1"), 70.6);
+        assert_eq!(percent("8x8:6+1"), 70.6); // Table 4.3
+        assert_eq!(percent("24x8:6+1"), 70.6); // Table 4.4, ID 10
+        assert_eq!(percent("24x8:13+1"), 76.5); // Table 4.4, ID 9
+        assert_eq!(percent("38x5:7+1"), 65.9); // Table 4.4, ID 8
+        assert_eq!(percent("8x6:4+1"), 62.7);
+        assert_eq!(geometry("8x6:4+1").usable_fraction(1, 0), 32.0 / 48.0);
+        assert_eq!(geometry("8x6:4+1").usable_fraction(0, 1), 0.0);
+    }
+}

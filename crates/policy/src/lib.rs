@@ -1,0 +1,39 @@
+//! # permafrost-policy: the decisions the server and the simulators share
+//!
+//! **Job.** Two kinds of decision that define how much energy the archive burns,
+//! written once so that `permafrost serve` and `permafrost sim energy` make them
+//! with the *same code*:
+//!
+//! - [`placement`]: which grid bucket (data disk) a new object goes to
+//!   (SPEC idea 7, thesis §5.3.6). Strategies implement [`Placement`]; the
+//!   registry [`placement_by_name`] is the one place a strategy is made
+//!   selectable, for the server's per-bucket setting and for the simulator's
+//!   `--placement`.
+//! - [`watchdog`]: when cached data is persisted, and when an off disk is
+//!   started for it (SPEC idea 6, thesis §4.4.4 and §5.3.3):
+//!   [`WatchdogPolicy::decide`] maps a snapshot of the cache to
+//!   [`PersistAction`]s.
+//!
+//! **Invariants.**
+//! - Pure decisions: nothing here does I/O, reads a clock or sleeps. Time is a
+//!   caller-supplied `now_ms`; disk and cache state come in as views. The same
+//!   inputs give the same answer (seeded strategies included), so a simulation
+//!   replays exactly.
+//! - Placement never returns a bucket that is failed, rebuilding, or lacks
+//!   room for the object (`capacity - used - waiting >= size`); when none
+//!   qualifies it returns [`PlacementError::NoRoom`], never a guess.
+//! - The first placement is final (SPEC idea 7): strategies only decide for new
+//!   objects; nothing here moves data.
+//!
+//! **Not here.** Carrying out the decisions (the store's persistence manager,
+//! the engine's write promises, the simulator's event loop).
+
+pub mod placement;
+pub mod watchdog;
+
+pub use placement::{
+    placement_by_name, placement_names, BucketHealth, BucketView, DatasetAffinity,
+    DatasetAffinityConfig, LeastFull, ObjectToPlace, Placement, PlacementConfig, PlacementError,
+    RandomPlacement, RoundRobin, PLACEMENTS,
+};
+pub use watchdog::{CacheView, PersistAction, PersistReason, TargetView, WatchdogConfig, WatchdogPolicy};

@@ -1,0 +1,281 @@
+//! The watchdog policy: when cached data is persisted to a disk, and when an
+//! off disk is started to take it.
+//!
+//! Source: thesis §4.4.4 (l. 1266–1271 of `seeds/001_*.txt`) and §5.3.3.
+//! A *target* is a disk with data outstanding for it in the cache: a data disk
+//! with placed-but-unpersisted objects, or (in delayed write mode) a parity
+//! disk with pending parity deltas. Every `interval_ms` the caller takes a
+//! snapshot ([`CacheView`]) and asks [`WatchdogPolicy::decide`]; each
+//! [`PersistAction`] starts one persist (a *Cache2Disk* task) that runs until
+//! the target has nothing outstanding.
+//!
+//! Rules, in the order they are checked for each target that is not already
+//! persisting and has outstanding bytes (all thresholds in [`WatchdogConfig`]):
+//!
+//! 1. **Age** — its oldest outstanding byte has waited longer than
+//!    `max_age_ms` (180 s): persist, starting the disk if it is off. (The
+//!    thesis states this for off disks; a spinning disk is persisted too,
+//!    which costs no spin-up.)
+//! 2. **Off and large** — more than `start_off_disk_above_bytes` (5 GiB)
+//!    outstanding: persist, starting the disk.
+//! 3. **Spinning** — the disk is spinning and more than
+//!    `persist_spinning_above_bytes` (512 MiB) is outstanding: persist.
+//! 4. **Cache pressure** — the cache is at least `pressure_fill_percent` (80 %)
+//!    full: every target with more than `persist_under_pressure_above_bytes`
+//!    (512 MiB) persists, on or off.
+//! 5. **Progress under pressure** (permafrost's addition) — under pressure, if
+//!    rules 1–4 chose nothing and nothing is persisting, the target with the
+//!    most outstanding bytes persists, so a cache full of many small
+//!    outstanding amounts still drains instead of blocking writers forever.
+
+use serde::{Deserialize, Serialize};
+
+/// Thresholds of the watchdog. Defaults are the thesis's values; sizes are
+/// binary (MiB, GiB).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct WatchdogConfig {
+    /// How often the watchdog runs.
+    pub interval_ms: u64,
+    /// Rule 1: persist data that has waited longer than this.
+    pub max_age_ms: u64,
+    /// Rule 2: start an off disk with more than this outstanding.
+    pub start_off_disk_above_bytes: u64,
+    /// Rule 3: a spinning disk persists once more than this is outstanding.
+    pub persist_spinning_above_bytes: u64,
+    /// Rule 4: cache fill (percent of capacity) at which pressure starts.
+    pub pressure_fill_percent: f64,
+    /// Rule 4: under pressure, persist every target with more than this outstanding.
+    pub persist_under_pressure_above_bytes: u64,
+}
+
+impl Default for WatchdogConfig {
+    fn default() -> Self {
+        WatchdogConfig {
+            interval_ms: 1_000,
+            max_age_ms: 180_000,
+            start_off_disk_above_bytes: 5 << 30,
+            persist_spinning_above_bytes: 512 << 20,
+            pressure_fill_percent: 80.0,
+            persist_under_pressure_above_bytes: 512 << 20,
+        }
+    }
+}
+
+/// What the watchdog sees of one target disk.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TargetView {
+    /// The disk (caller's numbering, e.g. the grid disk index).
+    pub disk: usize,
+    /// True while the disk is spinning up, idle or active (not off).
+    pub spinning: bool,
+    /// Bytes in the cache waiting to be written to this disk.
+    pub outstanding_bytes: u64,
+    /// When the oldest of those bytes entered the cache (caller's clock, ms).
+    pub oldest_outstanding_ms: Option<u64>,
+    /// A persist of this target is already running.
+    pub persisting: bool,
+}
+
+/// A snapshot of the cache for one watchdog run.
+#[derive(Clone, Copy, Debug)]
+pub struct CacheView<'a> {
+    /// Capacity of the cache.
+    pub capacity_bytes: u64,
+    /// Bytes the cache holds now (outstanding and persisted-but-cached data).
+    pub used_bytes: u64,
+    /// Targets with data outstanding; others may be omitted.
+    pub targets: &'a [TargetView],
+}
+
+/// Which rule fired.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PersistReason {
+    /// Rule 1: data waited longer than `max_age_ms`.
+    Age,
+    /// Rule 2: an off disk has more than `start_off_disk_above_bytes` outstanding.
+    OffDiskLarge,
+    /// Rule 3: a spinning disk has more than `persist_spinning_above_bytes` outstanding.
+    SpinningDisk,
+    /// Rule 4: the cache is under pressure.
+    CachePressure,
+    /// Rule 5: the cache is under pressure and this is the largest target.
+    CacheProgress,
+}
+
+/// Start persisting everything outstanding for `disk`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PersistAction {
+    /// The target disk.
+    pub disk: usize,
+    /// The disk is off: the persist starts it.
+    pub spin_up: bool,
+    /// Why.
+    pub reason: PersistReason,
+}
+
+/// The watchdog policy: pure, configured once.
+#[derive(Clone, Debug, Default)]
+pub struct WatchdogPolicy {
+    config: WatchdogConfig,
+}
+
+impl WatchdogPolicy {
+    /// A policy with the given thresholds.
+    pub fn new(config: WatchdogConfig) -> Self {
+        WatchdogPolicy { config }
+    }
+
+    /// The thresholds.
+    pub fn config(&self) -> &WatchdogConfig {
+        &self.config
+    }
+
+    /// Whether the cache is at or above the pressure threshold.
+    pub fn under_pressure(&self, view: &CacheView<'_>) -> bool {
+        view.capacity_bytes == 0
+            || view.used_bytes as f64 >= view.capacity_bytes as f64 * self.config.pressure_fill_percent / 100.0
+    }
+
+    /// The persists to start now, at most one per target, in the order of
+    /// `view.targets`. Targets already persisting or with nothing outstanding
+    /// are never chosen.
+    pub fn decide(&self, now_ms: u64, view: &CacheView<'_>) -> Vec<PersistAction> {
+        let c = &self.config;
+        let pressure = self.under_pressure(view);
+        let mut actions = Vec::new();
+        for t in view.targets.iter().filter(|t| !t.persisting && t.outstanding_bytes > 0) {
+            let aged = t.oldest_outstanding_ms.is_some_and(|since| now_ms.saturating_sub(since) > c.max_age_ms);
+            let reason = if aged {
+                Some(PersistReason::Age)
+            } else if !t.spinning && t.outstanding_bytes > c.start_off_disk_above_bytes {
+                Some(PersistReason::OffDiskLarge)
+            } else if t.spinning && t.outstanding_bytes > c.persist_spinning_above_bytes {
+                Some(PersistReason::SpinningDisk)
+            } else if pressure && t.outstanding_bytes > c.persist_under_pressure_above_bytes {
+                Some(PersistReason::CachePressure)
+            } else {
+                None
+            };
+            if let Some(reason) = reason {
+                actions.push(PersistAction { disk: t.disk, spin_up: !t.spinning, reason });
+            }
+        }
+        let any_persisting = view.targets.iter().any(|t| t.persisting);
+        if pressure && actions.is_empty() && !any_persisting {
+            let largest = view
+                .targets
+                .iter()
+                .filter(|t| t.outstanding_bytes > 0)
+                .max_by_key(|t| (t.outstanding_bytes, std::cmp::Reverse(t.disk)));
+            if let Some(t) = largest {
+                actions.push(PersistAction { disk: t.disk, spin_up: !t.spinning, reason: PersistReason::CacheProgress });
+            }
+        }
+        actions
+    }
+
+    /// The earliest time at which rule 1 will fire for a target that is not
+    /// persisting, if any: a caller on simulated time can sleep until then
+    /// instead of ticking every `interval_ms` (the other rules only change
+    /// when the view does).
+    pub fn next_deadline_ms(&self, view: &CacheView<'_>) -> Option<u64> {
+        view.targets
+            .iter()
+            .filter(|t| !t.persisting && t.outstanding_bytes > 0)
+            .filter_map(|t| t.oldest_outstanding_ms)
+            .map(|since| since.saturating_add(self.config.max_age_ms).saturating_add(1))
+            .min()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MIB: u64 = 1 << 20;
+    const GIB: u64 = 1 << 30;
+
+    fn target(disk: usize, spinning: bool, outstanding_bytes: u64, since_ms: u64) -> TargetView {
+        TargetView { disk, spinning, outstanding_bytes, oldest_outstanding_ms: Some(since_ms), persisting: false }
+    }
+
+    fn decide(now_ms: u64, used_percent: u64, targets: &[TargetView]) -> Vec<(usize, PersistReason, bool)> {
+        let view = CacheView { capacity_bytes: 100 * GIB, used_bytes: used_percent * GIB, targets };
+        WatchdogPolicy::default().decide(now_ms, &view).into_iter().map(|a| (a.disk, a.reason, a.spin_up)).collect()
+    }
+
+    #[test]
+    fn off_disk_starts_when_its_data_is_older_than_180_s() {
+        let t = [target(3, false, MIB, 1_000)];
+        assert!(decide(181_000, 10, &t).is_empty(), "exactly 180 s is not older");
+        assert_eq!(decide(181_001, 10, &t), vec![(3, PersistReason::Age, true)]);
+    }
+
+    #[test]
+    fn off_disk_starts_above_5_gib_outstanding() {
+        assert!(decide(10, 10, &[target(1, false, 5 * GIB, 0)]).is_empty());
+        assert_eq!(decide(10, 10, &[target(1, false, 5 * GIB + 1, 0)]), vec![(1, PersistReason::OffDiskLarge, true)]);
+    }
+
+    #[test]
+    fn spinning_disk_persists_above_512_mib_but_off_disk_waits() {
+        assert!(decide(10, 10, &[target(1, true, 512 * MIB, 0)]).is_empty());
+        assert_eq!(decide(10, 10, &[target(1, true, 513 * MIB, 0)]), vec![(1, PersistReason::SpinningDisk, false)]);
+        assert!(decide(10, 10, &[target(1, false, 513 * MIB, 0)]).is_empty());
+    }
+
+    #[test]
+    fn cache_80_percent_full_persists_everything_above_512_mib() {
+        let t = [target(0, false, 600 * MIB, 0), target(1, false, 100 * MIB, 0), target(2, true, 513 * MIB, 0)];
+        assert!(decide(10, 79, &t[..2]).is_empty());
+        assert_eq!(
+            decide(10, 80, &t),
+            vec![(0, PersistReason::CachePressure, true), (2, PersistReason::SpinningDisk, false)]
+        );
+    }
+
+    #[test]
+    fn pressure_with_only_small_targets_still_drains_the_largest() {
+        let t = [target(0, false, 10 * MIB, 0), target(1, false, 300 * MIB, 0), target(2, false, 20 * MIB, 0)];
+        assert_eq!(decide(10, 95, &t), vec![(1, PersistReason::CacheProgress, true)]);
+        let mut busy = t;
+        busy[0].persisting = true;
+        assert!(decide(10, 95, &busy).is_empty(), "a running persist is progress already");
+    }
+
+    #[test]
+    fn persisting_or_empty_targets_are_never_chosen_again() {
+        let mut t = target(0, true, 6 * GIB, 0);
+        t.persisting = true;
+        let empty = TargetView { outstanding_bytes: 0, ..target(1, false, 0, 0) };
+        assert!(decide(1_000_000, 99, &[t, empty]).is_empty());
+    }
+
+    #[test]
+    fn next_deadline_is_when_the_oldest_data_turns_too_old() {
+        let policy = WatchdogPolicy::default();
+        let mut t = [target(0, false, MIB, 5_000), target(1, false, MIB, 2_000)];
+        let view = CacheView { capacity_bytes: GIB, used_bytes: 0, targets: &t };
+        let deadline = policy.next_deadline_ms(&view).unwrap();
+        assert_eq!(deadline, 182_001);
+        assert!(policy.decide(deadline - 1, &view).is_empty());
+        assert_eq!(policy.decide(deadline, &view).len(), 1);
+        t[1].persisting = true;
+        let view = CacheView { capacity_bytes: GIB, used_bytes: 0, targets: &t };
+        assert_eq!(policy.next_deadline_ms(&view), Some(185_001));
+    }
+
+    #[test]
+    fn thresholds_are_configurable_with_units_in_their_names() {
+        let config: WatchdogConfig = serde_json::from_str(r#"{"max_age_ms": 10, "persist_spinning_above_bytes": 1}"#).unwrap();
+        assert_eq!(config.start_off_disk_above_bytes, 5 * GIB, "unset fields keep the thesis's defaults");
+        let policy = WatchdogPolicy::new(config);
+        let t = [target(0, true, 2, 100)];
+        let view = CacheView { capacity_bytes: GIB, used_bytes: 0, targets: &t };
+        assert_eq!(policy.decide(105, &view)[0].reason, PersistReason::SpinningDisk);
+        assert_eq!(policy.decide(111, &view)[0].reason, PersistReason::Age);
+        assert!(serde_json::from_str::<WatchdogConfig>(r#"{"max_age": 10}"#).is_err());
+    }
+}

@@ -1,0 +1,958 @@
+//! One simulated archive: disks with their power models, a cache, the
+//! watchdog, a placement strategy, and a discrete-event loop on simulated time.
+
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap, HashMap, VecDeque};
+
+use permafrost_disk::power::{PowerModel, PowerState, PowerStats};
+use permafrost_grid::{Geometry, Layout};
+use permafrost_policy::{
+    BucketHealth, BucketView, CacheView, ObjectToPlace, Placement, TargetView, WatchdogPolicy,
+};
+use permafrost_trace::{Op, Record};
+
+use crate::config::{SimConfig, WriteMode};
+use crate::latency::LatencyHistogram;
+use crate::report::SystemReport;
+use crate::SimError;
+
+/// An idle timeout long enough to mean "never" (1,000 years) without
+/// overflowing the model's arithmetic.
+const ALWAYS_ON_IDLE_TIMEOUT_MS: u64 = 1_000 * 365 * 24 * 3_600 * 1_000;
+
+/// The disks behind the archive's front end.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Backend {
+    /// A LoneStar grid: objects live whole on one data disk (a grid bucket).
+    Grid(Layout),
+    /// Always-on RAID 6 arrays of `10 + 2` disks, enough arrays for at least
+    /// `data_disks` disks of user data; objects are striped over an array.
+    Raid6AlwaysOn { data_disks: usize },
+    /// An erasure-coded object store with stripe sets of `12 + 4` disks that
+    /// spin down like the grid's; every access spins up all 16 disks of the set.
+    ErasureCoded { data_disks: usize },
+}
+
+/// One system to simulate: its backend and the placement strategy choosing a
+/// home (grid bucket, RAID array, stripe set) for each new object.
+pub struct SystemSpec {
+    /// Name in reports, e.g. `grid 8x6:4+1 dataset-affinity`.
+    pub label: String,
+    /// The disks.
+    pub backend: Backend,
+    /// The placement strategy (from `permafrost-policy`).
+    pub placement: Box<dyn Placement>,
+}
+
+/// A place objects live: a grid bucket, a RAID array or a stripe set.
+struct Home {
+    /// Disks a read of an object here runs on.
+    read_disks: Vec<u32>,
+    /// Each read disk transfers `bytes / read_divisor`.
+    read_divisor: u64,
+    capacity_bytes: u64,
+    used_bytes: u64,
+    waiting_bytes: u64,
+}
+
+/// Something the watchdog persists to: a home (its target has the same index)
+/// or, in delayed mode, a parity disk with pending deltas.
+struct Target {
+    /// Disks held together by a persist.
+    disks: Vec<u32>,
+    /// Hold time of a persist of `b` bytes: `b · hold_factor / hold_divisor` at disk speed.
+    hold_factor: u64,
+    hold_divisor: u64,
+    pending: VecDeque<Pending>,
+    outstanding_bytes: u64,
+    persisting: bool,
+    /// Delayed mode: the parity targets that receive a delta after a persist.
+    delta_targets: Vec<u32>,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Pending {
+    since_ms: u64,
+    bytes: u64,
+    item: Item,
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Item {
+    Object { slot: u32, generation: u64 },
+    Delta(u32),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Cached {
+    Absent,
+    /// Outstanding: waiting for a persist.
+    Dirty,
+    /// Part of a running persist.
+    Persisting,
+    /// Persisted and cached; the value is its LRU tick.
+    Clean(u64),
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Obj {
+    size_bytes: u64,
+    home: u32,
+    generation: u64,
+    live: bool,
+    cached: Cached,
+}
+
+enum JobKind {
+    Read { slot: u32, generation: u64, arrival_ms: u64 },
+    Persist { target: u32, entries: Vec<Pending>, bytes: u64 },
+}
+
+struct Job {
+    disks: Vec<u32>,
+    hold_ms: u64,
+    kind: JobKind,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Event {
+    IoEnd(u32),
+    JobDone(u32),
+    Watchdog,
+}
+
+/// Counters of one run, beyond the power models' own.
+#[derive(Clone, Debug, Default)]
+struct Counters {
+    records: u64,
+    events: u64,
+    reads: u64,
+    cache_hits: u64,
+    writes: u64,
+    deletes: u64,
+    renames: u64,
+    bytes_read_from_disks: u64,
+    bytes_persisted: u64,
+    persists: u64,
+    parity_drains: u64,
+    cache_overflow_bytes: u64,
+    placement_failures: u64,
+    out_of_order_records: u64,
+    max_spinning: usize,
+}
+
+/// One archive under simulation. Feed it records in time order with
+/// [`ArchiveSim::apply`], then [`ArchiveSim::drain`] and [`ArchiveSim::finish`].
+pub struct ArchiveSim {
+    label: String,
+    backend: Backend,
+    disk_bytes_per_s: u64,
+    cache_reads: bool,
+    budget: Option<usize>,
+    check_invariants: bool,
+    now_ms: u64,
+    seq: u64,
+    events: BinaryHeap<Reverse<(u64, u64, Event)>>,
+    models: Vec<PowerModel>,
+    busy_until_ms: Vec<u64>,
+    last_used_ms: Vec<u64>,
+    homes: Vec<Home>,
+    targets: Vec<Target>,
+    placement: Box<dyn Placement>,
+    watchdog: WatchdogPolicy,
+    watchdog_at_ms: Option<u64>,
+    ids: HashMap<u64, u32>,
+    objs: Vec<Obj>,
+    free_slots: Vec<u32>,
+    next_generation: u64,
+    deltas: Vec<(u64, u32)>,
+    free_deltas: Vec<u32>,
+    cache_capacity_bytes: u64,
+    cache_used_bytes: u64,
+    lru: BTreeMap<u64, u32>,
+    lru_tick: u64,
+    jobs: Vec<Option<Job>>,
+    free_jobs: Vec<u32>,
+    queue: VecDeque<u32>,
+    latency: LatencyHistogram,
+    counters: Counters,
+    bucket_views: Vec<BucketView>,
+    target_views: Vec<TargetView>,
+}
+
+impl ArchiveSim {
+    /// Build the disks, homes and targets of `spec` under `config`.
+    pub fn new(config: &SimConfig, spec: SystemSpec) -> Result<ArchiveSim, SimError> {
+        config.validate().map_err(SimError::Config)?;
+        let capacity = config.disk_capacity_bytes;
+        let mut profile = config.power.clone();
+        let mut homes = Vec::new();
+        let mut targets = Vec::new();
+        let disks;
+        let mut budget = None;
+        match &spec.backend {
+            Backend::Grid(layout) => {
+                let geometry = Geometry::new(*layout).map_err(|e| SimError::Config(format!("layout {layout}: {e}")))?;
+                disks = geometry.disks();
+                let mut parity_target = HashMap::new();
+                for bucket in 0..geometry.buckets() {
+                    let d = geometry.bucket_disk(bucket);
+                    let p = geometry.parity_targets(d);
+                    let parity = [p.hp, p.vp, p.vhp];
+                    homes.push(Home {
+                        read_disks: vec![d as u32],
+                        read_divisor: 1,
+                        capacity_bytes: capacity,
+                        used_bytes: 0,
+                        waiting_bytes: 0,
+                    });
+                    let (target_disks, factor) = match config.write_mode {
+                        WriteMode::Serialized => {
+                            (std::iter::once(d).chain(parity).map(|x| x as u32).collect(), 4)
+                        }
+                        WriteMode::Delayed => (vec![d as u32], 1),
+                    };
+                    targets.push(Target::new(target_disks, factor, 1));
+                    if config.write_mode == WriteMode::Delayed {
+                        for pd in parity {
+                            parity_target.entry(pd).or_insert(usize::MAX);
+                        }
+                    }
+                }
+                if config.write_mode == WriteMode::Delayed {
+                    let mut parity_disks: Vec<usize> = parity_target.keys().copied().collect();
+                    parity_disks.sort_unstable();
+                    for pd in parity_disks {
+                        parity_target.insert(pd, targets.len());
+                        targets.push(Target::new(vec![pd as u32], 1, 1));
+                    }
+                    for bucket in 0..geometry.buckets() {
+                        let p = geometry.parity_targets(geometry.bucket_disk(bucket));
+                        targets[bucket].delta_targets =
+                            [p.hp, p.vp, p.vhp].iter().map(|pd| parity_target[pd] as u32).collect();
+                    }
+                }
+                budget = config.budget_max_spinning;
+                let gang = targets.iter().map(|t| t.disks.len()).max().unwrap_or(1);
+                if let Some(b) = budget {
+                    if b < gang {
+                        return Err(SimError::Config(format!(
+                            "power budget {b} is smaller than the {gang} disks a persist needs together \
+                             ({:?} mode)",
+                            config.write_mode
+                        )));
+                    }
+                }
+            }
+            Backend::Raid6AlwaysOn { data_disks } | Backend::ErasureCoded { data_disks } => {
+                let (n, k) = if matches!(spec.backend, Backend::Raid6AlwaysOn { .. }) { (10, 2) } else { (12, 4) };
+                let sets = data_disks.div_ceil(n).max(1);
+                disks = sets * (n + k);
+                for s in 0..sets {
+                    let members: Vec<u32> = ((s * (n + k))..((s + 1) * (n + k))).map(|d| d as u32).collect();
+                    homes.push(Home {
+                        read_disks: members.clone(),
+                        read_divisor: n as u64,
+                        capacity_bytes: capacity * n as u64,
+                        used_bytes: 0,
+                        waiting_bytes: 0,
+                    });
+                    targets.push(Target::new(members, 1, n as u64));
+                }
+                if matches!(spec.backend, Backend::Raid6AlwaysOn { .. }) {
+                    profile.idle_timeout_ms = ALWAYS_ON_IDLE_TIMEOUT_MS;
+                }
+            }
+        }
+        let mut sim = ArchiveSim {
+            label: spec.label,
+            backend: spec.backend,
+            disk_bytes_per_s: config.disk_bytes_per_s,
+            cache_reads: config.cache_reads,
+            budget,
+            check_invariants: false,
+            now_ms: 0,
+            seq: 0,
+            events: BinaryHeap::new(),
+            models: (0..disks).map(|_| PowerModel::new(profile.clone(), 0)).collect(),
+            busy_until_ms: vec![0; disks],
+            last_used_ms: vec![0; disks],
+            homes,
+            targets,
+            placement: spec.placement,
+            watchdog: WatchdogPolicy::new(config.watchdog.clone()),
+            watchdog_at_ms: None,
+            ids: HashMap::new(),
+            objs: Vec::new(),
+            free_slots: Vec::new(),
+            next_generation: 0,
+            deltas: Vec::new(),
+            free_deltas: Vec::new(),
+            cache_capacity_bytes: config.cache_capacity_bytes,
+            cache_used_bytes: 0,
+            lru: BTreeMap::new(),
+            lru_tick: 0,
+            jobs: Vec::new(),
+            free_jobs: Vec::new(),
+            queue: VecDeque::new(),
+            latency: LatencyHistogram::default(),
+            counters: Counters::default(),
+            bucket_views: Vec::new(),
+            target_views: Vec::new(),
+        };
+        if matches!(sim.backend, Backend::Raid6AlwaysOn { .. }) {
+            // Always on: every disk spins up at time 0 and never times out.
+            for d in 0..disks {
+                sim.models[d].begin_io(0);
+                sim.models[d].end_io(0);
+            }
+        }
+        Ok(sim)
+    }
+
+    /// Check the power budget after every event (slow; for tests). Panics if
+    /// more disks than the budget are ever on.
+    pub fn set_check_invariants(&mut self, on: bool) {
+        self.check_invariants = on;
+    }
+
+    /// The label given at construction.
+    pub fn label(&self) -> &str {
+        &self.label
+    }
+
+    /// Power counters of every disk, as its model accrued them.
+    pub fn disk_stats(&self) -> Vec<PowerStats> {
+        self.models.iter().map(PowerModel::stats).collect()
+    }
+
+    /// Simulated time of the last processed event or record.
+    pub fn now_ms(&self) -> u64 {
+        self.now_ms
+    }
+
+    /// Process everything due up to the record's time, then the record.
+    pub fn apply(&mut self, record: &Record) {
+        let mut at = record.time_ms;
+        if at < self.now_ms {
+            self.counters.out_of_order_records += 1;
+            at = self.now_ms;
+        }
+        self.run_until(at);
+        self.counters.records += 1;
+        self.counters.events += 1;
+        match record.op {
+            Op::Get => self.get(record),
+            Op::Put => self.put(record),
+            Op::Del => {
+                self.counters.deletes += 1;
+                if let Some(slot) = self.ids.remove(&record.object) {
+                    self.delete_slot(slot);
+                }
+            }
+            Op::Rename => {
+                self.counters.renames += 1;
+                let Some(target) = record.target else { return };
+                let slot = match self.ids.remove(&record.object) {
+                    Some(slot) => slot,
+                    None => match self.preexisting(record) {
+                        Some(slot) => slot,
+                        None => return,
+                    },
+                };
+                if let Some(old) = self.ids.insert(target, slot) {
+                    self.delete_slot(old);
+                }
+            }
+        }
+        self.check();
+    }
+
+    /// Run every pending event (persists of what is still cached, idle
+    /// spin-downs are lazy in the models). Returns the time of the last event.
+    pub fn drain(&mut self) -> u64 {
+        self.run_until(u64::MAX);
+        self.now_ms
+    }
+
+    /// Account every disk's power up to `end_ms` (at least [`ArchiveSim::now_ms`])
+    /// and produce the report.
+    pub fn finish(&mut self, end_ms: u64) -> SystemReport {
+        let end_ms = end_ms.max(self.now_ms);
+        for m in &mut self.models {
+            m.advance(end_ms);
+        }
+        let mut power = PowerStats::default();
+        for m in &self.models {
+            power.add(&m.stats());
+        }
+        let c = &self.counters;
+        SystemReport::new(
+            self.label.clone(),
+            self.models.len(),
+            self.homes.iter().map(|h| h.capacity_bytes).sum(),
+            power,
+            self.models[0].profile().clone(),
+            crate::report::Activity {
+                reads: c.reads,
+                cache_hits: c.cache_hits,
+                writes: c.writes,
+                deletes: c.deletes,
+                renames: c.renames,
+                bytes_read_from_disks: c.bytes_read_from_disks,
+                bytes_persisted: c.bytes_persisted,
+                persists: c.persists,
+                parity_drains: c.parity_drains,
+                cache_overflow_bytes: c.cache_overflow_bytes,
+                placement_failures: c.placement_failures,
+                out_of_order_records: c.out_of_order_records,
+                max_spinning: c.max_spinning,
+                budget_max_spinning: self.budget,
+                events: c.events,
+            },
+            &self.latency,
+            end_ms,
+        )
+    }
+
+    // ---- event loop ----
+
+    fn push(&mut self, at_ms: u64, event: Event) {
+        self.seq += 1;
+        self.events.push(Reverse((at_ms, self.seq, event)));
+    }
+
+    fn run_until(&mut self, t_ms: u64) {
+        while let Some(Reverse((at, _, _))) = self.events.peek() {
+            if *at > t_ms {
+                break;
+            }
+            let Reverse((at, _, event)) = self.events.pop().expect("peeked");
+            self.now_ms = at;
+            self.counters.events += 1;
+            match event {
+                Event::IoEnd(d) => {
+                    self.models[d as usize].end_io(at);
+                    self.last_used_ms[d as usize] = at;
+                    if !self.queue.is_empty() {
+                        self.serve_queue();
+                    }
+                }
+                Event::JobDone(j) => self.job_done(j),
+                Event::Watchdog => {
+                    if self.watchdog_at_ms == Some(at) {
+                        self.watchdog_at_ms = None;
+                        self.run_watchdog();
+                    }
+                }
+            }
+            self.check();
+        }
+        if t_ms != u64::MAX {
+            self.now_ms = self.now_ms.max(t_ms);
+        }
+    }
+
+    fn check(&mut self) {
+        if !self.check_invariants {
+            return;
+        }
+        let now = self.now_ms;
+        let on = self.spinning_at(now);
+        if let Some(b) = self.budget {
+            assert!(on <= b, "{}: {on} disks on at {now} ms, budget {b}", self.label);
+        }
+    }
+
+    fn spinning_at(&mut self, now_ms: u64) -> usize {
+        self.models
+            .iter_mut()
+            .filter_map(|m| {
+                m.advance(now_ms);
+                (m.state() != PowerState::Off).then_some(())
+            })
+            .count()
+    }
+
+    fn is_on(&mut self, d: u32) -> bool {
+        let m = &mut self.models[d as usize];
+        m.advance(self.now_ms);
+        m.state() != PowerState::Off
+    }
+
+    // ---- jobs and the power budget ----
+
+    fn transfer_ms(&self, bytes: u64) -> u64 {
+        (u128::from(bytes) * 1000).div_ceil(u128::from(self.disk_bytes_per_s)) as u64
+    }
+
+    fn submit(&mut self, job: Job) {
+        let id = match self.free_jobs.pop() {
+            Some(id) => {
+                self.jobs[id as usize] = Some(job);
+                id
+            }
+            None => {
+                self.jobs.push(Some(job));
+                (self.jobs.len() - 1) as u32
+            }
+        };
+        // As PowerManager::acquire_many: a job whose disks are all on needs no
+        // budget and never queues; others wait in FIFO order.
+        let needs_spin_up = {
+            let disks = self.jobs[id as usize].as_ref().expect("just stored").disks.clone();
+            disks.into_iter().any(|d| !self.is_on(d))
+        };
+        if self.budget.is_none() || !needs_spin_up {
+            self.start(id);
+        } else {
+            self.queue.push_back(id);
+            self.serve_queue();
+        }
+    }
+
+    /// Start queued jobs in order while the budget allows; turn Idle disks off
+    /// (least recently used first) to make room, as `PowerManager` does.
+    fn serve_queue(&mut self) {
+        let Some(budget) = self.budget else { return };
+        while let Some(&id) = self.queue.front() {
+            let now = self.now_ms;
+            let disks = self.jobs[id as usize].as_ref().expect("queued job").disks.clone();
+            let off = disks.iter().filter(|&&d| !self.is_on(d)).count();
+            let mut free = budget.saturating_sub(self.spinning_at(now));
+            if off > free {
+                let mut idle: Vec<(u64, usize)> = (0..self.models.len())
+                    .filter(|&d| {
+                        self.models[d].state() == PowerState::Idle && !disks.contains(&(d as u32))
+                    })
+                    .map(|d| (self.last_used_ms[d], d))
+                    .collect();
+                idle.sort_unstable();
+                for (_, d) in idle.into_iter().take(off - free) {
+                    if self.models[d].spin_down(now) {
+                        free += 1;
+                    }
+                }
+            }
+            if off > free {
+                break;
+            }
+            self.queue.pop_front();
+            self.start(id);
+        }
+    }
+
+    fn start(&mut self, id: u32) {
+        let now = self.now_ms;
+        let job = self.jobs[id as usize].as_ref().expect("job to start");
+        let hold_ms = job.hold_ms.max(1);
+        let disks = job.disks.clone();
+        let mut start_ms = now;
+        let mut spun_up = false;
+        for &d in &disks {
+            let m = &mut self.models[d as usize];
+            m.advance(now);
+            spun_up |= m.state() == PowerState::Off;
+            let ready = m.begin_io(now);
+            start_ms = start_ms.max(ready).max(self.busy_until_ms[d as usize]);
+        }
+        let end_ms = start_ms + hold_ms;
+        for &d in &disks {
+            self.busy_until_ms[d as usize] = end_ms;
+            self.push(end_ms, Event::IoEnd(d));
+        }
+        self.push(end_ms, Event::JobDone(id));
+        if spun_up {
+            let on = self.spinning_at(now);
+            self.counters.max_spinning = self.counters.max_spinning.max(on);
+        }
+        if let JobKind::Read { arrival_ms, .. } = job.kind {
+            self.latency.record(start_ms - arrival_ms);
+        }
+    }
+
+    fn job_done(&mut self, id: u32) {
+        let job = self.jobs[id as usize].take().expect("finished job");
+        self.free_jobs.push(id);
+        match job.kind {
+            JobKind::Read { slot, generation, .. } => {
+                let o = self.objs[slot as usize];
+                if self.cache_reads && o.live && o.generation == generation && o.cached == Cached::Absent {
+                    if self.make_room(o.size_bytes) {
+                        self.cache_used_bytes += o.size_bytes;
+                        self.touch(slot);
+                    }
+                }
+            }
+            JobKind::Persist { target, entries, bytes } => self.persist_done(target, entries, bytes),
+        }
+    }
+
+    // ---- cache ----
+
+    /// Evict persisted objects (LRU) until `bytes` more fit. False if they cannot.
+    fn make_room(&mut self, bytes: u64) -> bool {
+        while self.cache_used_bytes + bytes > self.cache_capacity_bytes {
+            let Some((_, slot)) = self.lru.pop_first() else { return false };
+            let o = &mut self.objs[slot as usize];
+            o.cached = Cached::Absent;
+            self.cache_used_bytes -= o.size_bytes;
+        }
+        true
+    }
+
+    /// Mark a persisted object most recently used (inserting it into the LRU).
+    fn touch(&mut self, slot: u32) {
+        if let Cached::Clean(tick) = self.objs[slot as usize].cached {
+            self.lru.remove(&tick);
+        }
+        self.lru_tick += 1;
+        self.objs[slot as usize].cached = Cached::Clean(self.lru_tick);
+        self.lru.insert(self.lru_tick, slot);
+    }
+
+    /// Take `bytes` of cache for data that must be kept (outstanding data,
+    /// deltas). Beyond capacity the server would slow writers down; the
+    /// simulation admits the data and counts the overflow.
+    fn reserve(&mut self, bytes: u64) {
+        if !self.make_room(bytes) {
+            let over = (self.cache_used_bytes + bytes).saturating_sub(self.cache_capacity_bytes);
+            self.counters.cache_overflow_bytes += over.min(bytes);
+        }
+        self.cache_used_bytes += bytes;
+    }
+
+    // ---- objects ----
+
+    fn new_slot(&mut self, size_bytes: u64, home: u32) -> u32 {
+        self.next_generation += 1;
+        let obj = Obj { size_bytes, home, generation: self.next_generation, live: true, cached: Cached::Absent };
+        match self.free_slots.pop() {
+            Some(slot) => {
+                self.objs[slot as usize] = obj;
+                slot
+            }
+            None => {
+                self.objs.push(obj);
+                (self.objs.len() - 1) as u32
+            }
+        }
+    }
+
+    fn place(&mut self, record: &Record, size_bytes: u64) -> Option<u32> {
+        self.bucket_views.clear();
+        for h in 0..self.homes.len() {
+            let spinning = {
+                let disks = self.homes[h].read_disks.clone();
+                disks.into_iter().all(|d| self.is_on(d))
+            };
+            let home = &self.homes[h];
+            self.bucket_views.push(BucketView {
+                capacity_bytes: home.capacity_bytes,
+                used_bytes: home.used_bytes,
+                waiting_bytes: home.waiting_bytes,
+                spinning,
+                health: BucketHealth::Ok,
+            });
+        }
+        let names = PlacementNames::of(record);
+        let object = ObjectToPlace {
+            s3_bucket: &names.bucket,
+            key: &names.key,
+            dataset: None,
+            size_bytes,
+            tags: &[],
+            owner: &names.owner,
+        };
+        match self.placement.place(&object, &self.bucket_views) {
+            Ok(h) => Some(h as u32),
+            Err(_) => {
+                self.counters.placement_failures += 1;
+                None
+            }
+        }
+    }
+
+    /// An object the trace touches before writing it was stored before the
+    /// trace began: place it now (as the archive did then) and count it as
+    /// persisted and not cached.
+    fn preexisting(&mut self, record: &Record) -> Option<u32> {
+        let home = self.place(record, record.size_bytes)?;
+        self.homes[home as usize].used_bytes += record.size_bytes;
+        Some(self.new_slot(record.size_bytes, home))
+    }
+
+    fn delete_slot(&mut self, slot: u32) {
+        let o = self.objs[slot as usize];
+        debug_assert!(o.live);
+        let home = &mut self.homes[o.home as usize];
+        match o.cached {
+            Cached::Dirty => {
+                home.waiting_bytes -= o.size_bytes;
+                self.targets[o.home as usize].outstanding_bytes -= o.size_bytes;
+                self.cache_used_bytes -= o.size_bytes;
+            }
+            Cached::Persisting => {
+                home.waiting_bytes -= o.size_bytes;
+                self.cache_used_bytes -= o.size_bytes;
+            }
+            Cached::Clean(tick) => {
+                home.used_bytes -= o.size_bytes;
+                self.lru.remove(&tick);
+                self.cache_used_bytes -= o.size_bytes;
+            }
+            Cached::Absent => home.used_bytes -= o.size_bytes,
+        }
+        let obj = &mut self.objs[slot as usize];
+        obj.live = false;
+        obj.cached = Cached::Absent;
+        self.free_slots.push(slot);
+    }
+
+    fn get(&mut self, record: &Record) {
+        self.counters.reads += 1;
+        let slot = match self.ids.get(&record.object) {
+            Some(&slot) => slot,
+            None => match self.preexisting(record) {
+                Some(slot) => {
+                    self.ids.insert(record.object, slot);
+                    slot
+                }
+                None => return,
+            },
+        };
+        let o = self.objs[slot as usize];
+        match o.cached {
+            Cached::Dirty | Cached::Persisting => {
+                self.counters.cache_hits += 1;
+                self.latency.record(0);
+            }
+            Cached::Clean(_) => {
+                self.counters.cache_hits += 1;
+                self.latency.record(0);
+                self.touch(slot);
+            }
+            Cached::Absent => {
+                let home = &self.homes[o.home as usize];
+                let hold_ms = self.transfer_ms(o.size_bytes.div_ceil(home.read_divisor));
+                self.counters.bytes_read_from_disks += o.size_bytes;
+                let disks = home.read_disks.clone();
+                self.submit(Job {
+                    disks,
+                    hold_ms,
+                    kind: JobKind::Read { slot, generation: o.generation, arrival_ms: self.now_ms },
+                });
+            }
+        }
+    }
+
+    fn put(&mut self, record: &Record) {
+        self.counters.writes += 1;
+        if let Some(old) = self.ids.remove(&record.object) {
+            self.delete_slot(old);
+        }
+        let size = record.size_bytes;
+        let Some(home) = self.place(record, size) else { return };
+        let slot = self.new_slot(size, home);
+        self.ids.insert(record.object, slot);
+        self.reserve(size);
+        self.objs[slot as usize].cached = Cached::Dirty;
+        self.homes[home as usize].waiting_bytes += size;
+        let generation = self.objs[slot as usize].generation;
+        let t = &mut self.targets[home as usize];
+        t.outstanding_bytes += size;
+        t.pending.push_back(Pending { since_ms: self.now_ms, bytes: size, item: Item::Object { slot, generation } });
+        self.schedule_watchdog(self.now_ms);
+    }
+
+    // ---- watchdog and persistence ----
+
+    fn entry_valid(&self, p: &Pending) -> bool {
+        match p.item {
+            Item::Object { slot, generation } => {
+                let o = &self.objs[slot as usize];
+                o.live && o.generation == generation && o.cached == Cached::Dirty
+            }
+            Item::Delta(_) => true,
+        }
+    }
+
+    /// Run the watchdog at the next multiple of its interval at or after `at_ms`.
+    fn schedule_watchdog(&mut self, at_ms: u64) {
+        let interval = self.watchdog.config().interval_ms;
+        let at = at_ms.div_ceil(interval).saturating_mul(interval).max(self.now_ms);
+        if self.watchdog_at_ms.is_none_or(|w| at < w) {
+            self.watchdog_at_ms = Some(at);
+            self.push(at, Event::Watchdog);
+        }
+    }
+
+    fn build_target_views(&mut self) {
+        self.target_views.clear();
+        for i in 0..self.targets.len() {
+            if self.targets[i].outstanding_bytes == 0 && !self.targets[i].persisting {
+                continue;
+            }
+            while let Some(front) = self.targets[i].pending.front() {
+                if self.entry_valid(front) {
+                    break;
+                }
+                self.targets[i].pending.pop_front();
+            }
+            let disks = self.targets[i].disks.clone();
+            let spinning = disks.into_iter().all(|d| self.is_on(d));
+            let t = &self.targets[i];
+            self.target_views.push(TargetView {
+                disk: i,
+                spinning,
+                outstanding_bytes: t.outstanding_bytes,
+                oldest_outstanding_ms: t.pending.front().map(|p| p.since_ms),
+                persisting: t.persisting,
+            });
+        }
+    }
+
+    fn cache_view(&self) -> CacheView<'_> {
+        CacheView {
+            capacity_bytes: self.cache_capacity_bytes,
+            used_bytes: self.cache_used_bytes,
+            targets: &self.target_views,
+        }
+    }
+
+    fn run_watchdog(&mut self) {
+        self.build_target_views();
+        let actions = self.watchdog.decide(self.now_ms, &self.cache_view());
+        for action in actions {
+            self.start_persist(action.disk as u32);
+        }
+        self.build_target_views();
+        if let Some(deadline) = self.watchdog.next_deadline_ms(&self.cache_view()) {
+            self.schedule_watchdog(deadline);
+        }
+    }
+
+    fn start_persist(&mut self, target: u32) {
+        let t = target as usize;
+        let pending = std::mem::take(&mut self.targets[t].pending);
+        let mut entries = Vec::with_capacity(pending.len());
+        let mut bytes = 0;
+        for p in pending {
+            if !self.entry_valid(&p) {
+                continue;
+            }
+            if let Item::Object { slot, .. } = p.item {
+                self.objs[slot as usize].cached = Cached::Persisting;
+            }
+            bytes += p.bytes;
+            entries.push(p);
+        }
+        debug_assert_eq!(bytes, self.targets[t].outstanding_bytes);
+        self.targets[t].outstanding_bytes = 0;
+        if entries.is_empty() {
+            return;
+        }
+        self.targets[t].persisting = true;
+        let tg = &self.targets[t];
+        let hold_ms = self.transfer_ms((u128::from(bytes) * u128::from(tg.hold_factor)).div_ceil(u128::from(tg.hold_divisor)) as u64);
+        if t < self.homes.len() {
+            self.counters.persists += 1;
+            self.counters.bytes_persisted += bytes;
+        } else {
+            self.counters.parity_drains += 1;
+        }
+        let disks = tg.disks.clone();
+        self.submit(Job { disks, hold_ms, kind: JobKind::Persist { target, entries, bytes } });
+    }
+
+    fn persist_done(&mut self, target: u32, entries: Vec<Pending>, bytes: u64) {
+        let t = target as usize;
+        for p in &entries {
+            match p.item {
+                Item::Object { slot, generation } => {
+                    let o = self.objs[slot as usize];
+                    if o.live && o.generation == generation && o.cached == Cached::Persisting {
+                        let home = &mut self.homes[o.home as usize];
+                        home.waiting_bytes -= o.size_bytes;
+                        home.used_bytes += o.size_bytes;
+                        self.touch(slot);
+                    }
+                }
+                Item::Delta(id) => {
+                    let delta = &mut self.deltas[id as usize];
+                    delta.1 -= 1;
+                    if delta.1 == 0 {
+                        self.cache_used_bytes -= delta.0;
+                        self.free_deltas.push(id);
+                    }
+                }
+            }
+        }
+        let delta_targets = self.targets[t].delta_targets.clone();
+        if !delta_targets.is_empty() && bytes > 0 {
+            self.reserve(bytes);
+            let entry = (bytes, delta_targets.len() as u32);
+            let id = match self.free_deltas.pop() {
+                Some(id) => {
+                    self.deltas[id as usize] = entry;
+                    id
+                }
+                None => {
+                    self.deltas.push(entry);
+                    (self.deltas.len() - 1) as u32
+                }
+            };
+            for pt in delta_targets {
+                let ptg = &mut self.targets[pt as usize];
+                ptg.outstanding_bytes += bytes;
+                ptg.pending.push_back(Pending { since_ms: self.now_ms, bytes, item: Item::Delta(id) });
+            }
+        }
+        self.targets[t].persisting = false;
+        // A running Cache2Disk task continues until nothing is outstanding (§4.4.4).
+        if self.targets[t].outstanding_bytes > 0 {
+            self.start_persist(target);
+        }
+        self.schedule_watchdog(self.now_ms);
+    }
+}
+
+impl Target {
+    fn new(disks: Vec<u32>, hold_factor: u64, hold_divisor: u64) -> Target {
+        Target {
+            disks,
+            hold_factor,
+            hold_divisor,
+            pending: VecDeque::new(),
+            outstanding_bytes: 0,
+            persisting: false,
+            delta_targets: Vec::new(),
+        }
+    }
+}
+
+/// How a trace record names its object for placement: a path `bucket/key…`
+/// when the trace has one, else `user-U` / `session-S/O` (an ECFS session is
+/// the closest thing to a dataset such traces record).
+struct PlacementNames {
+    bucket: String,
+    key: String,
+    owner: String,
+}
+
+impl PlacementNames {
+    fn of(record: &Record) -> PlacementNames {
+        let owner = format!("user-{}", record.user);
+        match record.path.as_deref().map(|p| p.trim_start_matches('/')) {
+            Some(path) if !path.is_empty() => {
+                let (bucket, key) = path.split_once('/').unwrap_or(("", path));
+                PlacementNames { bucket: bucket.to_string(), key: key.to_string(), owner }
+            }
+            _ => PlacementNames {
+                bucket: owner.clone(),
+                key: format!("session-{}/{}", record.session, record.object),
+                owner,
+            },
+        }
+    }
+}

@@ -1,0 +1,80 @@
+//! What is simulated: the hardware, the cache, the policies.
+
+use permafrost_disk::power::PowerProfile;
+use permafrost_policy::{PlacementConfig, WatchdogConfig};
+use serde::{Deserialize, Serialize};
+
+/// How a persist updates parity (SPEC idea 5, `docs/engine.md`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum WriteMode {
+    /// Serialized direct: the data disk and its three parity disks (`hP`, `vP`,
+    /// `vhP`) are spun up together and written one after the other, chunk by
+    /// chunk, so all four stay on for four times the data's transfer time.
+    Serialized,
+    /// Delayed: only the data disk is written; the parity delta waits in the
+    /// cache for each parity disk, and each parity disk is drained (spun up,
+    /// written) by the same watchdog rules as a data disk.
+    Delayed,
+}
+
+/// Everything the simulation needs besides the trace and the systems.
+/// Every field has a default; a TOML file may set any subset.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SimConfig {
+    /// Capacity of each disk.
+    pub disk_capacity_bytes: u64,
+    /// Sequential transfer rate of each disk.
+    pub disk_bytes_per_s: u64,
+    /// Capacity of the flash cache (write-back cache and read cache together).
+    pub cache_capacity_bytes: u64,
+    /// A read from disk leaves the object in the cache (LRU).
+    pub cache_reads: bool,
+    /// Parity update mode of the grid.
+    pub write_mode: WriteMode,
+    /// At most this many grid disks spin at once (spin-ups queue); `None` = no limit.
+    /// Applies to the grid systems, not the baselines.
+    pub budget_max_spinning: Option<usize>,
+    /// The disks' power model parameters (shared with the server).
+    pub power: PowerProfile,
+    /// The watchdog's thresholds (shared with the server).
+    pub watchdog: WatchdogConfig,
+    /// Placement settings (shared with the server).
+    pub placement: PlacementConfig,
+}
+
+impl Default for SimConfig {
+    fn default() -> Self {
+        SimConfig {
+            disk_capacity_bytes: 4_000_000_000_000,
+            disk_bytes_per_s: 100_000_000,
+            cache_capacity_bytes: 1 << 40,
+            cache_reads: true,
+            write_mode: WriteMode::Serialized,
+            budget_max_spinning: None,
+            power: PowerProfile::default(),
+            watchdog: WatchdogConfig::default(),
+            placement: PlacementConfig::default(),
+        }
+    }
+}
+
+impl SimConfig {
+    /// Check the values a simulation cannot run with.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.disk_capacity_bytes == 0 {
+            return Err("disk_capacity_bytes must be positive".into());
+        }
+        if self.disk_bytes_per_s == 0 {
+            return Err("disk_bytes_per_s must be positive".into());
+        }
+        if self.budget_max_spinning == Some(0) {
+            return Err("a power budget of 0 spinning disks can serve nothing".into());
+        }
+        if self.watchdog.interval_ms == 0 {
+            return Err("watchdog.interval_ms must be positive".into());
+        }
+        self.power.validate()
+    }
+}

@@ -1,0 +1,146 @@
+//! # permafrost-sim-energy: what a layout and a placement cost in energy
+//!
+//! **Job.** `permafrost sim energy`: replay a workload trace against a
+//! simulated archive on *simulated time* (a year of trace runs in minutes) and
+//! report disk-hours per power state, spin-ups, kWh, read latency (mean and
+//! p99, spin-up waits included) and the cache hit ratio — for the grid with the
+//! chosen placement and, in the same run, for baselines: the grid with random
+//! placement, an always-on RAID 6 (10+2) and a 12+4 erasure-coded store.
+//! `docs/energy.md` describes the model and its results.
+//!
+//! **Shared code, not a re-implementation.** Every disk is a
+//! [`permafrost_disk::power::PowerModel`] (the server's power model); the
+//! cache is persisted by [`permafrost_policy::WatchdogPolicy`] and objects are
+//! placed by a [`permafrost_policy::Placement`] from the same registry the
+//! server uses; the grid's parity targets come from
+//! [`permafrost_grid::Geometry`]. Reported energy, spin-ups and state hours are
+//! the sums of the power models' own counters.
+//!
+//! **Invariants.**
+//! - Deterministic: the same trace, configuration and seeds give the same report.
+//! - With a power budget, at most that many grid disks are on at any moment;
+//!   spin-ups wait in FIFO order and Idle disks are turned off to make room,
+//!   as `PowerManager` does in the server.
+//! - Memory is bounded by the number of live objects (a few tens of bytes
+//!   each) plus the jobs in flight; latencies go to a fixed-size histogram.
+//!
+//! **Not modelled** (see `docs/energy.md`): seeks and bandwidth sharing inside
+//! a disk (I/Os on one disk are served one after another at sequential
+//! speed), parity-delta merging, packing of small objects, compression,
+//! failures and rebuilds.
+
+mod archive;
+pub mod cli;
+mod config;
+mod latency;
+mod report;
+
+pub use archive::{ArchiveSim, Backend, SystemSpec};
+pub use config::{SimConfig, WriteMode};
+pub use latency::LatencyHistogram;
+pub use report::{Activity, Report, StateHours, SystemReport};
+
+use permafrost_grid::{Geometry, Layout};
+use permafrost_policy::{placement_by_name, RandomPlacement};
+use permafrost_trace::Record;
+
+/// Why a simulation could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum SimError {
+    /// The configuration or a command-line value is unusable.
+    #[error("{0}")]
+    Config(String),
+    /// The trace could not be read.
+    #[error(transparent)]
+    Trace(#[from] permafrost_trace::TraceError),
+}
+
+/// The systems of a standard run: the grid `layout` with `placement`, the same
+/// grid with random placement (unless `placement` is already `random`), an
+/// always-on RAID 6 (10+2) and a 12+4 erasure-coded store, both with at least
+/// the grid's usable capacity. Placement names come from
+/// [`permafrost_policy::placement_by_name`].
+pub fn standard_systems(config: &SimConfig, layout: Layout, placement: &str) -> Result<Vec<SystemSpec>, SimError> {
+    let geometry = Geometry::new(layout).map_err(|e| SimError::Config(format!("layout {layout}: {e}")))?;
+    let data_disks = geometry.buckets();
+    let strategy = |name: &str| placement_by_name(name, &config.placement).map_err(|e| SimError::Config(e.to_string()));
+    let mut systems = vec![SystemSpec {
+        label: format!("grid {layout} {placement}"),
+        backend: Backend::Grid(layout),
+        placement: strategy(placement)?,
+    }];
+    if placement != RandomPlacement::NAME {
+        systems.push(SystemSpec {
+            label: format!("grid {layout} random"),
+            backend: Backend::Grid(layout),
+            placement: strategy(RandomPlacement::NAME)?,
+        });
+    }
+    systems.push(SystemSpec {
+        label: "raid6 10+2 always-on".into(),
+        backend: Backend::Raid6AlwaysOn { data_disks },
+        placement: strategy(RandomPlacement::NAME)?,
+    });
+    systems.push(SystemSpec {
+        label: "erasure 12+4".into(),
+        backend: Backend::ErasureCoded { data_disks },
+        placement: strategy(RandomPlacement::NAME)?,
+    });
+    Ok(systems)
+}
+
+/// Run `systems` side by side over `records` (in time order) and report.
+/// The records are read once and fed to every system; all systems are
+/// accounted up to the same end time (the last event of any of them).
+pub fn simulate<E>(
+    config: &SimConfig,
+    systems: Vec<SystemSpec>,
+    records: impl IntoIterator<Item = Result<Record, E>>,
+    trace_name: &str,
+) -> Result<Report, SimError>
+where
+    SimError: From<E>,
+{
+    let mut sims = systems.into_iter().map(|s| ArchiveSim::new(config, s)).collect::<Result<Vec<_>, _>>()?;
+    run(&mut sims, records, trace_name)
+}
+
+/// [`simulate`] over simulators built by the caller (e.g. with
+/// [`ArchiveSim::set_check_invariants`]).
+pub fn run<E>(
+    sims: &mut [ArchiveSim],
+    records: impl IntoIterator<Item = Result<Record, E>>,
+    trace_name: &str,
+) -> Result<Report, SimError>
+where
+    SimError: From<E>,
+{
+    let started = std::time::Instant::now();
+    let mut count = 0u64;
+    for record in records {
+        let record = record?;
+        count += 1;
+        for sim in sims.iter_mut() {
+            sim.apply(&record);
+        }
+    }
+    let end_ms = sims.iter_mut().map(|s| s.drain()).max().unwrap_or(0);
+    let systems: Vec<SystemReport> = sims.iter_mut().map(|s| s.finish(end_ms)).collect();
+    let events: u64 = systems.iter().map(|s| s.activity.events).sum();
+    let wall_seconds = started.elapsed().as_secs_f64();
+    Ok(Report {
+        trace: trace_name.to_string(),
+        records: count,
+        duration_ms: end_ms,
+        systems,
+        events,
+        wall_seconds,
+        events_per_second: if wall_seconds > 0.0 { events as f64 / wall_seconds } else { 0.0 },
+    })
+}
+
+impl From<std::convert::Infallible> for SimError {
+    fn from(never: std::convert::Infallible) -> Self {
+        match never {}
+    }
+}
