@@ -171,9 +171,14 @@ impl ModelArgs {
 
 /// Run one `permafrost plan` command, printing to stdout.
 pub fn run(cmd: PlanCommand) -> anyhow::Result<()> {
+    run_to(cmd, &mut std::io::stdout().lock())
+}
+
+/// Run one `permafrost plan` command, printing to `out` (tests capture it here).
+pub fn run_to(cmd: PlanCommand, out: &mut dyn Write) -> anyhow::Result<()> {
     match cmd {
-        PlanCommand::Mttdl(args) => run_mttdl(&args),
-        PlanCommand::Layouts(args) => run_layouts(&args),
+        PlanCommand::Mttdl(args) => run_mttdl(&args, out),
+        PlanCommand::Layouts(args) => run_layouts(&args, out),
     }
 }
 
@@ -185,7 +190,7 @@ fn scientific(v: f64) -> String {
     }
 }
 
-fn run_mttdl(args: &MttdlArgs) -> anyhow::Result<()> {
+fn run_mttdl(args: &MttdlArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     let layouts: Vec<PlanLayout> = args.layout.iter().map(|text| text.parse()).collect::<Result<_, _>>()?;
     let depth = args.model.depth.map(GridDepth).unwrap_or_default();
     let started = Instant::now();
@@ -197,12 +202,11 @@ fn run_mttdl(args: &MttdlArgs) -> anyhow::Result<()> {
         }
     }
     let elapsed_ms = started.elapsed().as_millis();
-    let mut out = std::io::stdout().lock();
     if args.json {
         if plans.len() == 1 {
-            serde_json::to_writer_pretty(&mut out, &plans[0])?;
+            serde_json::to_writer_pretty(&mut *out, &plans[0])?;
         } else {
-            serde_json::to_writer_pretty(&mut out, &plans)?;
+            serde_json::to_writer_pretty(&mut *out, &plans)?;
         }
         writeln!(out)?;
     } else {
@@ -248,7 +252,7 @@ fn run_mttdl(args: &MttdlArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn run_layouts(args: &LayoutsArgs) -> anyhow::Result<()> {
+fn run_layouts(args: &LayoutsArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     let idr = !args.model.no_idr; // Table 4.4 assumes the 16+1 IDR code.
     let options = ExploreOptions {
         disks: args.disks,
@@ -268,9 +272,8 @@ fn run_layouts(args: &LayoutsArgs) -> anyhow::Result<()> {
     if let Some(limit) = args.limit {
         rows.truncate(limit);
     }
-    let mut out = std::io::stdout().lock();
     if args.json {
-        serde_json::to_writer_pretty(&mut out, &rows)?;
+        serde_json::to_writer_pretty(&mut *out, &rows)?;
         writeln!(out)?;
     } else {
         writeln!(

@@ -368,11 +368,21 @@ impl ArchiveSim {
         self.check();
     }
 
-    /// Run every pending event (persists of what is still cached, idle
-    /// spin-downs are lazy in the models). Returns the time of the last event.
+    /// Run every pending event (the watchdog persists what is still cached).
+    /// Returns the time by which every disk has settled: the last event, or
+    /// the last idle timeout after it.
+    /// The returned time also covers the last idle timeout, so the energy of
+    /// disks idling before they turn off is part of the report.
     pub fn drain(&mut self) -> u64 {
         self.run_until(u64::MAX);
-        self.now_ms
+        let now = self.now_ms;
+        self.models
+            .iter_mut()
+            .filter_map(|m| {
+                m.advance(now);
+                m.next_transition_ms().filter(|&t| t < ALWAYS_ON_IDLE_TIMEOUT_MS)
+            })
+            .fold(now, u64::max)
     }
 
     /// Account every disk's power up to `end_ms` (at least [`ArchiveSim::now_ms`])
@@ -547,6 +557,10 @@ impl ArchiveSim {
         let job = self.jobs[id as usize].as_ref().expect("job to start");
         let hold_ms = job.hold_ms.max(1);
         let disks = job.disks.clone();
+        let arrival_ms = match job.kind {
+            JobKind::Read { arrival_ms, .. } => Some(arrival_ms),
+            JobKind::Persist { .. } => None,
+        };
         let mut start_ms = now;
         let mut spun_up = false;
         for &d in &disks {
@@ -566,7 +580,7 @@ impl ArchiveSim {
             let on = self.spinning_at(now);
             self.counters.max_spinning = self.counters.max_spinning.max(on);
         }
-        if let JobKind::Read { arrival_ms, .. } = job.kind {
+        if let Some(arrival_ms) = arrival_ms {
             self.latency.record(start_ms - arrival_ms);
         }
     }

@@ -74,7 +74,7 @@ pub fn run(command: TraceCommand) -> Result<()> {
             let options = GenOptions { requests, seed, duration_ms: duration };
             let bar = progress_bar(requests, "generating");
             let mut writer = if output.as_os_str() == "-" {
-                crate::TraceWriter::new(Box::new(std::io::BufWriter::new(std::io::stdout().lock())) as Box<dyn std::io::Write + Send>)?
+                crate::TraceWriter::new(Box::new(std::io::BufWriter::with_capacity(1 << 20, std::io::stdout())) as Box<dyn std::io::Write + Send>)?
             } else {
                 create_trace_file(&output)?
             };

@@ -89,7 +89,8 @@ pub(crate) struct ArchiveParams {
     preexisting: f64,
     /// Fraction of PUTs that overwrite an existing object.
     overwrite: f64,
-    /// Fraction of GETs that re-read an object read earlier in the same session.
+    /// Probability that a GET re-reads an object read earlier in the same session (calibrated:
+    /// hot re-reads land in the session's own history too, adding about 5 points).
     session_reget: f64,
     /// Fraction of all objects in the hot set.
     hot_objects: f64,
@@ -130,7 +131,7 @@ impl ArchiveParams {
             // 78.3 M PUTs on 66.2 M files.
             overwrite: (78.3 - 66.2) / 78.3,
             // §2.4.3: 11 % of GETs re-retrieve a file within the session.
-            session_reget: 0.11,
+            session_reget: 0.06,
             // Fig. 2.5: 50 % of GETs hit less than 5 % of the files; 3 % hot leaves margin.
             hot_objects: 0.03,
             hot_recency_bias: 3.0,
@@ -140,7 +141,12 @@ impl ArchiveParams {
             // Table 2.4: actions per session P50 7, mean 47.04; lifetime P50 154 s, mean 2,601.6 s;
             // gap P50 250 s, mean 896.26 s.
             actions: LogNormal::from_median_mean(7.0, 47.04),
-            lifetime_s: LogNormal::from_median_mean(154.0, 2601.6),
+            // Single-action sessions last 0 s: the log-normal is for the others, such that the
+            // mixture has the table's median and mean.
+            lifetime_s: {
+                let actions = LogNormal::from_median_mean(7.0, 47.04);
+                LogNormal::with_zero_share(154.0, 2601.6, actions.cdf(1.5))
+            },
             gap_s: LogNormal::from_median_mean(250.0, 896.26),
             // 127.4 M requests from 2012/01/02 to 2014/05/21 (870 days).
             real_requests_per_day: 127.4e6 / 870.0,
@@ -196,6 +202,8 @@ struct Stream {
     kind: SessionKind,
     /// Remaining action times of the current session, latest first.
     times_ms: Vec<u64>,
+    /// Actions done in the current session.
+    done: u32,
     last_ms: u64,
     history: Vec<u32>,
 }
@@ -220,6 +228,8 @@ pub(crate) struct ArchiveGenerator {
     mark_for_read: f64,
     hot_on_first_read: f64,
     mixed_get_share: f64,
+    mixed_among_multi: f64,
+    read_only_among_single: f64,
 }
 
 impl ArchiveGenerator {
@@ -235,8 +245,14 @@ impl ArchiveGenerator {
         let preexisting_share_of_first_reads = (preexisting_per_request / read_per_request).min(1.0);
         let mark_for_read = ((read_per_request - preexisting_per_request) / new_per_request).clamp(0.0, 1.0);
         let hot_on_first_read = (params.hot_objects / (1.0 - params.never_read)).min(1.0);
+        // Single-action sessions cannot be mixed: the mixed sessions are drawn among the others,
+        // so the fractions of sessions with a GET and with a PUT come out as given.
+        let single_share = params.actions.cdf(1.5);
         let mixed = 1.0 - params.read_only_sessions - params.write_only_sessions;
-        let mixed_get_share = ((get - params.read_only_sessions) / mixed).clamp(0.0, 1.0);
+        let mixed_among_multi = (mixed / (1.0 - single_share)).min(1.0);
+        let read_only_among_single = params.read_only_sessions / (params.read_only_sessions + params.write_only_sessions);
+        let read_only_among_multi = (1.0 - mixed_among_multi) * read_only_among_single;
+        let mixed_get_share = ((get - read_only_among_multi) / mixed_among_multi).clamp(0.0, 1.0);
 
         // Enough streams to put `requests` into the duration.
         let duration_ms = options
@@ -266,6 +282,8 @@ impl ArchiveGenerator {
             mark_for_read,
             hot_on_first_read,
             mixed_get_share,
+            mixed_among_multi,
+            read_only_among_single,
         };
         for index in 0..stream_count {
             let start_ms = (generator.rng.gen::<f64>() * mean_cycle_ms) as u64;
@@ -274,6 +292,7 @@ impl ArchiveGenerator {
                 session: 0,
                 kind: SessionKind::Mixed,
                 times_ms: Vec::new(),
+                done: 0,
                 last_ms: 0,
                 history: Vec::new(),
             });
@@ -295,19 +314,20 @@ impl ArchiveGenerator {
             }
         }
         times.sort_unstable_by(|a, b| b.cmp(a));
-        let u: f64 = rng.gen();
-        let kind = if u < self.params.read_only_sessions {
-            SessionKind::ReadOnly
-        } else if u < self.params.read_only_sessions + self.params.write_only_sessions {
-            SessionKind::WriteOnly
-        } else {
+        let mixed_share = if actions == 1 { 0.0 } else { self.mixed_among_multi };
+        let kind = if rng.gen::<f64>() < mixed_share {
             SessionKind::Mixed
+        } else if rng.gen::<f64>() < self.read_only_among_single {
+            SessionKind::ReadOnly
+        } else {
+            SessionKind::WriteOnly
         };
         self.sessions_started += 1;
         let stream = &mut self.streams[index];
         stream.session = self.sessions_started;
         stream.kind = kind;
         stream.times_ms = times;
+        stream.done = 0;
         stream.history.clear();
         self.queue.push(Reverse((start_ms, index as u32)));
     }
@@ -367,7 +387,13 @@ impl ArchiveGenerator {
         None
     }
 
-    fn choose_op(&mut self, kind: SessionKind) -> Op {
+    fn choose_op(&mut self, kind: SessionKind, done: u32) -> Op {
+        // A mixed session reads and writes; a write-only session writes: their first actions say so.
+        match (kind, done) {
+            (SessionKind::Mixed, 0) => return Op::Get,
+            (SessionKind::Mixed, 1) | (SessionKind::WriteOnly, 0) if self.params.op_share[1] > 0.0 => return Op::Put,
+            _ => {}
+        }
         let [_, put, del, rename] = self.params.op_share;
         let get_share = match kind {
             SessionKind::ReadOnly => 1.0,
@@ -388,8 +414,9 @@ impl ArchiveGenerator {
     }
 
     fn action(&mut self, index: usize, time_ms: u64) -> Record {
-        let kind = self.streams[index].kind;
-        let op = self.choose_op(kind);
+        let (kind, done) = (self.streams[index].kind, self.streams[index].done);
+        self.streams[index].done += 1;
+        let op = self.choose_op(kind, done);
         let (user, session) = (self.streams[index].user, self.streams[index].session);
         let record = |op, object: &Object| Record { user, session, ..Record::new(time_ms, op, object.id, object.size_bytes) };
         match op {

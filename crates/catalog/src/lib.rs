@@ -1,0 +1,633 @@
+//! # permafrost-catalog: what the archive holds, on flash
+//!
+//! **Job.** Keep every piece of metadata of the object store (`docs/store.md` "Data model") so that listing,
+//! stat, delete, copy and placement decisions never touch a disk of the grid (SPEC idea 10): S3 buckets and
+//! their settings, objects, contents (content-addressed, with reference counts and a reverse index), extents and
+//! segments on the grid, datasets, multipart uploads and parts, per-grid-bucket allocation (append pointer and
+//! free ranges) and pending work. The schema is documented in `docs/catalog.md`.
+//!
+//! [`Catalog`] is the trait the store uses (a PostgreSQL backend follows with the multi-server work);
+//! [`SqliteCatalog`] is the embedded backend. Every trait method is **one transaction**: where several rows must
+//! change together (a put replaces an object and moves a reference, a persist records extents, segments and a
+//! state), the method does all of it or nothing.
+//!
+//! **Invariants.**
+//! - `contents.refcount` = number of `objects` rows referencing the content (checked by [`Catalog::check`]).
+//! - A content with `refcount = 0` carries `unreferenced_since_ms`; only such contents are garbage-collected.
+//! - Allocated grid ranges never overlap: every extent range lies below its grid bucket's append pointer and
+//!   outside its free ranges; free ranges are disjoint and coalesced.
+//! - An extent is freed only when no segment references it.
+//!
+//! **Not here.** Bytes (the cache files and the grid are the store's), hashing, formats, policies.
+
+mod list;
+mod sqlite;
+
+use serde::{Deserialize, Serialize};
+
+pub use sqlite::{SqliteCatalog, SqliteOptions};
+
+/// Errors of the catalog. Messages name the row concerned.
+#[derive(Debug, thiserror::Error)]
+pub enum CatalogError {
+    #[error("no such bucket: {0}")]
+    NoSuchBucket(String),
+    #[error("bucket {0} already exists")]
+    BucketExists(String),
+    #[error("bucket {0} is not empty")]
+    BucketNotEmpty(String),
+    #[error("no such object: {bucket}/{key}")]
+    NoSuchKey { bucket: String, key: String },
+    #[error("no such multipart upload: {0}")]
+    NoSuchUpload(String),
+    #[error("no such content: {0}")]
+    NoSuchContent(String),
+    #[error("grid bucket {grid_bucket} has no room for {bytes} bytes ({free_bytes} free of {capacity_bytes})")]
+    NoRoom { grid_bucket: u32, bytes: u64, free_bytes: u64, capacity_bytes: u64 },
+    #[error("catalog database {path}: {source}")]
+    Database { path: String, source: rusqlite::Error },
+    #[error("catalog: {0}")]
+    Corrupt(String),
+}
+
+/// Result of catalog operations.
+pub type Result<T, E = CatalogError> = std::result::Result<T, E>;
+
+/// Milliseconds since the Unix epoch.
+pub fn now_ms() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+}
+
+/// A `Content-Encoding` the archive understands (the encoding the client sent the bytes in).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum Encoding {
+    #[default]
+    Identity,
+    Zstd,
+    Lz4,
+}
+
+impl Encoding {
+    /// The name used in `Content-Encoding` headers and in the catalog.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Encoding::Identity => "identity",
+            Encoding::Zstd => "zstd",
+            Encoding::Lz4 => "lz4",
+        }
+    }
+}
+
+impl std::str::FromStr for Encoding {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "" | "identity" => Ok(Encoding::Identity),
+            "zstd" => Ok(Encoding::Zstd),
+            "lz4" => Ok(Encoding::Lz4),
+            other => Err(format!("unsupported content encoding {other:?}: expected identity, zstd or lz4")),
+        }
+    }
+}
+
+impl std::fmt::Display for Encoding {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// How a content's bytes are stored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StoredForm {
+    /// The bytes as received, uncompressed.
+    Raw,
+    /// Compressed by the server in independent chunks (the chunk index says how).
+    Chunked,
+    /// Pre-compressed by the client, stored exactly as sent.
+    AsSent,
+}
+
+impl StoredForm {
+    fn as_str(self) -> &'static str {
+        match self {
+            StoredForm::Raw => "raw",
+            StoredForm::Chunked => "chunked",
+            StoredForm::AsSent => "as_sent",
+        }
+    }
+    fn parse(s: &str) -> Result<Self> {
+        match s {
+            "raw" => Ok(StoredForm::Raw),
+            "chunked" => Ok(StoredForm::Chunked),
+            "as_sent" => Ok(StoredForm::AsSent),
+            other => Err(CatalogError::Corrupt(format!("unknown stored form {other:?}"))),
+        }
+    }
+}
+
+/// Life cycle of a content.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ContentState {
+    /// Complete and durable in the cache; no grid bucket chosen yet.
+    Cached,
+    /// A grid bucket is chosen; waiting for the persistence manager.
+    Placed,
+    /// Extents are allocated and being written, or written with parity still pending (delayed mode).
+    Persisting,
+    /// Every extent and all parity are durable on the grid.
+    Persisted,
+}
+
+impl ContentState {
+    /// All states, in life-cycle order.
+    pub const ALL: [ContentState; 4] =
+        [ContentState::Cached, ContentState::Placed, ContentState::Persisting, ContentState::Persisted];
+
+    /// The name used in the catalog and in HEAD responses.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ContentState::Cached => "cached",
+            ContentState::Placed => "placed",
+            ContentState::Persisting => "persisting",
+            ContentState::Persisted => "persisted",
+        }
+    }
+    fn parse(s: &str) -> Result<Self> {
+        ContentState::ALL
+            .into_iter()
+            .find(|c| c.as_str() == s)
+            .ok_or_else(|| CatalogError::Corrupt(format!("unknown content state {s:?}")))
+    }
+}
+
+impl std::fmt::Display for ContentState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Identity of a content: `BLAKE3(bytes as received) ‖ encoding`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ContentId {
+    pub hash: [u8; 32],
+    pub encoding: Encoding,
+}
+
+impl ContentId {
+    /// 128-bit id written into extent headers: the first 16 bytes of `BLAKE3(hash ‖ encoding)`.
+    pub fn object_id(&self) -> [u8; 16] {
+        let mut hasher = blake3::Hasher::new();
+        hasher.update(&self.hash);
+        hasher.update(self.encoding.as_str().as_bytes());
+        hasher.finalize().as_bytes()[..16].try_into().expect("16 bytes")
+    }
+
+    /// The 33-byte key used in the database: hash, then the encoding code.
+    pub fn to_key(&self) -> [u8; 33] {
+        let mut key = [0u8; 33];
+        key[..32].copy_from_slice(&self.hash);
+        key[32] = match self.encoding {
+            Encoding::Identity => 0,
+            Encoding::Zstd => 1,
+            Encoding::Lz4 => 2,
+        };
+        key
+    }
+
+    /// Inverse of [`ContentId::to_key`].
+    pub fn from_key(key: &[u8]) -> Result<ContentId> {
+        let bad = || CatalogError::Corrupt(format!("content key of {} bytes is malformed", key.len()));
+        if key.len() != 33 {
+            return Err(bad());
+        }
+        let encoding = match key[32] {
+            0 => Encoding::Identity,
+            1 => Encoding::Zstd,
+            2 => Encoding::Lz4,
+            _ => return Err(bad()),
+        };
+        Ok(ContentId { hash: key[..32].try_into().expect("32 bytes"), encoding })
+    }
+}
+
+impl std::fmt::Display for ContentId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for b in &self.hash {
+            write!(f, "{b:02x}")?;
+        }
+        write!(f, ":{}", self.encoding)
+    }
+}
+
+/// Compression the server applies to data that arrives uncompressed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum Compression {
+    #[default]
+    Zstd,
+    Lz4,
+    None,
+}
+
+impl std::str::FromStr for Compression {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "zstd" => Ok(Compression::Zstd),
+            "lz4" => Ok(Compression::Lz4),
+            "none" => Ok(Compression::None),
+            other => Err(format!("unknown compression {other:?}: expected zstd, lz4 or none")),
+        }
+    }
+}
+
+/// Per-S3-bucket settings.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct BucketSettings {
+    /// Compression of uploads that arrive uncompressed.
+    pub compression: Compression,
+    /// Placement strategy name (`permafrost_policy::placement_names()`); `None` = the store's default.
+    pub placement: Option<String>,
+    /// Engine write mode name (`direct`, `serialized`, `delayed`); `None` = the store's default.
+    pub write_mode: Option<String>,
+}
+
+impl Default for BucketSettings {
+    fn default() -> Self {
+        BucketSettings { compression: Compression::Zstd, placement: None, write_mode: None }
+    }
+}
+
+/// One S3 bucket.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BucketRecord {
+    pub name: String,
+    pub created_ms: u64,
+    pub settings: BucketSettings,
+}
+
+/// One object: a key of an S3 bucket and the content it names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ObjectRecord {
+    pub bucket: String,
+    pub key: String,
+    pub content: ContentId,
+    /// Logical (decoded) size in bytes.
+    pub size_bytes: u64,
+    /// The ETag as S3 clients expect it (quoted hex MD5, or `"hex-N"` for multipart).
+    pub etag: String,
+    pub last_modified_ms: u64,
+    pub content_type: Option<String>,
+    /// `x-amz-meta-*` pairs (names without the prefix), in the order received.
+    pub user_metadata: Vec<(String, String)>,
+    /// Checksums the client sent and that were verified (`crc32`, `sha256`, …, base64 values).
+    pub checksums: Vec<(String, String)>,
+    /// Dataset id (`bucket/prefix…`).
+    pub dataset: String,
+}
+
+/// A content: stored bytes shared by every object with the same [`ContentId`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ContentRecord {
+    pub id: ContentId,
+    /// Decoded size.
+    pub logical_bytes: u64,
+    /// Size of the stored form (what the cache file and the extents hold).
+    pub stored_bytes: u64,
+    pub stored_form: StoredForm,
+    /// The chunk index of a `Chunked` content (serialized by the format crate), empty otherwise.
+    pub chunk_index: Vec<u8>,
+    /// MD5 of the bytes as received.
+    pub md5: [u8; 16],
+    pub state: ContentState,
+    pub refcount: u64,
+    /// Dataset of the object that first stored it (placement input).
+    pub dataset: String,
+    /// Chosen grid bucket (from `Placed` on).
+    pub grid_bucket: Option<u32>,
+    /// Cache file, relative to the cache directory, while the content is cached.
+    pub cache_path: Option<String>,
+    /// When the content became complete in the cache (watchdog age).
+    pub created_ms: u64,
+    /// Last read or write (cache LRU).
+    pub last_access_ms: u64,
+    /// Set while `refcount = 0`.
+    pub unreferenced_since_ms: Option<u64>,
+}
+
+/// What a new content looks like when a put commits.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewContent {
+    pub id: ContentId,
+    pub logical_bytes: u64,
+    pub stored_bytes: u64,
+    pub stored_form: StoredForm,
+    pub chunk_index: Vec<u8>,
+    pub md5: [u8; 16],
+    pub cache_path: String,
+}
+
+/// Result of [`Catalog::put_object`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PutOutcome {
+    /// The content existed already: the new cache file was not adopted and must be deleted by the caller
+    /// (work item `delete_file_work`, see [`Catalog::finish_work`]).
+    pub deduplicated: bool,
+    /// Work items (cache files to delete) the caller performs and then finishes.
+    pub work: Vec<WorkItem>,
+}
+
+/// Kind of an extent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ExtentKind {
+    /// Holds (part of) one content; the first extent's payload starts with the manifest.
+    Content,
+    /// Holds pack entries (`manifest | stored bytes`) of several small contents.
+    Pack,
+}
+
+/// An extent to allocate.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewExtent {
+    /// Bytes on the grid bucket (header, payload, checksum, padding; a multiple of 4096).
+    pub length_bytes: u64,
+    pub payload_bytes: u64,
+    /// Object id in the extent header (the content's, or the pack's).
+    pub object_id: [u8; 16],
+    /// Extent number within the object.
+    pub extent_no: u16,
+    pub kind: ExtentKind,
+}
+
+/// An extent on the grid.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExtentRecord {
+    pub extent_id: i64,
+    pub grid_bucket: u32,
+    pub offset: u64,
+    pub length_bytes: u64,
+    pub payload_bytes: u64,
+    pub object_id: [u8; 16],
+    pub extent_no: u16,
+    pub kind: ExtentKind,
+    /// False while the extent is being written (abandoned on restart).
+    pub written: bool,
+    /// BLAKE3 of the payload, once written.
+    pub blake3: Option<[u8; 32]>,
+}
+
+/// Where a run of a content's stored bytes lives.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SegmentRecord {
+    pub content: ContentId,
+    /// Order within the content, from 0.
+    pub seq: u32,
+    pub extent_id: i64,
+    /// Offset of the run inside the extent's payload.
+    pub offset_in_payload: u64,
+    pub length_bytes: u64,
+}
+
+/// A segment joined with its extent (what a reader needs).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ContentSegment {
+    pub segment: SegmentRecord,
+    pub extent: ExtentRecord,
+}
+
+/// Allocation state of one grid bucket.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct GridUsage {
+    pub grid_bucket: u32,
+    /// Everything below is allocated or free-listed.
+    pub append_offset: u64,
+    /// Sum of the free ranges below the append pointer.
+    pub free_bytes: u64,
+}
+
+impl GridUsage {
+    /// Bytes held by extents.
+    pub fn used_bytes(&self) -> u64 {
+        self.append_offset - self.free_bytes
+    }
+}
+
+/// Bytes waiting in the cache for one grid bucket.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Outstanding {
+    pub grid_bucket: u32,
+    pub stored_bytes: u64,
+    pub contents: u64,
+    /// `created_ms` of the oldest waiting content.
+    pub oldest_ms: u64,
+}
+
+/// A dataset (S3 bucket + key prefix) and its placement affinity.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DatasetRecord {
+    pub id: String,
+    pub bucket: String,
+    pub created_ms: u64,
+    /// The grid bucket its data goes to (set at its first placement).
+    pub grid_bucket: Option<u32>,
+}
+
+/// A multipart upload in progress.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UploadRecord {
+    pub upload_id: String,
+    pub bucket: String,
+    pub key: String,
+    pub created_ms: u64,
+    /// The store's put options, serialized (content type, metadata, encoding).
+    pub options: String,
+}
+
+/// One uploaded part.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PartRecord {
+    pub upload_id: String,
+    pub part_number: u32,
+    pub size_bytes: u64,
+    /// MD5 of the part (16 bytes).
+    pub md5: [u8; 16],
+    /// Cache file of the part's raw bytes, relative to the cache directory.
+    pub cache_path: String,
+    pub created_ms: u64,
+}
+
+/// A durable to-do item, recorded in the same transaction as the change that makes it necessary, done by the
+/// caller after the commit, then removed with [`Catalog::finish_work`]. Items left after a crash are redone.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WorkItem {
+    pub id: i64,
+    pub kind: WorkKind,
+}
+
+/// What a [`WorkItem`] asks for.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "kind")]
+pub enum WorkKind {
+    /// Delete this cache file (relative to the cache directory).
+    DeleteCacheFile { path: String },
+}
+
+/// A query of [`Catalog::list_objects`] (S3 ListObjects semantics).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ListQuery {
+    pub prefix: String,
+    /// Roll keys that contain the delimiter after the prefix into common prefixes.
+    pub delimiter: Option<String>,
+    /// Return only entries after this key (or after every key under this common prefix).
+    pub start_after: Option<String>,
+    /// At most this many entries (objects + common prefixes); 0 is treated as 1000.
+    pub max_keys: usize,
+}
+
+/// One page of a listing.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ListPage {
+    pub objects: Vec<ObjectRecord>,
+    pub common_prefixes: Vec<String>,
+    /// More entries follow; resume with `start_after = next_start_after`.
+    pub is_truncated: bool,
+    pub next_start_after: Option<String>,
+}
+
+/// What a GC step removed: the caller deletes these cache files (via the work items) and the ranges are free.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct GcOutcome {
+    pub contents_removed: u64,
+    pub stored_bytes_removed: u64,
+    /// `(grid_bucket, offset, length)` returned to the free lists.
+    pub ranges_freed: Vec<(u32, u64, u64)>,
+    pub work: Vec<WorkItem>,
+}
+
+/// Counts for `status()`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct CatalogStats {
+    pub buckets: u64,
+    pub objects: u64,
+    /// `(state, contents, stored bytes)`.
+    pub contents_by_state: Vec<(ContentState, u64, u64)>,
+    /// Stored bytes of contents that have a cache file.
+    pub cached_bytes: u64,
+    pub extents: u64,
+    pub pack_extents: u64,
+    pub uploads: u64,
+    pub parts_bytes: u64,
+}
+
+/// The catalog. Every method is one atomic transaction.
+pub trait Catalog: Send + Sync {
+    // ---- buckets
+    fn create_bucket(&self, name: &str, settings: &BucketSettings) -> Result<()>;
+    /// Deletes an empty bucket (no objects, no uploads in progress).
+    fn delete_bucket(&self, name: &str) -> Result<()>;
+    fn get_bucket(&self, name: &str) -> Result<Option<BucketRecord>>;
+    fn list_buckets(&self) -> Result<Vec<BucketRecord>>;
+
+    // ---- objects
+    /// Make `object` visible, replacing any object under the same key (whose content loses a reference). When
+    /// `content.id` exists, the object references it and `content.cache_path` is scheduled for deletion;
+    /// otherwise the content is inserted in state `Cached`. The dataset row is created if missing.
+    fn put_object(&self, object: &ObjectRecord, content: &NewContent, now_ms: u64) -> Result<PutOutcome>;
+    fn get_object(&self, bucket: &str, key: &str) -> Result<Option<(ObjectRecord, ContentRecord)>>;
+    /// Remove the object; its content loses a reference. `Ok(false)` if there was no such key.
+    fn delete_object(&self, bucket: &str, key: &str, now_ms: u64) -> Result<bool>;
+    /// A new object referencing the same content as `source` (catalog only). `object.content`, size and ETag
+    /// are taken from the source.
+    fn copy_object(&self, src_bucket: &str, src_key: &str, object: &ObjectRecord, now_ms: u64) -> Result<ObjectRecord>;
+    fn list_objects(&self, bucket: &str, query: &ListQuery) -> Result<ListPage>;
+    /// Every object in key order after `start_after` (for verify), at most `limit`.
+    fn objects_after(&self, after: Option<(&str, &str)>, limit: usize) -> Result<Vec<ObjectRecord>>;
+
+    // ---- contents
+    fn get_content(&self, id: &ContentId) -> Result<Option<ContentRecord>>;
+    /// Contents in `state`, oldest first, at most `limit`.
+    fn contents_in_state(&self, state: ContentState, limit: usize) -> Result<Vec<ContentRecord>>;
+    /// An object referencing the content (for its manifest), if any.
+    fn any_object_of(&self, id: &ContentId) -> Result<Option<ObjectRecord>>;
+    /// `Cached` → `Placed` on `grid_bucket`; records the dataset's grid bucket if it had none.
+    fn place_content(&self, id: &ContentId, grid_bucket: u32) -> Result<()>;
+    fn touch_content(&self, id: &ContentId, now_ms: u64) -> Result<()>;
+    /// Persisted contents with a cache file, least recently used first, at most `limit`.
+    fn eviction_candidates(&self, limit: usize) -> Result<Vec<ContentRecord>>;
+    /// Drop the cache file of a persisted content (returns the work item deleting the file), `None` when the
+    /// content is not persisted or has no cache file.
+    fn evict_content(&self, id: &ContentId) -> Result<Option<WorkItem>>;
+    /// Bytes waiting (state `Placed`) per grid bucket.
+    fn outstanding(&self) -> Result<Vec<Outstanding>>;
+    /// `Persisting` → `Persisted` for these contents.
+    fn mark_persisted(&self, ids: &[ContentId]) -> Result<()>;
+
+    // ---- extents
+    /// Allocate `extents` on `grid_bucket` (best-fit free range, else the append pointer; `NoRoom` beyond
+    /// `capacity_bytes`), record them as being written and move `contents` to `Persisting`.
+    fn begin_extents(
+        &self,
+        grid_bucket: u32,
+        capacity_bytes: u64,
+        extents: &[NewExtent],
+        contents: &[ContentId],
+    ) -> Result<Vec<ExtentRecord>>;
+    /// The extents are written: record their hashes and the segments; `contents` go to `Persisted` (or stay
+    /// `Persisting` when `parity_pending`).
+    fn finish_extents(
+        &self,
+        written: &[(i64, [u8; 32])],
+        segments: &[SegmentRecord],
+        contents: &[ContentId],
+        parity_pending: bool,
+    ) -> Result<()>;
+    /// Free extents whose write failed or was interrupted; `contents` go back to `Placed`.
+    fn abandon_extents(&self, extent_ids: &[i64], contents: &[ContentId]) -> Result<()>;
+    /// Extents still marked as being written (after a crash).
+    fn unwritten_extents(&self) -> Result<Vec<ExtentRecord>>;
+    /// The segments of a content with their extents, in order.
+    fn segments(&self, id: &ContentId) -> Result<Vec<ContentSegment>>;
+    fn extents_of_grid_bucket(&self, grid_bucket: u32) -> Result<Vec<ExtentRecord>>;
+    fn grid_usage(&self) -> Result<Vec<GridUsage>>;
+    /// Free ranges of a grid bucket, in offset order.
+    fn free_ranges(&self, grid_bucket: u32) -> Result<Vec<(u64, u64)>>;
+
+    // ---- datasets
+    fn datasets(&self) -> Result<Vec<DatasetRecord>>;
+
+    // ---- multipart
+    fn create_upload(&self, upload: &UploadRecord) -> Result<()>;
+    fn get_upload(&self, upload_id: &str) -> Result<Option<UploadRecord>>;
+    /// Uploads of a bucket (key order, then creation), optionally under a prefix.
+    fn list_uploads(&self, bucket: &str, prefix: &str, limit: usize) -> Result<Vec<UploadRecord>>;
+    /// Record a part, replacing an earlier part with the same number (whose file gets a work item).
+    fn put_part(&self, part: &PartRecord) -> Result<Vec<WorkItem>>;
+    fn list_parts(&self, upload_id: &str) -> Result<Vec<PartRecord>>;
+    /// Remove the upload and its parts; work items delete the part files.
+    fn remove_upload(&self, upload_id: &str) -> Result<Vec<WorkItem>>;
+    /// Every upload (restart: parts whose files are gone).
+    fn all_uploads(&self) -> Result<Vec<UploadRecord>>;
+
+    // ---- garbage collection
+    /// Contents unreferenced since at least `older_than_ms`, at most `limit`.
+    fn gc_candidates(&self, older_than_ms: u64, limit: usize) -> Result<Vec<ContentId>>;
+    /// Remove a content that is still unreferenced: its segments, extents no segment references any more
+    /// (their ranges are freed), its row; its cache file gets a work item. No-op if it gained a reference.
+    fn gc_content(&self, id: &ContentId) -> Result<GcOutcome>;
+
+    // ---- pending work
+    fn pending_work(&self) -> Result<Vec<WorkItem>>;
+    fn finish_work(&self, ids: &[i64]) -> Result<()>;
+
+    // ---- whole catalog
+    fn stats(&self) -> Result<CatalogStats>;
+    /// Every cache file the catalog references (contents and parts), for the restart sweep.
+    fn cache_files(&self) -> Result<Vec<String>>;
+    /// Check the invariants (refcounts, allocation overlaps); returns a description of each violation.
+    fn check(&self) -> Result<Vec<String>>;
+}

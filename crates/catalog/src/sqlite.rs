@@ -1,0 +1,1252 @@
+//! The embedded catalog: one SQLite database (WAL) in the data directory. Schema: `docs/catalog.md`.
+//!
+//! One writer connection behind a mutex (SQLite allows one writer at a time anyway) and a bounded pool of reader
+//! connections, so listings and HEADs do not queue behind a commit's fsync. Statements are prepared once per
+//! connection (`prepare_cached`).
+
+use std::path::{Path, PathBuf};
+
+use parking_lot::Mutex;
+use rusqlite::{params, Connection, OpenFlags, OptionalExtension, Row, Transaction};
+
+use crate::list::{list_with, prefix_successor};
+use crate::*;
+
+/// Schema version stored in `meta`.
+const SCHEMA_VERSION: u32 = 1;
+/// Reader connections kept open at most.
+const READERS_MAX: usize = 8;
+
+/// Options of [`SqliteCatalog::open_with`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SqliteOptions {
+    /// `synchronous=FULL` (every commit is durable before it returns, as acknowledgements require). `false`
+    /// gives `synchronous=OFF`: only for tests and benchmarks, a crash may lose recent commits.
+    pub durable: bool,
+}
+
+impl Default for SqliteOptions {
+    fn default() -> Self {
+        SqliteOptions { durable: true }
+    }
+}
+
+/// The SQLite catalog.
+pub struct SqliteCatalog {
+    path: PathBuf,
+    options: SqliteOptions,
+    writer: Mutex<Connection>,
+    readers: Mutex<Vec<Connection>>,
+}
+
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS buckets (
+    name TEXT PRIMARY KEY,
+    created_ms INTEGER NOT NULL,
+    settings TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS contents (
+    content BLOB PRIMARY KEY,
+    logical_bytes INTEGER NOT NULL,
+    stored_bytes INTEGER NOT NULL,
+    stored_form TEXT NOT NULL,
+    chunk_index BLOB NOT NULL,
+    md5 BLOB NOT NULL,
+    state TEXT NOT NULL,
+    refcount INTEGER NOT NULL,
+    dataset TEXT NOT NULL,
+    grid_bucket INTEGER,
+    cache_path TEXT,
+    created_ms INTEGER NOT NULL,
+    last_access_ms INTEGER NOT NULL,
+    unreferenced_since_ms INTEGER
+);
+CREATE INDEX IF NOT EXISTS contents_by_state ON contents(state, created_ms);
+CREATE INDEX IF NOT EXISTS contents_lru ON contents(last_access_ms)
+    WHERE state = 'persisted' AND cache_path IS NOT NULL;
+CREATE INDEX IF NOT EXISTS contents_unreferenced ON contents(unreferenced_since_ms) WHERE refcount = 0;
+CREATE TABLE IF NOT EXISTS objects (
+    bucket TEXT NOT NULL,
+    key BLOB NOT NULL,
+    content BLOB NOT NULL,
+    size_bytes INTEGER NOT NULL,
+    etag TEXT NOT NULL,
+    last_modified_ms INTEGER NOT NULL,
+    content_type TEXT,
+    user_metadata TEXT NOT NULL,
+    checksums TEXT NOT NULL,
+    dataset TEXT NOT NULL,
+    PRIMARY KEY (bucket, key)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS objects_by_content ON objects(content);
+CREATE TABLE IF NOT EXISTS extents (
+    extent_id INTEGER PRIMARY KEY,
+    grid_bucket INTEGER NOT NULL,
+    offset INTEGER NOT NULL,
+    length_bytes INTEGER NOT NULL,
+    payload_bytes INTEGER NOT NULL,
+    object_id BLOB NOT NULL,
+    extent_no INTEGER NOT NULL,
+    kind TEXT NOT NULL,
+    written INTEGER NOT NULL,
+    blake3 BLOB
+);
+CREATE INDEX IF NOT EXISTS extents_by_place ON extents(grid_bucket, offset);
+CREATE INDEX IF NOT EXISTS extents_unwritten ON extents(extent_id) WHERE written = 0;
+CREATE TABLE IF NOT EXISTS segments (
+    content BLOB NOT NULL,
+    seq INTEGER NOT NULL,
+    extent_id INTEGER NOT NULL,
+    offset_in_payload INTEGER NOT NULL,
+    length_bytes INTEGER NOT NULL,
+    PRIMARY KEY (content, seq)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS segments_by_extent ON segments(extent_id);
+CREATE TABLE IF NOT EXISTS datasets (
+    id TEXT PRIMARY KEY,
+    bucket TEXT NOT NULL,
+    created_ms INTEGER NOT NULL,
+    grid_bucket INTEGER
+);
+CREATE TABLE IF NOT EXISTS multipart_uploads (
+    upload_id TEXT PRIMARY KEY,
+    bucket TEXT NOT NULL,
+    key BLOB NOT NULL,
+    created_ms INTEGER NOT NULL,
+    options TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS uploads_by_key ON multipart_uploads(bucket, key, created_ms);
+CREATE TABLE IF NOT EXISTS multipart_parts (
+    upload_id TEXT NOT NULL,
+    part_number INTEGER NOT NULL,
+    size_bytes INTEGER NOT NULL,
+    md5 BLOB NOT NULL,
+    cache_path TEXT NOT NULL,
+    created_ms INTEGER NOT NULL,
+    PRIMARY KEY (upload_id, part_number)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS grid_allocations (
+    grid_bucket INTEGER PRIMARY KEY,
+    append_offset INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS grid_free_ranges (
+    grid_bucket INTEGER NOT NULL,
+    offset INTEGER NOT NULL,
+    length INTEGER NOT NULL,
+    PRIMARY KEY (grid_bucket, offset)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS free_ranges_by_length ON grid_free_ranges(grid_bucket, length);
+CREATE TABLE IF NOT EXISTS pending_work (
+    id INTEGER PRIMARY KEY,
+    item TEXT NOT NULL,
+    created_ms INTEGER NOT NULL
+);
+";
+
+const OBJECT_COLUMNS: &str =
+    "bucket, key, content, size_bytes, etag, last_modified_ms, content_type, user_metadata, checksums, dataset";
+const CONTENT_COLUMNS: &str = "content, logical_bytes, stored_bytes, stored_form, chunk_index, md5, state, refcount, \
+     dataset, grid_bucket, cache_path, created_ms, last_access_ms, unreferenced_since_ms";
+const EXTENT_COLUMNS: &str =
+    "extent_id, grid_bucket, offset, length_bytes, payload_bytes, object_id, extent_no, kind, written, blake3";
+
+fn corrupt(what: impl std::fmt::Display) -> CatalogError {
+    CatalogError::Corrupt(what.to_string())
+}
+
+fn key_string(bytes: Vec<u8>) -> rusqlite::Result<String> {
+    String::from_utf8(bytes).map_err(|e| rusqlite::Error::FromSqlConversionFailure(1, rusqlite::types::Type::Blob, Box::new(e)))
+}
+
+fn conversion(e: CatalogError) -> rusqlite::Error {
+    rusqlite::Error::FromSqlConversionFailure(0, rusqlite::types::Type::Text, Box::new(e))
+}
+
+fn json_pairs(text: &str) -> rusqlite::Result<Vec<(String, String)>> {
+    serde_json::from_str(text).map_err(|e| conversion(corrupt(format!("metadata column: {e}"))))
+}
+
+fn object_from_row(row: &Row) -> rusqlite::Result<ObjectRecord> {
+    Ok(ObjectRecord {
+        bucket: row.get(0)?,
+        key: key_string(row.get(1)?)?,
+        content: ContentId::from_key(&row.get::<_, Vec<u8>>(2)?).map_err(conversion)?,
+        size_bytes: row.get::<_, i64>(3)? as u64,
+        etag: row.get(4)?,
+        last_modified_ms: row.get::<_, i64>(5)? as u64,
+        content_type: row.get(6)?,
+        user_metadata: json_pairs(&row.get::<_, String>(7)?)?,
+        checksums: json_pairs(&row.get::<_, String>(8)?)?,
+        dataset: row.get(9)?,
+    })
+}
+
+fn fixed<const N: usize>(bytes: Vec<u8>, what: &str) -> rusqlite::Result<[u8; N]> {
+    bytes.try_into().map_err(|b: Vec<u8>| conversion(corrupt(format!("{what} has {} bytes, expected {N}", b.len()))))
+}
+
+/// Content columns starting at column `at`.
+fn content_from_row(row: &Row, at: usize) -> rusqlite::Result<ContentRecord> {
+    Ok(ContentRecord {
+        id: ContentId::from_key(&row.get::<_, Vec<u8>>(at)?).map_err(conversion)?,
+        logical_bytes: row.get::<_, i64>(at + 1)? as u64,
+        stored_bytes: row.get::<_, i64>(at + 2)? as u64,
+        stored_form: StoredForm::parse(&row.get::<_, String>(at + 3)?).map_err(conversion)?,
+        chunk_index: row.get(at + 4)?,
+        md5: fixed(row.get(at + 5)?, "md5")?,
+        state: ContentState::parse(&row.get::<_, String>(at + 6)?).map_err(conversion)?,
+        refcount: row.get::<_, i64>(at + 7)? as u64,
+        dataset: row.get(at + 8)?,
+        grid_bucket: row.get::<_, Option<i64>>(at + 9)?.map(|b| b as u32),
+        cache_path: row.get(at + 10)?,
+        created_ms: row.get::<_, i64>(at + 11)? as u64,
+        last_access_ms: row.get::<_, i64>(at + 12)? as u64,
+        unreferenced_since_ms: row.get::<_, Option<i64>>(at + 13)?.map(|v| v as u64),
+    })
+}
+
+fn extent_kind(s: &str) -> rusqlite::Result<ExtentKind> {
+    match s {
+        "content" => Ok(ExtentKind::Content),
+        "pack" => Ok(ExtentKind::Pack),
+        other => Err(conversion(corrupt(format!("unknown extent kind {other:?}")))),
+    }
+}
+
+fn kind_str(kind: ExtentKind) -> &'static str {
+    match kind {
+        ExtentKind::Content => "content",
+        ExtentKind::Pack => "pack",
+    }
+}
+
+/// Extent columns starting at column `at`.
+fn extent_from_row(row: &Row, at: usize) -> rusqlite::Result<ExtentRecord> {
+    Ok(ExtentRecord {
+        extent_id: row.get(at)?,
+        grid_bucket: row.get::<_, i64>(at + 1)? as u32,
+        offset: row.get::<_, i64>(at + 2)? as u64,
+        length_bytes: row.get::<_, i64>(at + 3)? as u64,
+        payload_bytes: row.get::<_, i64>(at + 4)? as u64,
+        object_id: fixed(row.get(at + 5)?, "object id")?,
+        extent_no: row.get::<_, i64>(at + 6)? as u16,
+        kind: extent_kind(&row.get::<_, String>(at + 7)?)?,
+        written: row.get::<_, i64>(at + 8)? != 0,
+        blake3: row.get::<_, Option<Vec<u8>>>(at + 9)?.map(|b| fixed(b, "extent blake3")).transpose()?,
+    })
+}
+
+fn upload_from_row(row: &Row) -> rusqlite::Result<UploadRecord> {
+    Ok(UploadRecord {
+        upload_id: row.get(0)?,
+        bucket: row.get(1)?,
+        key: key_string(row.get(2)?)?,
+        created_ms: row.get::<_, i64>(3)? as u64,
+        options: row.get(4)?,
+    })
+}
+
+fn part_from_row(row: &Row) -> rusqlite::Result<PartRecord> {
+    Ok(PartRecord {
+        upload_id: row.get(0)?,
+        part_number: row.get::<_, i64>(1)? as u32,
+        size_bytes: row.get::<_, i64>(2)? as u64,
+        md5: fixed(row.get(3)?, "part md5")?,
+        cache_path: row.get(4)?,
+        created_ms: row.get::<_, i64>(5)? as u64,
+    })
+}
+
+fn pairs_json(pairs: &[(String, String)]) -> String {
+    serde_json::to_string(pairs).expect("pairs of strings serialize")
+}
+
+/// Add a pending work item inside `tx`.
+fn add_work(tx: &Transaction, kind: WorkKind, now_ms: u64) -> rusqlite::Result<WorkItem> {
+    let text = serde_json::to_string(&kind).expect("work items serialize");
+    tx.prepare_cached("INSERT INTO pending_work (item, created_ms) VALUES (?1, ?2)")?
+        .execute(params![text, now_ms as i64])?;
+    Ok(WorkItem { id: tx.last_insert_rowid(), kind })
+}
+
+/// Change a content's reference count by `delta` inside `tx`, maintaining `unreferenced_since_ms`.
+fn add_reference(tx: &Transaction, content: &[u8], delta: i64, now_ms: u64) -> rusqlite::Result<()> {
+    tx.prepare_cached(
+        "UPDATE contents SET refcount = refcount + ?2,
+             unreferenced_since_ms = CASE WHEN refcount + ?2 = 0 THEN ?3 ELSE NULL END
+         WHERE content = ?1",
+    )?
+    .execute(params![content, delta, now_ms as i64])?;
+    Ok(())
+}
+
+/// Insert `(offset, length)` into the free list of `grid_bucket`, coalescing with its neighbours and
+/// lowering the append pointer when the range ends there.
+fn free_range(tx: &Transaction, grid_bucket: u32, offset: u64, length: u64) -> rusqlite::Result<()> {
+    let (mut start, mut end) = (offset, offset + length);
+    let before: Option<(i64, i64)> = tx
+        .prepare_cached(
+            "SELECT offset, length FROM grid_free_ranges WHERE grid_bucket = ?1 AND offset < ?2
+             ORDER BY offset DESC LIMIT 1",
+        )?
+        .query_row(params![grid_bucket, start as i64], |r| Ok((r.get(0)?, r.get(1)?)))
+        .optional()?;
+    if let Some((o, l)) = before {
+        assert!((o + l) as u64 <= start, "free range {o}+{l} overlaps freed {start}..{end} on grid bucket {grid_bucket}");
+        if (o + l) as u64 == start {
+            start = o as u64;
+            tx.prepare_cached("DELETE FROM grid_free_ranges WHERE grid_bucket = ?1 AND offset = ?2")?
+                .execute(params![grid_bucket, o])?;
+        }
+    }
+    let after: Option<(i64, i64)> = tx
+        .prepare_cached("SELECT offset, length FROM grid_free_ranges WHERE grid_bucket = ?1 AND offset >= ?2 ORDER BY offset LIMIT 1")?
+        .query_row(params![grid_bucket, offset as i64], |r| Ok((r.get(0)?, r.get(1)?)))
+        .optional()?;
+    if let Some((o, l)) = after {
+        assert!(o as u64 >= end, "free range {o}+{l} overlaps freed {start}..{end} on grid bucket {grid_bucket}");
+        if o as u64 == end {
+            end = (o + l) as u64;
+            tx.prepare_cached("DELETE FROM grid_free_ranges WHERE grid_bucket = ?1 AND offset = ?2")?
+                .execute(params![grid_bucket, o])?;
+        }
+    }
+    let append: i64 = tx
+        .prepare_cached("SELECT append_offset FROM grid_allocations WHERE grid_bucket = ?1")?
+        .query_row(params![grid_bucket], |r| r.get(0))?;
+    if end as i64 == append {
+        tx.prepare_cached("UPDATE grid_allocations SET append_offset = ?2 WHERE grid_bucket = ?1")?
+            .execute(params![grid_bucket, start as i64])?;
+    } else {
+        tx.prepare_cached("INSERT INTO grid_free_ranges (grid_bucket, offset, length) VALUES (?1, ?2, ?3)")?
+            .execute(params![grid_bucket, start as i64, (end - start) as i64])?;
+    }
+    Ok(())
+}
+
+/// Allocate `length` bytes on `grid_bucket`: the smallest free range that fits, else at the append pointer.
+fn allocate(tx: &Transaction, grid_bucket: u32, length: u64, capacity_bytes: u64) -> Result<u64> {
+    let db = |e| CatalogError::Database { path: String::from("(allocation)"), source: e };
+    tx.prepare_cached("INSERT OR IGNORE INTO grid_allocations (grid_bucket, append_offset) VALUES (?1, 0)")
+        .and_then(|mut s| s.execute(params![grid_bucket]))
+        .map_err(db)?;
+    let fit: Option<(i64, i64)> = tx
+        .prepare_cached(
+            "SELECT offset, length FROM grid_free_ranges WHERE grid_bucket = ?1 AND length >= ?2
+             ORDER BY length, offset LIMIT 1",
+        )
+        .and_then(|mut s| s.query_row(params![grid_bucket, length as i64], |r| Ok((r.get(0)?, r.get(1)?))).optional())
+        .map_err(db)?;
+    if let Some((offset, free)) = fit {
+        let run = || -> rusqlite::Result<()> {
+            tx.prepare_cached("DELETE FROM grid_free_ranges WHERE grid_bucket = ?1 AND offset = ?2")?
+                .execute(params![grid_bucket, offset])?;
+            if free as u64 > length {
+                tx.prepare_cached("INSERT INTO grid_free_ranges (grid_bucket, offset, length) VALUES (?1, ?2, ?3)")?
+                    .execute(params![grid_bucket, offset + length as i64, free - length as i64])?;
+            }
+            Ok(())
+        };
+        run().map_err(db)?;
+        return Ok(offset as u64);
+    }
+    let append: i64 = tx
+        .prepare_cached("SELECT append_offset FROM grid_allocations WHERE grid_bucket = ?1")
+        .and_then(|mut s| s.query_row(params![grid_bucket], |r| r.get(0)))
+        .map_err(db)?;
+    let append = append as u64;
+    if append + length > capacity_bytes {
+        let free: i64 = tx
+            .prepare_cached("SELECT COALESCE(SUM(length), 0) FROM grid_free_ranges WHERE grid_bucket = ?1")
+            .and_then(|mut s| s.query_row(params![grid_bucket], |r| r.get(0)))
+            .map_err(db)?;
+        return Err(CatalogError::NoRoom {
+            grid_bucket,
+            bytes: length,
+            free_bytes: capacity_bytes.saturating_sub(append) + free as u64,
+            capacity_bytes,
+        });
+    }
+    tx.prepare_cached("UPDATE grid_allocations SET append_offset = ?2 WHERE grid_bucket = ?1")
+        .and_then(|mut s| s.execute(params![grid_bucket, (append + length) as i64]))
+        .map_err(db)?;
+    Ok(append)
+}
+
+impl SqliteCatalog {
+    /// Open (or create) the catalog at `path`, durable.
+    pub fn open(path: &Path) -> Result<SqliteCatalog> {
+        SqliteCatalog::open_with(path, SqliteOptions::default())
+    }
+
+    /// Open (or create) the catalog at `path` with options.
+    pub fn open_with(path: &Path, options: SqliteOptions) -> Result<SqliteCatalog> {
+        let catalog = SqliteCatalog {
+            path: path.to_path_buf(),
+            options,
+            writer: Mutex::new(Self::connect(path, options, true)?),
+            readers: Mutex::new(Vec::new()),
+        };
+        catalog.write(|tx| {
+            tx.execute_batch(SCHEMA)?;
+            let version: Option<String> =
+                tx.query_row("SELECT value FROM meta WHERE key = 'schema_version'", [], |r| r.get(0)).optional()?;
+            match version {
+                None => {
+                    tx.execute("INSERT INTO meta (key, value) VALUES ('schema_version', ?1)", params![SCHEMA_VERSION.to_string()])?;
+                }
+                Some(v) if v == SCHEMA_VERSION.to_string() => {}
+                Some(v) => {
+                    return Err(rusqlite::Error::FromSqlConversionFailure(
+                        0,
+                        rusqlite::types::Type::Text,
+                        format!("catalog schema version {v} is not supported (this build reads {SCHEMA_VERSION})").into(),
+                    ))
+                }
+            }
+            Ok(())
+        })?;
+        Ok(catalog)
+    }
+
+    fn connect(path: &Path, options: SqliteOptions, writer: bool) -> Result<Connection> {
+        let db = |source| CatalogError::Database { path: path.display().to_string(), source };
+        let flags = if writer {
+            OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_CREATE | OpenFlags::SQLITE_OPEN_NO_MUTEX
+        } else {
+            OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX
+        };
+        let conn = Connection::open_with_flags(path, flags).map_err(db)?;
+        conn.busy_timeout(std::time::Duration::from_secs(10)).map_err(db)?;
+        if writer {
+            conn.pragma_update(None, "journal_mode", "WAL").map_err(db)?;
+        }
+        conn.pragma_update(None, "synchronous", if options.durable { "FULL" } else { "OFF" }).map_err(db)?;
+        conn.pragma_update(None, "foreign_keys", "OFF").map_err(db)?;
+        conn.set_prepared_statement_cache_capacity(64);
+        Ok(conn)
+    }
+
+    fn db_error(&self, source: rusqlite::Error) -> CatalogError {
+        // Conversion failures carry our own error.
+        if let rusqlite::Error::FromSqlConversionFailure(_, _, inner) = &source {
+            if let Some(e) = inner.downcast_ref::<CatalogError>() {
+                return CatalogError::Corrupt(e.to_string());
+            }
+        }
+        CatalogError::Database { path: self.path.display().to_string(), source }
+    }
+
+    /// Run `f` in one write transaction (IMMEDIATE: the write lock is taken at the start).
+    fn write<T>(&self, f: impl FnOnce(&Transaction) -> rusqlite::Result<T>) -> Result<T> {
+        self.write_with(|tx| f(tx).map_err(|e| self.db_error(e)))
+    }
+
+    /// Like [`Self::write`] for bodies that return catalog errors (rolled back on error).
+    fn write_with<T>(&self, f: impl FnOnce(&Transaction) -> Result<T>) -> Result<T> {
+        let mut conn = self.writer.lock();
+        let tx = conn
+            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+            .map_err(|e| self.db_error(e))?;
+        let value = f(&tx)?;
+        tx.commit().map_err(|e| self.db_error(e))?;
+        Ok(value)
+    }
+
+    /// Run `f` on a reader connection (a snapshot of the last commit).
+    fn read<T>(&self, f: impl FnOnce(&Connection) -> rusqlite::Result<T>) -> Result<T> {
+        let conn = match self.readers.lock().pop() {
+            Some(c) => c,
+            None => Self::connect(&self.path, self.options, false)?,
+        };
+        let result = f(&conn).map_err(|e| self.db_error(e));
+        let mut readers = self.readers.lock();
+        if readers.len() < READERS_MAX {
+            readers.push(conn);
+        }
+        result
+    }
+
+    fn bucket_exists(tx: &Connection, name: &str) -> rusqlite::Result<bool> {
+        Ok(tx.prepare_cached("SELECT 1 FROM buckets WHERE name = ?1")?.query_row(params![name], |_| Ok(())).optional()?.is_some())
+    }
+
+    fn get_object_on(conn: &Connection, bucket: &str, key: &str) -> rusqlite::Result<Option<ObjectRecord>> {
+        conn.prepare_cached(&format!("SELECT {OBJECT_COLUMNS} FROM objects WHERE bucket = ?1 AND key = ?2"))?
+            .query_row(params![bucket, key.as_bytes()], object_from_row)
+            .optional()
+    }
+
+    fn insert_object(tx: &Transaction, o: &ObjectRecord) -> rusqlite::Result<()> {
+        tx.prepare_cached(&format!(
+            "INSERT INTO objects ({OBJECT_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)"
+        ))?
+        .execute(params![
+            o.bucket,
+            o.key.as_bytes(),
+            &o.content.to_key()[..],
+            o.size_bytes as i64,
+            o.etag,
+            o.last_modified_ms as i64,
+            o.content_type,
+            pairs_json(&o.user_metadata),
+            pairs_json(&o.checksums),
+            o.dataset,
+        ])?;
+        Ok(())
+    }
+
+    /// Remove the object at `(bucket, key)` if any, dropping its content reference.
+    fn remove_object(tx: &Transaction, bucket: &str, key: &str, now_ms: u64) -> rusqlite::Result<bool> {
+        let Some(old) = Self::get_object_on(tx, bucket, key)? else { return Ok(false) };
+        tx.prepare_cached("DELETE FROM objects WHERE bucket = ?1 AND key = ?2")?.execute(params![bucket, key.as_bytes()])?;
+        add_reference(tx, &old.content.to_key(), -1, now_ms)?;
+        Ok(true)
+    }
+
+    fn ensure_dataset(tx: &Transaction, id: &str, bucket: &str, now_ms: u64) -> rusqlite::Result<()> {
+        tx.prepare_cached("INSERT OR IGNORE INTO datasets (id, bucket, created_ms, grid_bucket) VALUES (?1, ?2, ?3, NULL)")?
+            .execute(params![id, bucket, now_ms as i64])?;
+        Ok(())
+    }
+}
+
+impl Catalog for SqliteCatalog {
+    fn create_bucket(&self, name: &str, settings: &BucketSettings) -> Result<()> {
+        let text = serde_json::to_string(settings).expect("settings serialize");
+        self.write_with(|tx| {
+            if Self::bucket_exists(tx, name).map_err(|e| self.db_error(e))? {
+                return Err(CatalogError::BucketExists(name.to_string()));
+            }
+            tx.execute("INSERT INTO buckets (name, created_ms, settings) VALUES (?1, ?2, ?3)", params![name, now_ms() as i64, text])
+                .map_err(|e| self.db_error(e))?;
+            Ok(())
+        })
+    }
+
+    fn delete_bucket(&self, name: &str) -> Result<()> {
+        self.write_with(|tx| {
+            let q = |sql: &str| -> Result<bool> {
+                tx.prepare_cached(sql)
+                    .and_then(|mut s| s.query_row(params![name], |_| Ok(())).optional())
+                    .map(|r| r.is_some())
+                    .map_err(|e| self.db_error(e))
+            };
+            if !q("SELECT 1 FROM buckets WHERE name = ?1")? {
+                return Err(CatalogError::NoSuchBucket(name.to_string()));
+            }
+            if q("SELECT 1 FROM objects WHERE bucket = ?1 LIMIT 1")? || q("SELECT 1 FROM multipart_uploads WHERE bucket = ?1 LIMIT 1")? {
+                return Err(CatalogError::BucketNotEmpty(name.to_string()));
+            }
+            tx.execute("DELETE FROM buckets WHERE name = ?1", params![name]).map_err(|e| self.db_error(e))?;
+            Ok(())
+        })
+    }
+
+    fn get_bucket(&self, name: &str) -> Result<Option<BucketRecord>> {
+        let row = self.read(|c| {
+            c.prepare_cached("SELECT name, created_ms, settings FROM buckets WHERE name = ?1")?
+                .query_row(params![name], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?, r.get::<_, String>(2)?)))
+                .optional()
+        })?;
+        row.map(|(name, created_ms, settings)| {
+            Ok(BucketRecord {
+                name,
+                created_ms: created_ms as u64,
+                settings: serde_json::from_str(&settings).map_err(|e| corrupt(format!("bucket settings: {e}")))?,
+            })
+        })
+        .transpose()
+    }
+
+    fn list_buckets(&self) -> Result<Vec<BucketRecord>> {
+        let rows = self.read(|c| {
+            c.prepare_cached("SELECT name, created_ms, settings FROM buckets ORDER BY name")?
+                .query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?, r.get::<_, String>(2)?)))?
+                .collect::<rusqlite::Result<Vec<_>>>()
+        })?;
+        rows.into_iter()
+            .map(|(name, created_ms, settings)| {
+                Ok(BucketRecord {
+                    name,
+                    created_ms: created_ms as u64,
+                    settings: serde_json::from_str(&settings).map_err(|e| corrupt(format!("bucket settings: {e}")))?,
+                })
+            })
+            .collect()
+    }
+
+    fn put_object(&self, object: &ObjectRecord, content: &NewContent, now_ms: u64) -> Result<PutOutcome> {
+        assert_eq!(object.content, content.id, "put_object: the object must name the new content");
+        self.write_with(|tx| {
+            let run = || -> rusqlite::Result<Result<PutOutcome>> {
+                if !Self::bucket_exists(tx, &object.bucket)? {
+                    return Ok(Err(CatalogError::NoSuchBucket(object.bucket.clone())));
+                }
+                let key = content.id.to_key();
+                let exists = tx
+                    .prepare_cached("SELECT 1 FROM contents WHERE content = ?1")?
+                    .query_row(params![&key[..]], |_| Ok(()))
+                    .optional()?
+                    .is_some();
+                let mut work = Vec::new();
+                if exists {
+                    work.push(add_work(tx, WorkKind::DeleteCacheFile { path: content.cache_path.clone() }, now_ms)?);
+                    tx.prepare_cached("UPDATE contents SET last_access_ms = ?2 WHERE content = ?1")?
+                        .execute(params![&key[..], now_ms as i64])?;
+                } else {
+                    tx.prepare_cached(&format!(
+                        "INSERT INTO contents ({CONTENT_COLUMNS}) VALUES
+                         (?1, ?2, ?3, ?4, ?5, ?6, 'cached', 0, ?7, NULL, ?8, ?9, ?9, ?9)"
+                    ))?
+                    .execute(params![
+                        &key[..],
+                        content.logical_bytes as i64,
+                        content.stored_bytes as i64,
+                        content.stored_form.as_str(),
+                        content.chunk_index,
+                        &content.md5[..],
+                        object.dataset,
+                        content.cache_path,
+                        now_ms as i64,
+                    ])?;
+                }
+                Self::remove_object(tx, &object.bucket, &object.key, now_ms)?;
+                Self::insert_object(tx, object)?;
+                add_reference(tx, &key, 1, now_ms)?;
+                Self::ensure_dataset(tx, &object.dataset, &object.bucket, now_ms)?;
+                Ok(Ok(PutOutcome { deduplicated: exists, work }))
+            };
+            run().map_err(|e| self.db_error(e))?
+        })
+    }
+
+    fn get_object(&self, bucket: &str, key: &str) -> Result<Option<(ObjectRecord, ContentRecord)>> {
+        self.read(|c| {
+            let Some(object) = Self::get_object_on(c, bucket, key)? else { return Ok(None) };
+            let content = c
+                .prepare_cached(&format!("SELECT {CONTENT_COLUMNS} FROM contents WHERE content = ?1"))?
+                .query_row(params![&object.content.to_key()[..]], |r| content_from_row(r, 0))?;
+            Ok(Some((object, content)))
+        })
+    }
+
+    fn delete_object(&self, bucket: &str, key: &str, now_ms: u64) -> Result<bool> {
+        self.write_with(|tx| {
+            if !Self::bucket_exists(tx, bucket).map_err(|e| self.db_error(e))? {
+                return Err(CatalogError::NoSuchBucket(bucket.to_string()));
+            }
+            Self::remove_object(tx, bucket, key, now_ms).map_err(|e| self.db_error(e))
+        })
+    }
+
+    fn copy_object(&self, src_bucket: &str, src_key: &str, object: &ObjectRecord, now_ms: u64) -> Result<ObjectRecord> {
+        self.write_with(|tx| {
+            let e = |e| self.db_error(e);
+            for b in [src_bucket, &object.bucket] {
+                if !Self::bucket_exists(tx, b).map_err(e)? {
+                    return Err(CatalogError::NoSuchBucket(b.to_string()));
+                }
+            }
+            let Some(source) = Self::get_object_on(tx, src_bucket, src_key).map_err(e)? else {
+                return Err(CatalogError::NoSuchKey { bucket: src_bucket.to_string(), key: src_key.to_string() });
+            };
+            let copy = ObjectRecord {
+                content: source.content,
+                size_bytes: source.size_bytes,
+                etag: source.etag.clone(),
+                ..object.clone()
+            };
+            // Reference first: copying onto itself must not drop the content to zero on the way.
+            add_reference(tx, &copy.content.to_key(), 1, now_ms).map_err(e)?;
+            Self::remove_object(tx, &copy.bucket, &copy.key, now_ms).map_err(e)?;
+            Self::insert_object(tx, &copy).map_err(e)?;
+            Self::ensure_dataset(tx, &copy.dataset, &copy.bucket, now_ms).map_err(e)?;
+            Ok(copy)
+        })
+    }
+
+    fn list_objects(&self, bucket: &str, query: &ListQuery) -> Result<ListPage> {
+        let page = self.read(|c| {
+            if !Self::bucket_exists(c, bucket)? {
+                return Ok(None);
+            }
+            let mut stmt = c.prepare_cached(&format!(
+                "SELECT {OBJECT_COLUMNS} FROM objects WHERE bucket = ?1 AND key >= ?2 ORDER BY key LIMIT ?3"
+            ))?;
+            let page = list_with(query, |from: &[u8], limit: usize| {
+                stmt.query_map(params![bucket, from, limit as i64], object_from_row)?.collect::<rusqlite::Result<Vec<_>>>()
+            })?;
+            Ok(Some(page))
+        })?;
+        page.ok_or_else(|| CatalogError::NoSuchBucket(bucket.to_string()))
+    }
+
+    fn objects_after(&self, after: Option<(&str, &str)>, limit: usize) -> Result<Vec<ObjectRecord>> {
+        let (bucket, key) = after.unwrap_or(("", ""));
+        self.read(|c| {
+            c.prepare_cached(&format!(
+                "SELECT {OBJECT_COLUMNS} FROM objects WHERE (bucket, key) > (?1, ?2) ORDER BY bucket, key LIMIT ?3"
+            ))?
+            .query_map(params![bucket, key.as_bytes(), limit as i64], object_from_row)?
+            .collect()
+        })
+    }
+
+    fn get_content(&self, id: &ContentId) -> Result<Option<ContentRecord>> {
+        self.read(|c| {
+            c.prepare_cached(&format!("SELECT {CONTENT_COLUMNS} FROM contents WHERE content = ?1"))?
+                .query_row(params![&id.to_key()[..]], |r| content_from_row(r, 0))
+                .optional()
+        })
+    }
+
+    fn contents_in_state(&self, state: ContentState, limit: usize) -> Result<Vec<ContentRecord>> {
+        self.read(|c| {
+            c.prepare_cached(&format!(
+                "SELECT {CONTENT_COLUMNS} FROM contents WHERE state = ?1 ORDER BY created_ms LIMIT ?2"
+            ))?
+            .query_map(params![state.as_str(), limit as i64], |r| content_from_row(r, 0))?
+            .collect()
+        })
+    }
+
+    fn any_object_of(&self, id: &ContentId) -> Result<Option<ObjectRecord>> {
+        self.read(|c| {
+            c.prepare_cached(&format!("SELECT {OBJECT_COLUMNS} FROM objects WHERE content = ?1 LIMIT 1"))?
+                .query_row(params![&id.to_key()[..]], object_from_row)
+                .optional()
+        })
+    }
+
+    fn place_content(&self, id: &ContentId, grid_bucket: u32) -> Result<()> {
+        self.write(|tx| {
+            let key = id.to_key();
+            tx.prepare_cached("UPDATE contents SET state = 'placed', grid_bucket = ?2 WHERE content = ?1 AND state = 'cached'")?
+                .execute(params![&key[..], grid_bucket])?;
+            tx.prepare_cached(
+                "UPDATE datasets SET grid_bucket = ?2
+                 WHERE grid_bucket IS NULL AND id = (SELECT dataset FROM contents WHERE content = ?1)",
+            )?
+            .execute(params![&key[..], grid_bucket])?;
+            Ok(())
+        })
+    }
+
+    fn touch_content(&self, id: &ContentId, now_ms: u64) -> Result<()> {
+        self.write(|tx| {
+            tx.prepare_cached("UPDATE contents SET last_access_ms = ?2 WHERE content = ?1")?
+                .execute(params![&id.to_key()[..], now_ms as i64])?;
+            Ok(())
+        })
+    }
+
+    fn eviction_candidates(&self, limit: usize) -> Result<Vec<ContentRecord>> {
+        self.read(|c| {
+            c.prepare_cached(&format!(
+                "SELECT {CONTENT_COLUMNS} FROM contents WHERE state = 'persisted' AND cache_path IS NOT NULL
+                 ORDER BY last_access_ms LIMIT ?1"
+            ))?
+            .query_map(params![limit as i64], |r| content_from_row(r, 0))?
+            .collect()
+        })
+    }
+
+    fn evict_content(&self, id: &ContentId) -> Result<Option<WorkItem>> {
+        self.write(|tx| {
+            let key = id.to_key();
+            let path: Option<String> = tx
+                .prepare_cached("SELECT cache_path FROM contents WHERE content = ?1 AND state = 'persisted'")?
+                .query_row(params![&key[..]], |r| r.get(0))
+                .optional()?
+                .flatten();
+            let Some(path) = path else { return Ok(None) };
+            tx.prepare_cached("UPDATE contents SET cache_path = NULL WHERE content = ?1")?.execute(params![&key[..]])?;
+            Ok(Some(add_work(tx, WorkKind::DeleteCacheFile { path }, now_ms())?))
+        })
+    }
+
+    fn outstanding(&self) -> Result<Vec<Outstanding>> {
+        self.read(|c| {
+            c.prepare_cached(
+                "SELECT grid_bucket, SUM(stored_bytes), COUNT(*), MIN(created_ms) FROM contents
+                 WHERE state = 'placed' GROUP BY grid_bucket ORDER BY grid_bucket",
+            )?
+            .query_map([], |r| {
+                Ok(Outstanding {
+                    grid_bucket: r.get::<_, i64>(0)? as u32,
+                    stored_bytes: r.get::<_, i64>(1)? as u64,
+                    contents: r.get::<_, i64>(2)? as u64,
+                    oldest_ms: r.get::<_, i64>(3)? as u64,
+                })
+            })?
+            .collect()
+        })
+    }
+
+    fn mark_persisted(&self, ids: &[ContentId]) -> Result<()> {
+        self.write(|tx| {
+            let mut stmt = tx.prepare_cached("UPDATE contents SET state = 'persisted' WHERE content = ?1 AND state = 'persisting'")?;
+            for id in ids {
+                stmt.execute(params![&id.to_key()[..]])?;
+            }
+            Ok(())
+        })
+    }
+
+    fn begin_extents(
+        &self,
+        grid_bucket: u32,
+        capacity_bytes: u64,
+        extents: &[NewExtent],
+        contents: &[ContentId],
+    ) -> Result<Vec<ExtentRecord>> {
+        self.write_with(|tx| {
+            let mut out = Vec::with_capacity(extents.len());
+            for e in extents {
+                assert!(e.length_bytes > 0 && e.length_bytes % 4096 == 0, "extent length {} must be a multiple of 4096", e.length_bytes);
+                let offset = allocate(tx, grid_bucket, e.length_bytes, capacity_bytes)?;
+                tx.prepare_cached(
+                    "INSERT INTO extents (grid_bucket, offset, length_bytes, payload_bytes, object_id, extent_no, kind, written, blake3)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 0, NULL)",
+                )
+                .and_then(|mut s| {
+                    s.execute(params![
+                        grid_bucket,
+                        offset as i64,
+                        e.length_bytes as i64,
+                        e.payload_bytes as i64,
+                        &e.object_id[..],
+                        e.extent_no,
+                        kind_str(e.kind)
+                    ])
+                })
+                .map_err(|err| self.db_error(err))?;
+                out.push(ExtentRecord {
+                    extent_id: tx.last_insert_rowid(),
+                    grid_bucket,
+                    offset,
+                    length_bytes: e.length_bytes,
+                    payload_bytes: e.payload_bytes,
+                    object_id: e.object_id,
+                    extent_no: e.extent_no,
+                    kind: e.kind,
+                    written: false,
+                    blake3: None,
+                });
+            }
+            let mut stmt = tx
+                .prepare_cached("UPDATE contents SET state = 'persisting' WHERE content = ?1 AND state = 'placed'")
+                .map_err(|e| self.db_error(e))?;
+            for id in contents {
+                stmt.execute(params![&id.to_key()[..]]).map_err(|e| self.db_error(e))?;
+            }
+            Ok(out)
+        })
+    }
+
+    fn finish_extents(
+        &self,
+        written: &[(i64, [u8; 32])],
+        segments: &[SegmentRecord],
+        contents: &[ContentId],
+        parity_pending: bool,
+    ) -> Result<()> {
+        self.write(|tx| {
+            let mut stmt = tx.prepare_cached("UPDATE extents SET written = 1, blake3 = ?2 WHERE extent_id = ?1")?;
+            for (id, hash) in written {
+                stmt.execute(params![id, &hash[..]])?;
+            }
+            let mut stmt = tx.prepare_cached(
+                "INSERT OR REPLACE INTO segments (content, seq, extent_id, offset_in_payload, length_bytes) VALUES (?1, ?2, ?3, ?4, ?5)",
+            )?;
+            for s in segments {
+                stmt.execute(params![&s.content.to_key()[..], s.seq, s.extent_id, s.offset_in_payload as i64, s.length_bytes as i64])?;
+            }
+            let state = if parity_pending { "persisting" } else { "persisted" };
+            let mut stmt = tx.prepare_cached("UPDATE contents SET state = ?2 WHERE content = ?1")?;
+            for id in contents {
+                stmt.execute(params![&id.to_key()[..], state])?;
+            }
+            Ok(())
+        })
+    }
+
+    fn abandon_extents(&self, extent_ids: &[i64], contents: &[ContentId]) -> Result<()> {
+        self.write(|tx| {
+            for id in extent_ids {
+                let row: Option<(i64, i64, i64)> = tx
+                    .prepare_cached("SELECT grid_bucket, offset, length_bytes FROM extents WHERE extent_id = ?1")?
+                    .query_row(params![id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+                    .optional()?;
+                if let Some((b, o, l)) = row {
+                    tx.prepare_cached("DELETE FROM segments WHERE extent_id = ?1")?.execute(params![id])?;
+                    tx.prepare_cached("DELETE FROM extents WHERE extent_id = ?1")?.execute(params![id])?;
+                    free_range(tx, b as u32, o as u64, l as u64)?;
+                }
+            }
+            let mut stmt = tx.prepare_cached("UPDATE contents SET state = 'placed' WHERE content = ?1 AND state = 'persisting'")?;
+            for c in contents {
+                stmt.execute(params![&c.to_key()[..]])?;
+            }
+            Ok(())
+        })
+    }
+
+    fn unwritten_extents(&self) -> Result<Vec<ExtentRecord>> {
+        self.read(|c| {
+            c.prepare_cached(&format!("SELECT {EXTENT_COLUMNS} FROM extents WHERE written = 0"))?
+                .query_map([], |r| extent_from_row(r, 0))?
+                .collect()
+        })
+    }
+
+    fn segments(&self, id: &ContentId) -> Result<Vec<ContentSegment>> {
+        self.read(|c| {
+            let ext = EXTENT_COLUMNS.split(", ").map(|col| format!("e.{col}")).collect::<Vec<_>>().join(", ");
+            c.prepare_cached(&format!(
+                "SELECT s.content, s.seq, s.extent_id, s.offset_in_payload, s.length_bytes, {ext}
+                 FROM segments s JOIN extents e ON e.extent_id = s.extent_id WHERE s.content = ?1 ORDER BY s.seq"
+            ))?
+            .query_map(params![&id.to_key()[..]], |r| {
+                Ok(ContentSegment {
+                    segment: SegmentRecord {
+                        content: ContentId::from_key(&r.get::<_, Vec<u8>>(0)?).map_err(conversion)?,
+                        seq: r.get::<_, i64>(1)? as u32,
+                        extent_id: r.get(2)?,
+                        offset_in_payload: r.get::<_, i64>(3)? as u64,
+                        length_bytes: r.get::<_, i64>(4)? as u64,
+                    },
+                    extent: extent_from_row(r, 5)?,
+                })
+            })?
+            .collect()
+        })
+    }
+
+    fn extents_of_grid_bucket(&self, grid_bucket: u32) -> Result<Vec<ExtentRecord>> {
+        self.read(|c| {
+            c.prepare_cached(&format!("SELECT {EXTENT_COLUMNS} FROM extents WHERE grid_bucket = ?1 ORDER BY offset"))?
+                .query_map(params![grid_bucket], |r| extent_from_row(r, 0))?
+                .collect()
+        })
+    }
+
+    fn grid_usage(&self) -> Result<Vec<GridUsage>> {
+        self.read(|c| {
+            c.prepare_cached(
+                "SELECT a.grid_bucket, a.append_offset,
+                        (SELECT COALESCE(SUM(length), 0) FROM grid_free_ranges f WHERE f.grid_bucket = a.grid_bucket)
+                 FROM grid_allocations a ORDER BY a.grid_bucket",
+            )?
+            .query_map([], |r| {
+                Ok(GridUsage {
+                    grid_bucket: r.get::<_, i64>(0)? as u32,
+                    append_offset: r.get::<_, i64>(1)? as u64,
+                    free_bytes: r.get::<_, i64>(2)? as u64,
+                })
+            })?
+            .collect()
+        })
+    }
+
+    fn free_ranges(&self, grid_bucket: u32) -> Result<Vec<(u64, u64)>> {
+        self.read(|c| {
+            c.prepare_cached("SELECT offset, length FROM grid_free_ranges WHERE grid_bucket = ?1 ORDER BY offset")?
+                .query_map(params![grid_bucket], |r| Ok((r.get::<_, i64>(0)? as u64, r.get::<_, i64>(1)? as u64)))?
+                .collect()
+        })
+    }
+
+    fn datasets(&self) -> Result<Vec<DatasetRecord>> {
+        self.read(|c| {
+            c.prepare_cached("SELECT id, bucket, created_ms, grid_bucket FROM datasets ORDER BY id")?
+                .query_map([], |r| {
+                    Ok(DatasetRecord {
+                        id: r.get(0)?,
+                        bucket: r.get(1)?,
+                        created_ms: r.get::<_, i64>(2)? as u64,
+                        grid_bucket: r.get::<_, Option<i64>>(3)?.map(|b| b as u32),
+                    })
+                })?
+                .collect()
+        })
+    }
+
+    fn create_upload(&self, upload: &UploadRecord) -> Result<()> {
+        self.write_with(|tx| {
+            if !Self::bucket_exists(tx, &upload.bucket).map_err(|e| self.db_error(e))? {
+                return Err(CatalogError::NoSuchBucket(upload.bucket.clone()));
+            }
+            tx.execute(
+                "INSERT INTO multipart_uploads (upload_id, bucket, key, created_ms, options) VALUES (?1, ?2, ?3, ?4, ?5)",
+                params![upload.upload_id, upload.bucket, upload.key.as_bytes(), upload.created_ms as i64, upload.options],
+            )
+            .map_err(|e| self.db_error(e))?;
+            Ok(())
+        })
+    }
+
+    fn get_upload(&self, upload_id: &str) -> Result<Option<UploadRecord>> {
+        self.read(|c| {
+            c.prepare_cached("SELECT upload_id, bucket, key, created_ms, options FROM multipart_uploads WHERE upload_id = ?1")?
+                .query_row(params![upload_id], upload_from_row)
+                .optional()
+        })
+    }
+
+    fn list_uploads(&self, bucket: &str, prefix: &str, limit: usize) -> Result<Vec<UploadRecord>> {
+        let upper = prefix_successor(prefix.as_bytes());
+        self.read(|c| {
+            c.prepare_cached(
+                "SELECT upload_id, bucket, key, created_ms, options FROM multipart_uploads
+                 WHERE bucket = ?1 AND key >= ?2 AND (?3 IS NULL OR key < ?3) ORDER BY key, created_ms LIMIT ?4",
+            )?
+            .query_map(params![bucket, prefix.as_bytes(), upper, limit as i64], upload_from_row)?
+            .collect()
+        })
+    }
+
+    fn put_part(&self, part: &PartRecord) -> Result<Vec<WorkItem>> {
+        self.write_with(|tx| {
+            let e = |e| self.db_error(e);
+            let exists = tx
+                .prepare_cached("SELECT 1 FROM multipart_uploads WHERE upload_id = ?1")
+                .and_then(|mut s| s.query_row(params![part.upload_id], |_| Ok(())).optional())
+                .map_err(e)?
+                .is_some();
+            if !exists {
+                return Err(CatalogError::NoSuchUpload(part.upload_id.clone()));
+            }
+            let old: Option<String> = tx
+                .prepare_cached("SELECT cache_path FROM multipart_parts WHERE upload_id = ?1 AND part_number = ?2")
+                .and_then(|mut s| s.query_row(params![part.upload_id, part.part_number], |r| r.get(0)).optional())
+                .map_err(e)?;
+            let mut work = Vec::new();
+            if let Some(path) = old {
+                work.push(add_work(tx, WorkKind::DeleteCacheFile { path }, part.created_ms).map_err(e)?);
+            }
+            tx.prepare_cached(
+                "INSERT OR REPLACE INTO multipart_parts (upload_id, part_number, size_bytes, md5, cache_path, created_ms)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            )
+            .and_then(|mut s| {
+                s.execute(params![
+                    part.upload_id,
+                    part.part_number,
+                    part.size_bytes as i64,
+                    &part.md5[..],
+                    part.cache_path,
+                    part.created_ms as i64
+                ])
+            })
+            .map_err(e)?;
+            Ok(work)
+        })
+    }
+
+    fn list_parts(&self, upload_id: &str) -> Result<Vec<PartRecord>> {
+        self.read(|c| {
+            c.prepare_cached(
+                "SELECT upload_id, part_number, size_bytes, md5, cache_path, created_ms FROM multipart_parts
+                 WHERE upload_id = ?1 ORDER BY part_number",
+            )?
+            .query_map(params![upload_id], part_from_row)?
+            .collect()
+        })
+    }
+
+    fn remove_upload(&self, upload_id: &str) -> Result<Vec<WorkItem>> {
+        self.write_with(|tx| {
+            let e = |e| self.db_error(e);
+            let removed = tx.execute("DELETE FROM multipart_uploads WHERE upload_id = ?1", params![upload_id]).map_err(e)?;
+            if removed == 0 {
+                return Err(CatalogError::NoSuchUpload(upload_id.to_string()));
+            }
+            let paths: Vec<String> = tx
+                .prepare_cached("SELECT cache_path FROM multipart_parts WHERE upload_id = ?1")
+                .and_then(|mut s| s.query_map(params![upload_id], |r| r.get(0))?.collect())
+                .map_err(e)?;
+            tx.execute("DELETE FROM multipart_parts WHERE upload_id = ?1", params![upload_id]).map_err(e)?;
+            let now = now_ms();
+            paths.into_iter().map(|path| add_work(tx, WorkKind::DeleteCacheFile { path }, now).map_err(e)).collect()
+        })
+    }
+
+    fn all_uploads(&self) -> Result<Vec<UploadRecord>> {
+        self.read(|c| {
+            c.prepare_cached("SELECT upload_id, bucket, key, created_ms, options FROM multipart_uploads ORDER BY created_ms")?
+                .query_map([], upload_from_row)?
+                .collect()
+        })
+    }
+
+    fn gc_candidates(&self, older_than_ms: u64, limit: usize) -> Result<Vec<ContentId>> {
+        self.read(|c| {
+            c.prepare_cached(
+                "SELECT content FROM contents WHERE refcount = 0 AND unreferenced_since_ms <= ?1
+                 ORDER BY unreferenced_since_ms LIMIT ?2",
+            )?
+            .query_map(params![older_than_ms as i64, limit as i64], |r| {
+                ContentId::from_key(&r.get::<_, Vec<u8>>(0)?).map_err(conversion)
+            })?
+            .collect()
+        })
+    }
+
+    fn gc_content(&self, id: &ContentId) -> Result<GcOutcome> {
+        self.write(|tx| {
+            let key = id.to_key();
+            let row: Option<(i64, Option<String>, i64, String)> = tx
+                .prepare_cached("SELECT refcount, cache_path, stored_bytes, state FROM contents WHERE content = ?1")?
+                .query_row(params![&key[..]], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
+                .optional()?;
+            let mut outcome = GcOutcome::default();
+            let Some((refcount, cache_path, stored_bytes, state)) = row else { return Ok(outcome) };
+            // A content being written to the grid is left to finish first.
+            if refcount != 0 || state == "persisting" {
+                return Ok(outcome);
+            }
+            let extent_ids: Vec<i64> = tx
+                .prepare_cached("SELECT DISTINCT extent_id FROM segments WHERE content = ?1")?
+                .query_map(params![&key[..]], |r| r.get(0))?
+                .collect::<rusqlite::Result<_>>()?;
+            tx.prepare_cached("DELETE FROM segments WHERE content = ?1")?.execute(params![&key[..]])?;
+            for extent_id in extent_ids {
+                let still_used = tx
+                    .prepare_cached("SELECT 1 FROM segments WHERE extent_id = ?1 LIMIT 1")?
+                    .query_row(params![extent_id], |_| Ok(()))
+                    .optional()?
+                    .is_some();
+                if still_used {
+                    continue;
+                }
+                let (b, o, l): (i64, i64, i64) = tx
+                    .prepare_cached("SELECT grid_bucket, offset, length_bytes FROM extents WHERE extent_id = ?1")?
+                    .query_row(params![extent_id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
+                tx.prepare_cached("DELETE FROM extents WHERE extent_id = ?1")?.execute(params![extent_id])?;
+                free_range(tx, b as u32, o as u64, l as u64)?;
+                outcome.ranges_freed.push((b as u32, o as u64, l as u64));
+            }
+            tx.prepare_cached("DELETE FROM contents WHERE content = ?1")?.execute(params![&key[..]])?;
+            if let Some(path) = cache_path {
+                outcome.work.push(add_work(tx, WorkKind::DeleteCacheFile { path }, now_ms())?);
+            }
+            outcome.contents_removed = 1;
+            outcome.stored_bytes_removed = stored_bytes as u64;
+            Ok(outcome)
+        })
+    }
+
+    fn pending_work(&self) -> Result<Vec<WorkItem>> {
+        let rows = self.read(|c| {
+            c.prepare_cached("SELECT id, item FROM pending_work ORDER BY id")?
+                .query_map([], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?)))?
+                .collect::<rusqlite::Result<Vec<_>>>()
+        })?;
+        rows.into_iter()
+            .map(|(id, text)| {
+                Ok(WorkItem { id, kind: serde_json::from_str(&text).map_err(|e| corrupt(format!("pending work {id}: {e}")))? })
+            })
+            .collect()
+    }
+
+    fn finish_work(&self, ids: &[i64]) -> Result<()> {
+        if ids.is_empty() {
+            return Ok(());
+        }
+        self.write(|tx| {
+            let mut stmt = tx.prepare_cached("DELETE FROM pending_work WHERE id = ?1")?;
+            for id in ids {
+                stmt.execute(params![id])?;
+            }
+            Ok(())
+        })
+    }
+
+    fn stats(&self) -> Result<CatalogStats> {
+        self.read(|c| {
+            let count = |sql: &str| -> rusqlite::Result<u64> { c.query_row(sql, [], |r| r.get::<_, i64>(0)).map(|v| v as u64) };
+            let mut by_state = Vec::new();
+            for state in ContentState::ALL {
+                let (n, bytes): (i64, i64) = c
+                    .prepare_cached("SELECT COUNT(*), COALESCE(SUM(stored_bytes), 0) FROM contents WHERE state = ?1")?
+                    .query_row(params![state.as_str()], |r| Ok((r.get(0)?, r.get(1)?)))?;
+                by_state.push((state, n as u64, bytes as u64));
+            }
+            Ok(CatalogStats {
+                buckets: count("SELECT COUNT(*) FROM buckets")?,
+                objects: count("SELECT COUNT(*) FROM objects")?,
+                contents_by_state: by_state,
+                cached_bytes: count("SELECT COALESCE(SUM(stored_bytes), 0) FROM contents WHERE cache_path IS NOT NULL")?,
+                extents: count("SELECT COUNT(*) FROM extents")?,
+                pack_extents: count("SELECT COUNT(*) FROM extents WHERE kind = 'pack'")?,
+                uploads: count("SELECT COUNT(*) FROM multipart_uploads")?,
+                parts_bytes: count("SELECT COALESCE(SUM(size_bytes), 0) FROM multipart_parts")?,
+            })
+        })
+    }
+
+    fn cache_files(&self) -> Result<Vec<String>> {
+        self.read(|c| {
+            c.prepare_cached(
+                "SELECT cache_path FROM contents WHERE cache_path IS NOT NULL UNION ALL SELECT cache_path FROM multipart_parts",
+            )?
+            .query_map([], |r| r.get(0))?
+            .collect()
+        })
+    }
+
+    fn check(&self) -> Result<Vec<String>> {
+        self.read(|c| {
+            let mut problems = Vec::new();
+            let mut stmt = c.prepare(
+                "SELECT c.content, c.refcount, (SELECT COUNT(*) FROM objects o WHERE o.content = c.content) FROM contents c",
+            )?;
+            let rows = stmt.query_map([], |r| Ok((r.get::<_, Vec<u8>>(0)?, r.get::<_, i64>(1)?, r.get::<_, i64>(2)?)))?;
+            for row in rows {
+                let (key, refcount, actual) = row?;
+                if refcount != actual {
+                    let id = ContentId::from_key(&key).map(|id| id.to_string()).unwrap_or_default();
+                    problems.push(format!("content {id}: refcount {refcount} but {actual} objects"));
+                }
+            }
+            let orphans: i64 = c.query_row(
+                "SELECT COUNT(*) FROM objects o WHERE NOT EXISTS (SELECT 1 FROM contents c WHERE c.content = o.content)",
+                [],
+                |r| r.get(0),
+            )?;
+            if orphans > 0 {
+                problems.push(format!("{orphans} objects name a missing content"));
+            }
+            // Allocation: extents and free ranges of a bucket must not overlap and stay below the append pointer.
+            let mut stmt = c.prepare(
+                "SELECT grid_bucket, offset, length_bytes FROM extents
+                 UNION ALL SELECT grid_bucket, offset, length FROM grid_free_ranges ORDER BY 1, 2",
+            )?;
+            let ranges: Vec<(i64, i64, i64)> =
+                stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?.collect::<rusqlite::Result<_>>()?;
+            let mut appends = std::collections::HashMap::new();
+            for row in c.prepare("SELECT grid_bucket, append_offset FROM grid_allocations")?.query_map([], |r| {
+                Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?))
+            })? {
+                let (b, a) = row?;
+                appends.insert(b, a);
+            }
+            let mut previous: Option<(i64, i64)> = None;
+            for (b, o, l) in ranges {
+                if let Some((pb, pend)) = previous {
+                    if pb == b && o < pend {
+                        problems.push(format!("grid bucket {b}: range at {o} overlaps the range ending at {pend}"));
+                    }
+                }
+                if o + l > appends.get(&b).copied().unwrap_or(0) {
+                    problems.push(format!("grid bucket {b}: range {o}+{l} lies beyond the append pointer"));
+                }
+                previous = Some((b, o + l));
+            }
+            Ok(problems)
+        })
+    }
+}

@@ -1,0 +1,265 @@
+//! Promises of `permafrost sim energy`.
+
+use std::convert::Infallible;
+
+use permafrost_disk::power::{PowerState, PowerStats};
+use permafrost_grid::{Geometry, Layout};
+use permafrost_policy::{
+    placement_by_name, placement_names, BucketView, ObjectToPlace, Placement, PlacementError, WatchdogConfig,
+};
+use permafrost_sim_energy::{
+    run, simulate, standard_systems, ArchiveSim, Backend, Report, SimConfig, SystemSpec, WriteMode,
+};
+use permafrost_trace::{generate, GenOptions, Op, Profile, Record};
+
+const MB: u64 = 1_000_000;
+const LAYOUT: &str = "8x6:4+1";
+
+fn layout() -> Layout {
+    LAYOUT.parse().unwrap()
+}
+
+fn ok(records: Vec<Record>) -> impl Iterator<Item = Result<Record, Infallible>> {
+    records.into_iter().map(Ok)
+}
+
+fn grid_only(config: &SimConfig, placement: &str, records: Vec<Record>) -> Report {
+    let mut systems = standard_systems(config, layout(), placement).unwrap();
+    systems.truncate(1);
+    simulate(config, systems, ok(records), "test").unwrap()
+}
+
+fn put(time_ms: u64, object: u64, size_bytes: u64, path: &str) -> Record {
+    Record { path: Some(path.to_string()), ..Record::new(time_ms, Op::Put, object, size_bytes) }
+}
+
+fn get(time_ms: u64, object: u64, size_bytes: u64, path: &str) -> Record {
+    Record { path: Some(path.to_string()), ..Record::new(time_ms, Op::Get, object, size_bytes) }
+}
+
+fn ecfs(requests: u64, seed: u64) -> Vec<Record> {
+    generate(Profile::Ecfs, &GenOptions { requests, seed, duration_ms: None }).collect()
+}
+
+#[test]
+fn one_cold_read_is_one_spin_up_and_waits_for_it() {
+    let config = SimConfig::default();
+    let p = config.power.clone();
+    let report = grid_only(&config, "dataset-affinity", vec![get(0, 1, 100 * MB, "b/d/x")]);
+    let grid = &report.systems[0];
+    assert_eq!(grid.spin_ups, 1);
+    assert_eq!(grid.activity.reads, 1);
+    assert_eq!(grid.hit_ratio, 0.0);
+    assert_eq!(grid.read_latency_mean_ms, p.spin_up_ms as f64, "latency = the spin-up wait");
+    assert_eq!(grid.read_latency_p99_ms, p.spin_up_ms);
+    // 100 MB at 100 MB/s: active 1 s; then idle until the timeout turns it off.
+    let transfer_ms = 1_000;
+    assert_eq!(report.duration_ms, p.spin_up_ms + transfer_ms + p.idle_timeout_ms);
+    let expected_joules = (p.spin_up_ms as f64 * p.watts_spinning_up
+        + transfer_ms as f64 * p.watts_active
+        + p.idle_timeout_ms as f64 * p.watts_idle)
+        / 1000.0;
+    assert!((grid.power.joules - expected_joules).abs() < 1e-9, "{} vs {expected_joules}", grid.power.joules);
+    assert!((grid.disk_hours.active - transfer_ms as f64 / 3.6e6).abs() < 1e-12);
+}
+
+#[test]
+fn a_write_is_persisted_after_180_s_with_its_three_parity_disks() {
+    let config = SimConfig::default();
+    let records = vec![put(0, 1, MB, "b/d/x"), get(1_000_000, 1, MB, "b/d/x")];
+    let report = grid_only(&config, "dataset-affinity", records);
+    let grid = &report.systems[0];
+    assert_eq!(grid.spin_ups, 4, "data disk + hP + vP + vhP");
+    assert_eq!(grid.activity.bytes_persisted, MB);
+    assert_eq!(grid.activity.persists, 1);
+    assert_eq!(grid.hit_ratio, 1.0, "persisted data stays cached");
+    // The watchdog fires on its first tick after 180 s, then the spin-up.
+    let persist_ends_ms = 181_000 + config.power.spin_up_ms + 4 * 10;
+    assert_eq!(report.duration_ms, persist_ends_ms + config.power.idle_timeout_ms);
+}
+
+#[test]
+fn delayed_mode_spins_only_the_data_disk_then_drains_each_parity_disk() {
+    let config = SimConfig { write_mode: WriteMode::Delayed, ..SimConfig::default() };
+    let report = grid_only(&config, "dataset-affinity", vec![put(0, 1, MB, "b/d/x")]);
+    let grid = &report.systems[0];
+    assert_eq!(grid.spin_ups, 4);
+    assert_eq!(grid.activity.persists, 1);
+    assert_eq!(grid.activity.parity_drains, 3);
+    // The deltas wait another 180 s: the parity disks start after the data disk is off.
+    assert!(report.duration_ms > 2 * 180_000);
+}
+
+#[test]
+fn deletes_and_renames_wake_no_disk() {
+    let config = SimConfig::default();
+    let mut records = vec![put(0, 1, MB, "b/d/x")];
+    let quiet = grid_only(&config, "dataset-affinity", records.clone()).systems[0].spin_ups;
+    let mut rename = Record::new(2_000_000, Op::Rename, 1, 0);
+    rename.target = Some(2);
+    records.push(rename);
+    records.push(Record::new(3_000_000, Op::Del, 2, 0));
+    let busy = grid_only(&config, "dataset-affinity", records).systems[0].spin_ups;
+    assert_eq!(busy, quiet);
+}
+
+#[test]
+fn energy_adds_up_and_is_the_sum_of_the_power_models_counters() {
+    let config = SimConfig { cache_capacity_bytes: 64 << 30, ..SimConfig::default() };
+    let records = ecfs(3_000, 11);
+    let mut sims: Vec<ArchiveSim> = standard_systems(&config, layout(), "dataset-affinity")
+        .unwrap()
+        .into_iter()
+        .map(|s| ArchiveSim::new(&config, s).unwrap())
+        .collect();
+    let report = run(&mut sims, ok(records), "ecfs").unwrap();
+    assert_eq!(report.systems.len(), 4);
+    for (sim, system) in sims.iter().zip(&report.systems) {
+        let mut sum = PowerStats::default();
+        for s in sim.disk_stats() {
+            sum.add(&s);
+        }
+        assert_eq!(system.power, sum, "{}: the report is the models' counters", system.label);
+        assert_eq!(system.spin_ups, sum.spin_ups);
+        let by_state: f64 = PowerState::ALL
+            .iter()
+            .map(|&s| sum.ms_in_state[s.index()] as f64 * system.profile.watts(s) / 1000.0)
+            .sum();
+        assert!((by_state - sum.joules).abs() <= 1e-6 * sum.joules.max(1.0), "{}", system.label);
+        assert!((system.kwh * 3.6e6 - sum.joules).abs() <= 1e-6 * sum.joules.max(1.0));
+        assert_eq!(sum.total_ms(), system.disks as u64 * report.duration_ms, "{}: every disk accounted", system.label);
+        let hours = system.disk_hours.off + system.spinning_disk_hours();
+        assert!((hours - system.disks as f64 * report.duration_ms as f64 / 3.6e6).abs() < 1e-6);
+    }
+    let raid = &report.systems[2];
+    assert_eq!(raid.label, "raid6 10+2 always-on");
+    assert_eq!(raid.disk_hours.off, 0.0, "always on");
+    assert_eq!(raid.spin_ups, raid.disks as u64, "one spin-up per disk at the start");
+}
+
+#[test]
+fn power_budget_is_never_exceeded_and_makes_reads_wait() {
+    let records: Vec<Record> = (0..200u64)
+        .map(|i| get(i * 500, i, 10 * MB, &format!("b/set{}/o{i}", i % 40)))
+        .collect();
+    let run_with = |budget: Option<usize>| {
+        let config = SimConfig { budget_max_spinning: budget, ..SimConfig::default() };
+        let spec = SystemSpec {
+            label: "grid".into(),
+            backend: Backend::Grid(layout()),
+            placement: placement_by_name("round-robin", &config.placement).unwrap(),
+        };
+        let mut sim = ArchiveSim::new(&config, spec).unwrap();
+        sim.set_check_invariants(true); // asserts the budget after every event
+        run(std::slice::from_mut(&mut sim), ok(records.clone()), "t").unwrap().systems.remove(0)
+    };
+    let free = run_with(None);
+    let capped = run_with(Some(4));
+    assert!(free.activity.max_spinning > 4, "the test must need more than the budget");
+    assert!(capped.activity.max_spinning <= 4);
+    assert!(capped.read_latency_mean_ms > free.read_latency_mean_ms);
+    assert_eq!(capped.activity.reads, 200);
+}
+
+#[test]
+fn a_budget_smaller_than_a_persist_gang_is_refused() {
+    let config = SimConfig { budget_max_spinning: Some(3), ..SimConfig::default() };
+    let err = standard_systems(&config, layout(), "random")
+        .unwrap()
+        .into_iter()
+        .map(|s| ArchiveSim::new(&config, s))
+        .find_map(Result::err)
+        .expect("serialized mode needs 4 disks at once");
+    assert!(err.to_string().contains("budget 3"), "{err}");
+}
+
+/// A strategy only this test knows: everything on bucket 5.
+struct Bucket5;
+impl Placement for Bucket5 {
+    fn name(&self) -> &'static str {
+        "bucket-5"
+    }
+    fn place(&mut self, o: &ObjectToPlace<'_>, b: &[BucketView]) -> Result<usize, PlacementError> {
+        if b[5].accepts(o.size_bytes) {
+            Ok(5)
+        } else {
+            Err(PlacementError::NoRoom { size_bytes: o.size_bytes, buckets: b.len() })
+        }
+    }
+}
+
+#[test]
+fn the_simulation_places_objects_with_the_strategy_it_is_given() {
+    let config = SimConfig::default();
+    let spec = SystemSpec { label: "grid bucket-5".into(), backend: Backend::Grid(layout()), placement: Box::new(Bucket5) };
+    let mut sim = ArchiveSim::new(&config, spec).unwrap();
+    run(std::slice::from_mut(&mut sim), ok(ecfs(2_000, 3)), "ecfs").unwrap();
+    let geometry = Geometry::new(layout()).unwrap();
+    let d = geometry.bucket_disk(5);
+    let p = geometry.parity_targets(d);
+    let allowed = [d, p.hp, p.vp, p.vhp];
+    let stats = sim.disk_stats();
+    assert!(stats[d].spin_ups > 0);
+    for (disk, s) in stats.iter().enumerate() {
+        if !allowed.contains(&disk) {
+            assert_eq!(s.spin_ups, 0, "disk {disk} spun up though every object is on bucket 5");
+        }
+    }
+}
+
+#[test]
+fn every_registered_strategy_runs_by_name_and_strategies_change_the_result() {
+    let config = SimConfig { cache_capacity_bytes: 16 << 30, ..SimConfig::default() };
+    let records = ecfs(3_000, 5);
+    let mut spin_ups = Vec::new();
+    for name in placement_names() {
+        let report = grid_only(&config, name, records.clone());
+        assert_eq!(report.systems[0].label, format!("grid {LAYOUT} {name}"));
+        spin_ups.push(report.systems[0].spin_ups);
+    }
+    spin_ups.sort_unstable();
+    spin_ups.dedup();
+    assert!(spin_ups.len() > 1, "all strategies gave the same spin-ups: {spin_ups:?}");
+    assert!(standard_systems(&config, layout(), "nearest").is_err());
+}
+
+#[test]
+fn the_watchdog_thresholds_from_the_config_drive_persistence() {
+    let records: Vec<Record> = (0..20u64).map(|i| put(i * 1_000, i, MB, &format!("b/d/o{i}"))).collect();
+    let eager = SimConfig {
+        watchdog: WatchdogConfig { max_age_ms: 0, ..WatchdogConfig::default() },
+        ..SimConfig::default()
+    };
+    let patient = grid_only(&SimConfig::default(), "dataset-affinity", records.clone()).systems.remove(0);
+    let eager = grid_only(&eager, "dataset-affinity", records).systems.remove(0);
+    assert_eq!(patient.activity.persists, 1, "180 s batches all 20 writes");
+    assert!(eager.activity.persists > 1, "persist at once: {}", eager.activity.persists);
+    assert_eq!(eager.activity.bytes_persisted, 20 * MB);
+}
+
+#[test]
+fn dataset_affinity_saves_spin_ups_against_random_placement_on_datasets() {
+    // 8 datasets of 20 objects written, then each dataset read back later.
+    let mut records = Vec::new();
+    let mut t = 0;
+    for ds in 0..8u64 {
+        for i in 0..20u64 {
+            records.push(put(t, ds * 100 + i, 50 * MB, &format!("b/ds{ds}/o{i}")));
+            t += 100;
+        }
+    }
+    t += 3_600_000;
+    for ds in 0..8u64 {
+        for i in 0..20u64 {
+            records.push(get(t, ds * 100 + i, 50 * MB, &format!("b/ds{ds}/o{i}")));
+            t += 100;
+        }
+        t += 600_000;
+    }
+    let config = SimConfig { cache_capacity_bytes: 1 << 30, ..SimConfig::default() };
+    let report = simulate(&config, standard_systems(&config, layout(), "dataset-affinity").unwrap(), ok(records), "t")
+        .unwrap();
+    let (affinity, random) = (&report.systems[0], &report.systems[1]);
+    assert!(affinity.spin_ups * 2 < random.spin_ups, "{} vs {}", affinity.spin_ups, random.spin_ups);
+    assert!(affinity.kwh < random.kwh);
+}

@@ -1,0 +1,1 @@
+//! permafrost-store (being written)
