@@ -43,9 +43,17 @@ pub enum CatalogError {
     #[error("no such content: {0}")]
     NoSuchContent(String),
     #[error("grid bucket {grid_bucket} has no room for {bytes} bytes ({free_bytes} free of {capacity_bytes})")]
-    NoRoom { grid_bucket: u32, bytes: u64, free_bytes: u64, capacity_bytes: u64 },
+    NoRoom {
+        grid_bucket: u32,
+        bytes: u64,
+        free_bytes: u64,
+        capacity_bytes: u64,
+    },
     #[error("catalog database {path}: {source}")]
-    Database { path: String, source: rusqlite::Error },
+    Database {
+        path: String,
+        source: rusqlite::Error,
+    },
     #[error("catalog: {0}")]
     Corrupt(String),
 }
@@ -55,11 +63,16 @@ pub type Result<T, E = CatalogError> = std::result::Result<T, E>;
 
 /// Milliseconds since the Unix epoch.
 pub fn now_ms() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
 }
 
 /// A `Content-Encoding` the archive understands (the encoding the client sent the bytes in).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, Default)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, Default,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum Encoding {
     #[default]
@@ -86,7 +99,9 @@ impl std::str::FromStr for Encoding {
             "" | "identity" => Ok(Encoding::Identity),
             "zstd" => Ok(Encoding::Zstd),
             "lz4" => Ok(Encoding::Lz4),
-            other => Err(format!("unsupported content encoding {other:?}: expected identity, zstd or lz4")),
+            other => Err(format!(
+                "unsupported content encoding {other:?}: expected identity, zstd or lz4"
+            )),
         }
     }
 }
@@ -122,7 +137,9 @@ impl StoredForm {
             "raw" => Ok(StoredForm::Raw),
             "chunked" => Ok(StoredForm::Chunked),
             "as_sent" => Ok(StoredForm::AsSent),
-            other => Err(CatalogError::Corrupt(format!("unknown stored form {other:?}"))),
+            other => Err(CatalogError::Corrupt(format!(
+                "unknown stored form {other:?}"
+            ))),
         }
     }
 }
@@ -143,8 +160,12 @@ pub enum ContentState {
 
 impl ContentState {
     /// All states, in life-cycle order.
-    pub const ALL: [ContentState; 4] =
-        [ContentState::Cached, ContentState::Placed, ContentState::Persisting, ContentState::Persisted];
+    pub const ALL: [ContentState; 4] = [
+        ContentState::Cached,
+        ContentState::Placed,
+        ContentState::Persisting,
+        ContentState::Persisted,
+    ];
 
     /// The name used in the catalog and in HEAD responses.
     pub fn as_str(self) -> &'static str {
@@ -182,7 +203,9 @@ impl ContentId {
         let mut hasher = blake3::Hasher::new();
         hasher.update(&self.hash);
         hasher.update(self.encoding.as_str().as_bytes());
-        hasher.finalize().as_bytes()[..16].try_into().expect("16 bytes")
+        hasher.finalize().as_bytes()[..16]
+            .try_into()
+            .expect("16 bytes")
     }
 
     /// The 33-byte key used in the database: hash, then the encoding code.
@@ -199,7 +222,8 @@ impl ContentId {
 
     /// Inverse of [`ContentId::to_key`].
     pub fn from_key(key: &[u8]) -> Result<ContentId> {
-        let bad = || CatalogError::Corrupt(format!("content key of {} bytes is malformed", key.len()));
+        let bad =
+            || CatalogError::Corrupt(format!("content key of {} bytes is malformed", key.len()));
         if key.len() != 33 {
             return Err(bad());
         }
@@ -209,7 +233,10 @@ impl ContentId {
             2 => Encoding::Lz4,
             _ => return Err(bad()),
         };
-        Ok(ContentId { hash: key[..32].try_into().expect("32 bytes"), encoding })
+        Ok(ContentId {
+            hash: key[..32].try_into().expect("32 bytes"),
+            encoding,
+        })
     }
 }
 
@@ -239,7 +266,9 @@ impl std::str::FromStr for Compression {
             "zstd" => Ok(Compression::Zstd),
             "lz4" => Ok(Compression::Lz4),
             "none" => Ok(Compression::None),
-            other => Err(format!("unknown compression {other:?}: expected zstd, lz4 or none")),
+            other => Err(format!(
+                "unknown compression {other:?}: expected zstd, lz4 or none"
+            )),
         }
     }
 }
@@ -258,7 +287,11 @@ pub struct BucketSettings {
 
 impl Default for BucketSettings {
     fn default() -> Self {
-        BucketSettings { compression: Compression::Zstd, placement: None, write_mode: None }
+        BucketSettings {
+            compression: Compression::Zstd,
+            placement: None,
+            write_mode: None,
+        }
     }
 }
 
@@ -537,21 +570,36 @@ pub trait Catalog: Send + Sync {
     /// Make `object` visible, replacing any object under the same key (whose content loses a reference). When
     /// `content.id` exists, the object references it and `content.cache_path` is scheduled for deletion;
     /// otherwise the content is inserted in state `Cached`. The dataset row is created if missing.
-    fn put_object(&self, object: &ObjectRecord, content: &NewContent, now_ms: u64) -> Result<PutOutcome>;
+    fn put_object(
+        &self,
+        object: &ObjectRecord,
+        content: &NewContent,
+        now_ms: u64,
+    ) -> Result<PutOutcome>;
     fn get_object(&self, bucket: &str, key: &str) -> Result<Option<(ObjectRecord, ContentRecord)>>;
     /// Remove the object; its content loses a reference. `Ok(false)` if there was no such key.
     fn delete_object(&self, bucket: &str, key: &str, now_ms: u64) -> Result<bool>;
     /// A new object referencing the same content as `source` (catalog only). `object.content`, size and ETag
     /// are taken from the source.
-    fn copy_object(&self, src_bucket: &str, src_key: &str, object: &ObjectRecord, now_ms: u64) -> Result<ObjectRecord>;
+    fn copy_object(
+        &self,
+        src_bucket: &str,
+        src_key: &str,
+        object: &ObjectRecord,
+        now_ms: u64,
+    ) -> Result<ObjectRecord>;
     fn list_objects(&self, bucket: &str, query: &ListQuery) -> Result<ListPage>;
     /// Every object in key order after `start_after` (for verify), at most `limit`.
-    fn objects_after(&self, after: Option<(&str, &str)>, limit: usize) -> Result<Vec<ObjectRecord>>;
+    fn objects_after(&self, after: Option<(&str, &str)>, limit: usize)
+        -> Result<Vec<ObjectRecord>>;
 
     // ---- contents
     fn get_content(&self, id: &ContentId) -> Result<Option<ContentRecord>>;
     /// Contents in `state`, oldest first, at most `limit`.
     fn contents_in_state(&self, state: ContentState, limit: usize) -> Result<Vec<ContentRecord>>;
+    /// Referenced contents placed on `grid_bucket` and waiting to be persisted, by dataset then age, at most
+    /// `limit`.
+    fn placed_on(&self, grid_bucket: u32, limit: usize) -> Result<Vec<ContentRecord>>;
     /// An object referencing the content (for its manifest), if any.
     fn any_object_of(&self, id: &ContentId) -> Result<Option<ObjectRecord>>;
     /// `Cached` → `Placed` on `grid_bucket`; records the dataset's grid bucket if it had none.

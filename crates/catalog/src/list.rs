@@ -35,9 +35,17 @@ pub(crate) fn list_with<E>(
     query: &ListQuery,
     mut fetch: impl FnMut(&[u8], usize) -> Result<Vec<ObjectRecord>, E>,
 ) -> Result<ListPage, E> {
-    let max_keys = if query.max_keys == 0 { MAX_KEYS_DEFAULT } else { query.max_keys.min(MAX_KEYS_DEFAULT) };
+    let max_keys = if query.max_keys == 0 {
+        MAX_KEYS_DEFAULT
+    } else {
+        query.max_keys.min(MAX_KEYS_DEFAULT)
+    };
     let prefix = query.prefix.as_bytes();
-    let delimiter = query.delimiter.as_deref().filter(|d| !d.is_empty()).map(str::as_bytes);
+    let delimiter = query
+        .delimiter
+        .as_deref()
+        .filter(|d| !d.is_empty())
+        .map(str::as_bytes);
     let upper = prefix_successor(prefix);
 
     // Where to start: the prefix, or just after `start_after` (after its whole common prefix if it is one).
@@ -71,7 +79,8 @@ pub(crate) fn list_with<E>(
             if !key.starts_with(prefix) {
                 break 'walk; // past the prefix: keys are ordered
             }
-            let rolled = delimiter.and_then(|d| find(&key[prefix.len()..], d).map(|at| prefix.len() + at + d.len()));
+            let rolled = delimiter
+                .and_then(|d| find(&key[prefix.len()..], d).map(|at| prefix.len() + at + d.len()));
             if entries == max_keys {
                 page.is_truncated = true;
                 break 'walk;
@@ -80,7 +89,8 @@ pub(crate) fn list_with<E>(
             match rolled {
                 Some(end) => {
                     let common = &key[..end];
-                    page.common_prefixes.push(String::from_utf8_lossy(common).into_owned());
+                    page.common_prefixes
+                        .push(String::from_utf8_lossy(common).into_owned());
                     page.next_start_after = Some(String::from_utf8_lossy(common).into_owned());
                     match prefix_successor(common) {
                         Some(s) => next_from = Some(s),
@@ -123,7 +133,10 @@ mod tests {
         ObjectRecord {
             bucket: "b".into(),
             key: key.into(),
-            content: ContentId { hash: [0; 32], encoding: Encoding::Identity },
+            content: ContentId {
+                hash: [0; 32],
+                encoding: Encoding::Identity,
+            },
             size_bytes: 0,
             etag: String::new(),
             last_modified_ms: 0,
@@ -141,7 +154,12 @@ mod tests {
         let mut fetches = 0;
         let page = list_with::<()>(query, |from, limit| {
             fetches += 1;
-            Ok(sorted.iter().filter(|k| k.as_bytes() >= from).take(limit).map(|k| object(k)).collect())
+            Ok(sorted
+                .iter()
+                .filter(|k| k.as_bytes() >= from)
+                .take(limit)
+                .map(|k| object(k))
+                .collect())
         })
         .unwrap();
         (page, fetches)
@@ -165,18 +183,28 @@ mod tests {
         let many: Vec<String> = (0..500).map(|i| format!("photos/{i:04}.jpg")).collect();
         keys.extend(many.iter().map(String::as_str));
         keys.push("photos2/x");
-        let q = ListQuery { delimiter: Some("/".into()), ..Default::default() };
+        let q = ListQuery {
+            delimiter: Some("/".into()),
+            ..Default::default()
+        };
         let (page, fetches) = run(&keys, &q);
         assert_eq!(keys_of(&page), vec!["a.txt", "z.txt"]);
         assert_eq!(page.common_prefixes, vec!["photos/", "photos2/"]);
         assert!(!page.is_truncated);
-        assert!(fetches <= 4, "skipping a common prefix must not read its keys ({fetches} fetches)");
+        assert!(
+            fetches <= 4,
+            "skipping a common prefix must not read its keys ({fetches} fetches)"
+        );
     }
 
     #[test]
     fn prefix_limits_the_listing() {
         let keys = ["a/1", "a/2", "a/3/x", "b/1", "a"];
-        let q = ListQuery { prefix: "a/".into(), delimiter: Some("/".into()), ..Default::default() };
+        let q = ListQuery {
+            prefix: "a/".into(),
+            delimiter: Some("/".into()),
+            ..Default::default()
+        };
         let (page, _) = run(&keys, &q);
         assert_eq!(keys_of(&page), vec!["a/1", "a/2"]);
         assert_eq!(page.common_prefixes, vec!["a/3/"]);
@@ -185,7 +213,11 @@ mod tests {
     #[test]
     fn max_keys_truncates_and_start_after_resumes_without_repeats() {
         let keys = ["a", "b/1", "b/2", "c", "d/1", "e"];
-        let mut q = ListQuery { delimiter: Some("/".into()), max_keys: 2, ..Default::default() };
+        let mut q = ListQuery {
+            delimiter: Some("/".into()),
+            max_keys: 2,
+            ..Default::default()
+        };
         let mut seen = Vec::new();
         loop {
             let (page, _) = run(&keys, &q);
@@ -209,7 +241,13 @@ mod tests {
     #[test]
     fn exact_max_keys_is_not_truncated() {
         let keys = ["a", "b"];
-        let (page, _) = run(&keys, &ListQuery { max_keys: 2, ..Default::default() });
+        let (page, _) = run(
+            &keys,
+            &ListQuery {
+                max_keys: 2,
+                ..Default::default()
+            },
+        );
         assert_eq!(keys_of(&page), vec!["a", "b"]);
         assert!(!page.is_truncated);
         assert_eq!(page.next_start_after, None);

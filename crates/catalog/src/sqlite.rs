@@ -146,7 +146,8 @@ CREATE TABLE IF NOT EXISTS pending_work (
 
 const OBJECT_COLUMNS: &str =
     "bucket, key, content, size_bytes, etag, last_modified_ms, content_type, user_metadata, checksums, dataset";
-const CONTENT_COLUMNS: &str = "content, logical_bytes, stored_bytes, stored_form, chunk_index, md5, state, refcount, \
+const CONTENT_COLUMNS: &str =
+    "content, logical_bytes, stored_bytes, stored_form, chunk_index, md5, state, refcount, \
      dataset, grid_bucket, cache_path, created_ms, last_access_ms, unreferenced_since_ms";
 const EXTENT_COLUMNS: &str =
     "extent_id, grid_bucket, offset, length_bytes, payload_bytes, object_id, extent_no, kind, written, blake3";
@@ -156,7 +157,9 @@ fn corrupt(what: impl std::fmt::Display) -> CatalogError {
 }
 
 fn key_string(bytes: Vec<u8>) -> rusqlite::Result<String> {
-    String::from_utf8(bytes).map_err(|e| rusqlite::Error::FromSqlConversionFailure(1, rusqlite::types::Type::Blob, Box::new(e)))
+    String::from_utf8(bytes).map_err(|e| {
+        rusqlite::Error::FromSqlConversionFailure(1, rusqlite::types::Type::Blob, Box::new(e))
+    })
 }
 
 fn conversion(e: CatalogError) -> rusqlite::Error {
@@ -183,7 +186,12 @@ fn object_from_row(row: &Row) -> rusqlite::Result<ObjectRecord> {
 }
 
 fn fixed<const N: usize>(bytes: Vec<u8>, what: &str) -> rusqlite::Result<[u8; N]> {
-    bytes.try_into().map_err(|b: Vec<u8>| conversion(corrupt(format!("{what} has {} bytes, expected {N}", b.len()))))
+    bytes.try_into().map_err(|b: Vec<u8>| {
+        conversion(corrupt(format!(
+            "{what} has {} bytes, expected {N}",
+            b.len()
+        )))
+    })
 }
 
 /// Content columns starting at column `at`.
@@ -210,7 +218,9 @@ fn extent_kind(s: &str) -> rusqlite::Result<ExtentKind> {
     match s {
         "content" => Ok(ExtentKind::Content),
         "pack" => Ok(ExtentKind::Pack),
-        other => Err(conversion(corrupt(format!("unknown extent kind {other:?}")))),
+        other => Err(conversion(corrupt(format!(
+            "unknown extent kind {other:?}"
+        )))),
     }
 }
 
@@ -233,7 +243,10 @@ fn extent_from_row(row: &Row, at: usize) -> rusqlite::Result<ExtentRecord> {
         extent_no: row.get::<_, i64>(at + 6)? as u16,
         kind: extent_kind(&row.get::<_, String>(at + 7)?)?,
         written: row.get::<_, i64>(at + 8)? != 0,
-        blake3: row.get::<_, Option<Vec<u8>>>(at + 9)?.map(|b| fixed(b, "extent blake3")).transpose()?,
+        blake3: row
+            .get::<_, Option<Vec<u8>>>(at + 9)?
+            .map(|b| fixed(b, "extent blake3"))
+            .transpose()?,
     })
 }
 
@@ -267,11 +280,19 @@ fn add_work(tx: &Transaction, kind: WorkKind, now_ms: u64) -> rusqlite::Result<W
     let text = serde_json::to_string(&kind).expect("work items serialize");
     tx.prepare_cached("INSERT INTO pending_work (item, created_ms) VALUES (?1, ?2)")?
         .execute(params![text, now_ms as i64])?;
-    Ok(WorkItem { id: tx.last_insert_rowid(), kind })
+    Ok(WorkItem {
+        id: tx.last_insert_rowid(),
+        kind,
+    })
 }
 
 /// Change a content's reference count by `delta` inside `tx`, maintaining `unreferenced_since_ms`.
-fn add_reference(tx: &Transaction, content: &[u8], delta: i64, now_ms: u64) -> rusqlite::Result<()> {
+fn add_reference(
+    tx: &Transaction,
+    content: &[u8],
+    delta: i64,
+    now_ms: u64,
+) -> rusqlite::Result<()> {
     tx.prepare_cached(
         "UPDATE contents SET refcount = refcount + ?2,
              unreferenced_since_ms = CASE WHEN refcount + ?2 = 0 THEN ?3 ELSE NULL END
@@ -283,21 +304,33 @@ fn add_reference(tx: &Transaction, content: &[u8], delta: i64, now_ms: u64) -> r
 
 /// Insert `(offset, length)` into the free list of `grid_bucket`, coalescing with its neighbours and
 /// lowering the append pointer when the range ends there.
-fn free_range(tx: &Transaction, grid_bucket: u32, offset: u64, length: u64) -> rusqlite::Result<()> {
+fn free_range(
+    tx: &Transaction,
+    grid_bucket: u32,
+    offset: u64,
+    length: u64,
+) -> rusqlite::Result<()> {
     let (mut start, mut end) = (offset, offset + length);
     let before: Option<(i64, i64)> = tx
         .prepare_cached(
             "SELECT offset, length FROM grid_free_ranges WHERE grid_bucket = ?1 AND offset < ?2
              ORDER BY offset DESC LIMIT 1",
         )?
-        .query_row(params![grid_bucket, start as i64], |r| Ok((r.get(0)?, r.get(1)?)))
+        .query_row(params![grid_bucket, start as i64], |r| {
+            Ok((r.get(0)?, r.get(1)?))
+        })
         .optional()?;
     if let Some((o, l)) = before {
-        assert!((o + l) as u64 <= start, "free range {o}+{l} overlaps freed {start}..{end} on grid bucket {grid_bucket}");
+        assert!(
+            (o + l) as u64 <= start,
+            "free range {o}+{l} overlaps freed {start}..{end} on grid bucket {grid_bucket}"
+        );
         if (o + l) as u64 == start {
             start = o as u64;
-            tx.prepare_cached("DELETE FROM grid_free_ranges WHERE grid_bucket = ?1 AND offset = ?2")?
-                .execute(params![grid_bucket, o])?;
+            tx.prepare_cached(
+                "DELETE FROM grid_free_ranges WHERE grid_bucket = ?1 AND offset = ?2",
+            )?
+            .execute(params![grid_bucket, o])?;
         }
     }
     let after: Option<(i64, i64)> = tx
@@ -305,11 +338,16 @@ fn free_range(tx: &Transaction, grid_bucket: u32, offset: u64, length: u64) -> r
         .query_row(params![grid_bucket, offset as i64], |r| Ok((r.get(0)?, r.get(1)?)))
         .optional()?;
     if let Some((o, l)) = after {
-        assert!(o as u64 >= end, "free range {o}+{l} overlaps freed {start}..{end} on grid bucket {grid_bucket}");
+        assert!(
+            o as u64 >= end,
+            "free range {o}+{l} overlaps freed {start}..{end} on grid bucket {grid_bucket}"
+        );
         if o as u64 == end {
             end = (o + l) as u64;
-            tx.prepare_cached("DELETE FROM grid_free_ranges WHERE grid_bucket = ?1 AND offset = ?2")?
-                .execute(params![grid_bucket, o])?;
+            tx.prepare_cached(
+                "DELETE FROM grid_free_ranges WHERE grid_bucket = ?1 AND offset = ?2",
+            )?
+            .execute(params![grid_bucket, o])?;
         }
     }
     let append: i64 = tx
@@ -319,29 +357,43 @@ fn free_range(tx: &Transaction, grid_bucket: u32, offset: u64, length: u64) -> r
         tx.prepare_cached("UPDATE grid_allocations SET append_offset = ?2 WHERE grid_bucket = ?1")?
             .execute(params![grid_bucket, start as i64])?;
     } else {
-        tx.prepare_cached("INSERT INTO grid_free_ranges (grid_bucket, offset, length) VALUES (?1, ?2, ?3)")?
-            .execute(params![grid_bucket, start as i64, (end - start) as i64])?;
+        tx.prepare_cached(
+            "INSERT INTO grid_free_ranges (grid_bucket, offset, length) VALUES (?1, ?2, ?3)",
+        )?
+        .execute(params![grid_bucket, start as i64, (end - start) as i64])?;
     }
     Ok(())
 }
 
 /// Allocate `length` bytes on `grid_bucket`: the smallest free range that fits, else at the append pointer.
 fn allocate(tx: &Transaction, grid_bucket: u32, length: u64, capacity_bytes: u64) -> Result<u64> {
-    let db = |e| CatalogError::Database { path: String::from("(allocation)"), source: e };
-    tx.prepare_cached("INSERT OR IGNORE INTO grid_allocations (grid_bucket, append_offset) VALUES (?1, 0)")
-        .and_then(|mut s| s.execute(params![grid_bucket]))
-        .map_err(db)?;
+    let db = |e| CatalogError::Database {
+        path: String::from("(allocation)"),
+        source: e,
+    };
+    tx.prepare_cached(
+        "INSERT OR IGNORE INTO grid_allocations (grid_bucket, append_offset) VALUES (?1, 0)",
+    )
+    .and_then(|mut s| s.execute(params![grid_bucket]))
+    .map_err(db)?;
     let fit: Option<(i64, i64)> = tx
         .prepare_cached(
             "SELECT offset, length FROM grid_free_ranges WHERE grid_bucket = ?1 AND length >= ?2
              ORDER BY length, offset LIMIT 1",
         )
-        .and_then(|mut s| s.query_row(params![grid_bucket, length as i64], |r| Ok((r.get(0)?, r.get(1)?))).optional())
+        .and_then(|mut s| {
+            s.query_row(params![grid_bucket, length as i64], |r| {
+                Ok((r.get(0)?, r.get(1)?))
+            })
+            .optional()
+        })
         .map_err(db)?;
     if let Some((offset, free)) = fit {
         let run = || -> rusqlite::Result<()> {
-            tx.prepare_cached("DELETE FROM grid_free_ranges WHERE grid_bucket = ?1 AND offset = ?2")?
-                .execute(params![grid_bucket, offset])?;
+            tx.prepare_cached(
+                "DELETE FROM grid_free_ranges WHERE grid_bucket = ?1 AND offset = ?2",
+            )?
+            .execute(params![grid_bucket, offset])?;
             if free as u64 > length {
                 tx.prepare_cached("INSERT INTO grid_free_ranges (grid_bucket, offset, length) VALUES (?1, ?2, ?3)")?
                     .execute(params![grid_bucket, offset + length as i64, free - length as i64])?;
@@ -358,7 +410,9 @@ fn allocate(tx: &Transaction, grid_bucket: u32, length: u64, capacity_bytes: u64
     let append = append as u64;
     if append + length > capacity_bytes {
         let free: i64 = tx
-            .prepare_cached("SELECT COALESCE(SUM(length), 0) FROM grid_free_ranges WHERE grid_bucket = ?1")
+            .prepare_cached(
+                "SELECT COALESCE(SUM(length), 0) FROM grid_free_ranges WHERE grid_bucket = ?1",
+            )
             .and_then(|mut s| s.query_row(params![grid_bucket], |r| r.get(0)))
             .map_err(db)?;
         return Err(CatalogError::NoRoom {
@@ -411,19 +465,32 @@ impl SqliteCatalog {
     }
 
     fn connect(path: &Path, options: SqliteOptions, writer: bool) -> Result<Connection> {
-        let db = |source| CatalogError::Database { path: path.display().to_string(), source };
+        let db = |source| CatalogError::Database {
+            path: path.display().to_string(),
+            source,
+        };
         let flags = if writer {
-            OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_CREATE | OpenFlags::SQLITE_OPEN_NO_MUTEX
+            OpenFlags::SQLITE_OPEN_READ_WRITE
+                | OpenFlags::SQLITE_OPEN_CREATE
+                | OpenFlags::SQLITE_OPEN_NO_MUTEX
         } else {
             OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX
         };
         let conn = Connection::open_with_flags(path, flags).map_err(db)?;
-        conn.busy_timeout(std::time::Duration::from_secs(10)).map_err(db)?;
+        conn.busy_timeout(std::time::Duration::from_secs(10))
+            .map_err(db)?;
         if writer {
-            conn.pragma_update(None, "journal_mode", "WAL").map_err(db)?;
+            conn.pragma_update(None, "journal_mode", "WAL")
+                .map_err(db)?;
         }
-        conn.pragma_update(None, "synchronous", if options.durable { "FULL" } else { "OFF" }).map_err(db)?;
-        conn.pragma_update(None, "foreign_keys", "OFF").map_err(db)?;
+        conn.pragma_update(
+            None,
+            "synchronous",
+            if options.durable { "FULL" } else { "OFF" },
+        )
+        .map_err(db)?;
+        conn.pragma_update(None, "foreign_keys", "OFF")
+            .map_err(db)?;
         conn.set_prepared_statement_cache_capacity(64);
         Ok(conn)
     }
@@ -435,7 +502,10 @@ impl SqliteCatalog {
                 return CatalogError::Corrupt(e.to_string());
             }
         }
-        CatalogError::Database { path: self.path.display().to_string(), source }
+        CatalogError::Database {
+            path: self.path.display().to_string(),
+            source,
+        }
     }
 
     /// Run `f` in one write transaction (IMMEDIATE: the write lock is taken at the start).
@@ -469,13 +539,23 @@ impl SqliteCatalog {
     }
 
     fn bucket_exists(tx: &Connection, name: &str) -> rusqlite::Result<bool> {
-        Ok(tx.prepare_cached("SELECT 1 FROM buckets WHERE name = ?1")?.query_row(params![name], |_| Ok(())).optional()?.is_some())
+        Ok(tx
+            .prepare_cached("SELECT 1 FROM buckets WHERE name = ?1")?
+            .query_row(params![name], |_| Ok(()))
+            .optional()?
+            .is_some())
     }
 
-    fn get_object_on(conn: &Connection, bucket: &str, key: &str) -> rusqlite::Result<Option<ObjectRecord>> {
-        conn.prepare_cached(&format!("SELECT {OBJECT_COLUMNS} FROM objects WHERE bucket = ?1 AND key = ?2"))?
-            .query_row(params![bucket, key.as_bytes()], object_from_row)
-            .optional()
+    fn get_object_on(
+        conn: &Connection,
+        bucket: &str,
+        key: &str,
+    ) -> rusqlite::Result<Option<ObjectRecord>> {
+        conn.prepare_cached(&format!(
+            "SELECT {OBJECT_COLUMNS} FROM objects WHERE bucket = ?1 AND key = ?2"
+        ))?
+        .query_row(params![bucket, key.as_bytes()], object_from_row)
+        .optional()
     }
 
     fn insert_object(tx: &Transaction, o: &ObjectRecord) -> rusqlite::Result<()> {
@@ -498,14 +578,27 @@ impl SqliteCatalog {
     }
 
     /// Remove the object at `(bucket, key)` if any, dropping its content reference.
-    fn remove_object(tx: &Transaction, bucket: &str, key: &str, now_ms: u64) -> rusqlite::Result<bool> {
-        let Some(old) = Self::get_object_on(tx, bucket, key)? else { return Ok(false) };
-        tx.prepare_cached("DELETE FROM objects WHERE bucket = ?1 AND key = ?2")?.execute(params![bucket, key.as_bytes()])?;
+    fn remove_object(
+        tx: &Transaction,
+        bucket: &str,
+        key: &str,
+        now_ms: u64,
+    ) -> rusqlite::Result<bool> {
+        let Some(old) = Self::get_object_on(tx, bucket, key)? else {
+            return Ok(false);
+        };
+        tx.prepare_cached("DELETE FROM objects WHERE bucket = ?1 AND key = ?2")?
+            .execute(params![bucket, key.as_bytes()])?;
         add_reference(tx, &old.content.to_key(), -1, now_ms)?;
         Ok(true)
     }
 
-    fn ensure_dataset(tx: &Transaction, id: &str, bucket: &str, now_ms: u64) -> rusqlite::Result<()> {
+    fn ensure_dataset(
+        tx: &Transaction,
+        id: &str,
+        bucket: &str,
+        now_ms: u64,
+    ) -> rusqlite::Result<()> {
         tx.prepare_cached("INSERT OR IGNORE INTO datasets (id, bucket, created_ms, grid_bucket) VALUES (?1, ?2, ?3, NULL)")?
             .execute(params![id, bucket, now_ms as i64])?;
         Ok(())
@@ -519,8 +612,11 @@ impl Catalog for SqliteCatalog {
             if Self::bucket_exists(tx, name).map_err(|e| self.db_error(e))? {
                 return Err(CatalogError::BucketExists(name.to_string()));
             }
-            tx.execute("INSERT INTO buckets (name, created_ms, settings) VALUES (?1, ?2, ?3)", params![name, now_ms() as i64, text])
-                .map_err(|e| self.db_error(e))?;
+            tx.execute(
+                "INSERT INTO buckets (name, created_ms, settings) VALUES (?1, ?2, ?3)",
+                params![name, now_ms() as i64, text],
+            )
+            .map_err(|e| self.db_error(e))?;
             Ok(())
         })
     }
@@ -536,10 +632,13 @@ impl Catalog for SqliteCatalog {
             if !q("SELECT 1 FROM buckets WHERE name = ?1")? {
                 return Err(CatalogError::NoSuchBucket(name.to_string()));
             }
-            if q("SELECT 1 FROM objects WHERE bucket = ?1 LIMIT 1")? || q("SELECT 1 FROM multipart_uploads WHERE bucket = ?1 LIMIT 1")? {
+            if q("SELECT 1 FROM objects WHERE bucket = ?1 LIMIT 1")?
+                || q("SELECT 1 FROM multipart_uploads WHERE bucket = ?1 LIMIT 1")?
+            {
                 return Err(CatalogError::BucketNotEmpty(name.to_string()));
             }
-            tx.execute("DELETE FROM buckets WHERE name = ?1", params![name]).map_err(|e| self.db_error(e))?;
+            tx.execute("DELETE FROM buckets WHERE name = ?1", params![name])
+                .map_err(|e| self.db_error(e))?;
             Ok(())
         })
     }
@@ -547,14 +646,21 @@ impl Catalog for SqliteCatalog {
     fn get_bucket(&self, name: &str) -> Result<Option<BucketRecord>> {
         let row = self.read(|c| {
             c.prepare_cached("SELECT name, created_ms, settings FROM buckets WHERE name = ?1")?
-                .query_row(params![name], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?, r.get::<_, String>(2)?)))
+                .query_row(params![name], |r| {
+                    Ok((
+                        r.get::<_, String>(0)?,
+                        r.get::<_, i64>(1)?,
+                        r.get::<_, String>(2)?,
+                    ))
+                })
                 .optional()
         })?;
         row.map(|(name, created_ms, settings)| {
             Ok(BucketRecord {
                 name,
                 created_ms: created_ms as u64,
-                settings: serde_json::from_str(&settings).map_err(|e| corrupt(format!("bucket settings: {e}")))?,
+                settings: serde_json::from_str(&settings)
+                    .map_err(|e| corrupt(format!("bucket settings: {e}")))?,
             })
         })
         .transpose()
@@ -563,7 +669,13 @@ impl Catalog for SqliteCatalog {
     fn list_buckets(&self) -> Result<Vec<BucketRecord>> {
         let rows = self.read(|c| {
             c.prepare_cached("SELECT name, created_ms, settings FROM buckets ORDER BY name")?
-                .query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?, r.get::<_, String>(2)?)))?
+                .query_map([], |r| {
+                    Ok((
+                        r.get::<_, String>(0)?,
+                        r.get::<_, i64>(1)?,
+                        r.get::<_, String>(2)?,
+                    ))
+                })?
                 .collect::<rusqlite::Result<Vec<_>>>()
         })?;
         rows.into_iter()
@@ -571,14 +683,23 @@ impl Catalog for SqliteCatalog {
                 Ok(BucketRecord {
                     name,
                     created_ms: created_ms as u64,
-                    settings: serde_json::from_str(&settings).map_err(|e| corrupt(format!("bucket settings: {e}")))?,
+                    settings: serde_json::from_str(&settings)
+                        .map_err(|e| corrupt(format!("bucket settings: {e}")))?,
                 })
             })
             .collect()
     }
 
-    fn put_object(&self, object: &ObjectRecord, content: &NewContent, now_ms: u64) -> Result<PutOutcome> {
-        assert_eq!(object.content, content.id, "put_object: the object must name the new content");
+    fn put_object(
+        &self,
+        object: &ObjectRecord,
+        content: &NewContent,
+        now_ms: u64,
+    ) -> Result<PutOutcome> {
+        assert_eq!(
+            object.content, content.id,
+            "put_object: the object must name the new content"
+        );
         self.write_with(|tx| {
             let run = || -> rusqlite::Result<Result<PutOutcome>> {
                 if !Self::bucket_exists(tx, &object.bucket)? {
@@ -592,9 +713,17 @@ impl Catalog for SqliteCatalog {
                     .is_some();
                 let mut work = Vec::new();
                 if exists {
-                    work.push(add_work(tx, WorkKind::DeleteCacheFile { path: content.cache_path.clone() }, now_ms)?);
-                    tx.prepare_cached("UPDATE contents SET last_access_ms = ?2 WHERE content = ?1")?
-                        .execute(params![&key[..], now_ms as i64])?;
+                    work.push(add_work(
+                        tx,
+                        WorkKind::DeleteCacheFile {
+                            path: content.cache_path.clone(),
+                        },
+                        now_ms,
+                    )?);
+                    tx.prepare_cached(
+                        "UPDATE contents SET last_access_ms = ?2 WHERE content = ?1",
+                    )?
+                    .execute(params![&key[..], now_ms as i64])?;
                 } else {
                     tx.prepare_cached(&format!(
                         "INSERT INTO contents ({CONTENT_COLUMNS}) VALUES
@@ -616,7 +745,10 @@ impl Catalog for SqliteCatalog {
                 Self::insert_object(tx, object)?;
                 add_reference(tx, &key, 1, now_ms)?;
                 Self::ensure_dataset(tx, &object.dataset, &object.bucket, now_ms)?;
-                Ok(Ok(PutOutcome { deduplicated: exists, work }))
+                Ok(Ok(PutOutcome {
+                    deduplicated: exists,
+                    work,
+                }))
             };
             run().map_err(|e| self.db_error(e))?
         })
@@ -624,10 +756,16 @@ impl Catalog for SqliteCatalog {
 
     fn get_object(&self, bucket: &str, key: &str) -> Result<Option<(ObjectRecord, ContentRecord)>> {
         self.read(|c| {
-            let Some(object) = Self::get_object_on(c, bucket, key)? else { return Ok(None) };
+            let Some(object) = Self::get_object_on(c, bucket, key)? else {
+                return Ok(None);
+            };
             let content = c
-                .prepare_cached(&format!("SELECT {CONTENT_COLUMNS} FROM contents WHERE content = ?1"))?
-                .query_row(params![&object.content.to_key()[..]], |r| content_from_row(r, 0))?;
+                .prepare_cached(&format!(
+                    "SELECT {CONTENT_COLUMNS} FROM contents WHERE content = ?1"
+                ))?
+                .query_row(params![&object.content.to_key()[..]], |r| {
+                    content_from_row(r, 0)
+                })?;
             Ok(Some((object, content)))
         })
     }
@@ -641,7 +779,13 @@ impl Catalog for SqliteCatalog {
         })
     }
 
-    fn copy_object(&self, src_bucket: &str, src_key: &str, object: &ObjectRecord, now_ms: u64) -> Result<ObjectRecord> {
+    fn copy_object(
+        &self,
+        src_bucket: &str,
+        src_key: &str,
+        object: &ObjectRecord,
+        now_ms: u64,
+    ) -> Result<ObjectRecord> {
         self.write_with(|tx| {
             let e = |e| self.db_error(e);
             for b in [src_bucket, &object.bucket] {
@@ -650,7 +794,10 @@ impl Catalog for SqliteCatalog {
                 }
             }
             let Some(source) = Self::get_object_on(tx, src_bucket, src_key).map_err(e)? else {
-                return Err(CatalogError::NoSuchKey { bucket: src_bucket.to_string(), key: src_key.to_string() });
+                return Err(CatalogError::NoSuchKey {
+                    bucket: src_bucket.to_string(),
+                    key: src_key.to_string(),
+                });
             };
             let copy = ObjectRecord {
                 content: source.content,
@@ -683,7 +830,11 @@ impl Catalog for SqliteCatalog {
         page.ok_or_else(|| CatalogError::NoSuchBucket(bucket.to_string()))
     }
 
-    fn objects_after(&self, after: Option<(&str, &str)>, limit: usize) -> Result<Vec<ObjectRecord>> {
+    fn objects_after(
+        &self,
+        after: Option<(&str, &str)>,
+        limit: usize,
+    ) -> Result<Vec<ObjectRecord>> {
         let (bucket, key) = after.unwrap_or(("", ""));
         self.read(|c| {
             c.prepare_cached(&format!(
@@ -696,9 +847,11 @@ impl Catalog for SqliteCatalog {
 
     fn get_content(&self, id: &ContentId) -> Result<Option<ContentRecord>> {
         self.read(|c| {
-            c.prepare_cached(&format!("SELECT {CONTENT_COLUMNS} FROM contents WHERE content = ?1"))?
-                .query_row(params![&id.to_key()[..]], |r| content_from_row(r, 0))
-                .optional()
+            c.prepare_cached(&format!(
+                "SELECT {CONTENT_COLUMNS} FROM contents WHERE content = ?1"
+            ))?
+            .query_row(params![&id.to_key()[..]], |r| content_from_row(r, 0))
+            .optional()
         })
     }
 
@@ -712,11 +865,24 @@ impl Catalog for SqliteCatalog {
         })
     }
 
+    fn placed_on(&self, grid_bucket: u32, limit: usize) -> Result<Vec<ContentRecord>> {
+        self.read(|c| {
+            c.prepare_cached(&format!(
+                "SELECT {CONTENT_COLUMNS} FROM contents WHERE state = 'placed' AND grid_bucket = ?1 AND refcount > 0
+                 ORDER BY dataset, created_ms LIMIT ?2"
+            ))?
+            .query_map(params![grid_bucket, limit as i64], |r| content_from_row(r, 0))?
+            .collect()
+        })
+    }
+
     fn any_object_of(&self, id: &ContentId) -> Result<Option<ObjectRecord>> {
         self.read(|c| {
-            c.prepare_cached(&format!("SELECT {OBJECT_COLUMNS} FROM objects WHERE content = ?1 LIMIT 1"))?
-                .query_row(params![&id.to_key()[..]], object_from_row)
-                .optional()
+            c.prepare_cached(&format!(
+                "SELECT {OBJECT_COLUMNS} FROM objects WHERE content = ?1 LIMIT 1"
+            ))?
+            .query_row(params![&id.to_key()[..]], object_from_row)
+            .optional()
         })
     }
 
@@ -757,13 +923,20 @@ impl Catalog for SqliteCatalog {
         self.write(|tx| {
             let key = id.to_key();
             let path: Option<String> = tx
-                .prepare_cached("SELECT cache_path FROM contents WHERE content = ?1 AND state = 'persisted'")?
+                .prepare_cached(
+                    "SELECT cache_path FROM contents WHERE content = ?1 AND state = 'persisted'",
+                )?
                 .query_row(params![&key[..]], |r| r.get(0))
                 .optional()?
                 .flatten();
             let Some(path) = path else { return Ok(None) };
-            tx.prepare_cached("UPDATE contents SET cache_path = NULL WHERE content = ?1")?.execute(params![&key[..]])?;
-            Ok(Some(add_work(tx, WorkKind::DeleteCacheFile { path }, now_ms())?))
+            tx.prepare_cached("UPDATE contents SET cache_path = NULL WHERE content = ?1")?
+                .execute(params![&key[..]])?;
+            Ok(Some(add_work(
+                tx,
+                WorkKind::DeleteCacheFile { path },
+                now_ms(),
+            )?))
         })
     }
 
@@ -771,7 +944,7 @@ impl Catalog for SqliteCatalog {
         self.read(|c| {
             c.prepare_cached(
                 "SELECT grid_bucket, SUM(stored_bytes), COUNT(*), MIN(created_ms) FROM contents
-                 WHERE state = 'placed' GROUP BY grid_bucket ORDER BY grid_bucket",
+                 WHERE state = 'placed' AND refcount > 0 GROUP BY grid_bucket ORDER BY grid_bucket",
             )?
             .query_map([], |r| {
                 Ok(Outstanding {
@@ -896,9 +1069,11 @@ impl Catalog for SqliteCatalog {
 
     fn unwritten_extents(&self) -> Result<Vec<ExtentRecord>> {
         self.read(|c| {
-            c.prepare_cached(&format!("SELECT {EXTENT_COLUMNS} FROM extents WHERE written = 0"))?
-                .query_map([], |r| extent_from_row(r, 0))?
-                .collect()
+            c.prepare_cached(&format!(
+                "SELECT {EXTENT_COLUMNS} FROM extents WHERE written = 0"
+            ))?
+            .query_map([], |r| extent_from_row(r, 0))?
+            .collect()
         })
     }
 
@@ -927,9 +1102,11 @@ impl Catalog for SqliteCatalog {
 
     fn extents_of_grid_bucket(&self, grid_bucket: u32) -> Result<Vec<ExtentRecord>> {
         self.read(|c| {
-            c.prepare_cached(&format!("SELECT {EXTENT_COLUMNS} FROM extents WHERE grid_bucket = ?1 ORDER BY offset"))?
-                .query_map(params![grid_bucket], |r| extent_from_row(r, 0))?
-                .collect()
+            c.prepare_cached(&format!(
+                "SELECT {EXTENT_COLUMNS} FROM extents WHERE grid_bucket = ?1 ORDER BY offset"
+            ))?
+            .query_map(params![grid_bucket], |r| extent_from_row(r, 0))?
+            .collect()
         })
     }
 
@@ -961,16 +1138,18 @@ impl Catalog for SqliteCatalog {
 
     fn datasets(&self) -> Result<Vec<DatasetRecord>> {
         self.read(|c| {
-            c.prepare_cached("SELECT id, bucket, created_ms, grid_bucket FROM datasets ORDER BY id")?
-                .query_map([], |r| {
-                    Ok(DatasetRecord {
-                        id: r.get(0)?,
-                        bucket: r.get(1)?,
-                        created_ms: r.get::<_, i64>(2)? as u64,
-                        grid_bucket: r.get::<_, Option<i64>>(3)?.map(|b| b as u32),
-                    })
-                })?
-                .collect()
+            c.prepare_cached(
+                "SELECT id, bucket, created_ms, grid_bucket FROM datasets ORDER BY id",
+            )?
+            .query_map([], |r| {
+                Ok(DatasetRecord {
+                    id: r.get(0)?,
+                    bucket: r.get(1)?,
+                    created_ms: r.get::<_, i64>(2)? as u64,
+                    grid_bucket: r.get::<_, Option<i64>>(3)?.map(|b| b as u32),
+                })
+            })?
+            .collect()
         })
     }
 
@@ -1060,7 +1239,12 @@ impl Catalog for SqliteCatalog {
     fn remove_upload(&self, upload_id: &str) -> Result<Vec<WorkItem>> {
         self.write_with(|tx| {
             let e = |e| self.db_error(e);
-            let removed = tx.execute("DELETE FROM multipart_uploads WHERE upload_id = ?1", params![upload_id]).map_err(e)?;
+            let removed = tx
+                .execute(
+                    "DELETE FROM multipart_uploads WHERE upload_id = ?1",
+                    params![upload_id],
+                )
+                .map_err(e)?;
             if removed == 0 {
                 return Err(CatalogError::NoSuchUpload(upload_id.to_string()));
             }
@@ -1068,9 +1252,16 @@ impl Catalog for SqliteCatalog {
                 .prepare_cached("SELECT cache_path FROM multipart_parts WHERE upload_id = ?1")
                 .and_then(|mut s| s.query_map(params![upload_id], |r| r.get(0))?.collect())
                 .map_err(e)?;
-            tx.execute("DELETE FROM multipart_parts WHERE upload_id = ?1", params![upload_id]).map_err(e)?;
+            tx.execute(
+                "DELETE FROM multipart_parts WHERE upload_id = ?1",
+                params![upload_id],
+            )
+            .map_err(e)?;
             let now = now_ms();
-            paths.into_iter().map(|path| add_work(tx, WorkKind::DeleteCacheFile { path }, now).map_err(e)).collect()
+            paths
+                .into_iter()
+                .map(|path| add_work(tx, WorkKind::DeleteCacheFile { path }, now).map_err(e))
+                .collect()
         })
     }
 
@@ -1088,9 +1279,10 @@ impl Catalog for SqliteCatalog {
                 "SELECT content FROM contents WHERE refcount = 0 AND unreferenced_since_ms <= ?1
                  ORDER BY unreferenced_since_ms LIMIT ?2",
             )?
-            .query_map(params![older_than_ms as i64, limit as i64], |r| {
-                ContentId::from_key(&r.get::<_, Vec<u8>>(0)?).map_err(conversion)
-            })?
+            .query_map(
+                params![older_than_ms.min(i64::MAX as u64) as i64, limit as i64],
+                |r| ContentId::from_key(&r.get::<_, Vec<u8>>(0)?).map_err(conversion),
+            )?
             .collect()
         })
     }
@@ -1147,7 +1339,11 @@ impl Catalog for SqliteCatalog {
         })?;
         rows.into_iter()
             .map(|(id, text)| {
-                Ok(WorkItem { id, kind: serde_json::from_str(&text).map_err(|e| corrupt(format!("pending work {id}: {e}")))? })
+                Ok(WorkItem {
+                    id,
+                    kind: serde_json::from_str(&text)
+                        .map_err(|e| corrupt(format!("pending work {id}: {e}")))?,
+                })
             })
             .collect()
     }

@@ -374,13 +374,55 @@ fn read_full(input: &mut dyn Read, buf: &mut [u8]) -> io::Result<usize> {
 
 fn status(args: StatusArgs) -> Result<()> {
     let engine = open(&args.dir)?;
-    let status = engine.status();
+    let status = engine.status()?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&status)?);
     } else {
-        print!("{status}");
+        print_status(&status);
     }
     close(engine)
+}
+
+fn print_status(status: &permafrost_engine::GridStatus) {
+    println!(
+        "grid {} ({}): {} buckets of {}, {} disks spinning now (most at once: {}), {} pending parity delta, {} journal rows",
+        status.layout,
+        status.grid_id,
+        status.buckets,
+        format_bytes(status.bucket_capacity_bytes),
+        status.spinning_now,
+        status.max_spinning_seen,
+        format_bytes(status.pending_delta_bytes),
+        status.journal_rows
+    );
+    println!("{:>4}  {:<14} {:<11} {:>9} {:>11} {:>11} {:>10}  health", "disk", "role", "power", "spin-ups", "energy J", "written", "defect");
+    for disk in &status.disks {
+        let role = match disk.role {
+            permafrost_grid::Role::Data { bucket } => format!("data b{bucket}"),
+            permafrost_grid::Role::HParity { hpg } => format!("hP of hPG {hpg}"),
+            permafrost_grid::Role::VParity { column } => format!("vP of col {column}"),
+        };
+        let health = if disk.failed {
+            "FAILED"
+        } else if disk.defect_bytes > 0 {
+            "recovering"
+        } else {
+            "ok"
+        };
+        println!(
+            "{:>4}  {:<14} {:<11} {:>9} {:>11.1} {:>11} {:>10}  {health}",
+            disk.index,
+            role,
+            format!("{:?}", disk.power_state),
+            disk.power.spin_ups,
+            disk.power.joules,
+            format_bytes(disk.written_bytes),
+            format_bytes(disk.defect_bytes),
+        );
+    }
+    let joules: f64 = status.disks.iter().map(|d| d.power.joules).sum();
+    let spin_ups: u64 = status.disks.iter().map(|d| d.power.spin_ups).sum();
+    println!("total: {spin_ups} spin-ups, {:.3} kWh (power states of file-backed disks are simulated)", joules / 3.6e6);
 }
 
 fn rebuild(args: DiskArgs) -> Result<()> {
@@ -394,35 +436,76 @@ fn rebuild(args: DiskArgs) -> Result<()> {
     bar.finish_and_clear();
     let seconds = started.elapsed().as_secs_f64();
     if args.json {
-        println!("{}", serde_json::json!({ "disk": args.disk, "bytes": report, "seconds": seconds }));
+        println!("{}", serde_json::json!({ "disk": args.disk, "report": report, "seconds": seconds }));
     } else {
-        eprintln!("disk {} rebuilt: {} in {seconds:.1} s", args.disk, format_bytes(report));
+        eprintln!("disk {} rebuilt: {} in {seconds:.1} s", args.disk, format_bytes(report.bytes_recovered));
+        for (disk, offset, len) in &report.unrecoverable {
+            eprintln!("  not recoverable now: disk {disk} bytes {offset}+{len}");
+        }
     }
-    close(engine)
+    let clean = report.unrecoverable.is_empty();
+    close(engine)?;
+    if !clean {
+        bail!("the rebuild left ranges that could not be recovered (listed above)");
+    }
+    Ok(())
 }
 
 fn scrub(args: ScrubArgs) -> Result<()> {
     let engine = open(&args.dir)?;
-    let disks: Vec<usize> = match (args.disk, args.overdue_hours) {
-        (Some(disk), _) => vec![disk],
-        (None, Some(hours)) => engine.overdue_disks(std::time::Duration::from_secs_f64(hours * 3600.0)),
-        (None, None) => (0..engine.geometry().disks()).collect(),
+    if let Some(hours) = args.overdue_hours {
+        let scrubbed = engine.scrub_overdue(std::time::Duration::from_secs_f64(hours * 3600.0))?;
+        if args.json {
+            println!("{}", serde_json::json!({ "scrubbed_disks": scrubbed }));
+        } else {
+            println!("scrubbed {} overdue disks: {scrubbed:?}", scrubbed.len());
+        }
+        return close(engine);
+    }
+    let disks: Vec<usize> = match args.disk {
+        Some(disk) => vec![disk],
+        None => (0..engine.geometry().disks()).filter(|&d| !engine.is_failed(d)).collect(),
     };
+    let capacity = engine.bucket_capacity_bytes();
+    let step = 64 << 20;
     let bar = bytes_bar("scrubbing", args.json);
-    let mut reports = Vec::new();
-    for disk in disks {
-        let report = engine.scrub_disk(disk, &|done, total| {
-            bar.set_length(total);
-            bar.set_position(done);
-        })?;
-        reports.push(report);
+    bar.set_length(capacity * disks.len() as u64);
+    let mut totals = Vec::new();
+    for (done_disks, &disk) in disks.iter().enumerate() {
+        let mut total = permafrost_idr::ScrubReport::default();
+        let mut offset = 0;
+        while offset < capacity {
+            let len = step.min(capacity - offset);
+            let report = engine.scrub(disk, offset, len)?;
+            total.bytes_verified += report.bytes_verified;
+            total.stripes_never_written += report.stripes_never_written;
+            total.blocks_repaired += report.blocks_repaired;
+            total.check_blocks_repaired += report.check_blocks_repaired;
+            total.unrecoverable.extend(report.unrecoverable);
+            offset += len;
+            bar.set_position(done_disks as u64 * capacity + offset);
+        }
+        totals.push((disk, total));
     }
     bar.finish_and_clear();
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&reports)?);
+        let rows: Vec<_> = totals
+            .iter()
+            .map(|(disk, r)| {
+                serde_json::json!({ "disk": disk, "bytes_verified": r.bytes_verified, "blocks_repaired": r.blocks_repaired,
+                    "check_blocks_repaired": r.check_blocks_repaired, "unrecoverable": r.unrecoverable })
+            })
+            .collect();
+        println!("{}", serde_json::to_string_pretty(&rows)?);
     } else {
-        for report in &reports {
-            println!("{report}");
+        for (disk, r) in &totals {
+            println!(
+                "disk {disk}: verified {}, repaired {} blocks and {} check blocks, {} ranges left to the grid",
+                format_bytes(r.bytes_verified),
+                r.blocks_repaired,
+                r.check_blocks_repaired,
+                r.unrecoverable.len()
+            );
         }
     }
     close(engine)

@@ -27,6 +27,25 @@ enum Command {
     /// Operate a parity grid directly: init, write, read, fail, replace, rebuild, scrub, verify.
     #[command(subcommand)]
     Grid(grid::GridCommand),
+    /// Know before you buy: reliability (MTTDL) and the layouts for a number of disks.
+    #[command(subcommand)]
+    Plan(permafrost_plan::cli::PlanCommand),
+    /// Workload traces: generate synthetic ones from published statistics, or summarise one.
+    #[command(subcommand)]
+    Trace(permafrost_trace::cli::TraceCommand),
+    /// Trace-driven simulation: energy of a layout and placement, or cache hit ratios by policy.
+    #[command(subcommand)]
+    Sim(SimCommand),
+    /// Survey a directory tree: sizes, small files, metadata overhead, what packing and compression save.
+    Survey(permafrost_survey::cli::SurveyArgs),
+}
+
+#[derive(Subcommand)]
+enum SimCommand {
+    /// Disk-hours, spin-ups, kWh and read latency of a grid against always-on baselines.
+    Energy(permafrost_sim_energy::cli::EnergyArgs),
+    /// Request and byte hit ratios of LRU, MRU, FIFO, RANDOM, ARC and Bélády over cache sizes.
+    Cache(permafrost_sim_cache::cli::CacheArgs),
 }
 
 fn main() {
@@ -38,6 +57,11 @@ fn main() {
     let result = match cli.command {
         Command::Serve(args) => serve::run(args),
         Command::Grid(command) => grid::run(command),
+        Command::Plan(command) => permafrost_plan::cli::run(command),
+        Command::Trace(command) => permafrost_trace::cli::run(command),
+        Command::Sim(SimCommand::Energy(args)) => permafrost_sim_energy::cli::run(&args),
+        Command::Sim(SimCommand::Cache(args)) => permafrost_sim_cache::cli::run(args),
+        Command::Survey(args) => permafrost_survey::cli::run(&args),
     };
     if let Err(error) = result {
         eprintln!("permafrost: {error:#}");

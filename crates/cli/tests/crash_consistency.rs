@@ -17,7 +17,6 @@ use permafrost_engine::{Engine, WriteMode};
 use rand::{Rng, SeedableRng};
 
 const CRASHES_PER_MODE: usize = 50;
-const CHUNK_BYTES: u64 = 64 << 10;
 const REGION_BYTES: u64 = 128 << 10;
 
 fn binary() -> &'static str {
@@ -97,9 +96,11 @@ fn crash_mode(mode: WriteMode, crashes: usize, seed: u64) {
         let engine = Engine::open(&dir).unwrap_or_else(|e| panic!("mode {mode} crash {crash} (seed {seed}): open failed: {e}"));
         for &(run_seed, bucket, offset, len) in &committed {
             let mut got = vec![0u8; len as usize];
-            engine
+            let mut promise = engine
                 .read(bucket, offset, len)
-                .and_then(|mut promise| promise.read_exact(&mut got).map_err(Into::into))
+                .unwrap_or_else(|e| panic!("mode {mode} crash {crash} (seed {seed}): read bucket {bucket} @ {offset}: {e}"));
+            promise
+                .read_exact(&mut got)
                 .unwrap_or_else(|e| panic!("mode {mode} crash {crash} (seed {seed}): read bucket {bucket} @ {offset}: {e}"));
             let want = pattern::pattern_bytes(run_seed, bucket, offset, len as usize);
             assert!(got == want, "mode {mode} crash {crash} (seed {seed}): committed chunk bucket {bucket} @ {offset} differs after replay");

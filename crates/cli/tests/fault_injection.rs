@@ -158,8 +158,11 @@ fn fault_mode(mode: WriteMode, seed: u64) {
             let parity = engine.verify_parity(&|_, _| {}).unwrap();
             assert!(parity.mismatches.is_empty(), "{context}: verify-parity after rebuild: {:?}", parity.mismatches);
             for disk in 0..disks {
-                let report = engine.scrub_disk(disk, &|_, _| {}).unwrap();
-                assert!(report.is_clean(), "{context}: scrub of disk {disk} after rebuild: {report:?}");
+                let report = engine.scrub(disk, 0, engine.bucket_capacity_bytes()).unwrap();
+                assert!(
+                    report.unrecoverable.is_empty() && report.blocks_repaired == 0,
+                    "{context}: scrub of disk {disk} after rebuild: {report:?}"
+                );
             }
             assert_all_buckets(&engine, seed, &format!("{context} after rebuild"));
             engine.close().unwrap();
@@ -207,10 +210,10 @@ fn flipped_bits_are_repaired_by_idr_without_waking_other_disks() {
     std::fs::write(&path, &bytes).unwrap();
 
     let engine = Engine::open(&dir).unwrap();
-    let before: Vec<u64> = (0..48).map(|d| engine.status().disks[d].power.spin_ups).collect();
+    let before: Vec<u64> = (0..48).map(|d| engine.status().unwrap().disks[d].power.spin_ups).collect();
     let want = pattern::pattern_bytes(seed, bucket, 0, BYTES_PER_BUCKET as usize);
     assert!(read_bucket(&engine, bucket) == want, "corrupted bucket did not read back exact");
-    let after: Vec<u64> = (0..48).map(|d| engine.status().disks[d].power.spin_ups).collect();
+    let after: Vec<u64> = (0..48).map(|d| engine.status().unwrap().disks[d].power.spin_ups).collect();
     for d in 0..48 {
         if d != disk {
             assert_eq!(before[d], after[d], "disk {d} was spun up to repair a bit flip on disk {disk}");

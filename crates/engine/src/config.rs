@@ -61,7 +61,9 @@ impl std::str::FromStr for WriteMode {
             "direct" => Ok(WriteMode::Direct),
             "serialized" => Ok(WriteMode::Serialized),
             "delayed" => Ok(WriteMode::Delayed),
-            other => Err(format!("unknown write mode {other:?}: expected direct, serialized or delayed")),
+            other => Err(format!(
+                "unknown write mode {other:?}: expected direct, serialized or delayed"
+            )),
         }
     }
 }
@@ -144,7 +146,10 @@ impl GridConfig {
     /// File-backed disks `disks/disk-NN.img` of `capacity_bytes` each, for every disk of `layout`.
     pub fn with_file_disks(layout: Layout, capacity_bytes: u64) -> GridConfig {
         let disks = (0..layout.disks())
-            .map(|i| DiskSpec::File { path: PathBuf::from(format!("disks/disk-{i:02}.img")), capacity_bytes })
+            .map(|i| DiskSpec::File {
+                path: PathBuf::from(format!("disks/disk-{i:02}.img")),
+                capacity_bytes,
+            })
             .collect();
         GridConfig::new(layout, disks)
     }
@@ -153,7 +158,12 @@ impl GridConfig {
     pub fn validate(&self) -> Result<()> {
         let bad = |msg: String| Err(Error::Config(msg));
         if self.disks.len() != self.layout.disks() {
-            return bad(format!("layout {} has {} disks but {} are configured", self.layout, self.layout.disks(), self.disks.len()));
+            return bad(format!(
+                "layout {} has {} disks but {} are configured",
+                self.layout,
+                self.layout.disks(),
+                self.disks.len()
+            ));
         }
         if self.spinning_max < self.layout.y.max(self.layout.hn + self.layout.hk).max(4) {
             return bad(format!(
@@ -169,11 +179,16 @@ impl GridConfig {
             ("recovery_chunk_bytes_max", self.recovery_chunk_bytes_max),
         ] {
             if value == 0 || value % 4096 != 0 {
-                return bad(format!("{name} = {value} must be a non-zero multiple of 4096"));
+                return bad(format!(
+                    "{name} = {value} must be a non-zero multiple of 4096"
+                ));
             }
         }
         if self.readahead_chunks == 0 || self.readahead_chunks > 64 {
-            return bad(format!("readahead_chunks = {} must be between 1 and 64", self.readahead_chunks));
+            return bad(format!(
+                "readahead_chunks = {} must be between 1 and 64",
+                self.readahead_chunks
+            ));
         }
         self.power.validate().map_err(Error::Config)?;
         Ok(())
@@ -182,15 +197,18 @@ impl GridConfig {
     /// Read `DIR/grid.toml`.
     pub fn load(dir: &Path) -> Result<GridConfig> {
         let path = dir.join(CONFIG_FILE);
-        let text = std::fs::read_to_string(&path).map_err(|e| Error::Config(format!("cannot read {}: {e}", path.display())))?;
-        let config: GridConfig = toml::from_str(&text).map_err(|e| Error::Config(format!("{}: {e}", path.display())))?;
+        let text = std::fs::read_to_string(&path)
+            .map_err(|e| Error::Config(format!("cannot read {}: {e}", path.display())))?;
+        let config: GridConfig =
+            toml::from_str(&text).map_err(|e| Error::Config(format!("{}: {e}", path.display())))?;
         config.validate()?;
         Ok(config)
     }
 
     /// Write `DIR/grid.toml` durably (write a temporary file, fsync, rename).
     pub fn save(&self, dir: &Path) -> Result<()> {
-        let text = toml::to_string_pretty(self).map_err(|e| Error::Config(format!("cannot encode configuration: {e}")))?;
+        let text = toml::to_string_pretty(self)
+            .map_err(|e| Error::Config(format!("cannot encode configuration: {e}")))?;
         let path = dir.join(CONFIG_FILE);
         let tmp = dir.join(format!("{CONFIG_FILE}.tmp"));
         let io = |e: std::io::Error| Error::Io(format!("cannot write {}: {e}", path.display()));
@@ -201,7 +219,9 @@ impl GridConfig {
             file.sync_all().map_err(io)?;
         }
         std::fs::rename(&tmp, &path).map_err(io)?;
-        std::fs::File::open(dir).and_then(|d| d.sync_all()).map_err(io)?;
+        std::fs::File::open(dir)
+            .and_then(|d| d.sync_all())
+            .map_err(io)?;
         Ok(())
     }
 }

@@ -114,7 +114,12 @@ impl Drop for Reservation<'_> {
 impl DeltaCache {
     pub(crate) fn new(dir: PathBuf, bytes_max: u64) -> io::Result<DeltaCache> {
         fs::create_dir_all(&dir)?;
-        Ok(DeltaCache { dir, bytes_max, state: Mutex::new(State::default()), changed: Condvar::new() })
+        Ok(DeltaCache {
+            dir,
+            bytes_max,
+            state: Mutex::new(State::default()),
+            changed: Condvar::new(),
+        })
     }
 
     fn path(&self, txn_id: u64) -> PathBuf {
@@ -127,7 +132,10 @@ impl DeltaCache {
         for entry in fs::read_dir(&self.dir)? {
             let name = entry?.file_name();
             let name = name.to_string_lossy();
-            if let Some(txn) = name.strip_suffix(".delta").and_then(|s| s.parse::<u64>().ok()) {
+            if let Some(txn) = name
+                .strip_suffix(".delta")
+                .and_then(|s| s.parse::<u64>().ok())
+            {
                 out.push(txn);
             }
         }
@@ -148,7 +156,11 @@ impl DeltaCache {
         header.extend_from_slice(&crc.to_le_bytes());
         debug_assert_eq!(header.len(), DELTA_HEADER_BYTES);
         let path = self.path(txn_id);
-        let mut file = OpenOptions::new().write(true).create(true).truncate(true).open(&path)?;
+        let mut file = OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&path)?;
         file.write_all(&header)?;
         file.write_all(data)?;
         file.sync_all()?;
@@ -195,7 +207,12 @@ impl DeltaCache {
     }
 
     /// Register a durable delta for `parity_disks` (consuming its reservation).
-    pub(crate) fn insert(&self, delta: Delta, parity_disks: Vec<usize>, mut reservation: Option<Reservation<'_>>) {
+    pub(crate) fn insert(
+        &self,
+        delta: Delta,
+        parity_disks: Vec<usize>,
+        mut reservation: Option<Reservation<'_>>,
+    ) {
         let mut state = self.state.lock();
         if let Some(r) = reservation.as_mut() {
             state.reserved_bytes -= r.bytes;
@@ -205,7 +222,13 @@ impl DeltaCache {
             return;
         }
         state.pending_bytes += delta.data.len() as u64;
-        state.entries.insert(delta.txn_id, Entry { delta: Arc::new(delta), pending: parity_disks });
+        state.entries.insert(
+            delta.txn_id,
+            Entry {
+                delta: Arc::new(delta),
+                pending: parity_disks,
+            },
+        );
         self.changed.notify_all();
     }
 
@@ -216,7 +239,10 @@ impl DeltaCache {
         for entry in state.entries.values() {
             for &disk in &entry.pending {
                 if disks.contains(&disk) {
-                    by_disk.entry(disk).or_default().push(Arc::clone(&entry.delta));
+                    by_disk
+                        .entry(disk)
+                        .or_default()
+                        .push(Arc::clone(&entry.delta));
                 }
             }
         }
@@ -225,7 +251,11 @@ impl DeltaCache {
 
     /// Pending deltas of one disk, sorted by offset.
     pub(crate) fn pending_of(&self, disk: usize) -> Vec<Arc<Delta>> {
-        let mut deltas = self.snapshot(&[disk]).by_disk.remove(&disk).unwrap_or_default();
+        let mut deltas = self
+            .snapshot(&[disk])
+            .by_disk
+            .remove(&disk)
+            .unwrap_or_default();
         deltas.sort_by_key(|d| (d.offset, d.txn_id));
         deltas
     }
@@ -234,7 +264,9 @@ impl DeltaCache {
     /// any more (the caller deletes the journal row and the file).
     pub(crate) fn complete(&self, txn_id: u64, disk: usize) -> bool {
         let mut state = self.state.lock();
-        let Some(entry) = state.entries.get_mut(&txn_id) else { return false };
+        let Some(entry) = state.entries.get_mut(&txn_id) else {
+            return false;
+        };
         entry.pending.retain(|&d| d != disk);
         if entry.pending.is_empty() {
             let entry = state.entries.remove(&txn_id).expect("present above");
@@ -248,13 +280,22 @@ impl DeltaCache {
 
     /// Parity disks still owed by `txn_id`.
     pub(crate) fn pending_disks_of(&self, txn_id: u64) -> Vec<usize> {
-        self.state.lock().entries.get(&txn_id).map(|e| e.pending.clone()).unwrap_or_default()
+        self.state
+            .lock()
+            .entries
+            .get(&txn_id)
+            .map(|e| e.pending.clone())
+            .unwrap_or_default()
     }
 
     /// Parity disks with pending deltas.
     pub(crate) fn disks_with_pending(&self) -> Vec<usize> {
         let state = self.state.lock();
-        let mut disks: Vec<usize> = state.entries.values().flat_map(|e| e.pending.iter().copied()).collect();
+        let mut disks: Vec<usize> = state
+            .entries
+            .values()
+            .flat_map(|e| e.pending.iter().copied())
+            .collect();
         disks.sort_unstable();
         disks.dedup();
         disks
@@ -266,7 +307,12 @@ impl DeltaCache {
 
     pub(crate) fn pending_bytes_of(&self, disk: usize) -> u64 {
         let state = self.state.lock();
-        state.entries.values().filter(|e| e.pending.contains(&disk)).map(|e| e.delta.data.len() as u64).sum()
+        state
+            .entries
+            .values()
+            .filter(|e| e.pending.contains(&disk))
+            .map(|e| e.delta.data.len() as u64)
+            .sum()
     }
 
     /// True when writers wait for space: the drain must run whatever the power state.
@@ -275,6 +321,7 @@ impl DeltaCache {
         state.waiting_bytes > 0 && state.pending_bytes > 0
     }
 
+    #[cfg(test)]
     pub(crate) fn is_empty(&self) -> bool {
         self.state.lock().entries.is_empty()
     }
@@ -307,7 +354,12 @@ fn parse_delta(bytes: &[u8]) -> Option<Delta> {
     if blake3::hash(data).as_bytes() != &header[36..68] {
         return None;
     }
-    Some(Delta { txn_id, offset, data: data.to_vec(), parities: [0; 4] })
+    Some(Delta {
+        txn_id,
+        offset,
+        data: data.to_vec(),
+        parities: [0; 4],
+    })
 }
 
 /// Path of the delta directory of a grid directory.
@@ -326,7 +378,10 @@ mod tests {
         let data: Vec<u8> = (0..8192u32).map(|i| i as u8).collect();
         cache.write_file(42, 4096, &data).unwrap();
         let delta = cache.read_file(42).unwrap().unwrap();
-        assert_eq!((delta.txn_id, delta.offset, delta.data.as_slice()), (42, 4096, data.as_slice()));
+        assert_eq!(
+            (delta.txn_id, delta.offset, delta.data.as_slice()),
+            (42, 4096, data.as_slice())
+        );
         assert_eq!(cache.files().unwrap(), vec![42]);
         // Flip one data byte: the blake3 check rejects it.
         let path = cache.path(42);
@@ -342,8 +397,26 @@ mod tests {
     fn overlay_xors_pending_deltas_until_every_parity_completed() {
         let dir = tempfile::tempdir().unwrap();
         let cache = DeltaCache::new(dir.path().join("deltas"), 1 << 20).unwrap();
-        cache.insert(Delta { txn_id: 1, offset: 0, data: vec![0xF0; 8], parities: [0; 4] }, vec![10, 11], None);
-        cache.insert(Delta { txn_id: 2, offset: 4, data: vec![0x0F; 8], parities: [0; 4] }, vec![10], None);
+        cache.insert(
+            Delta {
+                txn_id: 1,
+                offset: 0,
+                data: vec![0xF0; 8],
+                parities: [0; 4],
+            },
+            vec![10, 11],
+            None,
+        );
+        cache.insert(
+            Delta {
+                txn_id: 2,
+                offset: 4,
+                data: vec![0x0F; 8],
+                parities: [0; 4],
+            },
+            vec![10],
+            None,
+        );
         let snap = cache.snapshot(&[10, 11]);
         let mut buf = vec![0u8; 16];
         snap.overlay(10, 0, &mut buf);
@@ -364,7 +437,16 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let cache = Arc::new(DeltaCache::new(dir.path().join("deltas"), 100).unwrap());
         let r = cache.reserve(80, &|| false).unwrap();
-        cache.insert(Delta { txn_id: 1, offset: 0, data: vec![1; 80], parities: [0; 4] }, vec![5], Some(r));
+        cache.insert(
+            Delta {
+                txn_id: 1,
+                offset: 0,
+                data: vec![1; 80],
+                parities: [0; 4],
+            },
+            vec![5],
+            Some(r),
+        );
         // 80 + 40 > 100: waits until the drain completes txn 1.
         let waiter = {
             let cache = Arc::clone(&cache);
@@ -374,12 +456,24 @@ mod tests {
             })
         };
         std::thread::sleep(Duration::from_millis(60));
-        assert!(cache.over_bound(), "a waiting writer must make the drain run");
+        assert!(
+            cache.over_bound(),
+            "a waiting writer must make the drain run"
+        );
         assert!(!waiter.is_finished());
         assert!(cache.complete(1, 5));
         waiter.join().unwrap();
         // Giving up through stop() returns None.
-        cache.insert(Delta { txn_id: 2, offset: 0, data: vec![1; 80], parities: [0; 4] }, vec![5], None);
+        cache.insert(
+            Delta {
+                txn_id: 2,
+                offset: 0,
+                data: vec![1; 80],
+                parities: [0; 4],
+            },
+            vec![5],
+            None,
+        );
         assert!(cache.reserve(40, &|| true).is_none());
     }
 }

@@ -39,7 +39,12 @@ impl IoCounters {
         }
     }
     pub(crate) fn reset(&self) {
-        for c in [&self.logical_read, &self.logical_written, &self.physical_read, &self.physical_written] {
+        for c in [
+            &self.logical_read,
+            &self.logical_written,
+            &self.physical_read,
+            &self.physical_written,
+        ] {
             c.store(0, Ordering::Relaxed);
         }
     }
@@ -57,12 +62,16 @@ impl Disk for CountingDisk {
     }
     fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<(), DiskError> {
         self.inner.read_at(offset, buf)?;
-        self.counters.physical_read.fetch_add(buf.len() as u64, Ordering::Relaxed);
+        self.counters
+            .physical_read
+            .fetch_add(buf.len() as u64, Ordering::Relaxed);
         Ok(())
     }
     fn write_at(&self, offset: u64, buf: &[u8]) -> Result<(), DiskError> {
         self.inner.write_at(offset, buf)?;
-        self.counters.physical_written.fetch_add(buf.len() as u64, Ordering::Relaxed);
+        self.counters
+            .physical_written
+            .fetch_add(buf.len() as u64, Ordering::Relaxed);
         Ok(())
     }
     fn sync(&self) -> Result<(), DiskError> {
@@ -84,13 +93,19 @@ impl Disk for MissingDisk {
         self.capacity_bytes
     }
     fn read_at(&self, _offset: u64, _buf: &mut [u8]) -> Result<(), DiskError> {
-        Err(DiskError::Failed { disk: self.name.clone() })
+        Err(DiskError::Failed {
+            disk: self.name.clone(),
+        })
     }
     fn write_at(&self, _offset: u64, _buf: &[u8]) -> Result<(), DiskError> {
-        Err(DiskError::Failed { disk: self.name.clone() })
+        Err(DiskError::Failed {
+            disk: self.name.clone(),
+        })
     }
     fn sync(&self) -> Result<(), DiskError> {
-        Err(DiskError::Failed { disk: self.name.clone() })
+        Err(DiskError::Failed {
+            disk: self.name.clone(),
+        })
     }
     fn describe(&self) -> String {
         self.name.clone()
@@ -99,8 +114,6 @@ impl Disk for MissingDisk {
 
 /// One opened disk of the grid.
 pub(crate) struct DiskSlot {
-    /// Counted but unpowered stack (headers).
-    pub raw: Arc<dyn Disk>,
     /// The logical space (powered).
     pub idr: IdrDisk,
     pub name: String,
@@ -115,9 +128,13 @@ impl DiskSlot {
         idr: permafrost_idr::IdrConfig,
     ) -> Result<DiskSlot, permafrost_idr::IdrError> {
         let name = backend.describe();
-        let raw: Arc<dyn Disk> = Arc::new(CountingDisk { inner: backend, counters });
-        let powered: Arc<dyn Disk> = Arc::new(PoweredDisk::new(Arc::clone(&raw), Arc::clone(power), index));
+        let raw: Arc<dyn Disk> = Arc::new(CountingDisk {
+            inner: backend,
+            counters,
+        });
+        let powered: Arc<dyn Disk> =
+            Arc::new(PoweredDisk::new(Arc::clone(&raw), Arc::clone(power), index));
         let idr = IdrDisk::new(powered, crate::header::HEADER_BYTES, idr)?;
-        Ok(DiskSlot { raw, idr, name })
+        Ok(DiskSlot { idr, name })
     }
 }

@@ -176,7 +176,10 @@ impl Engine {
         config.validate()?;
         let geometry = Geometry::new(config.layout).map_err(|e| Error::Config(e.to_string()))?;
         if dir.join(CONFIG_FILE).exists() {
-            return Err(Error::Config(format!("{} already holds a grid ({CONFIG_FILE} exists)", dir.display())));
+            return Err(Error::Config(format!(
+                "{} already holds a grid ({CONFIG_FILE} exists)",
+                dir.display()
+            )));
         }
         let io = |e: std::io::Error| Error::Io(format!("cannot create {}: {e}", dir.display()));
         std::fs::create_dir_all(dir).map_err(io)?;
@@ -206,7 +209,14 @@ impl Engine {
                 }
                 DiskSpec::Block { .. } => Arc::new(BlockDisk::open(&path)?),
             };
-            DiskHeader::new(config.grid_id, &geometry, index, disk.capacity_bytes(), config.idr).write(disk.as_ref())?;
+            DiskHeader::new(
+                config.grid_id,
+                &geometry,
+                index,
+                disk.capacity_bytes(),
+                config.idr,
+            )
+            .write(disk.as_ref())?;
         }
         Journal::open(&dir.join(JOURNAL_FILE))?;
         std::fs::create_dir_all(delta_dir(dir)).map_err(io)?;
@@ -227,12 +237,24 @@ impl Engine {
         let config = GridConfig::load(&dir)?;
         let geometry = Geometry::new(config.layout).map_err(|e| Error::Config(e.to_string()))?;
         let n = geometry.disks();
-        let profile = options.power_profile.clone().unwrap_or_else(|| config.power.clone());
+        let profile = options
+            .power_profile
+            .clone()
+            .unwrap_or_else(|| config.power.clone());
         let power = PowerManager::simulated(profile, n, config.spinning_max)?;
         let journal = Journal::open(&dir.join(JOURNAL_FILE))?;
-        let failed_in_journal: HashMap<usize, String> = journal.failed_disks()?.into_iter().collect();
+        let version = journal.schema_version()?;
+        if version != crate::journal::SCHEMA_VERSION {
+            return Err(Error::Config(format!(
+                "{JOURNAL_FILE} has schema version {version}; this engine reads version {}",
+                crate::journal::SCHEMA_VERSION
+            )));
+        }
+        let failed_in_journal: HashMap<usize, String> =
+            journal.failed_disks()?.into_iter().collect();
 
-        let counters: Vec<Arc<IoCounters>> = (0..n).map(|_| Arc::new(IoCounters::default())).collect();
+        let counters: Vec<Arc<IoCounters>> =
+            (0..n).map(|_| Arc::new(IoCounters::default())).collect();
         let mut backends: Vec<Option<Arc<dyn Disk>>> = Vec::with_capacity(n);
         let mut failed = vec![false; n];
         let mut newly_failed = Vec::new();
@@ -251,20 +273,54 @@ impl Engine {
                 failed[index] = true;
             }
         }
-        let capacity = backends.iter().flatten().map(|d| d.capacity_bytes()).max().unwrap_or_else(|| {
-            config.disks.iter().map(|s| if let DiskSpec::File { capacity_bytes, .. } = s { *capacity_bytes } else { 0 }).max().unwrap_or(0)
-        });
+        let capacity = backends
+            .iter()
+            .flatten()
+            .map(|d| d.capacity_bytes())
+            .max()
+            .unwrap_or_else(|| {
+                config
+                    .disks
+                    .iter()
+                    .map(|s| {
+                        if let DiskSpec::File { capacity_bytes, .. } = s {
+                            *capacity_bytes
+                        } else {
+                            0
+                        }
+                    })
+                    .max()
+                    .unwrap_or(0)
+            });
         let mut slots = Vec::with_capacity(n);
         for (index, backend) in backends.into_iter().enumerate() {
             let backend = backend.unwrap_or_else(|| {
-                Arc::new(MissingDisk { name: config.disks[index].resolved_path(&dir).display().to_string(), capacity_bytes: capacity })
+                Arc::new(MissingDisk {
+                    name: config.disks[index]
+                        .resolved_path(&dir)
+                        .display()
+                        .to_string(),
+                    capacity_bytes: capacity,
+                })
             });
-            let slot = DiskSlot::build(backend, Arc::clone(&counters[index]), &power, index, config.idr)?;
+            let slot = DiskSlot::build(
+                backend,
+                Arc::clone(&counters[index]),
+                &power,
+                index,
+                config.idr,
+            )?;
             slots.push(slot);
         }
-        let logical_bytes = slots.iter().map(|s| s.idr.logical_capacity()).min().unwrap_or(0);
+        let logical_bytes = slots
+            .iter()
+            .map(|s| s.idr.logical_capacity())
+            .min()
+            .unwrap_or(0);
         let stripe_bytes = slots[0].idr.stripe_bytes();
-        if config.chunk_bytes_max % stripe_bytes != 0 || config.recovery_chunk_bytes_max % stripe_bytes != 0 {
+        if config.chunk_bytes_max % stripe_bytes != 0
+            || config.recovery_chunk_bytes_max % stripe_bytes != 0
+        {
             return Err(Error::Config(format!(
                 "chunk_bytes_max and recovery_chunk_bytes_max must be multiples of the IDR stripe ({stripe_bytes} bytes)"
             )));
@@ -273,13 +329,21 @@ impl Engine {
         let defects = journal.ranges(RangeTable::Defects, n)?;
         let scrub = journal.scrub_rows(n)?;
         let next_txn = journal.next_txn()?;
-        let deltas = DeltaCache::new(delta_dir(&dir), config.delta_cache_bytes_max)
-            .map_err(|e| Error::Io(format!("cannot open the delta cache in {}: {e}", delta_dir(&dir).display())))?;
+        let deltas =
+            DeltaCache::new(delta_dir(&dir), config.delta_cache_bytes_max).map_err(|e| {
+                Error::Io(format!(
+                    "cannot open the delta cache in {}: {e}",
+                    delta_dir(&dir).display()
+                ))
+            })?;
         let shared = Arc::new(Shared {
             dir,
             geometry,
             power: Arc::clone(&power),
-            slots: slots.into_iter().map(|s| RwLock::new(Arc::new(s))).collect(),
+            slots: slots
+                .into_iter()
+                .map(|s| RwLock::new(Arc::new(s)))
+                .collect(),
             counters,
             io_errors: (0..n).map(|_| AtomicU32::new(0)).collect(),
             logical_bytes,
@@ -288,7 +352,12 @@ impl Engine {
             locks: LockManager::new(),
             deltas,
             drain_mutexes: (0..n).map(|_| Mutex::new(())).collect(),
-            maps: Mutex::new(Maps { written, defects, failed, scrub }),
+            maps: Mutex::new(Maps {
+                written,
+                defects,
+                failed,
+                scrub,
+            }),
             next_txn: AtomicU64::new(next_txn),
             stop: AtomicBool::new(false),
             paused: AtomicBool::new(false),
@@ -299,10 +368,15 @@ impl Engine {
             config: RwLock::new(config),
         });
         for index in newly_failed {
-            shared.journal.batch(|b| b.set_failed(index, "could not be opened"))?;
+            shared
+                .journal
+                .batch(|b| b.set_failed(index, "could not be opened"))?;
         }
         shared.replay()?;
-        let engine = Engine { shared: Arc::clone(&shared), threads: Mutex::new(Vec::new()) };
+        let engine = Engine {
+            shared: Arc::clone(&shared),
+            threads: Mutex::new(Vec::new()),
+        };
         engine.start_threads();
         Ok(engine)
     }
@@ -313,7 +387,9 @@ impl Engine {
         threads.push(spawn("permafrost-recovery", move || shared.recovery_loop()));
         for &disk in self.shared.geometry.parity_disks() {
             let shared = Arc::clone(&self.shared);
-            threads.push(spawn(&format!("permafrost-drain-{disk}"), move || shared.drain_loop(disk)));
+            threads.push(spawn(&format!("permafrost-drain-{disk}"), move || {
+                shared.drain_loop(disk)
+            }));
         }
         let shared = Arc::clone(&self.shared);
         threads.push(spawn("permafrost-scrub", move || shared.scrub_loop()));
@@ -376,18 +452,40 @@ impl Engine {
     }
 
     /// Start a write promise of `len` bytes at `offset` of `bucket` (both multiples of 4096).
-    pub fn write(&self, bucket: usize, offset: u64, len: u64, mode: WriteMode) -> Result<WritePromise> {
+    pub fn write(
+        &self,
+        bucket: usize,
+        offset: u64,
+        len: u64,
+        mode: WriteMode,
+    ) -> Result<WritePromise> {
         let disk = self.shared.check_bucket_range(bucket, offset, len)?;
         if self.shared.is_failed(disk) {
-            return Err(Error::DiskFailed { disk, message: format!("bucket {bucket} cannot be written until it is replaced and rebuilt") });
+            return Err(Error::DiskFailed {
+                disk,
+                message: format!(
+                    "bucket {bucket} cannot be written until it is replaced and rebuilt"
+                ),
+            });
         }
-        Ok(WritePromise::new(Arc::clone(&self.shared), disk, offset, len, mode))
+        Ok(WritePromise::new(
+            Arc::clone(&self.shared),
+            disk,
+            offset,
+            len,
+            mode,
+        ))
     }
 
     /// Start a read promise of `len` bytes at `offset` (a multiple of 4096) of `bucket`.
     pub fn read(&self, bucket: usize, offset: u64, len: u64) -> Result<ReadPromise> {
         let disk = self.shared.check_bucket_range(bucket, offset, len)?;
-        Ok(ReadPromise::new(Arc::clone(&self.shared), disk, offset, len))
+        Ok(ReadPromise::new(
+            Arc::clone(&self.shared),
+            disk,
+            offset,
+            len,
+        ))
     }
 
     /// Apply every pending parity delta (spinning up the parity disks concerned).
@@ -422,7 +520,10 @@ impl Engine {
     pub fn rebuild(&self, disk: usize, progress: &dyn Fn(u64, u64)) -> Result<RecoveryReport> {
         self.shared.check_disk(disk)?;
         if self.shared.is_failed(disk) {
-            return Err(Error::DiskFailed { disk, message: "replace it (replace_disk) before rebuilding".into() });
+            return Err(Error::DiskFailed {
+                disk,
+                message: "replace it (replace_disk) before rebuilding".into(),
+            });
         }
         self.shared.recover_disk(disk, progress)
     }
@@ -444,7 +545,10 @@ impl Engine {
     /// space; ranges IDR cannot repair become defect (recovered from the grid in the background).
     pub fn scrub(&self, disk: usize, offset: u64, len: u64) -> Result<ScrubReport> {
         self.shared.check_disk(disk)?;
-        if offset % 4096 != 0 || len % 4096 != 0 || offset.saturating_add(len) > self.shared.logical_bytes {
+        if offset % 4096 != 0
+            || len % 4096 != 0
+            || offset.saturating_add(len) > self.shared.logical_bytes
+        {
             return Err(Error::InvalidArgument(format!(
                 "scrub range {offset}+{len} must be 4096-aligned and inside the disk's {} logical bytes",
                 self.shared.logical_bytes
@@ -460,12 +564,23 @@ impl Engine {
         let overdue: Vec<usize> = {
             let maps = self.shared.maps.lock();
             (0..self.shared.geometry.disks())
-                .filter(|&d| !maps.failed[d] && now.saturating_sub(maps.scrub[d].last_pass_ms) > max_age.as_millis() as u64)
+                .filter(|&d| {
+                    !maps.failed[d]
+                        && now.saturating_sub(maps.scrub[d].last_pass_ms)
+                            > max_age.as_millis() as u64
+                })
                 .collect()
         };
         for &disk in &overdue {
-            self.shared.scrub_range(disk, 0, self.shared.logical_bytes)?;
-            self.shared.set_scrub_row(disk, ScrubRow { cursor: 0, last_pass_ms: now_ms() })?;
+            self.shared
+                .scrub_range(disk, 0, self.shared.logical_bytes)?;
+            self.shared.set_scrub_row(
+                disk,
+                ScrubRow {
+                    cursor: 0,
+                    last_pass_ms: now_ms(),
+                },
+            )?;
         }
         Ok(overdue)
     }
@@ -527,7 +642,12 @@ impl Engine {
 
     /// Defect bytes of `disk` (ranges waiting for recovery).
     pub fn defect_bytes(&self, disk: usize) -> u64 {
-        self.shared.maps.lock().defects.get(disk).map_or(0, |d| d.total())
+        self.shared
+            .maps
+            .lock()
+            .defects
+            .get(disk)
+            .map_or(0, |d| d.total())
     }
 
     /// Test hook: make the next write or drain that reaches `point` stop there as if the process died (the
@@ -553,7 +673,10 @@ impl Drop for Engine {
 }
 
 fn spawn(name: &str, f: impl FnOnce() + Send + 'static) -> JoinHandle<()> {
-    std::thread::Builder::new().name(name.to_string()).spawn(f).expect("spawn an engine thread")
+    std::thread::Builder::new()
+        .name(name.to_string())
+        .spawn(f)
+        .expect("spawn an engine thread")
 }
 
 /// Open one disk's backend and check its header. `Ok(None)`: the disk cannot be opened (it runs as failed).
@@ -578,10 +701,17 @@ fn open_backend(
             return Ok(None);
         }
     };
-    let header_error = |message: String| Error::Header { disk: index, name: name.clone(), message };
+    let header_error = |message: String| Error::Header {
+        disk: index,
+        name: name.clone(),
+        message,
+    };
     if let DiskSpec::File { capacity_bytes, .. } = spec {
         if disk.capacity_bytes() != *capacity_bytes {
-            return Err(header_error(format!("wrong size: {} bytes, configured {capacity_bytes}", disk.capacity_bytes())));
+            return Err(header_error(format!(
+                "wrong size: {} bytes, configured {capacity_bytes}",
+                disk.capacity_bytes()
+            )));
         }
     }
     let disk = match &options.wrap_disk {
@@ -590,23 +720,46 @@ fn open_backend(
     };
     let header = match DiskHeader::read(disk.as_ref()) {
         Ok(Some(h)) => h,
-        Ok(None) => return Err(header_error("no valid permafrost disk header: not a disk of this grid".into())),
+        Ok(None) => {
+            return Err(header_error(
+                "no valid permafrost disk header: not a disk of this grid".into(),
+            ))
+        }
         Err(e) => {
             tracing::warn!("disk {index} ({name}): header unreadable, running it as failed: {e}");
             return Ok(None);
         }
     };
     if header.grid_id != config.grid_id {
-        return Err(header_error(format!("belongs to another grid ({}), not {}", header.grid_id, config.grid_id)));
+        return Err(header_error(format!(
+            "belongs to another grid ({}), not {}",
+            header.grid_id, config.grid_id
+        )));
     }
     if header.disk_index as usize != index {
-        return Err(header_error(format!("wrong position: its header says disk {}, it is configured as disk {index}", header.disk_index)));
+        return Err(header_error(format!(
+            "wrong position: its header says disk {}, it is configured as disk {index}",
+            header.disk_index
+        )));
     }
     if header.capacity_bytes != disk.capacity_bytes() {
-        return Err(header_error(format!("wrong size: {} bytes, its header says {}", disk.capacity_bytes(), header.capacity_bytes)));
+        return Err(header_error(format!(
+            "wrong size: {} bytes, its header says {}",
+            disk.capacity_bytes(),
+            header.capacity_bytes
+        )));
     }
-    let expected = DiskHeader::new(config.grid_id, geometry, index, disk.capacity_bytes(), config.idr);
-    if header.layout != expected.layout || header.idr != expected.idr || header.role != expected.role {
+    let expected = DiskHeader::new(
+        config.grid_id,
+        geometry,
+        index,
+        disk.capacity_bytes(),
+        config.idr,
+    );
+    if header.layout != expected.layout
+        || header.idr != expected.idr
+        || header.role != expected.role
+    {
         return Err(header_error(format!(
             "header says layout {} / IDR {:?}, the grid is {} / {:?}",
             header.layout, header.idr, expected.layout, expected.idr
@@ -633,7 +786,10 @@ impl Shared {
 
     fn check_disk(&self, disk: usize) -> Result<()> {
         if disk >= self.geometry.disks() {
-            return Err(Error::InvalidArgument(format!("disk {disk} does not exist: the grid has {} disks", self.geometry.disks())));
+            return Err(Error::InvalidArgument(format!(
+                "disk {disk} does not exist: the grid has {} disks",
+                self.geometry.disks()
+            )));
         }
         Ok(())
     }
@@ -643,12 +799,20 @@ impl Shared {
             return Err(Error::Closed);
         }
         if bucket >= self.geometry.buckets() {
-            return Err(Error::InvalidArgument(format!("bucket {bucket} does not exist: the grid has {} buckets", self.geometry.buckets())));
+            return Err(Error::InvalidArgument(format!(
+                "bucket {bucket} does not exist: the grid has {} buckets",
+                self.geometry.buckets()
+            )));
         }
         if offset % 4096 != 0 {
-            return Err(Error::InvalidArgument(format!("offset {offset} is not a multiple of 4096")));
+            return Err(Error::InvalidArgument(format!(
+                "offset {offset} is not a multiple of 4096"
+            )));
         }
-        if offset.checked_add(len).is_none_or(|end| end > self.logical_bytes) {
+        if offset
+            .checked_add(len)
+            .is_none_or(|end| end > self.logical_bytes)
+        {
             return Err(Error::InvalidArgument(format!(
                 "range {offset}+{len} is outside bucket {bucket} ({} bytes)",
                 self.logical_bytes
@@ -688,7 +852,10 @@ impl Shared {
     }
 
     fn stripe_range(&self, start: u64, end: u64) -> (u64, u64) {
-        (align_down(start, self.stripe_bytes), align_up(end, self.stripe_bytes).min(self.logical_bytes))
+        (
+            align_down(start, self.stripe_bytes),
+            align_up(end, self.stripe_bytes).min(self.logical_bytes),
+        )
     }
 
     fn lock(&self, set: Vec<RangeLock>) -> LockGuard {
@@ -698,7 +865,13 @@ impl Shared {
     /// `target` in `mode` plus every other disk shared, over `[start, end)`.
     fn lock_all(&self, target: usize, exclusive: bool, start: u64, end: u64) -> LockGuard {
         let set = (0..self.geometry.disks())
-            .map(|d| if d == target && exclusive { RangeLock::exclusive(d, start, end) } else { RangeLock::shared(d, start, end) })
+            .map(|d| {
+                if d == target && exclusive {
+                    RangeLock::exclusive(d, start, end)
+                } else {
+                    RangeLock::shared(d, start, end)
+                }
+            })
             .collect();
         self.lock(set)
     }
@@ -710,7 +883,8 @@ impl Shared {
         let mut maps = self.maps.lock();
         let mut set = maps.defects[disk].clone();
         set.insert(start, end);
-        self.journal.batch(|b| b.sync_ranges(RangeTable::Defects, disk, &set, start, end))?;
+        self.journal
+            .batch(|b| b.sync_ranges(RangeTable::Defects, disk, &set, start, end))?;
         maps.defects[disk] = set;
         drop(maps);
         self.notify();
@@ -721,7 +895,8 @@ impl Shared {
         let mut maps = self.maps.lock();
         let mut set = maps.defects[disk].clone();
         set.remove(start, end);
-        self.journal.batch(|b| b.sync_ranges(RangeTable::Defects, disk, &set, start, end))?;
+        self.journal
+            .batch(|b| b.sync_ranges(RangeTable::Defects, disk, &set, start, end))?;
         maps.defects[disk] = set;
         Ok(())
     }
@@ -738,9 +913,18 @@ impl Shared {
     }
 
     /// Run `extra` and mark `[start, end)` written on `disks` in one journal transaction.
-    fn journal_with_written(&self, disks: &[usize], start: u64, end: u64, extra: impl FnOnce(&crate::journal::Batch) -> rusqlite::Result<()>) -> Result<()> {
+    fn journal_with_written(
+        &self,
+        disks: &[usize],
+        start: u64,
+        end: u64,
+        extra: impl FnOnce(&crate::journal::Batch) -> rusqlite::Result<()>,
+    ) -> Result<()> {
         let mut maps = self.maps.lock();
-        let sets: Vec<(usize, RangeSet)> = disks.iter().map(|&d| (d, self.written_with(&maps, d, start, end))).collect();
+        let sets: Vec<(usize, RangeSet)> = disks
+            .iter()
+            .map(|&d| (d, self.written_with(&maps, d, start, end)))
+            .collect();
         let (lo, hi) = (start / self.stripe_bytes, end.div_ceil(self.stripe_bytes));
         self.journal.batch(|b| {
             extra(b)?;
@@ -756,7 +940,8 @@ impl Shared {
     }
 
     fn is_unwritten(&self, disk: usize, start: u64, end: u64) -> bool {
-        !self.maps.lock().written[disk].intersects(start / self.stripe_bytes, end.div_ceil(self.stripe_bytes))
+        !self.maps.lock().written[disk]
+            .intersects(start / self.stripe_bytes, end.div_ceil(self.stripe_bytes))
     }
 
     /// Written parts of `[start, end)` of `disk`, in bytes.
@@ -798,7 +983,9 @@ impl Shared {
     fn note_error(&self, disk: usize, error: &IdrError) {
         let fatal = match error {
             IdrError::Disk(DiskError::Failed { .. }) => true,
-            IdrError::Disk(_) => self.io_errors[disk].fetch_add(1, Ordering::SeqCst) + 1 >= IO_ERRORS_MAX,
+            IdrError::Disk(_) => {
+                self.io_errors[disk].fetch_add(1, Ordering::SeqCst) + 1 >= IO_ERRORS_MAX
+            }
             _ => false,
         };
         if fatal {
@@ -812,7 +999,24 @@ impl Shared {
 
     /// Read `disk`'s on-disk content of `[offset, offset+buf.len())`: zeros where never written, the IDR space
     /// elsewhere. No overlay, no defect check. The caller holds a lock on the range.
-    fn read_raw(&self, disk: usize, offset: u64, buf: &mut [u8]) -> std::result::Result<(), ReadFail> {
+    fn read_raw(
+        &self,
+        disk: usize,
+        offset: u64,
+        buf: &mut [u8],
+    ) -> std::result::Result<(), ReadFail> {
+        let parts = self.written_parts(disk, offset, offset + buf.len() as u64);
+        self.read_raw_parts(disk, offset, buf, &parts)
+    }
+
+    /// [`Shared::read_raw`] with the written parts given (as they were before the caller marked the range).
+    fn read_raw_parts(
+        &self,
+        disk: usize,
+        offset: u64,
+        buf: &mut [u8],
+        parts: &[(u64, u64)],
+    ) -> std::result::Result<(), ReadFail> {
         if self.is_failed(disk) {
             return Err(ReadFail::Failed);
         }
@@ -820,16 +1024,24 @@ impl Shared {
         buf.fill(0);
         let slot = self.slot(disk);
         let mut bad = Vec::new();
-        for (s, e) in self.written_parts(disk, offset, end) {
+        for &(s, e) in parts {
             let part = &mut buf[(s - offset) as usize..(e - offset) as usize];
             match slot.idr.read(s, part) {
                 Ok(_) => {
-                    self.counters[disk].logical_read.fetch_add(e - s, Ordering::Relaxed);
+                    self.counters[disk]
+                        .logical_read
+                        .fetch_add(e - s, Ordering::Relaxed);
                 }
-                Err(IdrError::Unrecoverable { ranges }) => bad.extend(ranges.into_iter().map(|(o, l)| (o, o + l))),
+                Err(IdrError::Unrecoverable { ranges }) => {
+                    bad.extend(ranges.into_iter().map(|(o, l)| (o, o + l)))
+                }
                 Err(e) => {
                     self.note_error(disk, &e);
-                    return Err(if self.is_failed(disk) { ReadFail::Failed } else { ReadFail::Ranges(vec![(offset, end)]) });
+                    return Err(if self.is_failed(disk) {
+                        ReadFail::Failed
+                    } else {
+                        ReadFail::Ranges(vec![(offset, end)])
+                    });
                 }
             }
         }
@@ -841,7 +1053,13 @@ impl Shared {
     }
 
     /// The true content of `disk` over the range: defect ranges fail, parity disks get the snapshot's overlay.
-    fn read_true(&self, disk: usize, offset: u64, buf: &mut [u8], snapshot: &Snapshot) -> std::result::Result<(), ReadFail> {
+    fn read_true(
+        &self,
+        disk: usize,
+        offset: u64,
+        buf: &mut [u8],
+        snapshot: &Snapshot,
+    ) -> std::result::Result<(), ReadFail> {
         if self.is_failed(disk) {
             return Err(ReadFail::Failed);
         }
@@ -856,27 +1074,52 @@ impl Shared {
 
     /// Compute the true content of `target` over `[offset, offset+len)` from the grid. The caller holds at least
     /// shared locks on every disk over the range and took `snapshot` after locking.
-    fn reconstruct(&self, target: usize, offset: u64, len: u64, snapshot: &Snapshot) -> Result<Vec<u8>> {
+    fn reconstruct(
+        &self,
+        target: usize,
+        offset: u64,
+        len: u64,
+        snapshot: &Snapshot,
+    ) -> Result<Vec<u8>> {
         let end = offset + len;
         let mut unavailable: Vec<usize> = (0..self.geometry.disks())
-            .filter(|&d| d == target || self.is_failed(d) || !self.defects_in(d, offset, end).is_empty())
+            .filter(|&d| {
+                d == target || self.is_failed(d) || !self.defects_in(d, offset, end).is_empty()
+            })
             .collect();
         for _attempt in 0..=self.geometry.disks() {
             let partial = self.geometry.partial_recovery_plan(&unavailable);
             if partial.stuck.contains(&target) {
-                return Err(Error::Unrecoverable { disk: target, offset, end, stuck: partial.stuck });
+                return Err(Error::Unrecoverable {
+                    disk: target,
+                    offset,
+                    end,
+                    stuck: partial.stuck,
+                });
             }
             // Only the steps the target depends on.
             let steps = needed_steps(&partial.plan.steps, target);
             let sources: Vec<usize> = {
-                let mut s: Vec<usize> = steps.iter().flat_map(|st| st.sources.iter().copied()).filter(|d| !unavailable.contains(d)).collect();
+                let mut s: Vec<usize> = steps
+                    .iter()
+                    .flat_map(|st| st.sources.iter().copied())
+                    .filter(|d| !unavailable.contains(d))
+                    .collect();
                 s.sort_unstable();
                 s.dedup();
                 s
             };
             // Spin the sources that hold data up together (range locks are held; power comes after them).
-            let to_power: Vec<usize> = sources.iter().copied().filter(|&d| !self.is_unwritten(d, offset, end)).collect();
-            let _guards = if to_power.len() <= self.power.budget() { self.power.acquire_many(&to_power).ok() } else { None };
+            let to_power: Vec<usize> = sources
+                .iter()
+                .copied()
+                .filter(|&d| !self.is_unwritten(d, offset, end))
+                .collect();
+            let _guards = if to_power.len() <= self.power.budget() {
+                self.power.acquire_many(&to_power).ok()
+            } else {
+                None
+            };
             let mut recovered: HashMap<usize, Vec<u8>> = HashMap::new();
             let mut newly_bad = None;
             'steps: for step in &steps {
@@ -904,10 +1147,19 @@ impl Shared {
             }
             match newly_bad {
                 Some(disk) => unavailable.push(disk),
-                None => return Ok(recovered.remove(&target).expect("the plan rebuilds the target")),
+                None => {
+                    return Ok(recovered
+                        .remove(&target)
+                        .expect("the plan rebuilds the target"))
+                }
             }
         }
-        Err(Error::Unrecoverable { disk: target, offset, end, stuck: unavailable })
+        Err(Error::Unrecoverable {
+            disk: target,
+            offset,
+            end,
+            stuck: unavailable,
+        })
     }
 
     /// Read the true content of `disk` over a chunk for a reader: the disk itself where it can, the grid where it
@@ -948,7 +1200,13 @@ impl Shared {
     // ---- writes ------------------------------------------------------------------------------------------------
 
     /// Write `data` at `offset` (4 KiB aligned) of data disk `disk` in `mode`: one journal transaction.
-    pub(crate) fn write_chunk(&self, disk: usize, offset: u64, data: &[u8], mode: WriteMode) -> Result<u64> {
+    pub(crate) fn write_chunk(
+        &self,
+        disk: usize,
+        offset: u64,
+        data: &[u8],
+        mode: WriteMode,
+    ) -> Result<u64> {
         if self.stopped() {
             return Err(Error::Closed);
         }
@@ -958,17 +1216,28 @@ impl Shared {
         let targets = self.geometry.parity_targets(disk);
         let parities = [targets.hp, targets.vp, targets.vhp];
         let reservation = if mode == WriteMode::Delayed {
-            Some(self.deltas.reserve(data.len() as u64, &|| self.stopped()).ok_or(Error::Closed)?)
+            Some(
+                self.deltas
+                    .reserve(data.len() as u64, &|| self.stopped())
+                    .ok_or(Error::Closed)?,
+            )
         } else {
             None
         };
         for _attempt in 0..8 {
             if self.is_failed(disk) {
-                return Err(Error::DiskFailed { disk, message: "the data disk failed during the write".into() });
+                return Err(Error::DiskFailed {
+                    disk,
+                    message: "the data disk failed during the write".into(),
+                });
             }
             let mut set = vec![RangeLock::exclusive(disk, io_start, io_end)];
             if mode != WriteMode::Delayed {
-                set.extend(parities.iter().map(|&p| RangeLock::exclusive(p, io_start, io_end)));
+                set.extend(
+                    parities
+                        .iter()
+                        .map(|&p| RangeLock::exclusive(p, io_start, io_end)),
+                );
             }
             let lock = self.lock(set);
             // Old content of the data disk (zeros where unwritten).
@@ -989,7 +1258,10 @@ impl Shared {
             new[(offset - io_start) as usize..(end - io_start) as usize].copy_from_slice(data);
             // δ over the user range only (zero elsewhere).
             let mut delta = new[(offset - io_start) as usize..(end - io_start) as usize].to_vec();
-            permafrost_idr::xor_into(&mut delta, &old[(offset - io_start) as usize..(end - io_start) as usize]);
+            permafrost_idr::xor_into(
+                &mut delta,
+                &old[(offset - io_start) as usize..(end - io_start) as usize],
+            );
             let data_was_unwritten = self.is_unwritten(disk, io_start, io_end);
             let txn_id = self.next_txn.fetch_add(1, Ordering::SeqCst);
             let row = PromiseRow {
@@ -1002,7 +1274,14 @@ impl Shared {
                 finishes: [0; 4],
                 data_was_unwritten,
             };
-            let write = ChunkWrite { row, new, delta, delta_offset: offset };
+            let written_before = row.disks.map(|d| self.written_parts(d, io_start, io_end));
+            let write = ChunkWrite {
+                row,
+                new,
+                delta,
+                delta_offset: offset,
+                written_before,
+            };
             match mode {
                 WriteMode::Direct => self.write_direct(write)?,
                 WriteMode::Serialized => self.write_serialized(write)?,
@@ -1011,7 +1290,9 @@ impl Shared {
             drop(lock);
             return Ok(txn_id);
         }
-        Err(Error::Io(format!("disk {disk}: write at {offset} kept failing; giving up")))
+        Err(Error::Io(format!(
+            "disk {disk}: write at {offset} kept failing; giving up"
+        )))
     }
 
     /// Write the data disk's new content over the row's range (crash hooks included).
@@ -1027,12 +1308,17 @@ impl Shared {
                 self.crash_at(CrashPoint::DataHalfWritten)?;
             }
         }
-        let result = slot.idr.write(w.row.offset, &w.new).and_then(|_| slot.idr.sync());
+        let result = slot
+            .idr
+            .write(w.row.offset, &w.new)
+            .and_then(|_| slot.idr.sync());
         if let Err(e) = result {
             self.note_error(disk, &e);
             return Err(Error::Idr(e));
         }
-        self.counters[disk].logical_written.fetch_add(w.new.len() as u64, Ordering::Relaxed);
+        self.counters[disk]
+            .logical_written
+            .fetch_add(w.new.len() as u64, Ordering::Relaxed);
         self.crash_at(CrashPoint::DataWritten)
     }
 
@@ -1047,7 +1333,8 @@ impl Shared {
             return Ok(false);
         }
         let mut buf = vec![0u8; w.row.length as usize];
-        if let Err(fail) = self.read_raw(parity, start, &mut buf) {
+        let parts = &w.written_before[slot_of(&w.row.disks, parity) as usize];
+        if let Err(fail) = self.read_raw_parts(parity, start, &mut buf, parts) {
             if let ReadFail::Ranges(_) = fail {
                 self.add_defect(parity, start, end)?;
             }
@@ -1064,7 +1351,9 @@ impl Shared {
         }
         match slot.idr.write(start, &buf).and_then(|_| slot.idr.sync()) {
             Ok(()) => {
-                self.counters[parity].logical_written.fetch_add(buf.len() as u64, Ordering::Relaxed);
+                self.counters[parity]
+                    .logical_written
+                    .fetch_add(buf.len() as u64, Ordering::Relaxed);
                 Ok(true)
             }
             Err(e) => {
@@ -1078,7 +1367,11 @@ impl Shared {
     }
 
     fn live_disks(&self, disks: &[usize]) -> Vec<usize> {
-        disks.iter().copied().filter(|&d| !self.is_failed(d)).collect()
+        disks
+            .iter()
+            .copied()
+            .filter(|&d| !self.is_failed(d))
+            .collect()
     }
 
     fn write_direct(&self, mut w: ChunkWrite) -> Result<()> {
@@ -1093,10 +1386,20 @@ impl Shared {
         let results: Vec<Result<bool>> = std::thread::scope(|scope| {
             let handles: Vec<_> = PARITY_SLOTS
                 .iter()
-                .map(|&slot| scope.spawn(move || self.update_parity(w.row.disks[slot as usize], w, crash_parity)))
+                .map(|&slot| {
+                    scope.spawn(move || {
+                        self.update_parity(w.row.disks[slot as usize], w, crash_parity)
+                    })
+                })
                 .collect();
             let data = self.write_data(w).map(|_| true);
-            std::iter::once(data).chain(handles.into_iter().map(|h| h.join().expect("parity thread panicked"))).collect()
+            std::iter::once(data)
+                .chain(
+                    handles
+                        .into_iter()
+                        .map(|h| h.join().expect("parity thread panicked")),
+                )
+                .collect()
         });
         for r in &results {
             if let Err(Error::SimulatedCrash(p)) = r {
@@ -1142,7 +1445,8 @@ impl Shared {
             if i == 0 {
                 self.crash_at(CrashPoint::DataFinished)?;
             }
-            let crash_half = i == 0 && *self.crash_point.lock() == Some(CrashPoint::ParityHalfWritten);
+            let crash_half =
+                i == 0 && *self.crash_point.lock() == Some(CrashPoint::ParityHalfWritten);
             self.update_parity(parity, &w, crash_half)?;
             previous = slot;
         }
@@ -1150,7 +1454,11 @@ impl Shared {
         Ok(())
     }
 
-    fn write_delayed(&self, mut w: ChunkWrite, reservation: Option<crate::delta::Reservation<'_>>) -> Result<()> {
+    fn write_delayed(
+        &self,
+        mut w: ChunkWrite,
+        reservation: Option<crate::delta::Reservation<'_>>,
+    ) -> Result<()> {
         let (start, end) = (w.row.offset, w.row.offset + w.row.length);
         let disk = w.row.disks[0];
         let txn = w.row.txn_id;
@@ -1165,16 +1473,29 @@ impl Shared {
             }
             return Err(e);
         }
-        self.journal.batch(|b| b.set_mark(txn, Slot::Data, Mark::Finish))?;
+        self.journal
+            .batch(|b| b.set_mark(txn, Slot::Data, Mark::Finish))?;
         self.crash_at(CrashPoint::DataFinished)?;
-        let parities: Vec<usize> = PARITY_SLOTS.iter().map(|&s| w.row.disks[s as usize]).collect();
+        let parities: Vec<usize> = PARITY_SLOTS
+            .iter()
+            .map(|&s| w.row.disks[s as usize])
+            .collect();
         let live: Vec<usize> = self.live_disks(&parities);
-        let delta = Delta { txn_id: txn, offset: w.delta_offset, data: std::mem::take(&mut w.delta), parities: w.row.disks };
+        let delta = Delta {
+            txn_id: txn,
+            offset: w.delta_offset,
+            data: std::mem::take(&mut w.delta),
+            parities: w.row.disks,
+        };
         if live.is_empty() {
             self.deltas.insert(delta, Vec::new(), reservation);
             self.finish_txn(txn)?;
         } else {
-            let failed: Vec<usize> = parities.iter().copied().filter(|p| !live.contains(p)).collect();
+            let failed: Vec<usize> = parities
+                .iter()
+                .copied()
+                .filter(|p| !live.contains(p))
+                .collect();
             if !failed.is_empty() {
                 self.journal.batch(|b| {
                     for &p in &failed {
@@ -1200,12 +1521,15 @@ impl Shared {
 
     fn finish_txn(&self, txn: u64) -> Result<()> {
         self.journal.batch(|b| b.delete_promise(txn))?;
-        self.deltas.remove_file(txn).map_err(|e| Error::Io(format!("cannot remove the delta file of txn {txn}: {e}")))
+        self.deltas
+            .remove_file(txn)
+            .map_err(|e| Error::Io(format!("cannot remove the delta file of txn {txn}: {e}")))
     }
 
     /// `disk` has applied (or no longer owes) `delta`: set its finish mark; finish the txn when none is owed.
     fn complete_delta(&self, delta: &Delta, disk: usize) -> Result<()> {
-        self.journal.batch(|b| b.set_mark(delta.txn_id, slot_of(&delta.parities, disk), Mark::Finish))?;
+        self.journal
+            .batch(|b| b.set_mark(delta.txn_id, slot_of(&delta.parities, disk), Mark::Finish))?;
         if self.deltas.complete(delta.txn_id, disk) {
             self.finish_txn(delta.txn_id)?;
         }
@@ -1245,6 +1569,7 @@ impl Shared {
                 return Err(Error::Closed);
             }
             let _lock = self.lock(vec![RangeLock::exclusive(disk, start, end)]);
+            let written_before = self.written_parts(disk, start, end);
             self.journal_with_written(&[disk], start, end, |b| {
                 for d in &list {
                     b.set_mark(d.txn_id, slot_of(&d.parities, disk), Mark::Start)?;
@@ -1257,14 +1582,20 @@ impl Shared {
             while piece < end {
                 let piece_end = (piece + piece_max).min(end);
                 let mut buf = vec![0u8; (piece_end - piece) as usize];
-                if self.read_raw(disk, piece, &mut buf).is_err() {
+                let parts: Vec<(u64, u64)> = written_before
+                    .iter()
+                    .filter(|&&(s, e)| s < piece_end && e > piece)
+                    .map(|&(s, e)| (s.max(piece), e.min(piece_end)))
+                    .collect();
+                if self.read_raw_parts(disk, piece, &mut buf, &parts).is_err() {
                     ok = false;
                     break;
                 }
                 for d in &list {
                     d.xor_into(piece, &mut buf);
                 }
-                if piece == start && *self.crash_point.lock() == Some(CrashPoint::DrainHalfWritten) {
+                if piece == start && *self.crash_point.lock() == Some(CrashPoint::DrainHalfWritten)
+                {
                     let half = align_down(buf.len() as u64 / 2, 4096).max(4096) as usize;
                     let _ = slot.idr.write(piece, &buf[..half]);
                     let _ = slot.idr.sync();
@@ -1275,7 +1606,9 @@ impl Shared {
                     ok = false;
                     break;
                 }
-                self.counters[disk].logical_written.fetch_add(buf.len() as u64, Ordering::Relaxed);
+                self.counters[disk]
+                    .logical_written
+                    .fetch_add(buf.len() as u64, Ordering::Relaxed);
                 piece = piece_end;
             }
             if ok {
@@ -1298,7 +1631,10 @@ impl Shared {
     fn drain_loop(&self, disk: usize) {
         while !self.stopped() {
             if !self.paused.load(Ordering::SeqCst) && !self.deltas.pending_of(disk).is_empty() {
-                let spinning = matches!(self.power.state(disk), PowerState::Idle | PowerState::Active);
+                let spinning = matches!(
+                    self.power.state(disk),
+                    PowerState::Idle | PowerState::Active
+                );
                 if spinning || self.deltas.over_bound() {
                     if let Err(e) = self.drain(disk) {
                         if !self.stopped() {
@@ -1323,9 +1659,15 @@ impl Shared {
             self.settle_row(row, true)?;
         }
         // Delta files without a row belong to finished or never-started txns.
-        for txn in self.deltas.files().map_err(|e| Error::Io(format!("cannot list the delta cache: {e}")))? {
+        for txn in self
+            .deltas
+            .files()
+            .map_err(|e| Error::Io(format!("cannot list the delta cache: {e}")))?
+        {
             if !with_rows.contains(&txn) {
-                self.deltas.remove_file(txn).map_err(|e| Error::Io(format!("cannot remove delta {txn}: {e}")))?;
+                self.deltas
+                    .remove_file(txn)
+                    .map_err(|e| Error::Io(format!("cannot remove delta {txn}: {e}")))?;
             }
         }
         Ok(())
@@ -1344,12 +1686,25 @@ impl Shared {
                 let mut maps = self.maps.lock();
                 let mut set = maps.written[disk].clone();
                 set.remove(start / self.stripe_bytes, end.div_ceil(self.stripe_bytes));
-                self.journal.batch(|b| b.sync_ranges(RangeTable::Written, disk, &set, start / self.stripe_bytes, end.div_ceil(self.stripe_bytes)))?;
+                self.journal.batch(|b| {
+                    b.sync_ranges(
+                        RangeTable::Written,
+                        disk,
+                        &set,
+                        start / self.stripe_bytes,
+                        end.div_ceil(self.stripe_bytes),
+                    )
+                })?;
                 maps.written[disk] = set;
             } else if direct {
                 // Parity was written at the same time: take the data as it reads, recompute the parities.
                 if !self.is_failed(disk) {
-                    if let Err(e) = self.slot(disk).idr.reencode(start, row.length).and_then(|_| self.slot(disk).idr.sync()) {
+                    if let Err(e) = self
+                        .slot(disk)
+                        .idr
+                        .reencode(start, row.length)
+                        .and_then(|_| self.slot(disk).idr.sync())
+                    {
                         self.note_error(disk, &e);
                         self.add_defect(disk, start, end)?;
                     }
@@ -1359,13 +1714,27 @@ impl Shared {
                 self.add_defect(disk, start, end)?;
             }
             if direct {
-                parity_defects.extend(PARITY_SLOTS.iter().filter(|&&s| row.finishes[s as usize] == 0).map(|&s| row.disks[s as usize]));
+                parity_defects.extend(
+                    PARITY_SLOTS
+                        .iter()
+                        .filter(|&&s| row.finishes[s as usize] == 0)
+                        .map(|&s| row.disks[s as usize]),
+                );
             }
             self.journal.batch(|b| b.delete_promise(row.txn_id))?;
-            self.deltas.remove_file(row.txn_id).map_err(|e| Error::Io(format!("cannot remove delta {}: {e}", row.txn_id)))?;
+            self.deltas
+                .remove_file(row.txn_id)
+                .map_err(|e| Error::Io(format!("cannot remove delta {}: {e}", row.txn_id)))?;
         } else if row.mode == WriteMode::Delayed && at_open {
-            let owed: Vec<Slot> = PARITY_SLOTS.iter().copied().filter(|&s| row.finishes[s as usize] == 0).collect();
-            let delta = self.deltas.read_file(row.txn_id).map_err(|e| Error::Io(format!("cannot read delta {}: {e}", row.txn_id)))?;
+            let owed: Vec<Slot> = PARITY_SLOTS
+                .iter()
+                .copied()
+                .filter(|&s| row.finishes[s as usize] == 0)
+                .collect();
+            let delta = self
+                .deltas
+                .read_file(row.txn_id)
+                .map_err(|e| Error::Io(format!("cannot read delta {}: {e}", row.txn_id)))?;
             let mut requeue = Vec::new();
             for &s in &owed {
                 let p = row.disks[s as usize];
@@ -1379,7 +1748,11 @@ impl Shared {
                 self.finish_txn(row.txn_id)?;
             } else {
                 let delta = delta.expect("checked above");
-                let done: Vec<Slot> = owed.iter().copied().filter(|&s| !requeue.contains(&row.disks[s as usize])).collect();
+                let done: Vec<Slot> = owed
+                    .iter()
+                    .copied()
+                    .filter(|&s| !requeue.contains(&row.disks[s as usize]))
+                    .collect();
                 self.journal.batch(|b| {
                     for &s in &done {
                         b.set_mark(row.txn_id, s, Mark::Finish)?;
@@ -1388,10 +1761,22 @@ impl Shared {
                 })?;
                 let bytes = delta.data.len() as u64;
                 let reservation = self.deltas.reserve(bytes, &|| true);
-                self.deltas.insert(Delta { parities: row.disks, ..delta }, requeue, reservation);
+                self.deltas.insert(
+                    Delta {
+                        parities: row.disks,
+                        ..delta
+                    },
+                    requeue,
+                    reservation,
+                );
             }
         } else {
-            parity_defects.extend(PARITY_SLOTS.iter().filter(|&&s| row.finishes[s as usize] == 0).map(|&s| row.disks[s as usize]));
+            parity_defects.extend(
+                PARITY_SLOTS
+                    .iter()
+                    .filter(|&&s| row.finishes[s as usize] == 0)
+                    .map(|&s| row.disks[s as usize]),
+            );
             self.finish_txn(row.txn_id)?;
         }
         for p in parity_defects {
@@ -1414,7 +1799,10 @@ impl Shared {
             let to = (at + chunk).min(end);
             let _lock = self.lock_all(disk, true, at, to);
             if self.is_failed(disk) {
-                return Err(Error::DiskFailed { disk, message: "cannot write recovered data to a failed disk".into() });
+                return Err(Error::DiskFailed {
+                    disk,
+                    message: "cannot write recovered data to a failed disk".into(),
+                });
             }
             let snapshot = self.deltas.snapshot(self.geometry.parity_disks());
             let mut data = self.reconstruct(disk, at, to - at, &snapshot)?;
@@ -1426,7 +1814,9 @@ impl Shared {
                 self.note_error(disk, &e);
                 return Err(Error::Idr(e));
             }
-            self.counters[disk].logical_written.fetch_add(data.len() as u64, Ordering::Relaxed);
+            self.counters[disk]
+                .logical_written
+                .fetch_add(data.len() as u64, Ordering::Relaxed);
             self.remove_defect(disk, at, to)?;
             recovered += to - at;
             at = to;
@@ -1467,7 +1857,10 @@ impl Shared {
                         continue;
                     }
                     for (s, e) in maps.defects[disk].iter() {
-                        if retry_after.get(&(disk, s)).is_none_or(|t| *t <= std::time::Instant::now()) {
+                        if retry_after
+                            .get(&(disk, s))
+                            .is_none_or(|t| *t <= std::time::Instant::now())
+                        {
                             work = Some((disk, s, e));
                             break 'find;
                         }
@@ -1484,7 +1877,10 @@ impl Shared {
                 if !self.stopped() {
                     tracing::warn!("background recovery of disk {disk} {s}..{e} failed: {err}");
                 }
-                retry_after.insert((disk, s), std::time::Instant::now() + Duration::from_secs(5));
+                retry_after.insert(
+                    (disk, s),
+                    std::time::Instant::now() + Duration::from_secs(5),
+                );
             }
         }
     }
@@ -1503,20 +1899,38 @@ impl Shared {
         let backend: Arc<dyn Disk> = match &spec {
             DiskSpec::File { capacity_bytes, .. } => {
                 if let Some(parent) = path.parent() {
-                    std::fs::create_dir_all(parent).map_err(|e| Error::Io(format!("cannot create {}: {e}", parent.display())))?;
+                    std::fs::create_dir_all(parent).map_err(|e| {
+                        Error::Io(format!("cannot create {}: {e}", parent.display()))
+                    })?;
                 }
                 Arc::new(FileDisk::create_or_replace(&path, *capacity_bytes)?)
             }
             DiskSpec::Block { .. } => Arc::new(BlockDisk::open(&path)?),
         };
-        let header = DiskHeader::new(config.grid_id, &self.geometry, disk, backend.capacity_bytes(), config.idr);
+        let header = DiskHeader::new(
+            config.grid_id,
+            &self.geometry,
+            disk,
+            backend.capacity_bytes(),
+            config.idr,
+        );
         header.write(backend.as_ref())?;
-        let slot = DiskSlot::build(backend, Arc::clone(&self.counters[disk]), &self.power, disk, config.idr)?;
+        let slot = DiskSlot::build(
+            backend,
+            Arc::clone(&self.counters[disk]),
+            &self.power,
+            disk,
+            config.idr,
+        )?;
         if slot.idr.logical_capacity() < self.logical_bytes {
             return Err(Error::Header {
                 disk,
                 name: path.display().to_string(),
-                message: format!("too small: {} logical bytes, the grid needs {}", slot.idr.logical_capacity(), self.logical_bytes),
+                message: format!(
+                    "too small: {} logical bytes, the grid needs {}",
+                    slot.idr.logical_capacity(),
+                    self.logical_bytes
+                ),
             });
         }
         config.save(&self.dir)?;
@@ -1536,7 +1950,10 @@ impl Shared {
         }
         let mut defects = maps.defects[disk].clone();
         for (s, e) in units.iter() {
-            defects.insert(s * self.stripe_bytes, (e * self.stripe_bytes).min(self.logical_bytes));
+            defects.insert(
+                s * self.stripe_bytes,
+                (e * self.stripe_bytes).min(self.logical_bytes),
+            );
         }
         self.journal.batch(|b| {
             b.replace_all_ranges(RangeTable::Written, disk, &RangeSet::new())?;
@@ -1571,7 +1988,9 @@ impl Shared {
                 let _lock = self.lock(vec![RangeLock::shared(disk, at, to)]);
                 match self.slot(disk).idr.scrub(at, to - at) {
                     Ok(report) => {
-                        self.counters[disk].logical_read.fetch_add(report.bytes_verified, Ordering::Relaxed);
+                        self.counters[disk]
+                            .logical_read
+                            .fetch_add(report.bytes_verified, Ordering::Relaxed);
                         total.bytes_verified += report.bytes_verified;
                         total.stripes_never_written += report.stripes_never_written;
                         total.blocks_repaired += report.blocks_repaired;
@@ -1595,13 +2014,21 @@ impl Shared {
 
     fn scrub_loop(&self) {
         while !self.stopped() {
-            let next = if self.paused.load(Ordering::SeqCst) { None } else { self.scrub_queue.lock().pop_front() };
+            let next = if self.paused.load(Ordering::SeqCst) {
+                None
+            } else {
+                self.scrub_queue.lock().pop_front()
+            };
             let Some(disk) = next else {
                 self.sleep_until_woken(200);
                 continue;
             };
             // Only while the disk is up anyway: never spin a disk up just for this slice.
-            if !matches!(self.power.state(disk), PowerState::Idle | PowerState::Active) || self.is_failed(disk) {
+            if !matches!(
+                self.power.state(disk),
+                PowerState::Idle | PowerState::Active
+            ) || self.is_failed(disk)
+            {
                 continue;
             }
             let slice = self.config.read().scrub_slice_bytes;
@@ -1612,7 +2039,14 @@ impl Shared {
                 tracing::warn!("scrub of disk {disk} failed: {e}");
                 continue;
             }
-            let new_row = if to >= self.logical_bytes { ScrubRow { cursor: 0, last_pass_ms: now_ms() } } else { ScrubRow { cursor: to, ..row } };
+            let new_row = if to >= self.logical_bytes {
+                ScrubRow {
+                    cursor: 0,
+                    last_pass_ms: now_ms(),
+                }
+            } else {
+                ScrubRow { cursor: to, ..row }
+            };
             if let Err(e) = self.set_scrub_row(disk, new_row) {
                 tracing::warn!("cannot record scrub progress of disk {disk}: {e}");
             }
@@ -1643,7 +2077,10 @@ impl Shared {
                 work.push((g, units));
             }
         }
-        let total: u64 = work.iter().map(|(_, u)| u.total() * self.stripe_bytes).sum();
+        let total: u64 = work
+            .iter()
+            .map(|(_, u)| u.total() * self.stripe_bytes)
+            .sum();
         let chunk = self.chunk_bytes_max();
         let mut done = 0;
         progress(0, total);
@@ -1651,12 +2088,20 @@ impl Shared {
             let members = self.geometry.group_members(group);
             let parity = self.geometry.group_parity(group);
             for (us, ue) in units.iter() {
-                let (s, e) = (us * self.stripe_bytes, (ue * self.stripe_bytes).min(self.logical_bytes));
+                let (s, e) = (
+                    us * self.stripe_bytes,
+                    (ue * self.stripe_bytes).min(self.logical_bytes),
+                );
                 let mut at = s;
                 while at < e {
                     let to = (at + chunk).min(e);
                     let len = (to - at) as usize;
-                    let _lock = self.lock(members.iter().map(|&m| RangeLock::shared(m, at, to)).collect());
+                    let _lock = self.lock(
+                        members
+                            .iter()
+                            .map(|&m| RangeLock::shared(m, at, to))
+                            .collect(),
+                    );
                     let snapshot = self.deltas.snapshot(self.geometry.parity_disks());
                     let _guards = self.power.acquire_many(members).ok();
                     let mut acc = vec![0u8; len];
@@ -1679,8 +2124,12 @@ impl Shared {
                         if acc[block..b_end] != expected[block..b_end] {
                             let off = at + block as u64;
                             match report.mismatches.last_mut() {
-                                Some((p, o, l)) if *p == parity && *o + *l == off => *l += (b_end - block) as u64,
-                                _ => report.mismatches.push((parity, off, (b_end - block) as u64)),
+                                Some((p, o, l)) if *p == parity && *o + *l == off => {
+                                    *l += (b_end - block) as u64
+                                }
+                                _ => report
+                                    .mismatches
+                                    .push((parity, off, (b_end - block) as u64)),
                             }
                         }
                         block = b_end;
@@ -1704,6 +2153,8 @@ struct ChunkWrite {
     /// `old ⊕ new` over the user range.
     delta: Vec<u8>,
     delta_offset: u64,
+    /// Written parts of the range on each of the four disks before this chunk marked it written.
+    written_before: [Vec<(u64, u64)>; 4],
 }
 
 /// Slot of `disk` among a promise's four disks.
@@ -1718,7 +2169,10 @@ fn slot_of(disks: &[usize; 4], disk: usize) -> Slot {
 }
 
 /// The steps of `steps` that `target`'s step depends on, in order.
-fn needed_steps(steps: &[permafrost_grid::RecoveryStep], target: usize) -> Vec<permafrost_grid::RecoveryStep> {
+fn needed_steps(
+    steps: &[permafrost_grid::RecoveryStep],
+    target: usize,
+) -> Vec<permafrost_grid::RecoveryStep> {
     let mut needed = vec![target];
     let mut out = Vec::new();
     for step in steps.iter().rev() {

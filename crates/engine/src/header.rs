@@ -36,7 +36,13 @@ pub(crate) fn role_code(role: Role) -> u8 {
 }
 
 impl DiskHeader {
-    pub(crate) fn new(grid_id: Uuid, geometry: &Geometry, disk_index: usize, capacity_bytes: u64, idr: IdrConfig) -> Self {
+    pub(crate) fn new(
+        grid_id: Uuid,
+        geometry: &Geometry,
+        disk_index: usize,
+        capacity_bytes: u64,
+        idr: IdrConfig,
+    ) -> Self {
         DiskHeader {
             grid_id,
             layout: geometry.layout().to_string(),
@@ -74,7 +80,9 @@ impl DiskHeader {
         }
         let body = &block[..ENCODED_BYTES - 4];
         let crc = u32::from_le_bytes(block[ENCODED_BYTES - 4..ENCODED_BYTES].try_into().ok()?);
-        if crc32c::crc32c(body) != crc || u32::from_le_bytes(block[8..12].try_into().ok()?) != VERSION {
+        if crc32c::crc32c(body) != crc
+            || u32::from_le_bytes(block[8..12].try_into().ok()?) != VERSION
+        {
             return None;
         }
         let grid_id = Uuid::from_slice(&block[12..28]).ok()?;
@@ -86,7 +94,17 @@ impl DiskHeader {
         let capacity_bytes = u64::from_le_bytes(block[65..73].try_into().ok()?);
         let codec = CodecKind::from_id(block[73])?;
         let scramble_groups = u32::from_le_bytes(block[74..78].try_into().ok()?) as usize;
-        Some(DiskHeader { grid_id, layout, disk_index, role, capacity_bytes, idr: IdrConfig { codec, scramble_groups } })
+        Some(DiskHeader {
+            grid_id,
+            layout,
+            disk_index,
+            role,
+            capacity_bytes,
+            idr: IdrConfig {
+                codec,
+                scramble_groups,
+            },
+        })
     }
 
     /// Write both copies and sync.
@@ -127,13 +145,20 @@ mod tests {
     #[test]
     fn header_round_trips_and_survives_one_damaged_copy() {
         let geometry = Geometry::new("8x6:4+1".parse().unwrap()).unwrap();
-        let header = DiskHeader::new(Uuid::new_v4(), &geometry, 44, 24 << 20, IdrConfig::default());
-        let disk = MemDisk::new(4 << 20);
+        let header = DiskHeader::new(
+            Uuid::new_v4(),
+            &geometry,
+            44,
+            24 << 20,
+            IdrConfig::default(),
+        );
+        let disk = MemDisk::new("mem", 4 << 20);
         header.write(&disk).unwrap();
         assert_eq!(DiskHeader::read(&disk).unwrap(), Some(header.clone()));
         disk.write_at(0, &vec![0xAB; BLOCK_BYTES]).unwrap();
         assert_eq!(DiskHeader::read(&disk).unwrap(), Some(header));
-        disk.write_at(COPY_OFFSETS[1], &vec![0xAB; BLOCK_BYTES]).unwrap();
+        disk.write_at(COPY_OFFSETS[1], &vec![0xAB; BLOCK_BYTES])
+            .unwrap();
         assert_eq!(DiskHeader::read(&disk).unwrap(), None);
     }
 }

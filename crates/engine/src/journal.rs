@@ -87,7 +87,11 @@ pub(crate) struct ScrubRow {
 }
 
 pub(crate) fn now_ms() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0).max(1)
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+        .max(1)
 }
 
 /// The journal of one grid.
@@ -127,19 +131,29 @@ impl Journal {
              CREATE TABLE IF NOT EXISTS failed(disk INTEGER PRIMARY KEY, since_ms INTEGER NOT NULL,
                 reason TEXT NOT NULL);",
         )?;
-        let version: Option<String> =
-            conn.query_row("SELECT value FROM meta WHERE key = 'schema_version'", [], |r| r.get(0)).optional()?;
+        let version: Option<String> = conn
+            .query_row(
+                "SELECT value FROM meta WHERE key = 'schema_version'",
+                [],
+                |r| r.get(0),
+            )
+            .optional()?;
         if version.is_none() {
             conn.execute(
                 "INSERT INTO meta(key, value) VALUES ('schema_version', ?1)",
                 params![SCHEMA_VERSION.to_string()],
             )?;
         }
-        Ok(Journal { conn: Mutex::new(conn) })
+        Ok(Journal {
+            conn: Mutex::new(conn),
+        })
     }
 
     /// Run `f` in one durable transaction.
-    pub(crate) fn batch<R>(&self, f: impl FnOnce(&Batch) -> rusqlite::Result<R>) -> rusqlite::Result<R> {
+    pub(crate) fn batch<R>(
+        &self,
+        f: impl FnOnce(&Batch) -> rusqlite::Result<R>,
+    ) -> rusqlite::Result<R> {
         let mut conn = self.conn.lock();
         let tx = conn.transaction()?;
         let batch = Batch { tx };
@@ -150,17 +164,27 @@ impl Journal {
 
     pub(crate) fn schema_version(&self) -> rusqlite::Result<u32> {
         let conn = self.conn.lock();
-        let v: String = conn.query_row("SELECT value FROM meta WHERE key = 'schema_version'", [], |r| r.get(0))?;
+        let v: String = conn.query_row(
+            "SELECT value FROM meta WHERE key = 'schema_version'",
+            [],
+            |r| r.get(0),
+        )?;
         Ok(v.parse().unwrap_or(0))
     }
 
     /// The next unused txn id.
     pub(crate) fn next_txn(&self) -> rusqlite::Result<u64> {
         let conn = self.conn.lock();
-        let stored: Option<String> =
-            conn.query_row("SELECT value FROM meta WHERE key = 'next_txn'", [], |r| r.get(0)).optional()?;
+        let stored: Option<String> = conn
+            .query_row("SELECT value FROM meta WHERE key = 'next_txn'", [], |r| {
+                r.get(0)
+            })
+            .optional()?;
         let stored = stored.and_then(|s| s.parse::<u64>().ok()).unwrap_or(1);
-        let max_row: i64 = conn.query_row("SELECT COALESCE(MAX(txn_id), 0) FROM promises", [], |r| r.get(0))?;
+        let max_row: i64 =
+            conn.query_row("SELECT COALESCE(MAX(txn_id), 0) FROM promises", [], |r| {
+                r.get(0)
+            })?;
         Ok(stored.max(max_row as u64 + 1))
     }
 
@@ -176,7 +200,12 @@ impl Journal {
             Ok(PromiseRow {
                 txn_id: g(0)?,
                 mode: WriteMode::from_code(g(1)? as u8).unwrap_or(WriteMode::Direct),
-                disks: [g(2)? as usize, g(3)? as usize, g(4)? as usize, g(5)? as usize],
+                disks: [
+                    g(2)? as usize,
+                    g(3)? as usize,
+                    g(4)? as usize,
+                    g(5)? as usize,
+                ],
                 offset: g(6)?,
                 length: g(7)?,
                 starts: [g(8)?, g(9)?, g(10)?, g(11)?],
@@ -198,18 +227,29 @@ impl Journal {
         let conn = self.conn.lock();
         let mut total = 0i64;
         for table in ["promises", "defects", "written", "scrub", "failed"] {
-            let n: i64 = conn.query_row(&format!("SELECT COUNT(*) FROM {table}"), [], |r| r.get(0))?;
+            let n: i64 =
+                conn.query_row(&format!("SELECT COUNT(*) FROM {table}"), [], |r| r.get(0))?;
             total += n;
         }
         Ok(total as u64)
     }
 
     /// All ranges of a range table, by disk.
-    pub(crate) fn ranges(&self, table: RangeTable, disk_count: usize) -> rusqlite::Result<Vec<RangeSet>> {
+    pub(crate) fn ranges(
+        &self,
+        table: RangeTable,
+        disk_count: usize,
+    ) -> rusqlite::Result<Vec<RangeSet>> {
         let conn = self.conn.lock();
         let mut sets = vec![RangeSet::new(); disk_count];
         let mut stmt = conn.prepare(&format!("SELECT disk, start, end FROM {}", table.name()))?;
-        let rows = stmt.query_map([], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?, r.get::<_, i64>(2)?)))?;
+        let rows = stmt.query_map([], |r| {
+            Ok((
+                r.get::<_, i64>(0)?,
+                r.get::<_, i64>(1)?,
+                r.get::<_, i64>(2)?,
+            ))
+        })?;
         for row in rows {
             let (disk, start, end) = row?;
             if let Some(set) = sets.get_mut(disk as usize) {
@@ -223,11 +263,20 @@ impl Journal {
         let conn = self.conn.lock();
         let mut rows = vec![ScrubRow::default(); disk_count];
         let mut stmt = conn.prepare("SELECT disk, cursor, last_pass_ms FROM scrub")?;
-        let it = stmt.query_map([], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?, r.get::<_, i64>(2)?)))?;
+        let it = stmt.query_map([], |r| {
+            Ok((
+                r.get::<_, i64>(0)?,
+                r.get::<_, i64>(1)?,
+                r.get::<_, i64>(2)?,
+            ))
+        })?;
         for row in it {
             let (disk, cursor, last) = row?;
             if let Some(slot) = rows.get_mut(disk as usize) {
-                *slot = ScrubRow { cursor: cursor as u64, last_pass_ms: last as u64 };
+                *slot = ScrubRow {
+                    cursor: cursor as u64,
+                    last_pass_ms: last as u64,
+                };
             }
         }
         Ok(rows)
@@ -236,7 +285,9 @@ impl Journal {
     pub(crate) fn failed_disks(&self) -> rusqlite::Result<Vec<(usize, String)>> {
         let conn = self.conn.lock();
         let mut stmt = conn.prepare("SELECT disk, reason FROM failed ORDER BY disk")?;
-        let rows = stmt.query_map([], |r| Ok((r.get::<_, i64>(0)? as usize, r.get::<_, String>(1)?)))?;
+        let rows = stmt.query_map([], |r| {
+            Ok((r.get::<_, i64>(0)? as usize, r.get::<_, String>(1)?))
+        })?;
         rows.collect()
     }
 }
@@ -280,25 +331,42 @@ impl Batch<'_> {
             Mark::Start => slot.start_column(),
             Mark::Finish => slot.finish_column(),
         };
-        self.tx.execute(&format!("UPDATE promises SET {column} = ?1 WHERE txn_id = ?2"), params![now_ms() as i64, txn_id as i64])?;
+        self.tx.execute(
+            &format!("UPDATE promises SET {column} = ?1 WHERE txn_id = ?2"),
+            params![now_ms() as i64, txn_id as i64],
+        )?;
         Ok(())
     }
 
     pub(crate) fn delete_promise(&self, txn_id: u64) -> rusqlite::Result<()> {
-        self.tx.execute("DELETE FROM promises WHERE txn_id = ?1", params![txn_id as i64])?;
+        self.tx.execute(
+            "DELETE FROM promises WHERE txn_id = ?1",
+            params![txn_id as i64],
+        )?;
         Ok(())
     }
 
     /// Make the stored rows of `disk` in `table` equal to `set` inside `[lo, hi)` (the caller has already applied
     /// its change to `set`, the in-memory copy; only ranges touching `[lo, hi)` changed).
-    pub(crate) fn sync_ranges(&self, table: RangeTable, disk: usize, set: &RangeSet, lo: u64, hi: u64) -> rusqlite::Result<()> {
+    pub(crate) fn sync_ranges(
+        &self,
+        table: RangeTable,
+        disk: usize,
+        set: &RangeSet,
+        lo: u64,
+        hi: u64,
+    ) -> rusqlite::Result<()> {
         let name = table.name();
         // Stored rows touching the window (overlapping or adjacent) are replaced wholesale.
         let mut window_lo = lo;
         let mut window_hi = hi;
         {
-            let mut stmt = self.tx.prepare(&format!("SELECT start, end FROM {name} WHERE disk = ?1 AND start <= ?3 AND end >= ?2"))?;
-            let rows = stmt.query_map(params![disk as i64, lo as i64, hi as i64], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?)))?;
+            let mut stmt = self.tx.prepare(&format!(
+                "SELECT start, end FROM {name} WHERE disk = ?1 AND start <= ?3 AND end >= ?2"
+            ))?;
+            let rows = stmt.query_map(params![disk as i64, lo as i64, hi as i64], |r| {
+                Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?))
+            })?;
             for row in rows {
                 let (s, e) = row?;
                 window_lo = window_lo.min(s as u64);
@@ -321,11 +389,22 @@ impl Batch<'_> {
     }
 
     /// Replace all rows of `disk` in `table` by `set`.
-    pub(crate) fn replace_all_ranges(&self, table: RangeTable, disk: usize, set: &RangeSet) -> rusqlite::Result<()> {
+    pub(crate) fn replace_all_ranges(
+        &self,
+        table: RangeTable,
+        disk: usize,
+        set: &RangeSet,
+    ) -> rusqlite::Result<()> {
         let name = table.name();
-        self.tx.execute(&format!("DELETE FROM {name} WHERE disk = ?1"), params![disk as i64])?;
+        self.tx.execute(
+            &format!("DELETE FROM {name} WHERE disk = ?1"),
+            params![disk as i64],
+        )?;
         for (s, e) in set.iter() {
-            self.tx.execute(&format!("INSERT INTO {name}(disk, start, end) VALUES (?1, ?2, ?3)"), params![disk as i64, s as i64, e as i64])?;
+            self.tx.execute(
+                &format!("INSERT INTO {name}(disk, start, end) VALUES (?1, ?2, ?3)"),
+                params![disk as i64, s as i64, e as i64],
+            )?;
         }
         Ok(())
     }
@@ -348,7 +427,8 @@ impl Batch<'_> {
     }
 
     pub(crate) fn clear_failed(&self, disk: usize) -> rusqlite::Result<()> {
-        self.tx.execute("DELETE FROM failed WHERE disk = ?1", params![disk as i64])?;
+        self.tx
+            .execute("DELETE FROM failed WHERE disk = ?1", params![disk as i64])?;
         Ok(())
     }
 }
@@ -378,11 +458,12 @@ mod tests {
             let journal = Journal::open(&path).unwrap();
             journal.batch(|b| b.insert_promise(&row(7))).unwrap();
             journal.batch(|b| b.insert_promise(&row(8))).unwrap();
-            journal.batch(|b| {
-                b.set_mark(7, Slot::Data, Mark::Finish)?;
-                b.set_mark(7, Slot::HParity, Mark::Start)
-            })
-            .unwrap();
+            journal
+                .batch(|b| {
+                    b.set_mark(7, Slot::Data, Mark::Finish)?;
+                    b.set_mark(7, Slot::HParity, Mark::Start)
+                })
+                .unwrap();
             journal.batch(|b| b.delete_promise(8)).unwrap();
         }
         let journal = Journal::open(&path).unwrap();
@@ -399,13 +480,15 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let journal = Journal::open(&dir.path().join("j.sqlite")).unwrap();
         let mut set = RangeSet::new();
-        let mut apply = |set: &mut RangeSet, insert: bool, s: u64, e: u64| {
+        let apply = |set: &mut RangeSet, insert: bool, s: u64, e: u64| {
             if insert {
                 set.insert(s, e)
             } else {
                 set.remove(s, e)
             }
-            journal.batch(|b| b.sync_ranges(RangeTable::Defects, 3, set, s, e)).unwrap();
+            journal
+                .batch(|b| b.sync_ranges(RangeTable::Defects, 3, set, s, e))
+                .unwrap();
             assert_eq!(&journal.ranges(RangeTable::Defects, 4).unwrap()[3], set);
         };
         apply(&mut set, true, 10, 20);

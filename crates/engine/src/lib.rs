@@ -45,7 +45,11 @@ pub enum Error {
     #[error("{0}")]
     Io(String),
     #[error("disk {disk} ({name}): {message}")]
-    Header { disk: usize, name: String, message: String },
+    Header {
+        disk: usize,
+        name: String,
+        message: String,
+    },
     #[error(transparent)]
     Disk(#[from] permafrost_disk::DiskError),
     #[error(transparent)]
@@ -57,7 +61,12 @@ pub enum Error {
     #[error("disk {disk} has failed: {message}")]
     DiskFailed { disk: usize, message: String },
     #[error("disk {disk}: bytes {offset}..{end} cannot be read or reconstructed (failed or damaged disks in every parity group: {stuck:?})")]
-    Unrecoverable { disk: usize, offset: u64, end: u64, stuck: Vec<usize> },
+    Unrecoverable {
+        disk: usize,
+        offset: u64,
+        end: u64,
+        stuck: Vec<usize>,
+    },
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
     #[error("the engine is closed")]

@@ -27,10 +27,20 @@ pub(crate) struct RangeLock {
 
 impl RangeLock {
     pub(crate) fn shared(disk: usize, start: u64, end: u64) -> Self {
-        Self { disk, start, end, mode: LockMode::Shared }
+        Self {
+            disk,
+            start,
+            end,
+            mode: LockMode::Shared,
+        }
     }
     pub(crate) fn exclusive(disk: usize, start: u64, end: u64) -> Self {
-        Self { disk, start, end, mode: LockMode::Exclusive }
+        Self {
+            disk,
+            start,
+            end,
+            mode: LockMode::Exclusive,
+        }
     }
     fn conflicts(&self, other: &RangeLock) -> bool {
         self.disk == other.disk
@@ -78,16 +88,25 @@ impl LockManager {
         state.next_ticket += 1;
         state.waiting.push((ticket, set));
         loop {
-            let position = state.waiting.iter().position(|(t, _)| *t == ticket).expect("own request is queued");
+            let position = state
+                .waiting
+                .iter()
+                .position(|(t, _)| *t == ticket)
+                .expect("own request is queued");
             let mine = &state.waiting[position].1;
             let blocked_by_holder = state.held.iter().any(|(_, held)| sets_conflict(held, mine));
-            let blocked_by_earlier = state.waiting[..position].iter().any(|(_, earlier)| sets_conflict(earlier, mine));
+            let blocked_by_earlier = state.waiting[..position]
+                .iter()
+                .any(|(_, earlier)| sets_conflict(earlier, mine));
             if !blocked_by_holder && !blocked_by_earlier {
                 let (_, set) = state.waiting.remove(position);
                 state.held.push((ticket, set));
                 // Later waiters may have been blocked behind us only as an earlier waiter; let them re-check.
                 self.changed.notify_all();
-                return LockGuard { manager: Arc::clone(self), ticket };
+                return LockGuard {
+                    manager: Arc::clone(self),
+                    ticket,
+                };
             }
             self.changed.wait(&mut state);
         }
@@ -125,15 +144,26 @@ mod tests {
             let manager = Arc::clone(&manager);
             let got = Arc::clone(&got);
             std::thread::spawn(move || {
-                let _g = manager.acquire(vec![RangeLock::exclusive(1, 0, 10), RangeLock::exclusive(0, 90, 95)]);
+                let _g = manager.acquire(vec![
+                    RangeLock::exclusive(1, 0, 10),
+                    RangeLock::exclusive(0, 90, 95),
+                ]);
                 got.store(1, Ordering::SeqCst);
             })
         };
         std::thread::sleep(Duration::from_millis(50));
-        assert_eq!(got.load(Ordering::SeqCst), 0, "exclusive lock granted while a shared one overlaps");
+        assert_eq!(
+            got.load(Ordering::SeqCst),
+            0,
+            "exclusive lock granted while a shared one overlaps"
+        );
         drop(a);
         std::thread::sleep(Duration::from_millis(20));
-        assert_eq!(got.load(Ordering::SeqCst), 0, "exclusive lock granted while a shared one overlaps");
+        assert_eq!(
+            got.load(Ordering::SeqCst),
+            0,
+            "exclusive lock granted while a shared one overlaps"
+        );
         drop(b);
         handle.join().unwrap();
         assert_eq!(got.load(Ordering::SeqCst), 1);
@@ -144,7 +174,10 @@ mod tests {
     fn disjoint_ranges_and_disks_do_not_conflict() {
         let manager = LockManager::new();
         let _a = manager.acquire(vec![RangeLock::exclusive(0, 0, 100)]);
-        let _b = manager.acquire(vec![RangeLock::exclusive(0, 100, 200), RangeLock::exclusive(1, 0, 100)]);
+        let _b = manager.acquire(vec![
+            RangeLock::exclusive(0, 100, 200),
+            RangeLock::exclusive(1, 0, 100),
+        ]);
         assert_eq!(manager.held_count(), 2);
     }
 
@@ -160,7 +193,10 @@ mod tests {
                 std::thread::spawn(move || {
                     for _ in 0..200 {
                         let set = if i % 2 == 0 {
-                            vec![RangeLock::exclusive(0, 0, 10), RangeLock::exclusive(1, 0, 10)]
+                            vec![
+                                RangeLock::exclusive(0, 0, 10),
+                                RangeLock::exclusive(1, 0, 10),
+                            ]
                         } else {
                             vec![RangeLock::exclusive(1, 5, 15), RangeLock::shared(0, 5, 15)]
                         };

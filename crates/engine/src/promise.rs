@@ -32,8 +32,23 @@ pub struct WritePromise {
 }
 
 impl WritePromise {
-    pub(crate) fn new(shared: Arc<Shared>, disk: usize, offset: u64, len: u64, mode: WriteMode) -> WritePromise {
-        WritePromise { shared, disk, mode, next_offset: offset, end: offset + len, buf: Vec::new(), txn_ids: Vec::new(), failed: false }
+    pub(crate) fn new(
+        shared: Arc<Shared>,
+        disk: usize,
+        offset: u64,
+        len: u64,
+        mode: WriteMode,
+    ) -> WritePromise {
+        WritePromise {
+            shared,
+            disk,
+            mode,
+            next_offset: offset,
+            end: offset + len,
+            buf: Vec::new(),
+            txn_ids: Vec::new(),
+            failed: false,
+        }
     }
 
     /// The write mode.
@@ -49,7 +64,9 @@ impl WritePromise {
     /// Append `data`; full chunks are written now. Appending beyond the promise's length is an error.
     pub fn append(&mut self, data: &[u8]) -> Result<()> {
         if self.failed {
-            return Err(Error::InvalidArgument("append after a failed chunk: the promise is finished".into()));
+            return Err(Error::InvalidArgument(
+                "append after a failed chunk: the promise is finished".into(),
+            ));
         }
         let room = self.end - self.next_offset - self.buf.len() as u64;
         if data.len() as u64 > room {
@@ -61,7 +78,8 @@ impl WritePromise {
         let chunk_max = self.shared.chunk_bytes_max();
         let mut data = data;
         while !data.is_empty() {
-            let chunk_len = (chunk_end(self.next_offset, self.end, chunk_max) - self.next_offset) as usize;
+            let chunk_len =
+                (chunk_end(self.next_offset, self.end, chunk_max) - self.next_offset) as usize;
             let take = (chunk_len - self.buf.len()).min(data.len());
             self.buf.extend_from_slice(&data[..take]);
             data = &data[take..];
@@ -78,7 +96,9 @@ impl WritePromise {
         }
         let padded = self.buf.len().div_ceil(4096) * 4096;
         self.buf.resize(padded, 0);
-        let result = self.shared.write_chunk(self.disk, self.next_offset, &self.buf, self.mode);
+        let result = self
+            .shared
+            .write_chunk(self.disk, self.next_offset, &self.buf, self.mode);
         match result {
             Ok(txn) => {
                 self.txn_ids.push(txn);
@@ -159,7 +179,14 @@ impl ReadPromise {
                 }
             })
             .expect("spawn a read-ahead thread");
-        ReadPromise { rx: Some(rx), current: Vec::new(), pos: 0, stop, thread: Some(thread), error: None }
+        ReadPromise {
+            rx: Some(rx),
+            current: Vec::new(),
+            pos: 0,
+            stop,
+            thread: Some(thread),
+            error: None,
+        }
     }
 }
 

@@ -30,7 +30,11 @@ impl RangeSet {
                 new_end = new_end.max(e);
             }
         }
-        let overlapping: Vec<u64> = self.ranges.range(new_start..=new_end).map(|(&s, _)| s).collect();
+        let overlapping: Vec<u64> = self
+            .ranges
+            .range(new_start..=new_end)
+            .map(|(&s, _)| s)
+            .collect();
         for s in overlapping {
             let e = self.ranges.remove(&s).expect("key listed above");
             new_end = new_end.max(e);
@@ -71,10 +75,14 @@ impl RangeSet {
         if start >= end {
             return Vec::new();
         }
-        self.raw_overlapping(start, end).into_iter().map(|(s, e)| (s.max(start), e.min(end))).collect()
+        self.raw_overlapping(start, end)
+            .into_iter()
+            .map(|(s, e)| (s.max(start), e.min(end)))
+            .collect()
     }
 
     /// The parts of `[start, end)` not in the set, in order.
+    #[cfg(test)]
     pub(crate) fn gaps(&self, start: u64, end: u64) -> Vec<(u64, u64)> {
         let mut out = Vec::new();
         let mut cursor = start;
@@ -94,6 +102,7 @@ impl RangeSet {
         !self.overlapping(start, end).is_empty()
     }
 
+    #[cfg(test)]
     pub(crate) fn contains_all(&self, start: u64, end: u64) -> bool {
         start >= end || self.gaps(start, end).is_empty()
     }
@@ -103,6 +112,7 @@ impl RangeSet {
         self.ranges.iter().map(|(s, e)| e - s).sum()
     }
 
+    #[cfg(test)]
     pub(crate) fn is_empty(&self) -> bool {
         self.ranges.is_empty()
     }
@@ -119,10 +129,6 @@ impl RangeSet {
             }
         }
         self.ranges.range(from..).next().map(|(&s, &e)| (s, e))
-    }
-
-    pub(crate) fn clear(&mut self) {
-        self.ranges.clear();
     }
 }
 

@@ -14,14 +14,22 @@ fn every_write_mode_round_trips_and_keeps_parity() {
         let bucket = i * 5; // different hPGs
         let fresh = pattern(i as u64, (3 * MIB + 8192) as usize);
         write(&engine, bucket, 4096, &fresh, mode);
-        assert_eq!(read(&engine, bucket, 4096, fresh.len() as u64).unwrap(), fresh, "{mode} fresh");
+        assert_eq!(
+            read(&engine, bucket, 4096, fresh.len() as u64).unwrap(),
+            fresh,
+            "{mode} fresh"
+        );
         // Overwrite the middle (read-modify-write of written space), unaligned to stripes.
         let over = pattern(100 + i as u64, (MIB + 4096) as usize);
         write(&engine, bucket, MIB / 2, &over, mode);
         let mut expected = vec![0u8; 4096];
         expected.extend_from_slice(&fresh);
         expected[(MIB / 2) as usize..(MIB / 2) as usize + over.len()].copy_from_slice(&over);
-        assert_eq!(read(&engine, bucket, 0, expected.len() as u64).unwrap(), expected, "{mode} overwrite");
+        assert_eq!(
+            read(&engine, bucket, 0, expected.len() as u64).unwrap(),
+            expected,
+            "{mode} overwrite"
+        );
     }
     engine.flush().unwrap();
     assert_eq!(engine.status().unwrap().pending_delta_bytes, 0);
@@ -46,10 +54,19 @@ fn commit_pads_the_last_block_and_rejects_appends_beyond_the_promise() {
     let back = read(&engine, 0, 0, 8192).unwrap();
     assert_eq!(&back[..5000], &[7u8; 5000][..]);
     assert_eq!(&back[5000..], &[0u8; 8192 - 5000][..]);
-    assert!(engine.write(0, 4095, 10, WriteMode::Direct).is_err(), "unaligned offset must be refused");
-    assert!(engine.write(99, 0, 10, WriteMode::Direct).is_err(), "unknown bucket must be refused");
+    assert!(
+        engine.write(0, 4095, 10, WriteMode::Direct).is_err(),
+        "unaligned offset must be refused"
+    );
+    assert!(
+        engine.write(99, 0, 10, WriteMode::Direct).is_err(),
+        "unknown bucket must be refused"
+    );
     let beyond = engine.bucket_capacity_bytes();
-    assert!(engine.write(0, beyond, 4096, WriteMode::Direct).is_err(), "range beyond the bucket must be refused");
+    assert!(
+        engine.write(0, beyond, 4096, WriteMode::Direct).is_err(),
+        "range beyond the bucket must be refused"
+    );
 }
 
 #[test]
@@ -59,7 +76,10 @@ fn concurrent_writers_on_one_hpg_keep_parity_correct() {
     let geometry = engine.geometry().clone();
     // The data disks of hPG 0 and their buckets.
     let buckets: Vec<usize> = (0..engine.buckets())
-        .filter(|&b| geometry.parity_targets(geometry.bucket_disk(b)).hp == geometry.parity_targets(geometry.bucket_disk(0)).hp)
+        .filter(|&b| {
+            geometry.parity_targets(geometry.bucket_disk(b)).hp
+                == geometry.parity_targets(geometry.bucket_disk(0)).hp
+        })
         .collect();
     assert_eq!(buckets.len(), 4);
     let expected: Vec<Vec<u8>> = std::thread::scope(|scope| {
@@ -69,7 +89,12 @@ fn concurrent_writers_on_one_hpg_keep_parity_correct() {
             .map(|(i, &bucket)| {
                 let engine = &engine;
                 scope.spawn(move || {
-                    let mode = [WriteMode::Direct, WriteMode::Serialized, WriteMode::Delayed, WriteMode::Direct][i];
+                    let mode = [
+                        WriteMode::Direct,
+                        WriteMode::Serialized,
+                        WriteMode::Delayed,
+                        WriteMode::Direct,
+                    ][i];
                     let mut image = vec![0u8; (4 * MIB) as usize];
                     for round in 0..4u64 {
                         // Overlapping offsets across writers: the same parity ranges are hit concurrently.
@@ -85,7 +110,10 @@ fn concurrent_writers_on_one_hpg_keep_parity_correct() {
         handles.into_iter().map(|h| h.join().unwrap()).collect()
     });
     for (&bucket, image) in buckets.iter().zip(&expected) {
-        assert_eq!(&read(&engine, bucket, 0, image.len() as u64).unwrap(), image);
+        assert_eq!(
+            &read(&engine, bucket, 0, image.len() as u64).unwrap(),
+            image
+        );
     }
     // Parity is correct with deltas still pending (overlay) and after they are drained.
     assert_parity_clean(&engine);
@@ -102,13 +130,22 @@ fn delta_overlay_gives_correct_reconstruction_before_the_drain() {
     write(&engine, 0, 0, &old, WriteMode::Serialized);
     let new = pattern(2, MIB as usize + 4096);
     write(&engine, 0, MIB / 2, &new, WriteMode::Delayed);
-    assert!(engine.status().unwrap().pending_delta_bytes > 0, "the delta must still be pending");
+    assert!(
+        engine.status().unwrap().pending_delta_bytes > 0,
+        "the delta must still be pending"
+    );
     let mut expected = old.clone();
     expected[(MIB / 2) as usize..(MIB / 2) as usize + new.len()].copy_from_slice(&new);
     // The data disk fails: reading the bucket reconstructs it from parity + pending deltas.
     engine.fail_disk(engine.geometry().bucket_disk(0)).unwrap();
-    assert_eq!(read(&engine, 0, 0, expected.len() as u64).unwrap(), expected);
-    assert!(engine.status().unwrap().pending_delta_bytes > 0, "reconstruction must not need the drain");
+    assert_eq!(
+        read(&engine, 0, 0, expected.len() as u64).unwrap(),
+        expected
+    );
+    assert!(
+        engine.status().unwrap().pending_delta_bytes > 0,
+        "reconstruction must not need the drain"
+    );
     engine.pause_background(false);
 }
 

@@ -56,7 +56,10 @@ impl Algorithm {
             0 => Ok(Algorithm::None),
             1 => Ok(Algorithm::Zstd),
             2 => Ok(Algorithm::Lz4),
-            other => Err(FormatError::malformed("algorithm", format!("unknown code {other}"))),
+            other => Err(FormatError::malformed(
+                "algorithm",
+                format!("unknown code {other}"),
+            )),
         }
     }
 
@@ -125,21 +128,31 @@ impl ChunkIndex {
     pub fn from_entries(entries: Vec<ChunkEntry>) -> Result<ChunkIndex> {
         let (mut logical, mut stored) = (0u64, 0u64);
         for (i, e) in entries.iter().enumerate() {
-            let bad = |reason: String| Err(FormatError::malformed("chunk index", format!("chunk {i}: {reason}")));
+            let bad = |reason: String| {
+                Err(FormatError::malformed(
+                    "chunk index",
+                    format!("chunk {i}: {reason}"),
+                ))
+            };
             if e.logical_offset != logical || e.stored_offset != stored {
                 return bad(format!(
                     "starts at logical {} / stored {}, expected {logical} / {stored}",
                     e.logical_offset, e.stored_offset
                 ));
             }
-            if !(1..=CHUNK_BYTES_MAX as u64).contains(&e.logical_len) || !(1..=CHUNK_BYTES_MAX as u64).contains(&e.stored_len) {
+            if !(1..=CHUNK_BYTES_MAX as u64).contains(&e.logical_len)
+                || !(1..=CHUNK_BYTES_MAX as u64).contains(&e.stored_len)
+            {
                 return bad(format!(
                     "logical length {} / stored length {} outside 1..={CHUNK_BYTES_MAX}",
                     e.logical_len, e.stored_len
                 ));
             }
             if e.algorithm == Algorithm::None && e.logical_len != e.stored_len {
-                return bad(format!("raw chunk with logical length {} != stored length {}", e.logical_len, e.stored_len));
+                return bad(format!(
+                    "raw chunk with logical length {} != stored length {}",
+                    e.logical_len, e.stored_len
+                ));
             }
             logical += e.logical_len;
             stored += e.stored_len;
@@ -154,17 +167,23 @@ impl ChunkIndex {
 
     /// Total logical (decoded) bytes.
     pub fn logical_len(&self) -> u64 {
-        self.entries.last().map_or(0, |e| e.logical_offset + e.logical_len)
+        self.entries
+            .last()
+            .map_or(0, |e| e.logical_offset + e.logical_len)
     }
 
     /// Total stored bytes.
     pub fn stored_len(&self) -> u64 {
-        self.entries.last().map_or(0, |e| e.stored_offset + e.stored_len)
+        self.entries
+            .last()
+            .map_or(0, |e| e.stored_offset + e.stored_len)
     }
 
     /// Index of the chunk holding logical byte `offset`, if any.
     pub fn chunk_at(&self, logical_offset: u64) -> Option<usize> {
-        let i = self.entries.partition_point(|e| e.logical_offset + e.logical_len <= logical_offset);
+        let i = self
+            .entries
+            .partition_point(|e| e.logical_offset + e.logical_len <= logical_offset);
         (i < self.entries.len()).then_some(i)
     }
 
@@ -198,24 +217,41 @@ impl ChunkIndex {
     pub fn decode(bytes: &[u8]) -> Result<(ChunkIndex, usize)> {
         let what = "chunk index";
         if bytes.len() < 5 {
-            return Err(FormatError::malformed(what, format!("{} bytes, need at least 5", bytes.len())));
+            return Err(FormatError::malformed(
+                what,
+                format!("{} bytes, need at least 5", bytes.len()),
+            ));
         }
         if bytes[0] != CHUNK_INDEX_VERSION {
-            return Err(FormatError::malformed(what, format!("unknown version {}", bytes[0])));
+            return Err(FormatError::malformed(
+                what,
+                format!("unknown version {}", bytes[0]),
+            ));
         }
         let count = u32::from_le_bytes(bytes[1..5].try_into().unwrap()) as usize;
         let need = count
             .checked_mul(9)
             .and_then(|n| n.checked_add(5))
             .filter(|&n| n <= bytes.len())
-            .ok_or_else(|| FormatError::malformed(what, format!("{count} chunks do not fit in {} bytes", bytes.len())))?;
+            .ok_or_else(|| {
+                FormatError::malformed(
+                    what,
+                    format!("{count} chunks do not fit in {} bytes", bytes.len()),
+                )
+            })?;
         let mut entries = Vec::with_capacity(count);
         let (mut logical, mut stored) = (0u64, 0u64);
         for rec in bytes[5..need].chunks_exact(9) {
             let algorithm = Algorithm::from_code(rec[0])?;
             let logical_len = u32::from_le_bytes(rec[1..5].try_into().unwrap()) as u64;
             let stored_len = u32::from_le_bytes(rec[5..9].try_into().unwrap()) as u64;
-            entries.push(ChunkEntry { logical_offset: logical, logical_len, stored_offset: stored, stored_len, algorithm });
+            entries.push(ChunkEntry {
+                logical_offset: logical,
+                logical_len,
+                stored_offset: stored,
+                stored_len,
+                algorithm,
+            });
             logical += logical_len;
             stored += stored_len;
         }
@@ -304,7 +340,9 @@ impl<W: Write> ChunkEncoder<W> {
             self.flush_chunk()?;
         }
         self.sink.flush()?;
-        let index = ChunkIndex { entries: self.entries };
+        let index = ChunkIndex {
+            entries: self.entries,
+        };
         debug_assert_eq!(index.logical_len(), self.logical_len);
         debug_assert!(ChunkIndex::from_entries(index.entries.clone()).is_ok());
         Ok((index, self.sink))
@@ -319,20 +357,27 @@ impl<W: Write> ChunkEncoder<W> {
             Algorithm::Zstd => {
                 let bound = zstd::zstd_safe::compress_bound(logical_len);
                 self.compressed.reserve(bound);
-                let zstd = self.zstd.as_mut().expect("zstd compressor exists for Algorithm::Zstd");
+                let zstd = self
+                    .zstd
+                    .as_mut()
+                    .expect("zstd compressor exists for Algorithm::Zstd");
                 zstd.compress_to_buffer(&self.pending, &mut self.compressed)?;
                 saves_enough(logical_len, self.compressed.len())
             }
             Algorithm::Lz4 => {
-                self.compressed.resize(lz4_flex::block::get_maximum_output_size(logical_len), 0);
+                self.compressed
+                    .resize(lz4_flex::block::get_maximum_output_size(logical_len), 0);
                 let n = lz4_flex::block::compress_into(&self.pending, &mut self.compressed)
                     .map_err(|e| io::Error::other(format!("lz4 compression failed: {e}")))?;
                 self.compressed.truncate(n);
                 saves_enough(logical_len, n)
             }
         };
-        let (algorithm, stored): (Algorithm, &[u8]) =
-            if compressed { (self.algorithm, &self.compressed) } else { (Algorithm::None, &self.pending) };
+        let (algorithm, stored): (Algorithm, &[u8]) = if compressed {
+            (self.algorithm, &self.compressed)
+        } else {
+            (Algorithm::None, &self.pending)
+        };
         self.sink.write_all(stored)?;
         self.entries.push(ChunkEntry {
             logical_offset: self.logical_len - logical_len as u64,
@@ -359,17 +404,34 @@ impl<W: Write> Write for ChunkEncoder<W> {
 }
 
 /// Compresses a whole buffer into chunks (convenience over [`ChunkEncoder`]).
-pub fn encode_chunks(data: &[u8], algorithm: Algorithm, chunk_bytes: u32) -> Result<(ChunkIndex, Vec<u8>)> {
+pub fn encode_chunks(
+    data: &[u8],
+    algorithm: Algorithm,
+    chunk_bytes: u32,
+) -> Result<(ChunkIndex, Vec<u8>)> {
     let mut encoder = ChunkEncoder::new(Vec::new(), algorithm, chunk_bytes)?;
     encoder.write(data)?;
     Ok(encoder.finish()?)
+}
+
+thread_local! {
+    /// One zstd decompression context per thread, reused across chunks.
+    static ZSTD_DECOMPRESSOR: std::cell::RefCell<zstd::bulk::Decompressor<'static>> =
+        std::cell::RefCell::new(zstd::bulk::Decompressor::new().expect("a zstd decompression context can be created"));
 }
 
 /// Decodes one chunk's stored bytes into `out` (cleared first).
 pub fn decode_chunk(entry: &ChunkEntry, stored: &[u8], out: &mut Vec<u8>) -> Result<()> {
     let what = "chunk";
     if stored.len() as u64 != entry.stored_len {
-        return Err(FormatError::malformed(what, format!("{} stored bytes, index says {}", stored.len(), entry.stored_len)));
+        return Err(FormatError::malformed(
+            what,
+            format!(
+                "{} stored bytes, index says {}",
+                stored.len(),
+                entry.stored_len
+            ),
+        ));
     }
     out.clear();
     let logical_len = entry.logical_len as usize;
@@ -378,14 +440,22 @@ pub fn decode_chunk(entry: &ChunkEntry, stored: &[u8], out: &mut Vec<u8>) -> Res
         Algorithm::Zstd => {
             // Also accepts concatenated and skippable frames (client-sent frames).
             out.reserve_exact(logical_len);
-            zstd::bulk::decompress_to_buffer(stored, out).map_err(|e| {
-                FormatError::malformed(what, format!("zstd chunk at stored offset {}: {e}", entry.stored_offset))
-            })?;
+            ZSTD_DECOMPRESSOR
+                .with_borrow_mut(|d| d.decompress_to_buffer(stored, out))
+                .map_err(|e| {
+                    FormatError::malformed(
+                        what,
+                        format!("zstd chunk at stored offset {}: {e}", entry.stored_offset),
+                    )
+                })?;
         }
         Algorithm::Lz4 => {
             out.resize(logical_len, 0);
             let n = lz4_flex::block::decompress_into(stored, out).map_err(|e| {
-                FormatError::malformed(what, format!("lz4 chunk at stored offset {}: {e}", entry.stored_offset))
+                FormatError::malformed(
+                    what,
+                    format!("lz4 chunk at stored offset {}: {e}", entry.stored_offset),
+                )
             })?;
             out.truncate(n);
         }
@@ -393,7 +463,11 @@ pub fn decode_chunk(entry: &ChunkEntry, stored: &[u8], out: &mut Vec<u8>) -> Res
     if out.len() != logical_len {
         return Err(FormatError::malformed(
             what,
-            format!("chunk at stored offset {} decoded to {} bytes, index says {logical_len}", entry.stored_offset, out.len()),
+            format!(
+                "chunk at stored offset {} decoded to {} bytes, index says {logical_len}",
+                entry.stored_offset,
+                out.len()
+            ),
         ));
     }
     Ok(())
@@ -419,13 +493,28 @@ pub struct RangeReader<R> {
 /// one at a time (memory ≈ two chunks). A range outside the content is
 /// [`FormatError::InvalidRange`]; damaged chunks surface as `io::Error`
 /// (`InvalidData`) from `read`.
-pub fn decode_range<R: Read + Seek>(index: &ChunkIndex, stored: R, logical_offset: u64, len: u64) -> Result<RangeReader<R>> {
+pub fn decode_range<R: Read + Seek>(
+    index: &ChunkIndex,
+    stored: R,
+    logical_offset: u64,
+    len: u64,
+) -> Result<RangeReader<R>> {
     let logical_len = index.logical_len();
-    if logical_offset.checked_add(len).is_none_or(|end| end > logical_len) {
-        return Err(FormatError::InvalidRange { offset: logical_offset, len, logical_len });
+    if logical_offset
+        .checked_add(len)
+        .is_none_or(|end| end > logical_len)
+    {
+        return Err(FormatError::InvalidRange {
+            offset: logical_offset,
+            len,
+            logical_len,
+        });
     }
     let (next_chunk, skip) = match index.chunk_at(logical_offset) {
-        Some(i) => (i, (logical_offset - index.entries[i].logical_offset) as usize),
+        Some(i) => (
+            i,
+            (logical_offset - index.entries[i].logical_offset) as usize,
+        ),
         None => (index.entries.len(), 0),
     };
     Ok(RangeReader {
@@ -446,12 +535,18 @@ impl<R: Read + Seek> RangeReader<R> {
         self.next_chunk += 1;
         self.stored.seek(SeekFrom::Start(entry.stored_offset))?;
         self.stored_buf.clear();
-        (&mut self.stored).take(entry.stored_len).read_to_end(&mut self.stored_buf)?;
+        (&mut self.stored)
+            .take(entry.stored_len)
+            .read_to_end(&mut self.stored_buf)?;
         if (self.stored_buf.len() as u64) < entry.stored_len {
             return Err(FormatError::malformed(
                 "chunked content",
-                format!("stored bytes end at {} inside a chunk of {} bytes at stored offset {}",
-                    entry.stored_offset + self.stored_buf.len() as u64, entry.stored_len, entry.stored_offset),
+                format!(
+                    "stored bytes end at {} inside a chunk of {} bytes at stored offset {}",
+                    entry.stored_offset + self.stored_buf.len() as u64,
+                    entry.stored_len,
+                    entry.stored_offset
+                ),
             ));
         }
         decode_chunk(&entry, &self.stored_buf, &mut self.chunk)?;
@@ -471,7 +566,10 @@ impl<R: Read + Seek> Read for RangeReader<R> {
             }
             self.load_next_chunk()?;
         }
-        let n = buf.len().min(self.chunk.len() - self.chunk_pos).min(self.remaining.min(usize::MAX as u64) as usize);
+        let n = buf
+            .len()
+            .min(self.chunk.len() - self.chunk_pos)
+            .min(self.remaining.min(usize::MAX as u64) as usize);
         buf[..n].copy_from_slice(&self.chunk[self.chunk_pos..self.chunk_pos + n]);
         self.chunk_pos += n;
         self.remaining -= n as u64;
@@ -485,7 +583,38 @@ pub struct StreamDecoder<R: Read>(StreamInner<R>);
 enum StreamInner<R: Read> {
     None(R),
     Zstd(Box<zstd::stream::read::Decoder<'static, io::BufReader<R>>>),
-    Lz4(Box<lz4_flex::frame::FrameDecoder<R>>),
+    Lz4(Box<Lz4Frames<R>>),
+}
+
+/// Concatenated LZ4 frames (lz4_flex's decoder stops after one frame).
+struct Lz4Frames<R: Read> {
+    decoder: Option<lz4_flex::frame::FrameDecoder<io::BufReader<R>>>,
+}
+
+impl<R: Read> Read for Lz4Frames<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        use io::BufRead;
+        if buf.is_empty() {
+            return Ok(0);
+        }
+        loop {
+            let Some(decoder) = self.decoder.as_mut() else {
+                return Ok(0);
+            };
+            let n = decoder
+                .read(buf)
+                .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+            if n > 0 {
+                return Ok(n);
+            }
+            // End of a frame: another one follows unless the input is exhausted.
+            let mut inner = self.decoder.take().expect("checked above").into_inner();
+            if inner.fill_buf()?.is_empty() {
+                return Ok(0);
+            }
+            self.decoder = Some(lz4_flex::frame::FrameDecoder::new(inner));
+        }
+    }
 }
 
 /// Decodes a stream as a client sends it with `Content-Encoding`:
@@ -497,7 +626,11 @@ pub fn decode_stream<R: Read>(algorithm: Algorithm, reader: R) -> Result<StreamD
     Ok(StreamDecoder(match algorithm {
         Algorithm::None => StreamInner::None(reader),
         Algorithm::Zstd => StreamInner::Zstd(Box::new(zstd::stream::read::Decoder::new(reader)?)),
-        Algorithm::Lz4 => StreamInner::Lz4(Box::new(lz4_flex::frame::FrameDecoder::new(reader))),
+        Algorithm::Lz4 => StreamInner::Lz4(Box::new(Lz4Frames {
+            decoder: Some(lz4_flex::frame::FrameDecoder::new(
+                io::BufReader::with_capacity(64 << 10, reader),
+            )),
+        })),
     }))
 }
 
@@ -506,7 +639,7 @@ impl<R: Read> Read for StreamDecoder<R> {
         match &mut self.0 {
             StreamInner::None(r) => r.read(buf),
             StreamInner::Zstd(d) => d.read(buf),
-            StreamInner::Lz4(d) => d.read(buf).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e)),
+            StreamInner::Lz4(d) => d.read(buf),
         }
     }
 }
@@ -524,7 +657,11 @@ pub fn decode_stream_range<R: Read>(
     let mut decoder = decode_stream(algorithm, reader)?;
     let skipped = io::copy(&mut (&mut decoder).take(logical_offset), &mut io::sink())?;
     if skipped < logical_offset {
-        return Err(FormatError::InvalidRange { offset: logical_offset, len, logical_len: skipped });
+        return Err(FormatError::InvalidRange {
+            offset: logical_offset,
+            len,
+            logical_len: skipped,
+        });
     }
     Ok(decoder.take(len))
 }
@@ -565,7 +702,9 @@ pub fn index_zstd_frames<R: Read>(reader: R) -> Result<Option<ChunkIndex>> {
             }
             let frame_len = 8 + size;
             match entries.last_mut() {
-                Some(last) if last.stored_len + frame_len <= CHUNK_BYTES_MAX as u64 => last.stored_len += frame_len,
+                Some(last) if last.stored_len + frame_len <= CHUNK_BYTES_MAX as u64 => {
+                    last.stored_len += frame_len
+                }
                 Some(_) => return Ok(None),
                 None => leading_skippable += frame_len,
             }
@@ -582,7 +721,9 @@ pub fn index_zstd_frames<R: Read>(reader: R) -> Result<Option<ChunkIndex>> {
         if content_len == 0 {
             // An empty frame: fold it into the previous chunk like a skippable frame.
             match entries.last_mut() {
-                Some(last) if last.stored_len + frame_len <= CHUNK_BYTES_MAX as u64 => last.stored_len += frame_len,
+                Some(last) if last.stored_len + frame_len <= CHUNK_BYTES_MAX as u64 => {
+                    last.stored_len += frame_len
+                }
                 Some(_) => return Ok(None),
                 None => leading_skippable += stored_len,
             }
@@ -676,7 +817,10 @@ fn zstd_frame_sizes<R: Read>(reader: &mut R) -> Result<Option<(u64, u64)>> {
 }
 
 /// Reads until `buf` is full or EOF; returns the bytes read.
-pub(crate) fn read_exact_or_eof<R: Read + ?Sized>(reader: &mut R, buf: &mut [u8]) -> io::Result<usize> {
+pub(crate) fn read_exact_or_eof<R: Read + ?Sized>(
+    reader: &mut R,
+    buf: &mut [u8],
+) -> io::Result<usize> {
     let mut filled = 0;
     while filled < buf.len() {
         match reader.read(&mut buf[filled..]) {

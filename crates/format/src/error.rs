@@ -62,7 +62,10 @@ pub type Result<T, E = FormatError> = std::result::Result<T, E>;
 
 impl FormatError {
     pub(crate) fn malformed(what: &'static str, reason: impl Into<String>) -> Self {
-        FormatError::Malformed { what, reason: reason.into() }
+        FormatError::Malformed {
+            what,
+            reason: reason.into(),
+        }
     }
 }
 

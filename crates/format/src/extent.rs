@@ -70,7 +70,8 @@ impl ExtentHeader {
 /// Bytes an extent with `payload_len` payload bytes occupies on disk: header,
 /// payload and checksum, rounded up to 4 KiB.
 pub fn extent_bytes(payload_len: u32) -> u64 {
-    (payload_len as u64 + EXTENT_OVERHEAD_BYTES as u64).div_ceil(EXTENT_ALIGN_BYTES) * EXTENT_ALIGN_BYTES
+    (payload_len as u64 + EXTENT_OVERHEAD_BYTES as u64).div_ceil(EXTENT_ALIGN_BYTES)
+        * EXTENT_ALIGN_BYTES
 }
 
 /// Does `bytes` start with the extent magic and a known version?
@@ -83,13 +84,29 @@ pub fn is_extent_start(bytes: &[u8]) -> bool {
 pub fn parse_extent_header(bytes: &[u8]) -> Result<ExtentHeader> {
     let what = "extent header";
     if bytes.len() < EXTENT_HEADER_BYTES {
-        return Err(FormatError::malformed(what, format!("{} bytes, need {EXTENT_HEADER_BYTES}", bytes.len())));
+        return Err(FormatError::malformed(
+            what,
+            format!("{} bytes, need {EXTENT_HEADER_BYTES}", bytes.len()),
+        ));
     }
     if bytes[0..4] != EXTENT_MAGIC {
-        return Err(FormatError::malformed(what, format!("magic {:02x?}, expected {:02x?}", &bytes[0..4], EXTENT_MAGIC)));
+        return Err(FormatError::malformed(
+            what,
+            format!(
+                "magic {:02x?}, expected {:02x?}",
+                &bytes[0..4],
+                EXTENT_MAGIC
+            ),
+        ));
     }
     if bytes[4] != EXTENT_VERSION {
-        return Err(FormatError::malformed(what, format!("unknown version {} (this build reads {EXTENT_VERSION})", bytes[4])));
+        return Err(FormatError::malformed(
+            what,
+            format!(
+                "unknown version {} (this build reads {EXTENT_VERSION})",
+                bytes[4]
+            ),
+        ));
     }
     Ok(ExtentHeader {
         object_id: u128::from_le_bytes(bytes[5..21].try_into().unwrap()),
@@ -104,7 +121,11 @@ pub fn parse_extent_header(bytes: &[u8]) -> Result<ExtentHeader> {
 /// padding to 4 KiB, i.e. [`extent_bytes`] bytes in all. Returns the crc32c.
 /// A payload shorter than announced is an error (`UnexpectedEof`); extra
 /// payload bytes are left unread.
-pub fn write_extent<R: Read, W: Write>(header: &ExtentHeader, payload: R, mut sink: W) -> Result<u32> {
+pub fn write_extent<R: Read, W: Write>(
+    header: &ExtentHeader,
+    payload: R,
+    mut sink: W,
+) -> Result<u32> {
     let head = header.to_bytes();
     sink.write_all(&head)?;
     let mut crc = crc32c::crc32c(&head);
@@ -125,7 +146,10 @@ pub fn write_extent<R: Read, W: Write>(header: &ExtentHeader, payload: R, mut si
     if copied != header.payload_len as u64 {
         return Err(io::Error::new(
             io::ErrorKind::UnexpectedEof,
-            format!("extent payload ended after {copied} of {} bytes", header.payload_len),
+            format!(
+                "extent payload ended after {copied} of {} bytes",
+                header.payload_len
+            ),
         )
         .into());
     }
@@ -137,10 +161,24 @@ pub fn write_extent<R: Read, W: Write>(header: &ExtentHeader, payload: R, mut si
 }
 
 /// Builds a whole extent in memory (convenience over [`write_extent`]).
-pub fn extent_to_vec(object_id: u128, replica_id: u8, extent_id: u16, payload: &[u8]) -> Result<Vec<u8>> {
-    let payload_len = u32::try_from(payload.len())
-        .map_err(|_| FormatError::InvalidArgument(format!("payload of {} bytes exceeds 4 GiB − 1", payload.len())))?;
-    let header = ExtentHeader { object_id, replica_id, extent_id, payload_len };
+pub fn extent_to_vec(
+    object_id: u128,
+    replica_id: u8,
+    extent_id: u16,
+    payload: &[u8],
+) -> Result<Vec<u8>> {
+    let payload_len = u32::try_from(payload.len()).map_err(|_| {
+        FormatError::InvalidArgument(format!(
+            "payload of {} bytes exceeds 4 GiB − 1",
+            payload.len()
+        ))
+    })?;
+    let header = ExtentHeader {
+        object_id,
+        replica_id,
+        extent_id,
+        payload_len,
+    };
     let mut out = Vec::with_capacity(header.extent_bytes() as usize);
     write_extent(&header, payload, &mut out)?;
     Ok(out)
@@ -155,13 +193,21 @@ pub fn verify_extent(bytes: &[u8]) -> Result<ExtentHeader> {
     if bytes.len() < end + EXTENT_TRAILER_BYTES {
         return Err(FormatError::malformed(
             "extent",
-            format!("{} bytes, the header announces {} (header, payload and checksum)", bytes.len(), end + EXTENT_TRAILER_BYTES),
+            format!(
+                "{} bytes, the header announces {} (header, payload and checksum)",
+                bytes.len(),
+                end + EXTENT_TRAILER_BYTES
+            ),
         ));
     }
     let stored = u32::from_le_bytes(bytes[end..end + 4].try_into().unwrap());
     let computed = crc32c::crc32c(&bytes[..end]);
     if stored != computed {
-        return Err(FormatError::ChecksumMismatch { what: "extent", stored, computed });
+        return Err(FormatError::ChecksumMismatch {
+            what: "extent",
+            stored,
+            computed,
+        });
     }
     Ok(header)
 }
@@ -188,7 +234,11 @@ pub fn read_extent<R: Read, W: Write>(mut reader: R, mut payload_sink: W) -> Res
     reader.read_exact(&mut trailer)?;
     let stored = u32::from_le_bytes(trailer);
     if stored != crc {
-        return Err(FormatError::ChecksumMismatch { what: "extent", stored, computed: crc });
+        return Err(FormatError::ChecksumMismatch {
+            what: "extent",
+            stored,
+            computed: crc,
+        });
     }
     Ok(header)
 }

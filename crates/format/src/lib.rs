@@ -53,22 +53,25 @@ mod pack;
 mod salvage;
 
 pub use chunk::{
-    decode_chunk, decode_range, decode_stream, decode_stream_range, encode_chunks, index_zstd_frames, saves_enough,
-    Algorithm, ChunkEncoder, ChunkEntry, ChunkIndex, RangeReader, StreamDecoder, CHUNK_BYTES_MAX, CHUNK_INDEX_VERSION,
-    DEFAULT_CHUNK_BYTES, ZSTD_LEVEL,
+    decode_chunk, decode_range, decode_stream, decode_stream_range, encode_chunks,
+    index_zstd_frames, saves_enough, Algorithm, ChunkEncoder, ChunkEntry, ChunkIndex, RangeReader,
+    StreamDecoder, CHUNK_BYTES_MAX, CHUNK_INDEX_VERSION, DEFAULT_CHUNK_BYTES, ZSTD_LEVEL,
 };
 pub use error::{FormatError, Result};
 pub use extent::{
-    extent_bytes, extent_to_vec, is_extent_start, parse_extent_header, read_extent, verify_extent, write_extent,
-    ExtentHeader, EXTENT_ALIGN_BYTES, EXTENT_HEADER_BYTES, EXTENT_MAGIC, EXTENT_OVERHEAD_BYTES,
-    EXTENT_PAYLOAD_BYTES_MAX, EXTENT_TRAILER_BYTES, EXTENT_VERSION,
+    extent_bytes, extent_to_vec, is_extent_start, parse_extent_header, read_extent, verify_extent,
+    write_extent, ExtentHeader, EXTENT_ALIGN_BYTES, EXTENT_HEADER_BYTES, EXTENT_MAGIC,
+    EXTENT_OVERHEAD_BYTES, EXTENT_PAYLOAD_BYTES_MAX, EXTENT_TRAILER_BYTES, EXTENT_VERSION,
 };
-pub use manifest::{Manifest, StoredForm, MANIFEST_BODY_BYTES_MAX, MANIFEST_MAGIC, MANIFEST_PREFIX_BYTES, MANIFEST_VERSION};
+pub use manifest::{
+    Manifest, StoredForm, MANIFEST_BODY_BYTES_MAX, MANIFEST_MAGIC, MANIFEST_PREFIX_BYTES,
+    MANIFEST_VERSION,
+};
 pub use pack::{
-    is_pack_start, PackEntry, PackEntryPlacement, PackReader, PackWriter, PACK_ENTRY_BYTES_MAX, PACK_HEADER_BYTES,
-    PACK_MAGIC, PACK_VERSION,
+    is_pack_start, PackEntry, PackEntryPlacement, PackReader, PackWriter, PACK_ENTRY_BYTES_MAX,
+    PACK_HEADER_BYTES, PACK_MAGIC, PACK_VERSION,
 };
 pub use salvage::{
-    plan_content_extents, salvage_objects, scan_extents, ContentExtent, ExtentScanner, FoundExtent, SalvageProgress,
-    SalvageReport,
+    plan_content_extents, salvage_objects, scan_extents, ContentExtent, ExtentScanner, FoundExtent,
+    SalvageProgress, SalvageReport,
 };

@@ -70,15 +70,22 @@ impl Manifest {
     /// Checks that the lengths and the stored form agree.
     pub fn validate(&self) -> Result<()> {
         let bad = |reason: String| Err(FormatError::malformed("manifest", reason));
-        let index_agrees = |index: &ChunkIndex| index.logical_len() == self.logical_len && index.stored_len() == self.stored_len;
+        let index_agrees = |index: &ChunkIndex| {
+            index.logical_len() == self.logical_len && index.stored_len() == self.stored_len
+        };
         match &self.stored_form {
-            StoredForm::Raw if self.logical_len != self.stored_len => {
-                bad(format!("raw content with logical length {} != stored length {}", self.logical_len, self.stored_len))
-            }
-            StoredForm::Raw if self.content_encoding != Algorithm::None => {
-                bad(format!("raw content with content encoding {}", self.content_encoding))
-            }
-            StoredForm::Chunked(index) | StoredForm::AsSent { frames: Some(index) } if !index_agrees(index) => bad(format!(
+            StoredForm::Raw if self.logical_len != self.stored_len => bad(format!(
+                "raw content with logical length {} != stored length {}",
+                self.logical_len, self.stored_len
+            )),
+            StoredForm::Raw if self.content_encoding != Algorithm::None => bad(format!(
+                "raw content with content encoding {}",
+                self.content_encoding
+            )),
+            StoredForm::Chunked(index)
+            | StoredForm::AsSent {
+                frames: Some(index),
+            } if !index_agrees(index) => bad(format!(
                 "chunk index covers {} logical / {} stored bytes, manifest says {} / {}",
                 index.logical_len(),
                 index.stored_len(),
@@ -119,7 +126,9 @@ impl Manifest {
                 index.encode_into(&mut body);
             }
             StoredForm::AsSent { frames: None } => body.push(2),
-            StoredForm::AsSent { frames: Some(index) } => {
+            StoredForm::AsSent {
+                frames: Some(index),
+            } => {
                 body.push(3);
                 index.encode_into(&mut body);
             }
@@ -132,7 +141,12 @@ impl Manifest {
         let body_len = u32::try_from(body.len())
             .ok()
             .filter(|&n| n <= MANIFEST_BODY_BYTES_MAX)
-            .ok_or_else(|| FormatError::InvalidArgument(format!("manifest body of {} bytes exceeds {MANIFEST_BODY_BYTES_MAX}", body.len())))?;
+            .ok_or_else(|| {
+                FormatError::InvalidArgument(format!(
+                    "manifest body of {} bytes exceeds {MANIFEST_BODY_BYTES_MAX}",
+                    body.len()
+                ))
+            })?;
         let mut out = Vec::with_capacity(MANIFEST_PREFIX_BYTES + body.len() + 4);
         out.extend_from_slice(&MANIFEST_MAGIC);
         out.push(MANIFEST_VERSION);
@@ -146,11 +160,20 @@ impl Manifest {
     /// the record's length (the stored bytes start there).
     pub fn decode(bytes: &[u8]) -> Result<(Manifest, usize)> {
         let body_len = parse_prefix(bytes.get(..MANIFEST_PREFIX_BYTES).ok_or_else(|| {
-            FormatError::malformed("manifest", format!("{} bytes, need at least {MANIFEST_PREFIX_BYTES}", bytes.len()))
+            FormatError::malformed(
+                "manifest",
+                format!(
+                    "{} bytes, need at least {MANIFEST_PREFIX_BYTES}",
+                    bytes.len()
+                ),
+            )
         })?)?;
         let record_len = MANIFEST_PREFIX_BYTES + body_len + 4;
         let record = bytes.get(..record_len).ok_or_else(|| {
-            FormatError::malformed("manifest", format!("record of {record_len} bytes, only {} present", bytes.len()))
+            FormatError::malformed(
+                "manifest",
+                format!("record of {record_len} bytes, only {} present", bytes.len()),
+            )
         })?;
         Ok((decode_body(&record[MANIFEST_PREFIX_BYTES..])?, record_len))
     }
@@ -161,9 +184,18 @@ impl Manifest {
         reader.read_exact(&mut prefix)?;
         let body_len = parse_prefix(&prefix)?;
         let mut rest = Vec::new();
-        (&mut reader).take(body_len as u64 + 4).read_to_end(&mut rest)?;
+        (&mut reader)
+            .take(body_len as u64 + 4)
+            .read_to_end(&mut rest)?;
         if rest.len() != body_len + 4 {
-            return Err(FormatError::malformed("manifest", format!("record ends after {} of {} body bytes", rest.len(), body_len + 4)));
+            return Err(FormatError::malformed(
+                "manifest",
+                format!(
+                    "record ends after {} of {} body bytes",
+                    rest.len(),
+                    body_len + 4
+                ),
+            ));
         }
         Ok((decode_body(&rest)?, MANIFEST_PREFIX_BYTES + body_len + 4))
     }
@@ -173,14 +205,30 @@ impl Manifest {
 fn parse_prefix(prefix: &[u8]) -> Result<usize> {
     let what = "manifest";
     if prefix[0..4] != MANIFEST_MAGIC {
-        return Err(FormatError::malformed(what, format!("magic {:02x?}, expected {:02x?}", &prefix[0..4], MANIFEST_MAGIC)));
+        return Err(FormatError::malformed(
+            what,
+            format!(
+                "magic {:02x?}, expected {:02x?}",
+                &prefix[0..4],
+                MANIFEST_MAGIC
+            ),
+        ));
     }
     if prefix[4] != MANIFEST_VERSION {
-        return Err(FormatError::malformed(what, format!("unknown version {} (this build reads {MANIFEST_VERSION})", prefix[4])));
+        return Err(FormatError::malformed(
+            what,
+            format!(
+                "unknown version {} (this build reads {MANIFEST_VERSION})",
+                prefix[4]
+            ),
+        ));
     }
     let body_len = u32::from_le_bytes(prefix[5..9].try_into().unwrap());
     if body_len > MANIFEST_BODY_BYTES_MAX {
-        return Err(FormatError::malformed(what, format!("body of {body_len} bytes exceeds {MANIFEST_BODY_BYTES_MAX}")));
+        return Err(FormatError::malformed(
+            what,
+            format!("body of {body_len} bytes exceeds {MANIFEST_BODY_BYTES_MAX}"),
+        ));
     }
     Ok(body_len as usize)
 }
@@ -191,9 +239,16 @@ fn decode_body(body_and_crc: &[u8]) -> Result<Manifest> {
     let stored = u32::from_le_bytes(crc.try_into().unwrap());
     let computed = crc32c::crc32c(body);
     if stored != computed {
-        return Err(FormatError::ChecksumMismatch { what: "manifest", stored, computed });
+        return Err(FormatError::ChecksumMismatch {
+            what: "manifest",
+            stored,
+            computed,
+        });
     }
-    let mut c = Cursor { bytes: body, pos: 0 };
+    let mut c = Cursor {
+        bytes: body,
+        pos: 0,
+    };
     let bucket = c.str()?;
     let key = c.str()?;
     let count = c.u32()?;
@@ -206,15 +261,27 @@ fn decode_body(body_and_crc: &[u8]) -> Result<Manifest> {
     let content_type = match c.u8()? {
         0 => None,
         1 => Some(c.str()?),
-        other => return Err(FormatError::malformed("manifest", format!("content type flag {other}"))),
+        other => {
+            return Err(FormatError::malformed(
+                "manifest",
+                format!("content type flag {other}"),
+            ))
+        }
     };
     let content_encoding = Algorithm::from_code(c.u8()?)?;
     let stored_form = match c.u8()? {
         0 => StoredForm::Raw,
         1 => StoredForm::Chunked(c.chunk_index()?),
         2 => StoredForm::AsSent { frames: None },
-        3 => StoredForm::AsSent { frames: Some(c.chunk_index()?) },
-        other => return Err(FormatError::malformed("manifest", format!("unknown stored form {other}"))),
+        3 => StoredForm::AsSent {
+            frames: Some(c.chunk_index()?),
+        },
+        other => {
+            return Err(FormatError::malformed(
+                "manifest",
+                format!("unknown stored form {other}"),
+            ))
+        }
     };
     let logical_len = c.u64()?;
     let stored_len = c.u64()?;
@@ -222,7 +289,10 @@ fn decode_body(body_and_crc: &[u8]) -> Result<Manifest> {
     let created_unix_ms = c.u64()?;
     let dataset = c.str()?;
     if c.pos != body.len() {
-        return Err(FormatError::malformed("manifest", format!("{} bytes left after the last field", body.len() - c.pos)));
+        return Err(FormatError::malformed(
+            "manifest",
+            format!("{} bytes left after the last field", body.len() - c.pos),
+        ));
     }
     let manifest = Manifest {
         bucket,
@@ -253,9 +323,19 @@ struct Cursor<'a> {
 
 impl<'a> Cursor<'a> {
     fn take(&mut self, n: usize) -> Result<&'a [u8]> {
-        let end = self.pos.checked_add(n).filter(|&e| e <= self.bytes.len()).ok_or_else(|| {
-            FormatError::malformed("manifest", format!("field of {n} bytes at body offset {} runs past the end", self.pos))
-        })?;
+        let end = self
+            .pos
+            .checked_add(n)
+            .filter(|&e| e <= self.bytes.len())
+            .ok_or_else(|| {
+                FormatError::malformed(
+                    "manifest",
+                    format!(
+                        "field of {n} bytes at body offset {} runs past the end",
+                        self.pos
+                    ),
+                )
+            })?;
         let s = &self.bytes[self.pos..end];
         self.pos = end;
         Ok(s)
@@ -272,8 +352,12 @@ impl<'a> Cursor<'a> {
     fn str(&mut self) -> Result<String> {
         let n = self.u32()? as usize;
         let at = self.pos;
-        String::from_utf8(self.take(n)?.to_vec())
-            .map_err(|_| FormatError::malformed("manifest", format!("string at body offset {at} is not UTF-8")))
+        String::from_utf8(self.take(n)?.to_vec()).map_err(|_| {
+            FormatError::malformed(
+                "manifest",
+                format!("string at body offset {at} is not UTF-8"),
+            )
+        })
     }
     fn chunk_index(&mut self) -> Result<ChunkIndex> {
         let (index, used) = ChunkIndex::decode(&self.bytes[self.pos..])?;

@@ -46,11 +46,18 @@ impl<W: Write> PackWriter<W> {
     /// (at most 4 GiB − 1, the extent limit).
     pub fn new(mut sink: W, payload_bytes_max: u32) -> Result<PackWriter<W>> {
         if (payload_bytes_max as usize) < PACK_HEADER_BYTES {
-            return Err(FormatError::InvalidArgument(format!("pack payload_bytes_max {payload_bytes_max} is below the header size")));
+            return Err(FormatError::InvalidArgument(format!(
+                "pack payload_bytes_max {payload_bytes_max} is below the header size"
+            )));
         }
         sink.write_all(&PACK_MAGIC)?;
         sink.write_all(&[PACK_VERSION])?;
-        Ok(PackWriter { sink, payload_bytes_max, payload_len: PACK_HEADER_BYTES as u64, entries: 0 })
+        Ok(PackWriter {
+            sink,
+            payload_bytes_max,
+            payload_len: PACK_HEADER_BYTES as u64,
+            entries: 0,
+        })
     }
 
     /// Payload bytes written so far.
@@ -76,7 +83,11 @@ impl<W: Write> PackWriter<W> {
     /// Appends `manifest | stored bytes`, taking exactly `manifest.stored_len`
     /// bytes from `stored`. Fails without writing if the entry does not fit;
     /// a short `stored` is an error that leaves the pack unusable.
-    pub fn append<R: Read>(&mut self, manifest: &Manifest, stored: R) -> Result<PackEntryPlacement> {
+    pub fn append<R: Read>(
+        &mut self,
+        manifest: &Manifest,
+        stored: R,
+    ) -> Result<PackEntryPlacement> {
         let record = manifest.encode()?;
         let entry_bytes = Self::entry_bytes(record.len(), manifest.stored_len);
         if !self.fits(entry_bytes) || entry_bytes - 4 > PACK_ENTRY_BYTES_MAX as u64 {
@@ -86,13 +97,17 @@ impl<W: Write> PackWriter<W> {
             )));
         }
         let entry_offset = self.payload_len;
-        self.sink.write_all(&((entry_bytes - 4) as u32).to_le_bytes())?;
+        self.sink
+            .write_all(&((entry_bytes - 4) as u32).to_le_bytes())?;
         self.sink.write_all(&record)?;
         let copied = io::copy(&mut stored.take(manifest.stored_len), &mut self.sink)?;
         if copied != manifest.stored_len {
             return Err(io::Error::new(
                 io::ErrorKind::UnexpectedEof,
-                format!("pack entry {}/{}: stored bytes ended after {copied} of {}", manifest.bucket, manifest.key, manifest.stored_len),
+                format!(
+                    "pack entry {}/{}: stored bytes ended after {copied} of {}",
+                    manifest.bucket, manifest.key, manifest.stored_len
+                ),
             )
             .into());
         }
@@ -141,34 +156,56 @@ impl<R: Read> PackReader<R> {
     pub fn new(mut reader: R, payload_len: u64) -> Result<PackReader<R>> {
         let mut head = [0u8; PACK_HEADER_BYTES];
         if payload_len < PACK_HEADER_BYTES as u64 {
-            return Err(FormatError::malformed("pack", format!("payload of {payload_len} bytes is shorter than the header")));
+            return Err(FormatError::malformed(
+                "pack",
+                format!("payload of {payload_len} bytes is shorter than the header"),
+            ));
         }
         reader.read_exact(&mut head)?;
         if !is_pack_start(&head) {
-            return Err(FormatError::malformed("pack", format!("header {head:02x?}, expected {PACK_MAGIC:02x?} version {PACK_VERSION}")));
+            return Err(FormatError::malformed(
+                "pack",
+                format!("header {head:02x?}, expected {PACK_MAGIC:02x?} version {PACK_VERSION}"),
+            ));
         }
-        Ok(PackReader { reader, payload_len, pos: PACK_HEADER_BYTES as u64, done: false })
+        Ok(PackReader {
+            reader,
+            payload_len,
+            pos: PACK_HEADER_BYTES as u64,
+            done: false,
+        })
     }
 
     fn next_entry(&mut self) -> Result<PackEntry> {
         let entry_offset = self.pos;
         let mut len = [0u8; 4];
-        self.reader.read_exact(&mut len).inspect_err(|_| self.done = true)?;
+        self.reader
+            .read_exact(&mut len)
+            .inspect_err(|_| self.done = true)?;
         self.pos += 4;
         let entry_len = u32::from_le_bytes(len);
         if entry_len as u64 > self.payload_len - self.pos || entry_len > PACK_ENTRY_BYTES_MAX {
             self.done = true;
             return Err(FormatError::malformed(
                 "pack",
-                format!("entry at payload offset {entry_offset} claims {entry_len} bytes, {} left", self.payload_len - self.pos),
+                format!(
+                    "entry at payload offset {entry_offset} claims {entry_len} bytes, {} left",
+                    self.payload_len - self.pos
+                ),
             ));
         }
         let mut entry = Vec::new();
-        (&mut self.reader).take(entry_len as u64).read_to_end(&mut entry)?;
+        (&mut self.reader)
+            .take(entry_len as u64)
+            .read_to_end(&mut entry)?;
         self.pos += entry.len() as u64;
         if entry.len() != entry_len as usize {
             self.done = true;
-            return Err(io::Error::new(io::ErrorKind::UnexpectedEof, format!("pack entry at payload offset {entry_offset} is truncated")).into());
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                format!("pack entry at payload offset {entry_offset} is truncated"),
+            )
+            .into());
         }
         let (manifest, record_len) = Manifest::decode(&entry)?;
         if (entry.len() - record_len) as u64 != manifest.stored_len {
@@ -178,7 +215,12 @@ impl<R: Read> PackReader<R> {
             ));
         }
         entry.drain(..record_len);
-        Ok(PackEntry { manifest, stored: entry, entry_offset, stored_offset: entry_offset + 4 + record_len as u64 })
+        Ok(PackEntry {
+            manifest,
+            stored: entry,
+            entry_offset,
+            stored_offset: entry_offset + 4 + record_len as u64,
+        })
     }
 }
 

@@ -15,7 +15,11 @@ use crate::xor::xor_all_into;
 pub enum CodecError {
     /// More shards are missing than the code has parity blocks.
     #[error("{codec}: {missing} blocks missing, the code rebuilds at most {max}")]
-    TooManyMissing { codec: String, missing: usize, max: usize },
+    TooManyMissing {
+        codec: String,
+        missing: usize,
+        max: usize,
+    },
     /// The shards do not fit the code (count, size, or an index out of range).
     #[error("{codec}: {message}")]
     BadShards { codec: String, message: String },
@@ -47,18 +51,35 @@ pub trait Codec: Send + Sync {
     /// `shards` is data then parity. The default encodes into scratch space and compares.
     fn verify(&self, shards: &[&[u8]]) -> bool {
         let n = self.data_blocks();
-        assert_eq!(shards.len(), n + self.parity_blocks(), "{}: wrong shard count", self.name());
+        assert_eq!(
+            shards.len(),
+            n + self.parity_blocks(),
+            "{}: wrong shard count",
+            self.name()
+        );
         let len = shards[0].len();
         let mut scratch = vec![vec![0u8; len]; self.parity_blocks()];
         let mut parity: Vec<&mut [u8]> = scratch.iter_mut().map(|p| p.as_mut_slice()).collect();
         self.encode(&shards[..n], &mut parity);
-        parity.iter().zip(&shards[n..]).all(|(computed, stored)| **computed == **stored)
+        parity
+            .iter()
+            .zip(&shards[n..])
+            .all(|(computed, stored)| **computed == **stored)
     }
 }
 
 /// Validate the shape of a reconstruct call: count, equal non-zero length, indices.
-fn check_reconstruct_shape(codec: &dyn Codec, shards: &[&mut [u8]], missing: &[usize]) -> Result<(), CodecError> {
-    let bad = |message: String| Err(CodecError::BadShards { codec: codec.name().to_string(), message });
+fn check_reconstruct_shape(
+    codec: &dyn Codec,
+    shards: &[&mut [u8]],
+    missing: &[usize],
+) -> Result<(), CodecError> {
+    let bad = |message: String| {
+        Err(CodecError::BadShards {
+            codec: codec.name().to_string(),
+            message,
+        })
+    };
     let count = codec.data_blocks() + codec.parity_blocks();
     if shards.len() != count {
         return bad(format!("expected {count} shards, got {}", shards.len()));
@@ -69,7 +90,9 @@ fn check_reconstruct_shape(codec: &dyn Codec, shards: &[&mut [u8]], missing: &[u
     }
     for (i, &index) in missing.iter().enumerate() {
         if index >= count {
-            return bad(format!("missing shard index {index} out of range (have {count} shards)"));
+            return bad(format!(
+                "missing shard index {index} out of range (have {count} shards)"
+            ));
         }
         if missing[..i].contains(&index) {
             return bad(format!("missing shard index {index} listed twice"));
@@ -86,10 +109,24 @@ fn check_reconstruct_shape(codec: &dyn Codec, shards: &[&mut [u8]], missing: &[u
 }
 
 fn assert_encode_shape(codec: &dyn Codec, data: &[&[u8]], parity: &[&mut [u8]]) {
-    assert_eq!(data.len(), codec.data_blocks(), "{}: wrong data shard count", codec.name());
-    assert_eq!(parity.len(), codec.parity_blocks(), "{}: wrong parity shard count", codec.name());
+    assert_eq!(
+        data.len(),
+        codec.data_blocks(),
+        "{}: wrong data shard count",
+        codec.name()
+    );
+    assert_eq!(
+        parity.len(),
+        codec.parity_blocks(),
+        "{}: wrong parity shard count",
+        codec.name()
+    );
     let len = data[0].len();
-    assert!(len > 0 && len % 2 == 0, "{}: shard length {len} must be non-zero and even", codec.name());
+    assert!(
+        len > 0 && len % 2 == 0,
+        "{}: shard length {len} must be non-zero and even",
+        codec.name()
+    );
     assert!(
         data.iter().all(|d| d.len() == len) && parity.iter().all(|p| p.len() == len),
         "{}: shards of different length",
@@ -108,7 +145,10 @@ impl Spc {
     /// SPC over `data_blocks` data blocks (`data_blocks >= 1`).
     pub fn new(data_blocks: usize) -> Spc {
         assert!(data_blocks >= 1, "SPC needs at least one data block");
-        Spc { data_blocks, name: format!("spc-{data_blocks}+1") }
+        Spc {
+            data_blocks,
+            name: format!("spc-{data_blocks}+1"),
+        }
     }
 }
 
@@ -135,7 +175,9 @@ impl Codec for Spc {
     }
     fn reconstruct(&self, shards: &mut [&mut [u8]], missing: &[usize]) -> Result<(), CodecError> {
         check_reconstruct_shape(self, shards, missing)?;
-        let Some(&lost) = missing.first() else { return Ok(()) };
+        let Some(&lost) = missing.first() else {
+            return Ok(());
+        };
         // The lost shard is the XOR of all the others (data and parity alike).
         let (before, rest) = shards.split_at_mut(lost);
         let (target, after) = rest.split_first_mut().expect("index checked");
@@ -144,7 +186,12 @@ impl Codec for Spc {
         Ok(())
     }
     fn verify(&self, shards: &[&[u8]]) -> bool {
-        assert_eq!(shards.len(), self.data_blocks + 1, "{}: wrong shard count", self.name);
+        assert_eq!(
+            shards.len(),
+            self.data_blocks + 1,
+            "{}: wrong shard count",
+            self.name
+        );
         // XOR of data and parity is zero exactly when the parity is right. Work in
         // 4 KiB pieces so the scratch stays in L1 whatever the shard size.
         const PIECE_BYTES: usize = 4096;
@@ -183,10 +230,20 @@ impl ReedSolomon {
     /// RS over `data_blocks` + `parity_blocks`; an error if the library does not support it.
     pub fn new(data_blocks: usize, parity_blocks: usize) -> Result<ReedSolomon, CodecError> {
         let name = format!("rs-{data_blocks}+{parity_blocks}");
-        if data_blocks == 0 || parity_blocks == 0 || !ReedSolomonEncoder::supports(data_blocks, parity_blocks) {
-            return Err(CodecError::BadShards { codec: name, message: "unsupported shard counts".to_string() });
+        if data_blocks == 0
+            || parity_blocks == 0
+            || !ReedSolomonEncoder::supports(data_blocks, parity_blocks)
+        {
+            return Err(CodecError::BadShards {
+                codec: name,
+                message: "unsupported shard counts".to_string(),
+            });
         }
-        Ok(ReedSolomon { data_blocks, parity_blocks, name })
+        Ok(ReedSolomon {
+            data_blocks,
+            parity_blocks,
+            name,
+        })
     }
 }
 
@@ -237,7 +294,9 @@ impl Codec for ReedSolomon {
     }
     fn encode(&self, data: &[&[u8]], parity: &mut [&mut [u8]]) {
         assert_encode_shape(self, data, parity);
-        self.with_recovery(data, |index, recovery| parity[index].copy_from_slice(recovery));
+        self.with_recovery(data, |index, recovery| {
+            parity[index].copy_from_slice(recovery)
+        });
     }
     fn reconstruct(&self, shards: &mut [&mut [u8]], missing: &[usize]) -> Result<(), CodecError> {
         check_reconstruct_shape(self, shards, missing)?;
@@ -247,7 +306,9 @@ impl Codec for ReedSolomon {
                 let mut slot = cell.borrow_mut();
                 match slot.as_mut() {
                     Some(decoder) => decoder.reset(n, k, len).expect("shape checked"),
-                    None => *slot = Some(ReedSolomonDecoder::new(n, k, len).expect("shape checked")),
+                    None => {
+                        *slot = Some(ReedSolomonDecoder::new(n, k, len).expect("shape checked"))
+                    }
                 }
                 let decoder = slot.as_mut().expect("just set");
                 for (index, shard) in shards.iter().enumerate() {
@@ -255,9 +316,13 @@ impl Codec for ReedSolomon {
                         continue;
                     }
                     if index < n {
-                        decoder.add_original_shard(index, &**shard).expect("shape checked");
+                        decoder
+                            .add_original_shard(index, &**shard)
+                            .expect("shape checked");
                     } else {
-                        decoder.add_recovery_shard(index - n, &**shard).expect("shape checked");
+                        decoder
+                            .add_recovery_shard(index - n, &**shard)
+                            .expect("shape checked");
                     }
                 }
                 let result = decoder.decode().map_err(|e| CodecError::BadShards {
@@ -265,7 +330,9 @@ impl Codec for ReedSolomon {
                     message: format!("decode failed: {e}"),
                 })?;
                 for &index in missing.iter().filter(|&&i| i < n) {
-                    let restored = result.restored_original(index).expect("missing original is restored");
+                    let restored = result
+                        .restored_original(index)
+                        .expect("missing original is restored");
                     shards[index].copy_from_slice(restored);
                 }
                 Ok::<(), CodecError>(())
@@ -284,9 +351,16 @@ impl Codec for ReedSolomon {
     }
     fn verify(&self, shards: &[&[u8]]) -> bool {
         let n = self.data_blocks;
-        assert_eq!(shards.len(), n + self.parity_blocks, "{}: wrong shard count", self.name);
+        assert_eq!(
+            shards.len(),
+            n + self.parity_blocks,
+            "{}: wrong shard count",
+            self.name
+        );
         let mut equal = true;
-        self.with_recovery(&shards[..n], |index, recovery| equal &= shards[n + index] == recovery);
+        self.with_recovery(&shards[..n], |index, recovery| {
+            equal &= shards[n + index] == recovery
+        });
         equal
     }
 }
@@ -304,7 +378,9 @@ mod tests {
             .map(|_| {
                 (0..LEN)
                     .map(|_| {
-                        state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                        state = state
+                            .wrapping_mul(6364136223846793005)
+                            .wrapping_add(1442695040888963407);
                         (state >> 56) as u8
                     })
                     .collect()
@@ -320,7 +396,11 @@ mod tests {
         shards
     }
 
-    fn erase_and_rebuild(codec: &dyn Codec, original: &[Vec<u8>], missing: &[usize]) -> Result<Vec<Vec<u8>>, CodecError> {
+    fn erase_and_rebuild(
+        codec: &dyn Codec,
+        original: &[Vec<u8>],
+        missing: &[usize],
+    ) -> Result<Vec<Vec<u8>>, CodecError> {
         let mut damaged = original.to_vec();
         for &m in missing {
             damaged[m].fill(0x5A);
@@ -337,7 +417,11 @@ mod tests {
         let refs: Vec<&[u8]> = original.iter().map(|s| s.as_slice()).collect();
         assert!(codec.verify(&refs));
         for lost in 0..17 {
-            assert_eq!(erase_and_rebuild(&codec, &original, &[lost]).unwrap(), original, "lost {lost}");
+            assert_eq!(
+                erase_and_rebuild(&codec, &original, &[lost]).unwrap(),
+                original,
+                "lost {lost}"
+            );
         }
     }
 
@@ -346,12 +430,20 @@ mod tests {
         let codec = Spc::default();
         let original = shards_for(&codec, 2);
         let err = erase_and_rebuild(&codec, &original, &[0, 16]).unwrap_err();
-        assert_eq!(err, CodecError::TooManyMissing { codec: "spc-16+1".into(), missing: 2, max: 1 });
+        assert_eq!(
+            err,
+            CodecError::TooManyMissing {
+                codec: "spc-16+1".into(),
+                missing: 2,
+                max: 1
+            }
+        );
     }
 
     #[test]
     fn verify_detects_one_flipped_bit_in_any_shard() {
-        let codecs: [Box<dyn Codec>; 2] = [Box::new(Spc::default()), Box::new(ReedSolomon::default())];
+        let codecs: [Box<dyn Codec>; 2] =
+            [Box::new(Spc::default()), Box::new(ReedSolomon::default())];
         for codec in &codecs {
             let mut shards = shards_for(codec.as_ref(), 3);
             for i in 0..shards.len() {
@@ -390,9 +482,17 @@ mod tests {
         let codec = ReedSolomon::default();
         let original = shards_for(&codec, 4);
         for a in 0..18 {
-            assert_eq!(erase_and_rebuild(&codec, &original, &[a]).unwrap(), original, "lost {a}");
+            assert_eq!(
+                erase_and_rebuild(&codec, &original, &[a]).unwrap(),
+                original,
+                "lost {a}"
+            );
             for b in a + 1..18 {
-                assert_eq!(erase_and_rebuild(&codec, &original, &[b, a]).unwrap(), original, "lost {a},{b}");
+                assert_eq!(
+                    erase_and_rebuild(&codec, &original, &[b, a]).unwrap(),
+                    original,
+                    "lost {a},{b}"
+                );
             }
         }
     }
@@ -402,7 +502,17 @@ mod tests {
         let codec = ReedSolomon::default();
         let original = shards_for(&codec, 5);
         let err = erase_and_rebuild(&codec, &original, &[0, 5, 17]).unwrap_err();
-        assert!(matches!(err, CodecError::TooManyMissing { missing: 3, max: 2, .. }), "{err}");
+        assert!(
+            matches!(
+                err,
+                CodecError::TooManyMissing {
+                    missing: 3,
+                    max: 2,
+                    ..
+                }
+            ),
+            "{err}"
+        );
     }
 
     #[test]
@@ -410,9 +520,18 @@ mod tests {
         let codec = Spc::default();
         let mut original = shards_for(&codec, 6);
         let mut refs: Vec<&mut [u8]> = original.iter_mut().map(|s| s.as_mut_slice()).collect();
-        assert!(matches!(codec.reconstruct(&mut refs, &[17]), Err(CodecError::BadShards { .. })));
-        assert!(matches!(codec.reconstruct(&mut refs[..16], &[0]), Err(CodecError::BadShards { .. })));
+        assert!(matches!(
+            codec.reconstruct(&mut refs, &[17]),
+            Err(CodecError::BadShards { .. })
+        ));
+        assert!(matches!(
+            codec.reconstruct(&mut refs[..16], &[0]),
+            Err(CodecError::BadShards { .. })
+        ));
         let rs = ReedSolomon::default();
-        assert!(matches!(rs.reconstruct(&mut refs, &[1, 1]), Err(CodecError::BadShards { .. })));
+        assert!(matches!(
+            rs.reconstruct(&mut refs, &[1, 1]),
+            Err(CodecError::BadShards { .. })
+        ));
     }
 }

@@ -4,16 +4,48 @@
 //! in physical stripe `t` at `base_offset + t · physical_stripe_bytes()`. See `layout.rs` and
 //! docs/idr.md for the layout, and the crate docs for the guarantees.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use permafrost_disk::{AlignedBuf, Disk, DiskError, BLOCK_BYTES};
 
-use crate::layout::{build_check_block, parse_check_block, table_crc, CheckState, Geometry, MAX_SCRAMBLED_BLOCKS};
+use crate::layout::{
+    build_check_block, parse_check_block, table_crc, CheckState, Geometry, MAX_SCRAMBLED_BLOCKS,
+};
 use crate::{Codec, IdrConfig, IdrError, ReadReport, ReencodeReport, ScrubReport};
 
 const BLOCK: u64 = BLOCK_BYTES as u64;
 /// Largest physical I/O (and buffer) one read or write issues: bounds memory per call.
 const BATCH_BYTES_MAX: usize = 8 << 20;
+/// Batch buffers kept for reuse, process-wide (at most 8 × 8 MiB): allocating and
+/// page-faulting a fresh 8 MiB buffer per call costs about as much as verifying its contents.
+const POOL_BUFFERS_MAX: usize = 8;
+
+static BUFFER_POOL: Mutex<Vec<AlignedBuf>> = Mutex::new(Vec::new());
+
+/// A `BATCH_BYTES_MAX` buffer from the pool, returned to it on drop. Its contents are stale:
+/// users overwrite what they use.
+struct BatchBuf(Option<AlignedBuf>);
+
+impl BatchBuf {
+    fn take() -> BatchBuf {
+        let pooled = BUFFER_POOL.lock().unwrap_or_else(|e| e.into_inner()).pop();
+        BatchBuf(Some(
+            pooled.unwrap_or_else(|| AlignedBuf::zeroed(BATCH_BYTES_MAX)),
+        ))
+    }
+    fn get(&mut self, len: usize) -> &mut [u8] {
+        &mut self.0.as_mut().expect("present until drop")[..len]
+    }
+}
+
+impl Drop for BatchBuf {
+    fn drop(&mut self) {
+        let mut pool = BUFFER_POOL.lock().unwrap_or_else(|e| e.into_inner());
+        if pool.len() < POOL_BUFFERS_MAX {
+            pool.extend(self.0.take());
+        }
+    }
+}
 
 /// A logical byte space `[0, logical_capacity())` on a region of a [`Disk`], with
 /// intra-disk redundancy, check-on-read and in-place repair. See the crate docs.
@@ -77,9 +109,16 @@ impl IdrDisk {
     /// An IDR space on `disk` from `base_offset` (a multiple of 4096) to the end of the disk,
     /// in whole stripes. Nothing is read or written: a fresh (zeroed) disk is a valid, empty
     /// IDR space, and an existing one is verified as it is read.
-    pub fn new(disk: Arc<dyn Disk>, base_offset: u64, config: IdrConfig) -> Result<IdrDisk, IdrError> {
+    pub fn new(
+        disk: Arc<dyn Disk>,
+        base_offset: u64,
+        config: IdrConfig,
+    ) -> Result<IdrDisk, IdrError> {
         let name = disk.describe();
-        let config_error = |message: String| IdrError::Config { disk: name.clone(), message };
+        let config_error = |message: String| IdrError::Config {
+            disk: name.clone(),
+            message,
+        };
         let codec = config.codec.codec();
         let s = config.scramble_groups;
         let scrambled = s.saturating_mul(codec.data_blocks() + codec.parity_blocks());
@@ -90,10 +129,16 @@ impl IdrDisk {
             )));
         }
         if base_offset % BLOCK != 0 {
-            return Err(config_error(format!("base offset {base_offset} is not a multiple of 4096")));
+            return Err(config_error(format!(
+                "base offset {base_offset} is not a multiple of 4096"
+            )));
         }
-        let geometry =
-            Geometry { n: codec.data_blocks(), k: codec.parity_blocks(), s, codec_id: config.codec.id() };
+        let geometry = Geometry {
+            n: codec.data_blocks(),
+            k: codec.parity_blocks(),
+            s,
+            codec_id: config.codec.id(),
+        };
         let physical_stripe_bytes = geometry.physical_blocks() as u64 * BLOCK;
         let capacity = disk.capacity_bytes();
         let region = capacity.saturating_sub(base_offset);
@@ -104,7 +149,15 @@ impl IdrDisk {
                  of {physical_stripe_bytes} bytes"
             )));
         }
-        Ok(IdrDisk { disk, name, base_offset, config, codec, geometry, stripe_count })
+        Ok(IdrDisk {
+            disk,
+            name,
+            base_offset,
+            config,
+            codec,
+            geometry,
+            stripe_count,
+        })
     }
 
     /// The configuration this space was opened with.
@@ -153,24 +206,33 @@ impl IdrDisk {
         let end = offset + len;
         let mut report = ReadReport::default();
         let mut bad = Ranges::default();
-        self.for_each_verified_stripe(offset / stripe_bytes, (end - 1) / stripe_bytes, |stripe, image, outcome| {
-            report.blocks_repaired += outcome.blocks_repaired;
-            report.check_blocks_repaired += outcome.check_blocks_repaired;
-            let stripe_start = stripe * stripe_bytes;
-            let from = offset.max(stripe_start);
-            let to = end.min(stripe_start + stripe_bytes);
-            for logical_block in ((from - stripe_start) / BLOCK) as usize..((to - stripe_start) / BLOCK) as usize {
-                let logical_offset = stripe_start + logical_block as u64 * BLOCK;
-                let at = (logical_offset - offset) as usize;
-                let target = &mut buf[at..at + BLOCK_BYTES];
-                if outcome.ipg_ok[logical_block / self.geometry.n] {
-                    target.copy_from_slice(block(image, self.geometry.logical_position(logical_block)));
-                } else {
-                    target.fill(0);
-                    bad.push(logical_offset, BLOCK);
+        self.for_each_verified_stripe(
+            offset / stripe_bytes,
+            (end - 1) / stripe_bytes,
+            |stripe, image, outcome| {
+                report.blocks_repaired += outcome.blocks_repaired;
+                report.check_blocks_repaired += outcome.check_blocks_repaired;
+                let stripe_start = stripe * stripe_bytes;
+                let from = offset.max(stripe_start);
+                let to = end.min(stripe_start + stripe_bytes);
+                for logical_block in
+                    ((from - stripe_start) / BLOCK) as usize..((to - stripe_start) / BLOCK) as usize
+                {
+                    let logical_offset = stripe_start + logical_block as u64 * BLOCK;
+                    let at = (logical_offset - offset) as usize;
+                    let target = &mut buf[at..at + BLOCK_BYTES];
+                    if outcome.ipg_ok[logical_block / self.geometry.n] {
+                        target.copy_from_slice(block(
+                            image,
+                            self.geometry.logical_position(logical_block),
+                        ));
+                    } else {
+                        target.fill(0);
+                        bad.push(logical_offset, BLOCK);
+                    }
                 }
-            }
-        })?;
+            },
+        )?;
         if bad.0.is_empty() {
             Ok(report)
         } else {
@@ -193,10 +255,15 @@ impl IdrDisk {
         let end = offset + len;
         let first = offset / stripe_bytes;
         let last = (end - 1) / stripe_bytes;
-        let covers_whole = |stripe: u64| offset <= stripe * stripe_bytes && (stripe + 1) * stripe_bytes <= end;
+        let covers_whole =
+            |stripe: u64| offset <= stripe * stripe_bytes && (stripe + 1) * stripe_bytes <= end;
         // Partial stripes first (at most two), so a refusal writes nothing.
-        let head = (!covers_whole(first)).then(|| self.prepare_partial(first, offset, data)).transpose()?;
-        let tail = (last != first && !covers_whole(last)).then(|| self.prepare_partial(last, offset, data)).transpose()?;
+        let head = (!covers_whole(first))
+            .then(|| self.prepare_partial(first, offset, data))
+            .transpose()?;
+        let tail = (last != first && !covers_whole(last))
+            .then(|| self.prepare_partial(last, offset, data))
+            .transpose()?;
 
         if let Some(prepared) = &head {
             self.write_back(prepared.stripe, &prepared.image, &prepared.dirty)?;
@@ -239,7 +306,9 @@ impl IdrDisk {
                 ..((end.min(stripe_start + stripe_bytes) - stripe_start) / BLOCK) as usize;
             for logical_block in 0..self.geometry.logical_blocks() {
                 let position = self.geometry.logical_position(logical_block);
-                if range.contains(&logical_block) || !outcome.ipg_ok[logical_block / self.geometry.n] {
+                if range.contains(&logical_block)
+                    || !outcome.ipg_ok[logical_block / self.geometry.n]
+                {
                     block_mut(&mut image, position).copy_from_slice(block(&raw, position));
                     report.blocks_zeroed += unreadable[position] as u64;
                 }
@@ -264,17 +333,21 @@ impl IdrDisk {
         let stripe_bytes = self.stripe_bytes();
         let ipg_bytes = self.geometry.n as u64 * BLOCK;
         let mut bad = Ranges::default();
-        self.for_each_verified_stripe(offset / stripe_bytes, (offset + len - 1) / stripe_bytes, |stripe, _, outcome| {
-            report.bytes_verified += stripe_bytes;
-            report.stripes_never_written += outcome.never_written as u64;
-            report.blocks_repaired += outcome.blocks_repaired;
-            report.check_blocks_repaired += outcome.check_blocks_repaired;
-            for (ipg, ok) in outcome.ipg_ok.iter().enumerate() {
-                if !ok {
-                    bad.push(stripe * stripe_bytes + ipg as u64 * ipg_bytes, ipg_bytes);
+        self.for_each_verified_stripe(
+            offset / stripe_bytes,
+            (offset + len - 1) / stripe_bytes,
+            |stripe, _, outcome| {
+                report.bytes_verified += stripe_bytes;
+                report.stripes_never_written += outcome.never_written as u64;
+                report.blocks_repaired += outcome.blocks_repaired;
+                report.check_blocks_repaired += outcome.check_blocks_repaired;
+                for (ipg, ok) in outcome.ipg_ok.iter().enumerate() {
+                    if !ok {
+                        bad.push(stripe * stripe_bytes + ipg as u64 * ipg_bytes, ipg_bytes);
+                    }
                 }
-            }
-        })?;
+            },
+        )?;
         report.unrecoverable = bad.0;
         Ok(report)
     }
@@ -286,11 +359,20 @@ impl IdrDisk {
 
     fn check_request(&self, offset: u64, len: u64) -> Result<(), IdrError> {
         if offset % BLOCK != 0 || len % BLOCK != 0 {
-            return Err(IdrError::Misaligned { disk: self.name.clone(), offset, len });
+            return Err(IdrError::Misaligned {
+                disk: self.name.clone(),
+                offset,
+                len,
+            });
         }
         let capacity = self.logical_capacity();
         if offset.checked_add(len).is_none_or(|end| end > capacity) {
-            return Err(IdrError::OutOfRange { disk: self.name.clone(), offset, len, capacity });
+            return Err(IdrError::OutOfRange {
+                disk: self.name.clone(),
+                offset,
+                len,
+                capacity,
+            });
         }
         Ok(())
     }
@@ -315,16 +397,18 @@ impl IdrDisk {
         let physical_blocks = self.geometry.physical_blocks();
         let physical_stripe_bytes = self.physical_stripe_bytes() as usize;
         let batch = self.batch_stripes().min(last - first + 1);
-        let mut image = AlignedBuf::zeroed(batch as usize * physical_stripe_bytes);
+        let mut image = BatchBuf::take();
         let mut unreadable = vec![false; batch as usize * physical_blocks];
         let mut stripe = first;
         while stripe <= last {
             let count = batch.min(last - stripe + 1) as usize;
-            let images = &mut image[..count * physical_stripe_bytes];
+            let images = image.get(count * physical_stripe_bytes);
             let flags = &mut unreadable[..count * physical_blocks];
             self.read_stripes(stripe, images, flags)?;
-            for (i, (one_image, one_flags)) in
-                images.chunks_exact_mut(physical_stripe_bytes).zip(flags.chunks_exact(physical_blocks)).enumerate()
+            for (i, (one_image, one_flags)) in images
+                .chunks_exact_mut(physical_stripe_bytes)
+                .zip(flags.chunks_exact(physical_blocks))
+                .enumerate()
             {
                 let index = stripe + i as u64;
                 let outcome = self.decode_stripe(index, one_image, one_flags);
@@ -339,7 +423,12 @@ impl IdrDisk {
     /// Read consecutive stripes from `first` into `image` (a whole number of stripes), one
     /// disk I/O when all goes well. Blocks the disk cannot read are zeroed and flagged in
     /// `unreadable` (they are erasures); any other disk error fails the call.
-    fn read_stripes(&self, first: u64, image: &mut [u8], unreadable: &mut [bool]) -> Result<(), IdrError> {
+    fn read_stripes(
+        &self,
+        first: u64,
+        image: &mut [u8],
+        unreadable: &mut [bool],
+    ) -> Result<(), IdrError> {
         unreadable.fill(false);
         let offset = self.stripe_offset(first);
         match self.disk.read_at(offset, image) {
@@ -363,8 +452,15 @@ impl IdrDisk {
                     Err(e) => return Err(e.into()),
                 }
             }
-            for (b, (one_block, flag)) in one_image.chunks_exact_mut(BLOCK_BYTES).zip(flags.iter_mut()).enumerate() {
-                match self.disk.read_at(stripe_offset + b as u64 * BLOCK, one_block) {
+            for (b, (one_block, flag)) in one_image
+                .chunks_exact_mut(BLOCK_BYTES)
+                .zip(flags.iter_mut())
+                .enumerate()
+            {
+                match self
+                    .disk
+                    .read_at(stripe_offset + b as u64 * BLOCK, one_block)
+                {
                     Ok(()) => {}
                     Err(e) if is_io_error(&e) => {
                         one_block.fill(0);
@@ -417,7 +513,8 @@ impl IdrDisk {
             }
             // Both check blocks lost: fall back to the parity of each iPG.
             for ipg in 0..geometry.s {
-                outcome.ipg_ok[ipg] = self.verify_by_parity_only(image, unreadable, ipg, &mut outcome);
+                outcome.ipg_ok[ipg] =
+                    self.verify_by_parity_only(image, unreadable, ipg, &mut outcome);
             }
             if outcome.ipg_ok.iter().all(|&ok| ok) {
                 self.write_check_blocks(stripe, image);
@@ -432,28 +529,36 @@ impl IdrDisk {
             return outcome;
         }
 
-        let scrambled = geometry.scrambled_blocks();
-        let crcs: Vec<u32> = (1..=scrambled).map(|position| crc32c::crc32c(block(image, position))).collect();
-        let matches = |c: usize| {
-            let table = block(image, check_positions[c]);
-            (0..scrambled).filter(|&i| !unreadable[i + 1] && crcs[i] == table_crc(table, i)).count()
-        };
         // Two valid copies that disagree (an interrupted update): trust the one more blocks agree with.
         let chosen = if valid.len() == 2
             && block(image, check_positions[0]) != block(image, check_positions[1])
-            && matches(1) > matches(0)
         {
-            1
+            let matches = |c: usize| {
+                let table = block(image, check_positions[c]);
+                (1..=geometry.scrambled_blocks())
+                    .filter(|&p| {
+                        !unreadable[p] && crc32c::crc32c(block(image, p)) == table_crc(table, p - 1)
+                    })
+                    .count()
+            };
+            if matches(1) > matches(0) {
+                1
+            } else {
+                0
+            }
         } else {
             valid[0]
         };
         let table_block = block(image, check_positions[chosen]).to_vec();
 
+        // iPG by iPG, so its blocks are still in cache for the parity check after their crcs.
         for ipg in 0..geometry.s {
             let erased: Vec<usize> = (0..geometry.width())
                 .filter(|&j| {
                     let position = geometry.position(ipg, j);
-                    unreadable[position] || crcs[position - 1] != table_crc(&table_block, position - 1)
+                    unreadable[position]
+                        || crc32c::crc32c(block(image, position))
+                            != table_crc(&table_block, position - 1)
                 })
                 .collect();
             outcome.ipg_ok[ipg] = if erased.is_empty() {
@@ -465,10 +570,14 @@ impl IdrDisk {
             } else if erased.len() > geometry.k {
                 false
             } else {
-                let rebuilt = self.codec.reconstruct(&mut self.ipg_shards_mut(image, ipg), &erased).is_ok()
+                let rebuilt = self
+                    .codec
+                    .reconstruct(&mut self.ipg_shards_mut(image, ipg), &erased)
+                    .is_ok()
                     && erased.iter().all(|&j| {
                         let position = geometry.position(ipg, j);
-                        crc32c::crc32c(block(image, position)) == table_crc(&table_block, position - 1)
+                        crc32c::crc32c(block(image, position))
+                            == table_crc(&table_block, position - 1)
                     });
                 if rebuilt {
                     for &j in &erased {
@@ -499,14 +608,26 @@ impl IdrDisk {
     /// Without crcs: an iPG is verified when its parity matches and at least one redundant
     /// block is left to check it (so with `k` parity blocks, up to `k - 1` unreadable blocks
     /// are rebuilt and then verified).
-    fn verify_by_parity_only(&self, image: &mut [u8], unreadable: &[bool], ipg: usize, outcome: &mut StripeOutcome) -> bool {
+    fn verify_by_parity_only(
+        &self,
+        image: &mut [u8],
+        unreadable: &[bool],
+        ipg: usize,
+        outcome: &mut StripeOutcome,
+    ) -> bool {
         let geometry = self.geometry;
-        let erased: Vec<usize> =
-            (0..geometry.width()).filter(|&j| unreadable[geometry.position(ipg, j)]).collect();
+        let erased: Vec<usize> = (0..geometry.width())
+            .filter(|&j| unreadable[geometry.position(ipg, j)])
+            .collect();
         if erased.len() >= geometry.k && !erased.is_empty() {
             return false;
         }
-        if !erased.is_empty() && self.codec.reconstruct(&mut self.ipg_shards_mut(image, ipg), &erased).is_err() {
+        if !erased.is_empty()
+            && self
+                .codec
+                .reconstruct(&mut self.ipg_shards_mut(image, ipg), &erased)
+                .is_err()
+        {
             return false;
         }
         if !self.codec.verify(&self.ipg_shards(image, ipg)) {
@@ -521,7 +642,9 @@ impl IdrDisk {
 
     /// The `n + k` blocks of an iPG in the stripe image, data then parity.
     fn ipg_shards<'a>(&self, image: &'a [u8], ipg: usize) -> Vec<&'a [u8]> {
-        (0..self.geometry.width()).map(|j| block(image, self.geometry.position(ipg, j))).collect()
+        (0..self.geometry.width())
+            .map(|j| block(image, self.geometry.position(ipg, j)))
+            .collect()
     }
 
     /// As [`Self::ipg_shards`], mutable.
@@ -531,7 +654,9 @@ impl IdrDisk {
         image
             .chunks_exact_mut(BLOCK_BYTES)
             .enumerate()
-            .filter_map(|(position, b)| matches!(geometry.ipg_of(position), Some((g, _)) if g == ipg).then_some(b))
+            .filter_map(|(position, b)| {
+                matches!(geometry.ipg_of(position), Some((g, _)) if g == ipg).then_some(b)
+            })
             .collect()
     }
 
@@ -550,12 +675,16 @@ impl IdrDisk {
     /// Compute the crc table of the image's scrambled blocks into both check blocks.
     fn write_check_blocks(&self, stripe: u64, image: &mut [u8]) {
         let geometry = self.geometry;
-        let crcs: Vec<u32> =
-            (1..=geometry.scrambled_blocks()).map(|position| crc32c::crc32c(block(image, position))).collect();
+        let crcs: Vec<u32> = (1..=geometry.scrambled_blocks())
+            .map(|position| crc32c::crc32c(block(image, position)))
+            .collect();
         let mut check = vec![0u8; BLOCK_BYTES];
         build_check_block(&geometry, stripe, &crcs, &mut check);
         // Validate before it goes to disk, as it will be validated after it comes back.
-        debug_assert_eq!(parse_check_block(&geometry, stripe, &check), CheckState::Valid);
+        debug_assert_eq!(
+            parse_check_block(&geometry, stripe, &check),
+            CheckState::Valid
+        );
         block_mut(image, 0).copy_from_slice(&check);
         block_mut(image, geometry.check_b()).copy_from_slice(&check);
     }
@@ -580,13 +709,21 @@ impl IdrDisk {
             while position < dirty.len() && dirty[position] {
                 position += 1;
             }
-            self.disk.write_at(offset + start as u64 * BLOCK, &image[start * BLOCK_BYTES..position * BLOCK_BYTES])?;
+            self.disk.write_at(
+                offset + start as u64 * BLOCK,
+                &image[start * BLOCK_BYTES..position * BLOCK_BYTES],
+            )?;
         }
         Ok(())
     }
 
     /// Read a partially written stripe, verify it, and merge the new data into it.
-    fn prepare_partial(&self, stripe: u64, offset: u64, data: &[u8]) -> Result<PreparedStripe, IdrError> {
+    fn prepare_partial(
+        &self,
+        stripe: u64,
+        offset: u64,
+        data: &[u8],
+    ) -> Result<PreparedStripe, IdrError> {
         let geometry = self.geometry;
         let mut image = AlignedBuf::zeroed(self.physical_stripe_bytes() as usize);
         let mut unreadable = vec![false; geometry.physical_blocks()];
@@ -617,7 +754,11 @@ impl IdrDisk {
         }
         self.encode_stripe(stripe, &mut image);
         let dirty = self.changed_blocks(&raw, &image, &unreadable);
-        Ok(PreparedStripe { stripe, image, dirty })
+        Ok(PreparedStripe {
+            stripe,
+            image,
+            dirty,
+        })
     }
 
     /// Encode and write whole stripes from `first`, `data` holding their logical bytes, in
@@ -628,20 +769,22 @@ impl IdrDisk {
         let count = (data.len() / stripe_bytes) as u64;
         debug_assert_eq!(data.len() % stripe_bytes, 0);
         let batch = self.batch_stripes().min(count);
-        let mut image = AlignedBuf::zeroed(batch as usize * physical_stripe_bytes);
+        let mut image = BatchBuf::take();
         let mut done = 0u64;
         while done < count {
             let n_stripes = batch.min(count - done) as usize;
-            let images = &mut image[..n_stripes * physical_stripe_bytes];
+            let images = image.get(n_stripes * physical_stripe_bytes);
             for (i, one_image) in images.chunks_exact_mut(physical_stripe_bytes).enumerate() {
                 let stripe = first + done + i as u64;
                 let logical = &data[(done as usize + i) * stripe_bytes..][..stripe_bytes];
                 for (logical_block, source) in logical.chunks_exact(BLOCK_BYTES).enumerate() {
-                    block_mut(one_image, self.geometry.logical_position(logical_block)).copy_from_slice(source);
+                    block_mut(one_image, self.geometry.logical_position(logical_block))
+                        .copy_from_slice(source);
                 }
                 self.encode_stripe(stripe, one_image);
             }
-            self.disk.write_at(self.stripe_offset(first + done), images)?;
+            self.disk
+                .write_at(self.stripe_offset(first + done), images)?;
             done += n_stripes as u64;
         }
         Ok(())

@@ -90,7 +90,12 @@ pub(crate) enum CheckState {
 
 /// Fill `out` (one block) with the check block of stripe `stripe_index` whose table is `crcs`
 /// (one crc32c per scrambled block, in physical order).
-pub(crate) fn build_check_block(geometry: &Geometry, stripe_index: u64, crcs: &[u32], out: &mut [u8]) {
+pub(crate) fn build_check_block(
+    geometry: &Geometry,
+    stripe_index: u64,
+    crcs: &[u32],
+    out: &mut [u8],
+) {
     assert_eq!(out.len(), BLOCK_BYTES);
     assert_eq!(crcs.len(), geometry.scrambled_blocks());
     out.fill(0);
@@ -110,7 +115,11 @@ pub(crate) fn build_check_block(geometry: &Geometry, stripe_index: u64, crcs: &[
 }
 
 /// Classify a check block read from the disk for stripe `stripe_index`.
-pub(crate) fn parse_check_block(geometry: &Geometry, stripe_index: u64, block: &[u8]) -> CheckState {
+pub(crate) fn parse_check_block(
+    geometry: &Geometry,
+    stripe_index: u64,
+    block: &[u8],
+) -> CheckState {
     assert_eq!(block.len(), BLOCK_BYTES);
     if crate::xor::is_zero(block) {
         return CheckState::Zero;
@@ -121,10 +130,14 @@ pub(crate) fn parse_check_block(geometry: &Geometry, stripe_index: u64, block: &
     }
     let version = u16::from_le_bytes([block[8], block[9]]);
     if version != LAYOUT_VERSION {
-        return CheckState::Foreign(format!("layout version {version}, this code reads {LAYOUT_VERSION}"));
+        return CheckState::Foreign(format!(
+            "layout version {version}, this code reads {LAYOUT_VERSION}"
+        ));
     }
     let s = u32::from_le_bytes(block[16..20].try_into().unwrap()) as usize;
-    if (block[10], block[11] as usize, block[12] as usize, s) != (geometry.codec_id, geometry.n, geometry.k, geometry.s) {
+    if (block[10], block[11] as usize, block[12] as usize, s)
+        != (geometry.codec_id, geometry.n, geometry.k, geometry.s)
+    {
         return CheckState::Foreign(format!(
             "written with codec {} ({}+{}) and s = {s}, expected codec {} ({}+{}) and s = {}",
             block[10], block[11], block[12], geometry.codec_id, geometry.n, geometry.k, geometry.s
@@ -132,7 +145,9 @@ pub(crate) fn parse_check_block(geometry: &Geometry, stripe_index: u64, block: &
     }
     let index = u64::from_le_bytes(block[24..32].try_into().unwrap());
     if index != stripe_index {
-        return CheckState::Foreign(format!("check block of stripe {index} found at stripe {stripe_index}"));
+        return CheckState::Foreign(format!(
+            "check block of stripe {index} found at stripe {stripe_index}"
+        ));
     }
     CheckState::Valid
 }
@@ -148,7 +163,12 @@ mod tests {
     use super::*;
 
     fn geometry(s: usize, n: usize, k: usize) -> Geometry {
-        Geometry { n, k, s, codec_id: 1 }
+        Geometry {
+            n,
+            k,
+            s,
+            codec_id: 1,
+        }
     }
 
     #[test]
@@ -161,13 +181,22 @@ mod tests {
                 let mut seen = std::collections::HashSet::new();
                 for pos in start..start + s {
                     if let Some((ipg, _)) = g.ipg_of(pos % p) {
-                        assert!(seen.insert((pos / p, ipg)), "s={s}: run at {start} hits iPG {ipg} twice");
+                        assert!(
+                            seen.insert((pos / p, ipg)),
+                            "s={s}: run at {start} hits iPG {ipg} twice"
+                        );
                     }
                 }
                 // And a burst of s never covers both check blocks of one stripe.
-                let checks: Vec<usize> = (start..start + s).filter(|pos| g.ipg_of(pos % p).is_none()).collect();
+                let checks: Vec<usize> = (start..start + s)
+                    .filter(|pos| g.ipg_of(pos % p).is_none())
+                    .collect();
                 for pair in checks.windows(2) {
-                    assert_ne!(pair[0] / p, pair[1] / p, "s={s}: run at {start} covers both check blocks");
+                    assert_ne!(
+                        pair[0] / p,
+                        pair[1] / p,
+                        "s={s}: run at {start} covers both check blocks"
+                    );
                 }
             }
         }
@@ -194,7 +223,9 @@ mod tests {
     #[test]
     fn check_block_roundtrips_and_rejects_damage_and_misplacement() {
         let g = geometry(16, 16, 1);
-        let crcs: Vec<u32> = (0..g.scrambled_blocks() as u32).map(|i| i.wrapping_mul(2654435761)).collect();
+        let crcs: Vec<u32> = (0..g.scrambled_blocks() as u32)
+            .map(|i| i.wrapping_mul(2654435761))
+            .collect();
         let mut block = vec![0u8; BLOCK_BYTES];
         assert_eq!(parse_check_block(&g, 7, &block), CheckState::Zero);
         build_check_block(&g, 7, &crcs, &mut block);
@@ -202,8 +233,14 @@ mod tests {
         for (i, crc) in crcs.iter().enumerate() {
             assert_eq!(table_crc(&block, i), *crc);
         }
-        assert!(matches!(parse_check_block(&g, 8, &block), CheckState::Foreign(_)));
-        assert!(matches!(parse_check_block(&geometry(16, 16, 2), 7, &block), CheckState::Foreign(_)));
+        assert!(matches!(
+            parse_check_block(&g, 8, &block),
+            CheckState::Foreign(_)
+        ));
+        assert!(matches!(
+            parse_check_block(&geometry(16, 16, 2), 7, &block),
+            CheckState::Foreign(_)
+        ));
         block[100] ^= 1;
         assert_eq!(parse_check_block(&g, 7, &block), CheckState::Corrupt);
     }

@@ -26,8 +26,26 @@
 //! [`IdrDisk::stripe_bytes`]). Concurrent reads of one stripe are allowed: a read that
 //! repairs writes back exactly the bytes the other reader would write.
 //!
+//! ```
+//! use std::sync::Arc;
+//! use permafrost_disk::MemDisk;
+//! use permafrost_idr::{IdrConfig, IdrDisk};
+//!
+//! let disk = Arc::new(MemDisk::new("example", 4 << 20));
+//! let idr = IdrDisk::new(disk, 0, IdrConfig::default()).unwrap();
+//! let stripe = vec![7u8; idr.stripe_bytes() as usize];
+//! idr.write(0, &stripe).unwrap(); // a whole stripe: encoded and written, nothing read
+//! let mut back = vec![0u8; 4096];
+//! let report = idr.read(4096, &mut back).unwrap(); // verified against crcs and parity
+//! assert_eq!(back, vec![7u8; 4096]);
+//! assert_eq!(report.blocks_repaired, 0);
+//! ```
+//!
 //! **Not here.** Redundancy across disks (the grid), and remembering which stripes were
 //! ever written (the engine's written map).
+
+// `x % y != 0` rather than `is_multiple_of` (stable only since 1.87; the workspace targets 1.85).
+#![allow(clippy::manual_is_multiple_of)]
 
 mod codec;
 mod idr_disk;
@@ -91,7 +109,10 @@ pub struct IdrConfig {
 impl Default for IdrConfig {
     /// SPC 16+1, s = 16: stripes of 1 MiB logical, 274 physical blocks.
     fn default() -> IdrConfig {
-        IdrConfig { codec: CodecKind::Spc16, scramble_groups: 16 }
+        IdrConfig {
+            codec: CodecKind::Spc16,
+            scramble_groups: 16,
+        }
     }
 }
 
@@ -106,7 +127,12 @@ pub enum IdrError {
     Misaligned { disk: String, offset: u64, len: u64 },
     /// Request beyond the logical capacity.
     #[error("{disk}: IDR request at logical offset {offset} length {len} is outside the logical capacity of {capacity} bytes")]
-    OutOfRange { disk: String, offset: u64, len: u64, capacity: u64 },
+    OutOfRange {
+        disk: String,
+        offset: u64,
+        len: u64,
+        capacity: u64,
+    },
     /// These logical ranges `(offset, length)` could not be verified: more bad blocks in an
     /// iPG than the code repairs, or a stripe that holds another stripe's data (a misdirected
     /// write). No byte of them was returned.

@@ -9,7 +9,11 @@
 /// # Panics
 /// If the lengths differ (a caller bug).
 pub fn xor_into(target: &mut [u8], source: &[u8]) {
-    assert_eq!(target.len(), source.len(), "xor_into: buffers of different length");
+    assert_eq!(
+        target.len(),
+        source.len(),
+        "xor_into: buffers of different length"
+    );
     #[cfg(target_arch = "x86_64")]
     {
         if std::arch::is_x86_feature_detected!("avx512f") {
@@ -31,7 +35,11 @@ pub fn xor_into(target: &mut [u8], source: &[u8]) {
 /// If any source's length differs from `target`'s (a caller bug).
 pub fn xor_all_into(target: &mut [u8], sources: &[&[u8]]) {
     for source in sources {
-        assert_eq!(source.len(), target.len(), "xor_all_into: buffers of different length");
+        assert_eq!(
+            source.len(),
+            target.len(),
+            "xor_all_into: buffers of different length"
+        );
     }
     #[cfg(target_arch = "x86_64")]
     {
@@ -63,10 +71,15 @@ pub fn xor_into_portable(target: &mut [u8], source: &[u8]) {
     let mut target_words = target.chunks_exact_mut(8);
     let mut source_words = source.chunks_exact(8);
     for (t, s) in (&mut target_words).zip(&mut source_words) {
-        let x = u64::from_ne_bytes(t.try_into().unwrap()) ^ u64::from_ne_bytes(s.try_into().unwrap());
+        let x =
+            u64::from_ne_bytes(t.try_into().unwrap()) ^ u64::from_ne_bytes(s.try_into().unwrap());
         t.copy_from_slice(&x.to_ne_bytes());
     }
-    for (t, s) in target_words.into_remainder().iter_mut().zip(source_words.remainder()) {
+    for (t, s) in target_words
+        .into_remainder()
+        .iter_mut()
+        .zip(source_words.remainder())
+    {
         *t ^= *s;
     }
 }
@@ -242,7 +255,9 @@ mod tests {
     use super::*;
 
     fn bytes(len: usize, seed: u8) -> Vec<u8> {
-        (0..len).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed)).collect()
+        (0..len)
+            .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+            .collect()
     }
 
     fn reference_xor(a: &[u8], b: &[u8]) -> Vec<u8> {
@@ -251,7 +266,9 @@ mod tests {
 
     #[test]
     fn every_xor_variant_matches_the_byte_loop_at_every_length() {
-        for len in [0, 1, 7, 8, 31, 33, 63, 64, 65, 127, 129, 255, 256, 257, 1000, 4096, 4099] {
+        for len in [
+            0, 1, 7, 8, 31, 33, 63, 64, 65, 127, 129, 255, 256, 257, 1000, 4096, 4099,
+        ] {
             let a = bytes(len, 1);
             let b = bytes(len, 77);
             let expected = reference_xor(&a, &b);
@@ -287,7 +304,8 @@ mod tests {
     fn xor_all_into_equals_folded_xor_for_any_source_count() {
         for len in [0, 5, 64, 300, 4096] {
             for count in 0..5 {
-                let sources: Vec<Vec<u8>> = (0..count).map(|i| bytes(len, i as u8 * 13 + 3)).collect();
+                let sources: Vec<Vec<u8>> =
+                    (0..count).map(|i| bytes(len, i as u8 * 13 + 3)).collect();
                 let refs: Vec<&[u8]> = sources.iter().map(|s| s.as_slice()).collect();
                 let mut expected = vec![0u8; len];
                 for s in &sources {

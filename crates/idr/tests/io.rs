@@ -12,6 +12,12 @@ use proptest::collection::vec;
 use proptest::prelude::*;
 
 #[test]
+fn idr_disk_is_send_and_sync() {
+    fn assert_send_sync<T: Send + Sync>() {}
+    assert_send_sync::<IdrDisk>();
+}
+
+#[test]
 fn unwritten_space_reads_as_zeros_without_writing() {
     let (disk, idr, _) = setup(spc(16), 3);
     let mut buf = vec![0xFFu8; idr.logical_capacity() as usize];
@@ -19,13 +25,23 @@ fn unwritten_space_reads_as_zeros_without_writing() {
     assert!(buf.iter().all(|&b| b == 0));
     let scrub = idr.scrub(0, idr.logical_capacity()).unwrap();
     assert_eq!(scrub.stripes_never_written, 3);
-    assert_eq!(disk.io_counts().1, 0, "reading never-written space must not write");
+    assert_eq!(
+        disk.io_counts().1,
+        0,
+        "reading never-written space must not write"
+    );
 }
 
 #[test]
 fn default_layout_is_16_plus_1_scrambled_by_16_in_1_mib_stripes() {
     let config = IdrConfig::default();
-    assert_eq!(config, IdrConfig { codec: CodecKind::Spc16, scramble_groups: 16 });
+    assert_eq!(
+        config,
+        IdrConfig {
+            codec: CodecKind::Spc16,
+            scramble_groups: 16
+        }
+    );
     let (_, idr, _) = setup(config, 2);
     assert_eq!(idr.stripe_bytes(), 1 << 20);
     assert_eq!(idr.physical_stripe_bytes(), 274 * 4096);
@@ -38,7 +54,10 @@ fn default_layout_is_16_plus_1_scrambled_by_16_in_1_mib_stripes() {
 fn config_serialises_with_readable_names() {
     let toml = serde_json::to_string(&rs(8)).unwrap();
     assert_eq!(toml, r#"{"codec":"rs16x2","scramble_groups":8}"#);
-    assert_eq!(CodecKind::from_id(CodecKind::Rs16x2.id()), Some(CodecKind::Rs16x2));
+    assert_eq!(
+        CodecKind::from_id(CodecKind::Rs16x2.id()),
+        Some(CodecKind::Rs16x2)
+    );
     assert_eq!(CodecKind::from_id(0), None);
 }
 
@@ -63,12 +82,30 @@ fn misaligned_or_out_of_range_requests_are_errors() {
     let (_, idr, _) = setup(spc(4), 2);
     let cap = idr.logical_capacity();
     let mut buf = vec![0u8; 4096];
-    assert!(matches!(idr.read(1, &mut buf), Err(IdrError::Misaligned { .. })));
-    assert!(matches!(idr.read(0, &mut buf[..100]), Err(IdrError::Misaligned { .. })));
-    assert!(matches!(idr.write(cap, &buf), Err(IdrError::OutOfRange { .. })));
-    assert!(matches!(idr.read(u64::MAX - 4095, &mut buf), Err(IdrError::OutOfRange { .. })));
-    assert!(matches!(idr.scrub(0, cap + 4096), Err(IdrError::OutOfRange { .. })));
-    assert!(matches!(idr.reencode(4096, 1), Err(IdrError::Misaligned { .. })));
+    assert!(matches!(
+        idr.read(1, &mut buf),
+        Err(IdrError::Misaligned { .. })
+    ));
+    assert!(matches!(
+        idr.read(0, &mut buf[..100]),
+        Err(IdrError::Misaligned { .. })
+    ));
+    assert!(matches!(
+        idr.write(cap, &buf),
+        Err(IdrError::OutOfRange { .. })
+    ));
+    assert!(matches!(
+        idr.read(u64::MAX - 4095, &mut buf),
+        Err(IdrError::OutOfRange { .. })
+    ));
+    assert!(matches!(
+        idr.scrub(0, cap + 4096),
+        Err(IdrError::OutOfRange { .. })
+    ));
+    assert!(matches!(
+        idr.reencode(4096, 1),
+        Err(IdrError::Misaligned { .. })
+    ));
     assert_eq!(idr.read(cap, &mut []).unwrap(), Default::default());
 }
 
@@ -98,7 +135,10 @@ fn partial_write_writes_only_changed_blocks() {
     idr.write(5 * B, &pattern(B as usize, 99)).unwrap();
     let after = disk.snapshot();
     let changed: Vec<u64> = (0..before.len() as u64 / B)
-        .filter(|&b| before[(b * B) as usize..((b + 1) * B) as usize] != after[(b * B) as usize..((b + 1) * B) as usize])
+        .filter(|&b| {
+            before[(b * B) as usize..((b + 1) * B) as usize]
+                != after[(b * B) as usize..((b + 1) * B) as usize]
+        })
         .collect();
     let expected = vec![
         shape.disk_block(0, 0),

@@ -49,7 +49,10 @@ fn region(snapshot: &[u8], shape: Shape, stripes: u64) -> &[u8] {
 const STRIPES: u64 = 3;
 
 fn cases(n: u32) -> ProptestConfig {
-    ProptestConfig { cases: n, ..ProptestConfig::default() }
+    ProptestConfig {
+        cases: n,
+        ..ProptestConfig::default()
+    }
 }
 
 /// Damage up to `per_ipg` distinct blocks of each iPG (and optionally one check block per
@@ -80,14 +83,20 @@ fn check_repairs_within_reach(
     let mut damaged_checks = 0;
     for (stripe, check) in check_faults.iter().enumerate() {
         if let Some((second, f)) = check {
-            let position = if *second { shape.physical_blocks() - 1 } else { 0 };
+            let position = if *second {
+                shape.physical_blocks() - 1
+            } else {
+                0
+            };
             apply(&disk, shape.disk_block(stripe as u64, position), *f);
             damaged_checks += 1;
         }
     }
 
     let mut buf = vec![0u8; data.len()];
-    let report = idr.read(0, &mut buf).map_err(|e| TestCaseError::fail(format!("read failed: {e}")))?;
+    let report = idr
+        .read(0, &mut buf)
+        .map_err(|e| TestCaseError::fail(format!("read failed: {e}")))?;
     prop_assert!(buf == data, "read returned wrong bytes");
     prop_assert_eq!(report.blocks_repaired, damaged_blocks);
     prop_assert_eq!(report.check_blocks_repaired, damaged_checks);
@@ -197,7 +206,10 @@ fn misdirected_stripe_write_is_detected_not_returned() {
     let (data, _) = write_all(&disk, &idr, 7);
     // The drive wrote stripe 0's blocks over stripe 1.
     for position in 0..shape.physical_blocks() {
-        disk.raw_write(shape.disk_block(1, position), &disk.raw_read(shape.disk_block(0, position)));
+        disk.raw_write(
+            shape.disk_block(1, position),
+            &disk.raw_read(shape.disk_block(0, position)),
+        );
     }
     let sb = shape.stripe_bytes();
     let mut buf = vec![0u8; (STRIPES * sb) as usize];
@@ -209,7 +221,10 @@ fn misdirected_stripe_write_is_detected_not_returned() {
     idr.read(0, &mut first).unwrap();
     assert_eq!(first, data[..sb as usize]);
     // A partial write cannot build on it; a full-stripe write replaces it.
-    assert!(matches!(idr.write(sb, &data[..B as usize]), Err(IdrError::Unrecoverable { .. })));
+    assert!(matches!(
+        idr.write(sb, &data[..B as usize]),
+        Err(IdrError::Unrecoverable { .. })
+    ));
     idr.write(sb, &data[sb as usize..2 * sb as usize]).unwrap();
     idr.read(0, &mut buf).unwrap();
     assert_eq!(buf, data);
@@ -219,7 +234,10 @@ fn misdirected_stripe_write_is_detected_not_returned() {
 fn a_misdirected_check_block_copy_is_repaired_from_the_other() {
     let (disk, idr, shape) = setup(spc(16), STRIPES);
     let (data, pristine) = write_all(&disk, &idr, 8);
-    disk.raw_write(shape.disk_block(2, 0), &disk.raw_read(shape.disk_block(1, 0)));
+    disk.raw_write(
+        shape.disk_block(2, 0),
+        &disk.raw_read(shape.disk_block(1, 0)),
+    );
     let mut buf = vec![0u8; data.len()];
     let report = idr.read(0, &mut buf).unwrap();
     assert_eq!(buf, data);
@@ -245,10 +263,16 @@ fn lost_check_blocks_and_a_silent_flip_is_an_error_for_that_ipg_only() {
     let (disk, idr, shape) = setup(spc(16), STRIPES);
     let (data, pristine) = write_all(&disk, &idr, 10);
     disk.raw_write(shape.disk_block(1, 0), &[0u8; B as usize]);
-    disk.raw_write(shape.disk_block(1, shape.physical_blocks() - 1), &pattern(B as usize, 2));
+    disk.raw_write(
+        shape.disk_block(1, shape.physical_blocks() - 1),
+        &pattern(B as usize, 2),
+    );
     disk.flip_bit(shape.ipg_block(1, 5, 3) * B + 17, 2);
     let mut buf = vec![0u8; data.len()];
-    let bad = (shape.stripe_bytes() + 5 * shape.ipg_bytes(), shape.ipg_bytes());
+    let bad = (
+        shape.stripe_bytes() + 5 * shape.ipg_bytes(),
+        shape.ipg_bytes(),
+    );
     match idr.read(0, &mut buf) {
         Err(IdrError::Unrecoverable { ranges }) => assert_eq!(ranges, vec![bad]),
         other => panic!("expected Unrecoverable, got {other:?}"),
@@ -272,7 +296,10 @@ fn rs_without_check_blocks_still_rebuilds_one_unreadable_block_per_ipg() {
     let mut buf = vec![0u8; data.len()];
     let report = idr.read(0, &mut buf).unwrap();
     assert_eq!(buf, data);
-    assert_eq!((report.blocks_repaired, report.check_blocks_repaired), (16, 2));
+    assert_eq!(
+        (report.blocks_repaired, report.check_blocks_repaired),
+        (16, 2)
+    );
     assert_eq!(disk.snapshot(), pristine);
 }
 
@@ -285,9 +312,14 @@ fn partial_write_over_an_unrecoverable_ipg_is_refused_and_writes_nothing() {
     let before = disk.snapshot();
     let (_, writes_before) = disk.io_counts();
     // Touches iPG 7 only, but the stripe holds unrecoverable iPG 2: refused.
-    let err = idr.write(7 * shape.ipg_bytes(), &pattern(B as usize, 5)).unwrap_err();
+    let err = idr
+        .write(7 * shape.ipg_bytes(), &pattern(B as usize, 5))
+        .unwrap_err();
     let bad = (2 * shape.ipg_bytes(), shape.ipg_bytes());
-    assert!(matches!(&err, IdrError::Unrecoverable { ranges } if ranges == &vec![bad]), "{err}");
+    assert!(
+        matches!(&err, IdrError::Unrecoverable { ranges } if ranges == &vec![bad]),
+        "{err}"
+    );
     assert_eq!(disk.io_counts().1, writes_before);
     assert_eq!(disk.snapshot(), before);
     // Replacing all of iPG 2 (and a bit more) is allowed and heals it.
@@ -312,11 +344,15 @@ fn reencode_trusts_the_data_blocks_of_its_range_and_verifies_the_rest() {
         let bytes = pattern(B as usize, 1000 + block);
         let (ipg, j) = (block / shape.n, block % shape.n);
         disk.raw_write(shape.ipg_block(1, ipg, j), &bytes);
-        expected[(sb + block * B) as usize..(sb + (block + 1) * B) as usize].copy_from_slice(&bytes);
+        expected[(sb + block * B) as usize..(sb + (block + 1) * B) as usize]
+            .copy_from_slice(&bytes);
     }
     disk.inject_eio(shape.ipg_block(1, 9, 4)); // logical block 148 of stripe 1: outside the range.
     let mut buf = vec![0u8; data.len()];
-    assert!(idr.read(0, &mut buf).is_err(), "torn stripe must not verify");
+    assert!(
+        idr.read(0, &mut buf).is_err(),
+        "torn stripe must not verify"
+    );
     let report = idr.reencode(sb + 20 * B, 20 * B).unwrap();
     assert_eq!((report.stripes, report.blocks_zeroed), (1, 0));
     assert_eq!(idr.read(0, &mut buf).unwrap(), Default::default());
@@ -347,9 +383,17 @@ fn scrub_repairs_and_counts() {
     let report = idr.scrub(B, 2 * shape.stripe_bytes()).unwrap(); // rounds out to stripes 0..=2
     assert_eq!(report.bytes_verified, 3 * shape.stripe_bytes());
     assert_eq!(report.stripes_never_written, 2);
-    assert_eq!((report.blocks_repaired, report.check_blocks_repaired), (1, 1));
+    assert_eq!(
+        (report.blocks_repaired, report.check_blocks_repaired),
+        (1, 1)
+    );
     assert!(report.unrecoverable.is_empty());
-    assert_eq!(idr.scrub(0, idr.logical_capacity()).unwrap().blocks_repaired, 0);
+    assert_eq!(
+        idr.scrub(0, idr.logical_capacity())
+            .unwrap()
+            .blocks_repaired,
+        0
+    );
 }
 
 #[test]
@@ -358,7 +402,28 @@ fn whole_disk_failure_is_a_disk_error() {
     write_all(&disk, &idr, 16);
     disk.fail();
     let mut buf = vec![0u8; B as usize];
-    assert!(matches!(idr.read(0, &mut buf), Err(IdrError::Disk(permafrost_disk::DiskError::Failed { .. }))));
+    assert!(matches!(
+        idr.read(0, &mut buf),
+        Err(IdrError::Disk(permafrost_disk::DiskError::Failed { .. }))
+    ));
     assert!(matches!(idr.write(0, &buf), Err(IdrError::Disk(_))));
     assert!(matches!(idr.scrub(0, B), Err(IdrError::Disk(_))));
+}
+
+proptest! {
+    #![proptest_config(cases(1000))]
+
+    /// Long variant of the SPC and RS repair properties (run with `--ignored`).
+    #[test]
+    #[ignore]
+    fn long_repairs_within_reach_of_the_code(
+        seed in any::<u64>(),
+        rs_code in any::<bool>(),
+        picks in vec(vec((0..18u64, fault()), 0..=2), 48),
+        check_faults in vec(proptest::option::of((any::<bool>(), fault())), 3),
+    ) {
+        let (config, per_ipg) = if rs_code { (rs(16), 2) } else { (spc(16), 1) };
+        let picks = picks.into_iter().map(|p| p.into_iter().take(per_ipg).collect()).collect();
+        check_repairs_within_reach(config, seed, picks, check_faults)?;
+    }
 }

@@ -10,9 +10,19 @@ fn main() {
     let depth: usize = args.next().map_or(6, |d| d.parse().expect("depth"));
     let mut layouts: Vec<String> = args.collect();
     if layouts.is_empty() {
-        layouts = ["10x5:7+1", "8x8:6+1", "12x6:9+1", "12x8:6+1", "16x6:9+1", "21x9:7+1", "24x8:6+1", "24x8:13+1", "38x5:7+1"]
-            .map(String::from)
-            .to_vec();
+        layouts = [
+            "10x5:7+1",
+            "8x8:6+1",
+            "12x6:9+1",
+            "12x8:6+1",
+            "16x6:9+1",
+            "21x9:7+1",
+            "24x8:6+1",
+            "24x8:13+1",
+            "38x5:7+1",
+        ]
+        .map(String::from)
+        .to_vec();
     }
     for text in layouts {
         let geometry = Geometry::new(text.parse::<Layout>().expect("layout")).expect("geometry");
@@ -24,7 +34,10 @@ fn main() {
             geometry.disks(),
             &counts.unrecoverable[4..],
             &counts.minimal[4..],
-            counts.tolerances()[3..].iter().map(|p| format!("{:.6}", p)).collect::<Vec<_>>()
+            counts.tolerances()[3..]
+                .iter()
+                .map(|p| format!("{:.6}", p))
+                .collect::<Vec<_>>()
         );
     }
 }

@@ -101,7 +101,7 @@ pub struct LayoutsArgs {
     #[arg(long)]
     pub min_mttdl: Option<f64>,
     /// Sort order.
-    #[arg(long, value_enum, default_value_t = SortBy::Mttdl)]
+    #[arg(long, value_enum, default_value_t = SortBy::Efficiency)]
     pub sort: SortBy,
     /// Show at most this many rows.
     #[arg(long)]
@@ -120,7 +120,9 @@ pub struct LayoutsArgs {
 /// KiB/MiB/GiB/TiB/PiB (powers of 1024). Decimals are allowed (`1.5TB`).
 pub fn parse_bytes(text: &str) -> Result<u128, String> {
     let text = text.trim();
-    let split = text.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(text.len());
+    let split = text
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(text.len());
     let (number, unit) = text.split_at(split);
     let scale: u128 = match unit.trim().to_ascii_lowercase().as_str() {
         "" | "b" => 1,
@@ -134,22 +136,36 @@ pub fn parse_bytes(text: &str) -> Result<u128, String> {
         "gib" => 1 << 30,
         "tib" => 1 << 40,
         "pib" => 1 << 50,
-        other => return Err(format!("unknown unit {other:?} in {text:?} (use B, GB, TB, PB, GiB, TiB, PiB)")),
+        other => {
+            return Err(format!(
+                "unknown unit {other:?} in {text:?} (use B, GB, TB, PB, GiB, TiB, PiB)"
+            ))
+        }
     };
-    let value: f64 = number.parse().map_err(|_| format!("{text:?} does not start with a number"))?;
+    let value: f64 = number
+        .parse()
+        .map_err(|_| format!("{text:?} does not start with a number"))?;
     let bytes = value * scale as f64;
     if !(bytes.is_finite() && bytes >= 1.0 && bytes < 1e30) {
         return Err(format!("{text:?} is not a usable size"));
     }
     // Whole numbers stay exact; fractions are rounded to the byte.
-    Ok(if number.contains('.') { bytes.round() as u128 } else { number.parse::<u128>().map_err(|e| e.to_string())? * scale })
+    Ok(if number.contains('.') {
+        bytes.round() as u128
+    } else {
+        number.parse::<u128>().map_err(|e| e.to_string())? * scale
+    })
 }
 
 impl ModelArgs {
     fn params(&self, idr: bool) -> anyhow::Result<ModelParams> {
         let mut params = ModelParams::thesis(idr);
-        params.disk_capacity_bytes = u64::try_from(self.disk_size).context("disk size too large")?;
-        anyhow::ensure!(self.mttf_hours > 0.0 && self.mttr_hours > 0.0, "--mttf-hours and --mttr-hours must be positive");
+        params.disk_capacity_bytes =
+            u64::try_from(self.disk_size).context("disk size too large")?;
+        anyhow::ensure!(
+            self.mttf_hours > 0.0 && self.mttr_hours > 0.0,
+            "--mttf-hours and --mttr-hours must be positive"
+        );
         params.failure_rate_per_hour = 1.0 / self.mttf_hours;
         params.rebuild_rate_per_hour = 1.0 / self.mttr_hours;
         params.hard_error_rate_per_byte = self.her;
@@ -191,14 +207,27 @@ fn scientific(v: f64) -> String {
 }
 
 fn run_mttdl(args: &MttdlArgs, out: &mut dyn Write) -> anyhow::Result<()> {
-    let layouts: Vec<PlanLayout> = args.layout.iter().map(|text| text.parse()).collect::<Result<_, _>>()?;
+    let layouts: Vec<PlanLayout> = args
+        .layout
+        .iter()
+        .map(|text| text.parse())
+        .collect::<Result<_, _>>()?;
     let depth = args.model.depth.map(GridDepth).unwrap_or_default();
     let started = Instant::now();
-    let variants = if args.json && !args.model.idr { vec![false] } else { args.model.variants() };
+    let variants = if args.json && !args.model.idr {
+        vec![false]
+    } else {
+        args.model.variants()
+    };
     let mut plans: Vec<SystemPlan> = Vec::new();
     for layout in &layouts {
         for &idr in &variants {
-            plans.push(plan_system(layout, &args.model.params(idr)?, args.capacity, depth)?);
+            plans.push(plan_system(
+                layout,
+                &args.model.params(idr)?,
+                args.capacity,
+                depth,
+            )?);
         }
     }
     let elapsed_ms = started.elapsed().as_millis();
@@ -221,7 +250,11 @@ fn run_mttdl(args: &MttdlArgs, out: &mut dyn Write) -> anyhow::Result<()> {
             m.her,
             m.idr_her_factor
         )?;
-        writeln!(out, "{:<12} {:<5} {:>7} {:>7} {:>7} {:>16} {:>16}", "layout", "IDR", "arrays", "disks", "eff.", "MTTDL array h", "MTTDL system h")?;
+        writeln!(
+            out,
+            "{:<12} {:<5} {:>7} {:>7} {:>7} {:>16} {:>16}",
+            "layout", "IDR", "arrays", "disks", "eff.", "MTTDL array h", "MTTDL system h"
+        )?;
         for plan in &plans {
             writeln!(
                 out,
@@ -235,18 +268,29 @@ fn run_mttdl(args: &MttdlArgs, out: &mut dyn Write) -> anyhow::Result<()> {
                 scientific(plan.mttdl_hours)
             )?;
         }
-        writeln!(out, "\n(computed in {elapsed_ms} ms; grids modelled to {} simultaneous failures)", depth.0)?;
+        writeln!(
+            out,
+            "\n(computed in {elapsed_ms} ms; grids modelled to {} simultaneous failures)",
+            depth.0
+        )?;
     }
     if let Some(dir) = &args.plot {
         let categories: Vec<String> = layouts.iter().map(|l| l.to_string()).collect();
-        let mut chart = Chart::bar("MTTDL of the system", categories).y_label("MTTDL (hours)").y_log(true);
+        let mut chart = Chart::bar("MTTDL of the system", categories)
+            .y_label("MTTDL (hours)")
+            .y_log(true);
         for &idr in &variants {
             let values = plans.iter().filter(|p| p.idr == idr).map(|p| p.mttdl_hours);
             chart = chart.bars(if idr { "with 16+1 IDR" } else { "without IDR" }, values);
         }
         let written = chart.write(dir, "mttdl")?;
         if !args.json {
-            writeln!(out, "chart: {} and {}", written.svg.display(), written.png.display())?;
+            writeln!(
+                out,
+                "chart: {} and {}",
+                written.svg.display(),
+                written.png.display()
+            )?;
         }
     }
     Ok(())
@@ -266,7 +310,9 @@ fn run_layouts(args: &LayoutsArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     let elapsed_ms = started.elapsed().as_millis();
     let evaluated = rows.len();
     rows.retain(|row| {
-        args.min_efficiency.is_none_or(|min| row.efficiency_percent >= min) && args.min_mttdl.is_none_or(|min| row.mttdl_hours >= min)
+        args.min_efficiency
+            .is_none_or(|min| row.efficiency_percent >= min)
+            && args.min_mttdl.is_none_or(|min| row.mttdl_hours >= min)
     });
     sort_rows(&mut rows, args.sort);
     if let Some(limit) = args.limit {
@@ -303,26 +349,53 @@ fn run_layouts(args: &LayoutsArgs, out: &mut dyn Write) -> anyhow::Result<()> {
             out,
             "\n{} of {evaluated} layouts shown ({}, IDR {}); evaluated in {elapsed_ms} ms",
             rows.len(),
-            if args.up_to { format!("at most {} disks", args.disks) } else { format!("exactly {} disks", args.disks) },
+            if args.up_to {
+                format!("at most {} disks", args.disks)
+            } else {
+                format!("exactly {} disks", args.disks)
+            },
             if idr { "16+1" } else { "off" }
         )?;
     }
     if let Some(dir) = &args.plot {
-        let point = |row: &LayoutRow| (row.efficiency_percent, row.mttdl_hours, row.layout.to_string());
-        let grids: Vec<_> = rows.iter().filter(|r| r.layout.is_grid()).map(point).collect();
-        let arrays: Vec<_> = rows.iter().filter(|r| !r.layout.is_grid()).map(|r| (r.efficiency_percent, r.mttdl_hours)).collect();
+        let point = |row: &LayoutRow| {
+            (
+                row.efficiency_percent,
+                row.mttdl_hours,
+                row.layout.to_string(),
+            )
+        };
+        let grids: Vec<_> = rows
+            .iter()
+            .filter(|r| r.layout.is_grid())
+            .map(point)
+            .collect();
+        let arrays: Vec<_> = rows
+            .iter()
+            .filter(|r| !r.layout.is_grid())
+            .map(|r| (r.efficiency_percent, r.mttdl_hours))
+            .collect();
         let label_grids = grids.len() <= 30;
         let mut chart = Chart::scatter(&format!("MTTDL against efficiency, {} disks", args.disks))
             .x_label("storage efficiency (%)")
             .y_label("MTTDL of the system (hours)")
             .y_log(true);
-        chart = if label_grids { chart.labeled_series("grids", grids) } else { chart.series("grids", grids.into_iter().map(|(x, y, _)| (x, y))) };
+        chart = if label_grids {
+            chart.labeled_series("grids", grids)
+        } else {
+            chart.series("grids", grids.into_iter().map(|(x, y, _)| (x, y)))
+        };
         if !arrays.is_empty() {
             chart = chart.series("n+k arrays", arrays);
         }
         let written = chart.write(dir, "layouts")?;
         if !args.json {
-            writeln!(out, "chart: {} and {}", written.svg.display(), written.png.display())?;
+            writeln!(
+                out,
+                "chart: {} and {}",
+                written.svg.display(),
+                written.png.display()
+            )?;
         }
     }
     Ok(())
@@ -331,9 +404,18 @@ fn run_layouts(args: &LayoutsArgs, out: &mut dyn Write) -> anyhow::Result<()> {
 fn sort_rows(rows: &mut [LayoutRow], by: SortBy) {
     rows.sort_by(|a, b| match by {
         SortBy::Mttdl => b.mttdl_hours.total_cmp(&a.mttdl_hours),
-        SortBy::Efficiency => b.efficiency_percent.total_cmp(&a.efficiency_percent).then(b.mttdl_hours.total_cmp(&a.mttdl_hours)),
-        SortBy::Writes => (b.copies * b.parallel_writes).cmp(&(a.copies * a.parallel_writes)).then(b.mttdl_hours.total_cmp(&a.mttdl_hours)),
-        SortBy::Disks => a.layout.disks().cmp(&b.layout.disks()).then(b.mttdl_hours.total_cmp(&a.mttdl_hours)),
+        SortBy::Efficiency => b
+            .efficiency_percent
+            .total_cmp(&a.efficiency_percent)
+            .then(b.mttdl_hours.total_cmp(&a.mttdl_hours)),
+        SortBy::Writes => (b.copies * b.parallel_writes)
+            .cmp(&(a.copies * a.parallel_writes))
+            .then(b.mttdl_hours.total_cmp(&a.mttdl_hours)),
+        SortBy::Disks => a
+            .layout
+            .disks()
+            .cmp(&b.layout.disks())
+            .then(b.mttdl_hours.total_cmp(&a.mttdl_hours)),
     });
 }
 
@@ -348,7 +430,9 @@ mod tests {
         assert_eq!(parse_bytes("4TB").unwrap(), 4_000_000_000_000);
         assert_eq!(parse_bytes("1.5GB").unwrap(), 1_500_000_000);
         assert_eq!(parse_bytes("512").unwrap(), 512);
-        assert!(parse_bytes("4 parsecs").unwrap_err().contains("unknown unit"));
+        assert!(parse_bytes("4 parsecs")
+            .unwrap_err()
+            .contains("unknown unit"));
         assert!(parse_bytes("TiB").is_err());
     }
 }

@@ -58,7 +58,7 @@ pub fn grid_layouts(disks: usize, up_to: bool) -> Vec<Layout> {
     for x in 3..=disks.min(Layout::MAX_DISKS) {
         for y in 2..=disks / x {
             let d = x * y;
-            if d > Layout::MAX_DISKS || (!up_to && disks % d != 0) {
+            if d > Layout::MAX_DISKS || (!up_to && !disks.is_multiple_of(d)) {
                 continue;
             }
             for hn in 1..x.saturating_sub(1) {
@@ -76,12 +76,17 @@ pub fn grid_layouts(disks: usize, up_to: bool) -> Vec<Layout> {
 /// The explorer's rows, unsorted.
 pub fn explore(options: &ExploreOptions) -> Result<Vec<LayoutRow>, PlanError> {
     if options.disks == 0 {
-        return Err(PlanError::Parameter("the disk count must be at least 1".into()));
+        return Err(PlanError::Parameter(
+            "the disk count must be at least 1".into(),
+        ));
     }
-    let mut units: Vec<PlanLayout> = grid_layouts(options.disks, options.up_to).into_iter().map(PlanLayout::Grid).collect();
+    let mut units: Vec<PlanLayout> = grid_layouts(options.disks, options.up_to)
+        .into_iter()
+        .map(PlanLayout::Grid)
+        .collect();
     if options.arrays {
         for width in 2..=options.disks.min(ARRAY_WIDTH_MAX) {
-            if !options.up_to && options.disks % width != 0 {
+            if !options.up_to && !options.disks.is_multiple_of(width) {
                 continue;
             }
             for k in 1..=ARRAY_PARITY_MAX.min(width - 1) {
@@ -93,12 +98,18 @@ pub fn explore(options: &ExploreOptions) -> Result<Vec<LayoutRow>, PlanError> {
     for layout in units {
         let unit = unit_reliability(&layout, &options.params, options.depth)?;
         let copies = options.disks / layout.disks();
-        let efficiency_percent = 100.0 * options.params.idr_fraction() * layout.data_disks() as f64 / layout.disks() as f64;
+        let efficiency_percent = 100.0 * options.params.idr_fraction() * layout.data_disks() as f64
+            / layout.disks() as f64;
         let (hpgs, parallel_writes, hpg_size, vpg_size) = match layout {
             PlanLayout::Array { n, k } => (1, 1, n + k, None),
             PlanLayout::Grid(grid) => {
                 let hpgs = grid.x * (grid.y - 1) / grid.hpg_size();
-                (hpgs, (grid.x / (1 + grid.hk)).min(hpgs), grid.hpg_size(), Some(grid.y))
+                (
+                    hpgs,
+                    (grid.x / (1 + grid.hk)).min(hpgs),
+                    grid.hpg_size(),
+                    Some(grid.y),
+                )
             }
         };
         rows.push(LayoutRow {
@@ -122,13 +133,29 @@ mod tests {
 
     #[test]
     fn layouts_for_192_disks_include_the_thesis_table_4_4() {
-        let layouts: Vec<String> = grid_layouts(192, false).iter().map(|l| l.to_string()).collect();
-        for expected in ["8x4:5+1", "8x8:6+1", "16x6:9+1", "12x8:6+1", "24x8:13+1", "24x8:6+1"] {
-            assert!(layouts.contains(&expected.to_string()), "{expected} missing");
+        let layouts: Vec<String> = grid_layouts(192, false)
+            .iter()
+            .map(|l| l.to_string())
+            .collect();
+        for expected in [
+            "8x4:5+1",
+            "8x8:6+1",
+            "16x6:9+1",
+            "12x8:6+1",
+            "24x8:13+1",
+            "24x8:6+1",
+        ] {
+            assert!(
+                layouts.contains(&expected.to_string()),
+                "{expected} missing"
+            );
         }
         // 13x7, 36x5, 21x9 and 38x5 need 182, 180, 189 and 190 disks: only "up to 192".
         assert!(!layouts.contains(&"21x9:7+1".to_string()));
-        let up_to: Vec<String> = grid_layouts(192, true).iter().map(|l| l.to_string()).collect();
+        let up_to: Vec<String> = grid_layouts(192, true)
+            .iter()
+            .map(|l| l.to_string())
+            .collect();
         for expected in ["13x7:5+1", "36x5:15+1", "21x9:7+1", "38x5:7+1"] {
             assert!(up_to.contains(&expected.to_string()), "{expected} missing");
         }

@@ -67,26 +67,48 @@ pub fn binomial(n: usize, k: usize) -> f64 {
         return 0.0;
     }
     let k = k.min(n - k);
-    (0..k).fold(1.0, |acc, i| acc * (n - i) as f64 / (i + 1) as f64).round()
+    (0..k)
+        .fold(1.0, |acc, i| acc * (n - i) as f64 / (i + 1) as f64)
+        .round()
 }
 
 /// Fatal-set counts by exhaustive enumeration ([`Geometry::count_unrecoverable`]); the reference
 /// the fast method is tested against. Slow: `C(d, k)` sets per `k`.
 pub fn exhaustive(geometry: &Geometry, max_failures: usize) -> FatalCounts {
-    let unrecoverable: Vec<u64> = (0..=max_failures).map(|k| geometry.count_unrecoverable(k)).collect();
-    FatalCounts { disks: geometry.disks(), minimal: vec![0; max_failures + 1], unrecoverable }
+    let unrecoverable: Vec<u64> = (0..=max_failures)
+        .map(|k| geometry.count_unrecoverable(k))
+        .collect();
+    FatalCounts {
+        disks: geometry.disks(),
+        minimal: vec![0; max_failures + 1],
+        unrecoverable,
+    }
 }
 
 /// Fatal-set counts for `k = 0..=max_failures` (at most [`FAILURES_MAX`]) from the minimal fatal
 /// sets, as described in the module documentation. Exact, and fast for the sizes that matter.
 pub fn count(geometry: &Geometry, max_failures: usize) -> FatalCounts {
-    assert!(max_failures <= FAILURES_MAX, "max_failures {max_failures} > {FAILURES_MAX}");
+    assert!(
+        max_failures <= FAILURES_MAX,
+        "max_failures {max_failures} > {FAILURES_MAX}"
+    );
     let disks = geometry.disks();
     let groups: Vec<GroupId> = geometry.groups().collect();
-    let group_index: HashMap<GroupId, usize> = groups.iter().enumerate().map(|(i, g)| (*g, i)).collect();
-    let members: Vec<Vec<usize>> = groups.iter().map(|g| geometry.group_members(*g).to_vec()).collect();
-    let disk_groups: Vec<Vec<usize>> =
-        (0..disks).map(|disk| geometry.groups_of(disk).iter().map(|g| group_index[g]).collect()).collect();
+    let group_index: HashMap<GroupId, usize> =
+        groups.iter().enumerate().map(|(i, g)| (*g, i)).collect();
+    let members: Vec<Vec<usize>> = groups
+        .iter()
+        .map(|g| geometry.group_members(*g).to_vec())
+        .collect();
+    let disk_groups: Vec<Vec<usize>> = (0..disks)
+        .map(|disk| {
+            geometry
+                .groups_of(disk)
+                .iter()
+                .map(|g| group_index[g])
+                .collect()
+        })
+        .collect();
 
     // 1. Candidates: stopping sets of at most max_failures disks.
     let mut search = Search {
@@ -111,7 +133,12 @@ pub fn count(geometry: &Geometry, max_failures: usize) -> FatalCounts {
         .filter(|set| {
             !geometry.is_recoverable(set)
                 && (0..set.len()).all(|skip| {
-                    let smaller: Vec<usize> = set.iter().enumerate().filter(|(i, _)| *i != skip).map(|(_, d)| *d).collect();
+                    let smaller: Vec<usize> = set
+                        .iter()
+                        .enumerate()
+                        .filter(|(i, _)| *i != skip)
+                        .map(|(_, d)| *d)
+                        .collect();
                     geometry.is_recoverable(&smaller)
                 })
         })
@@ -141,7 +168,10 @@ pub fn count(geometry: &Geometry, max_failures: usize) -> FatalCounts {
                     in_set[disk] = true;
                 }
                 let earlier_inside = chosen.iter().any(|&disk| {
-                    containing[disk].iter().take_while(|&&other| other < index).any(|&other| minimal[other].iter().all(|d| in_set[*d]))
+                    containing[disk]
+                        .iter()
+                        .take_while(|&&other| other < index)
+                        .any(|&other| minimal[other].iter().all(|d| in_set[*d]))
                 });
                 for &disk in chosen {
                     in_set[disk] = false;
@@ -155,7 +185,11 @@ pub fn count(geometry: &Geometry, max_failures: usize) -> FatalCounts {
             in_set[disk] = false;
         }
     }
-    FatalCounts { disks, unrecoverable, minimal: minimal_by_size }
+    FatalCounts {
+        disks,
+        unrecoverable,
+        minimal: minimal_by_size,
+    }
 }
 
 /// Depth-first search for stopping sets (see the module documentation).
@@ -217,7 +251,13 @@ impl Search<'_> {
 
 /// Call `f` with every `size`-combination of `items` (in lexicographic order).
 fn for_each_combination(items: &[usize], size: usize, f: &mut dyn FnMut(&[usize])) {
-    fn recurse(items: &[usize], size: usize, start: usize, chosen: &mut Vec<usize>, f: &mut dyn FnMut(&[usize])) {
+    fn recurse(
+        items: &[usize],
+        size: usize,
+        start: usize,
+        chosen: &mut Vec<usize>,
+        f: &mut dyn FnMut(&[usize]),
+    ) {
         if chosen.len() == size {
             f(chosen);
             return;
@@ -241,7 +281,12 @@ pub fn cached(layout: Layout, max_failures: usize) -> FatalCounts {
     /// Bound on the cached entries; the explorer's largest sweep stays far below it.
     const ENTRIES_MAX: usize = 100_000;
     static CACHE: Mutex<Option<HashMap<(Layout, usize), FatalCounts>>> = Mutex::new(None);
-    if let Some(hit) = CACHE.lock().expect("cache lock").get_or_insert_with(HashMap::new).get(&(layout, max_failures)) {
+    if let Some(hit) = CACHE
+        .lock()
+        .expect("cache lock")
+        .get_or_insert_with(HashMap::new)
+        .get(&(layout, max_failures))
+    {
         return hit.clone();
     }
     let geometry = Geometry::new(layout).expect("layouts reaching the planner are validated");

@@ -50,7 +50,9 @@ impl PlanLayout {
     pub fn geometry(&self) -> Option<Geometry> {
         match self {
             PlanLayout::Array { .. } => None,
-            PlanLayout::Grid(layout) => Some(Geometry::new(*layout).expect("a PlanLayout grid is validated when built")),
+            PlanLayout::Grid(layout) => {
+                Some(Geometry::new(*layout).expect("a PlanLayout grid is validated when built"))
+            }
         }
     }
 
@@ -76,21 +78,31 @@ impl FromStr for PlanLayout {
     fn from_str(text: &str) -> Result<PlanLayout, PlanError> {
         let text = text.trim();
         if text.contains(':') || text.contains('x') {
-            let layout: Layout = text.parse().map_err(|e| PlanError::Layout(format!("{e}")))?;
+            let layout: Layout = text
+                .parse()
+                .map_err(|e| PlanError::Layout(format!("{e}")))?;
             Geometry::new(layout).map_err(|e| PlanError::Layout(format!("{e}")))?;
             return Ok(PlanLayout::Grid(layout));
         }
-        let bad = |reason: &str| PlanError::Layout(format!("layout {text:?}: {reason} (expected n+k such as 6+2, or XxY:hn+hk such as 12x6:9+1)"));
+        let bad = |reason: &str| {
+            PlanError::Layout(format!("layout {text:?}: {reason} (expected n+k such as 6+2, or XxY:hn+hk such as 12x6:9+1)"))
+        };
         let (n, k) = text.split_once('+').ok_or_else(|| bad("missing '+'"))?;
         let number = |name: &str, digits: &str| -> Result<usize, PlanError> {
-            digits.trim().parse::<usize>().map_err(|_| bad(&format!("{name} = {digits:?} is not a number")))
+            digits
+                .trim()
+                .parse::<usize>()
+                .map_err(|_| bad(&format!("{name} = {digits:?} is not a number")))
         };
         let (n, k) = (number("n", n)?, number("k", k)?);
         if n == 0 || k == 0 {
             return Err(bad("n and k must both be at least 1"));
         }
         if n + k > ARRAY_DISKS_MAX {
-            return Err(bad(&format!("n + k = {} is more than {ARRAY_DISKS_MAX} disks", n + k)));
+            return Err(bad(&format!(
+                "n + k = {} is more than {ARRAY_DISKS_MAX} disks",
+                n + k
+            )));
         }
         Ok(PlanLayout::Array { n, k })
     }
@@ -111,14 +123,22 @@ mod tests {
         for text in ["6+2", "13+4", "12x6:9+1", "24x8:6+1"] {
             assert_eq!(text.parse::<PlanLayout>().unwrap().to_string(), text);
         }
-        assert_eq!("6+2".parse::<PlanLayout>().unwrap(), PlanLayout::Array { n: 6, k: 2 });
+        assert_eq!(
+            "6+2".parse::<PlanLayout>().unwrap(),
+            PlanLayout::Array { n: 6, k: 2 }
+        );
         let grid: PlanLayout = "16x6:9+1".parse().unwrap();
         assert_eq!((grid.disks(), grid.data_disks()), (96, 72));
     }
 
     #[test]
     fn bad_layouts_are_errors_naming_the_problem() {
-        for (text, needle) in [("6-2", "missing '+'"), ("a+2", "n = \"a\""), ("0+2", "at least 1"), ("8x6:5+1", "hn + hk")] {
+        for (text, needle) in [
+            ("6-2", "missing '+'"),
+            ("a+2", "n = \"a\""),
+            ("0+2", "at least 1"),
+            ("8x6:5+1", "hn + hk"),
+        ] {
             let error = text.parse::<PlanLayout>().unwrap_err().to_string();
             assert!(error.contains(needle), "{text}: {error}");
         }

@@ -38,7 +38,11 @@ pub struct IdrParams {
 
 impl Default for IdrParams {
     fn default() -> IdrParams {
-        IdrParams { data_blocks: 16, check_blocks: 1, her_factor: 0.1 }
+        IdrParams {
+            data_blocks: 16,
+            check_blocks: 1,
+            her_factor: 0.1,
+        }
     }
 }
 
@@ -57,13 +61,16 @@ impl ModelParams {
     /// `h = C · HER` (with IDR: `C · HER · her_factor`): the probability of a hard error when a
     /// rebuild reads one whole drive.
     pub fn hard_error_per_drive_read(&self) -> f64 {
-        let her = self.hard_error_rate_per_byte * self.idr.as_ref().map_or(1.0, |idr| idr.her_factor);
+        let her =
+            self.hard_error_rate_per_byte * self.idr.as_ref().map_or(1.0, |idr| idr.her_factor);
         self.disk_capacity_bytes as f64 * her
     }
 
     /// Fraction of a drive's bytes left for the RAID after IDR.
     pub fn idr_fraction(&self) -> f64 {
-        self.idr.as_ref().map_or(1.0, |idr| idr.data_blocks as f64 / (idr.data_blocks + idr.check_blocks) as f64)
+        self.idr.as_ref().map_or(1.0, |idr| {
+            idr.data_blocks as f64 / (idr.data_blocks + idr.check_blocks) as f64
+        })
     }
 
     fn validate(&self) -> Result<(), PlanError> {
@@ -71,14 +78,19 @@ impl ModelParams {
             if v.is_finite() && v > 0.0 {
                 Ok(())
             } else {
-                Err(PlanError::Parameter(format!("{name} must be a positive number, not {v}")))
+                Err(PlanError::Parameter(format!(
+                    "{name} must be a positive number, not {v}"
+                )))
             }
         };
         positive("failure rate λ", self.failure_rate_per_hour)?;
         positive("rebuild rate μ", self.rebuild_rate_per_hour)?;
         positive("disk capacity", self.disk_capacity_bytes as f64)?;
         if !(self.hard_error_rate_per_byte.is_finite() && self.hard_error_rate_per_byte >= 0.0) {
-            return Err(PlanError::Parameter(format!("HER must be ≥ 0, not {}", self.hard_error_rate_per_byte)));
+            return Err(PlanError::Parameter(format!(
+                "HER must be ≥ 0, not {}",
+                self.hard_error_rate_per_byte
+            )));
         }
         if let Some(idr) = &self.idr {
             if idr.data_blocks == 0 || !(idr.her_factor.is_finite() && idr.her_factor >= 0.0) {
@@ -100,7 +112,13 @@ impl ModelParams {
 /// with `q_k = (1 − p_{k+1})(d − (k+1)) h`, the chance that the rebuild after the next failure
 /// meets a hard error while the grid is critical. Hafner and Rao's linear `q_k` can exceed 1 for
 /// wide grids with large `h`; it is capped at 1 (a probability).
-pub fn mttdl_hours(disks: usize, tolerances: &[f64], h: f64, failure_rate: f64, rebuild_rate: f64) -> f64 {
+pub fn mttdl_hours(
+    disks: usize,
+    tolerances: &[f64],
+    h: f64,
+    failure_rate: f64,
+    rebuild_rate: f64,
+) -> f64 {
     let states = tolerances.len() + 1;
     let p = |k: usize| tolerances.get(k).copied().unwrap_or(0.0);
     // Q_T · T = −1 over the transient states (tridiagonal; dense elimination is plenty).
@@ -128,7 +146,9 @@ pub fn mttdl_hours(disks: usize, tolerances: &[f64], h: f64, failure_rate: f64, 
 fn solve(mut a: Vec<Vec<f64>>) -> Vec<f64> {
     let n = a.len();
     for col in 0..n {
-        let pivot = (col..n).max_by(|&i, &j| a[i][col].abs().total_cmp(&a[j][col].abs())).expect("non-empty");
+        let pivot = (col..n)
+            .max_by(|&i, &j| a[i][col].abs().total_cmp(&a[j][col].abs()))
+            .expect("non-empty");
         a.swap(col, pivot);
         for row in 0..n {
             if row != col && a[row][col] != 0.0 {
@@ -144,8 +164,8 @@ fn solve(mut a: Vec<Vec<f64>>) -> Vec<f64> {
 
 /// How far the chain of a grid goes: fatal sets are counted exactly up to this many failures
 /// and state `max_failures` is critical (its next failure counts as data loss), a conservative
-/// cut. Six failures change the MTTDL of the thesis's grids by < 0.1 % against five (see
-/// docs/plan.md); the explorer uses five for speed.
+/// cut. At six the MTTDL of the thesis's grids has converged (deeper changes the fourth digit);
+/// five is within 1 % and much faster, so the layout explorer uses it (see docs/plan.md).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 pub struct GridDepth(pub usize);
 
@@ -169,13 +189,21 @@ pub struct UnitReliability {
 }
 
 /// MTTDL of one array or grid of `layout`.
-pub fn unit_reliability(layout: &PlanLayout, params: &ModelParams, depth: GridDepth) -> Result<UnitReliability, PlanError> {
+pub fn unit_reliability(
+    layout: &PlanLayout,
+    params: &ModelParams,
+    depth: GridDepth,
+) -> Result<UnitReliability, PlanError> {
     params.validate()?;
     let (tolerances, fatal_counts) = match layout {
         PlanLayout::Array { k, .. } => (vec![1.0; *k], None),
         PlanLayout::Grid(grid) => {
             if depth.0 < 1 || depth.0 > fatal::FAILURES_MAX {
-                return Err(PlanError::Parameter(format!("failure depth must be 1..={}, not {}", fatal::FAILURES_MAX, depth.0)));
+                return Err(PlanError::Parameter(format!(
+                    "failure depth must be 1..={}, not {}",
+                    fatal::FAILURES_MAX,
+                    depth.0
+                )));
             }
             let counts = fatal::cached(*grid, depth.0);
             (counts.tolerances(), Some(counts))
@@ -189,7 +217,12 @@ pub fn unit_reliability(layout: &PlanLayout, params: &ModelParams, depth: GridDe
         params.failure_rate_per_hour,
         params.rebuild_rate_per_hour,
     );
-    Ok(UnitReliability { disks, tolerances, fatal_counts, mttdl_hours })
+    Ok(UnitReliability {
+        disks,
+        tolerances,
+        fatal_counts,
+        mttdl_hours,
+    })
 }
 
 /// A system of identical independent arrays or grids holding a given amount of user data.
@@ -222,22 +255,39 @@ pub struct SystemPlan {
 }
 
 /// Size a system for `user_data_bytes` and compute its MTTDL (thesis §4.4.2).
-pub fn plan_system(layout: &PlanLayout, params: &ModelParams, user_data_bytes: u128, depth: GridDepth) -> Result<SystemPlan, PlanError> {
+pub fn plan_system(
+    layout: &PlanLayout,
+    params: &ModelParams,
+    user_data_bytes: u128,
+    depth: GridDepth,
+) -> Result<SystemPlan, PlanError> {
     params.validate()?;
     if user_data_bytes == 0 {
-        return Err(PlanError::Parameter("user data capacity must be more than 0 bytes".into()));
+        return Err(PlanError::Parameter(
+            "user data capacity must be more than 0 bytes".into(),
+        ));
     }
-    let (idr_data, idr_total) = params.idr.as_ref().map_or((1, 1), |idr| (idr.data_blocks as u128, (idr.data_blocks + idr.check_blocks) as u128));
+    let (idr_data, idr_total) = params.idr.as_ref().map_or((1, 1), |idr| {
+        (
+            idr.data_blocks as u128,
+            (idr.data_blocks + idr.check_blocks) as u128,
+        )
+    });
     // ceil(user / (C · in/(in+ik))) in integers, so 10,240 TiB on 4 TiB disks is exactly 2,720.
     let per_disk = params.disk_capacity_bytes as u128 * idr_data;
     let data_disks_needed = (user_data_bytes * idr_total).div_ceil(per_disk);
     let arrays = data_disks_needed.div_ceil(layout.data_disks() as u128);
     let disks = arrays * layout.disks() as u128;
-    let too_big = || PlanError::Parameter(format!("a system of {disks} disks is too large to model"));
-    let (data_disks_needed, arrays, disks) =
-        (u64::try_from(data_disks_needed).map_err(|_| too_big())?, u64::try_from(arrays).map_err(|_| too_big())?, u64::try_from(disks).map_err(|_| too_big())?);
+    let too_big =
+        || PlanError::Parameter(format!("a system of {disks} disks is too large to model"));
+    let (data_disks_needed, arrays, disks) = (
+        u64::try_from(data_disks_needed).map_err(|_| too_big())?,
+        u64::try_from(arrays).map_err(|_| too_big())?,
+        u64::try_from(disks).map_err(|_| too_big())?,
+    );
     let array = unit_reliability(layout, params, depth)?;
-    let efficiency_percent = 100.0 * params.idr_fraction() * layout.data_disks() as f64 / layout.disks() as f64;
+    let efficiency_percent =
+        100.0 * params.idr_fraction() * layout.data_disks() as f64 / layout.disks() as f64;
     Ok(SystemPlan {
         layout: *layout,
         idr: params.idr.is_some(),
@@ -271,6 +321,9 @@ mod tests {
         let (l, m) = (1e-3, 0.1);
         let expected = (3.0 * l + m) / (2.0 * l * l);
         let mttdl = mttdl_hours(2, &[1.0], 0.0, l, m);
-        assert!((mttdl / expected - 1.0).abs() < 1e-12, "{mttdl} vs {expected}");
+        assert!(
+            (mttdl / expected - 1.0).abs() < 1e-12,
+            "{mttdl} vs {expected}"
+        );
     }
 }

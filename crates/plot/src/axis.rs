@@ -32,7 +32,13 @@ impl Scale {
             if hi_exp - lo_exp > 300.0 {
                 lo_exp = hi_exp - 300.0;
             }
-            return Scale { lo: 10f64.powf(lo_exp), hi: 10f64.powf(hi_exp), log, px_lo: 0.0, px_hi: 1.0 };
+            return Scale {
+                lo: 10f64.powf(lo_exp),
+                hi: 10f64.powf(hi_exp),
+                log,
+                px_lo: 0.0,
+                px_hi: 1.0,
+            };
         }
         if include_zero {
             lo = lo.min(0.0);
@@ -47,7 +53,13 @@ impl Scale {
             }
         }
         let step = nice_step((hi - lo) / TICKS_TARGET);
-        Scale { lo: (lo / step).floor() * step, hi: (hi / step).ceil() * step, log, px_lo: 0.0, px_hi: 1.0 }
+        Scale {
+            lo: (lo / step).floor() * step,
+            hi: (hi / step).ceil() * step,
+            log,
+            px_lo: 0.0,
+            px_hi: 1.0,
+        }
     }
 
     /// The same scale drawn onto pixels `px_lo` (at `lo`) to `px_hi` (at `hi`).
@@ -70,7 +82,11 @@ impl Scale {
         } else {
             (v - self.lo) / (self.hi - self.lo)
         };
-        let fraction = if fraction.is_finite() { fraction.clamp(-0.05, 1.05) } else { 0.0 };
+        let fraction = if fraction.is_finite() {
+            fraction.clamp(-0.05, 1.05)
+        } else {
+            0.0
+        };
         self.px_lo + fraction * (self.px_hi - self.px_lo)
     }
 
@@ -94,7 +110,11 @@ impl Scale {
                 .map(|i| {
                     let v = self.lo + i as f64 * step;
                     let v = if v.abs() < step * 1e-9 { 0.0 } else { v };
-                    let label = if big { scientific_label(v) } else { format!("{v:.decimals$}") };
+                    let label = if big {
+                        scientific_label(v)
+                    } else {
+                        format!("{v:.decimals$}")
+                    };
                     (v, label)
                 })
                 .collect()

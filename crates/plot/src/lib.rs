@@ -60,10 +60,14 @@ pub enum PlotError {
         reason: String,
     },
     /// The file name is not a plain name (empty, or contains a path separator).
-    #[error("chart file name {0:?} must be a plain name without '/' (it gets .svg and .png appended)")]
+    #[error(
+        "chart file name {0:?} must be a plain name without '/' (it gets .svg and .png appended)"
+    )]
     BadName(String),
     /// No font could be found to draw the PNG's text.
-    #[error("no usable font found for the PNG text (install fonts-dejavu-core: scripts/setup-deps.sh)")]
+    #[error(
+        "no usable font found for the PNG text (install fonts-dejavu-core: scripts/setup-deps.sh)"
+    )]
     NoFont,
     /// The SVG could not be parsed or rasterised (a bug in this crate).
     #[error("rendering chart {chart:?} to PNG failed: {reason}")]
@@ -99,9 +103,15 @@ pub enum Kind {
 /// The data of one series; which variant a chart takes follows from its [`Kind`].
 #[derive(Clone, Debug)]
 enum Data {
-    Points { xy: Vec<(f64, f64)>, labels: Vec<String> },
+    Points {
+        xy: Vec<(f64, f64)>,
+        labels: Vec<String>,
+    },
     Bars(Vec<f64>),
-    Bins { edges: Vec<f64>, counts: Vec<f64> },
+    Bins {
+        edges: Vec<f64>,
+        counts: Vec<f64>,
+    },
 }
 
 #[derive(Clone, Debug)]
@@ -203,7 +213,13 @@ impl Chart {
     /// Add a series of `(x, y)` points (line and scatter charts).
     pub fn series(mut self, name: &str, points: impl IntoIterator<Item = (f64, f64)>) -> Chart {
         let xy = points.into_iter().collect();
-        self.series.push(Series { name: name.to_string(), data: Data::Points { xy, labels: Vec::new() } });
+        self.series.push(Series {
+            name: name.to_string(),
+            data: Data::Points {
+                xy,
+                labels: Vec::new(),
+            },
+        });
         self
     }
 
@@ -218,21 +234,38 @@ impl Chart {
             xy.push((x, y));
             labels.push(label.into());
         }
-        self.series.push(Series { name: name.to_string(), data: Data::Points { xy, labels } });
+        self.series.push(Series {
+            name: name.to_string(),
+            data: Data::Points { xy, labels },
+        });
         self
     }
 
     /// Add a bar series: one value per category (bar charts).
     pub fn bars(mut self, name: &str, values: impl IntoIterator<Item = f64>) -> Chart {
-        self.series.push(Series { name: name.to_string(), data: Data::Bars(values.into_iter().collect()) });
+        self.series.push(Series {
+            name: name.to_string(),
+            data: Data::Bars(values.into_iter().collect()),
+        });
         self
     }
 
     /// Add a histogram series: bin `i` spans `edges[i]..edges[i+1]` and holds `counts[i]`, so
     /// `edges` has one more element than `counts` and must increase strictly.
-    pub fn bins(mut self, name: &str, edges: impl IntoIterator<Item = f64>, counts: impl IntoIterator<Item = f64>) -> Chart {
-        let data = Data::Bins { edges: edges.into_iter().collect(), counts: counts.into_iter().collect() };
-        self.series.push(Series { name: name.to_string(), data });
+    pub fn bins(
+        mut self,
+        name: &str,
+        edges: impl IntoIterator<Item = f64>,
+        counts: impl IntoIterator<Item = f64>,
+    ) -> Chart {
+        let data = Data::Bins {
+            edges: edges.into_iter().collect(),
+            counts: counts.into_iter().collect(),
+        };
+        self.series.push(Series {
+            name: name.to_string(),
+            data,
+        });
         self
     }
 
@@ -247,21 +280,41 @@ impl Chart {
         let svg = self.to_svg()?;
         rasterise(&svg).map_err(|reason| match reason {
             RasterError::NoFont => PlotError::NoFont,
-            RasterError::Other(reason) => PlotError::Render { chart: self.title.clone(), reason },
+            RasterError::Other(reason) => PlotError::Render {
+                chart: self.title.clone(),
+                reason,
+            },
         })
     }
 
     /// Write `dir/name.svg` and `dir/name.png`, creating `dir` if needed.
     pub fn write(&self, dir: &Path, name: &str) -> Result<Written, PlotError> {
-        if name.is_empty() || name.contains('/') || name.contains('\\') || name == "." || name == ".." {
+        if name.is_empty()
+            || name.contains('/')
+            || name.contains('\\')
+            || name == "."
+            || name == ".."
+        {
             return Err(PlotError::BadName(name.to_string()));
         }
         let svg = self.to_svg()?;
         let png = self.to_png()?;
-        std::fs::create_dir_all(dir).map_err(|source| PlotError::Io { path: dir.to_path_buf(), source })?;
-        let written = Written { svg: dir.join(format!("{name}.svg")), png: dir.join(format!("{name}.png")) };
-        std::fs::write(&written.svg, svg).map_err(|source| PlotError::Io { path: written.svg.clone(), source })?;
-        std::fs::write(&written.png, png).map_err(|source| PlotError::Io { path: written.png.clone(), source })?;
+        std::fs::create_dir_all(dir).map_err(|source| PlotError::Io {
+            path: dir.to_path_buf(),
+            source,
+        })?;
+        let written = Written {
+            svg: dir.join(format!("{name}.svg")),
+            png: dir.join(format!("{name}.png")),
+        };
+        std::fs::write(&written.svg, svg).map_err(|source| PlotError::Io {
+            path: written.svg.clone(),
+            source,
+        })?;
+        std::fs::write(&written.png, png).map_err(|source| PlotError::Io {
+            path: written.png.clone(),
+            source,
+        })?;
         Ok(written)
     }
 
@@ -272,30 +325,54 @@ impl Chart {
             reason,
         };
         if self.series.len() > SERIES_MAX {
-            return Err(invalid("", format!("{} series, at most {SERIES_MAX} are drawn", self.series.len())));
+            return Err(invalid(
+                "",
+                format!(
+                    "{} series, at most {SERIES_MAX} are drawn",
+                    self.series.len()
+                ),
+            ));
         }
         for series in &self.series {
             let name = series.name.as_str();
             let values: Vec<f64> = match (&series.data, self.kind) {
-                (Data::Points { xy, .. }, Kind::Line | Kind::Scatter) => xy.iter().flat_map(|&(x, y)| [x, y]).collect(),
+                (Data::Points { xy, .. }, Kind::Line | Kind::Scatter) => {
+                    xy.iter().flat_map(|&(x, y)| [x, y]).collect()
+                }
                 (Data::Bars(values), Kind::Bar) => {
                     if values.len() != self.categories.len() {
-                        let reason = format!("{} values for {} categories", values.len(), self.categories.len());
+                        let reason = format!(
+                            "{} values for {} categories",
+                            values.len(),
+                            self.categories.len()
+                        );
                         return Err(invalid(name, reason));
                     }
                     values.clone()
                 }
                 (Data::Bins { edges, counts }, Kind::Histogram) => {
                     if edges.len() != counts.len() + 1 {
-                        let reason = format!("{} edges for {} bins (need bins + 1)", edges.len(), counts.len());
+                        let reason = format!(
+                            "{} edges for {} bins (need bins + 1)",
+                            edges.len(),
+                            counts.len()
+                        );
                         return Err(invalid(name, reason));
                     }
                     if edges.windows(2).any(|w| w[0] >= w[1]) {
-                        return Err(invalid(name, "bin edges must increase strictly".to_string()));
+                        return Err(invalid(
+                            name,
+                            "bin edges must increase strictly".to_string(),
+                        ));
                     }
                     edges.iter().chain(counts).copied().collect()
                 }
-                (_, kind) => return Err(invalid(name, format!("this kind of series does not fit a {kind:?} chart"))),
+                (_, kind) => {
+                    return Err(invalid(
+                        name,
+                        format!("this kind of series does not fit a {kind:?} chart"),
+                    ))
+                }
             };
             if values.len() > 2 * POINTS_MAX + 1 {
                 return Err(invalid(name, format!("more than {POINTS_MAX} points")));
@@ -327,7 +404,10 @@ fn fonts() -> Option<Arc<resvg::usvg::fontdb::Database>> {
                 .faces()
                 .flat_map(|face| face.families.iter().map(|(name, _)| name.clone()))
                 .find(|name| name == render::FONT_FAMILY)
-                .or_else(|| db.faces().find_map(|face| face.families.first().map(|(name, _)| name.clone())))?;
+                .or_else(|| {
+                    db.faces()
+                        .find_map(|face| face.families.first().map(|(name, _)| name.clone()))
+                })?;
             db.set_sans_serif_family(family);
             Some(Arc::new(db))
         })
@@ -336,14 +416,28 @@ fn fonts() -> Option<Arc<resvg::usvg::fontdb::Database>> {
 
 fn rasterise(svg: &str) -> Result<Vec<u8>, RasterError> {
     let fontdb = fonts().ok_or(RasterError::NoFont)?;
-    let options = resvg::usvg::Options { fontdb, ..Default::default() };
-    let tree = resvg::usvg::Tree::from_str(svg, &options).map_err(|e| RasterError::Other(e.to_string()))?;
-    let size = tree.size().to_int_size().scale_by(PNG_SCALE).ok_or_else(|| RasterError::Other("bad size".into()))?;
+    let options = resvg::usvg::Options {
+        fontdb,
+        ..Default::default()
+    };
+    let tree = resvg::usvg::Tree::from_str(svg, &options)
+        .map_err(|e| RasterError::Other(e.to_string()))?;
+    let size = tree
+        .size()
+        .to_int_size()
+        .scale_by(PNG_SCALE)
+        .ok_or_else(|| RasterError::Other("bad size".into()))?;
     let mut pixmap = resvg::tiny_skia::Pixmap::new(size.width(), size.height())
         .ok_or_else(|| RasterError::Other("cannot allocate the image".into()))?;
     pixmap.fill(resvg::tiny_skia::Color::WHITE);
-    resvg::render(&tree, resvg::tiny_skia::Transform::from_scale(PNG_SCALE, PNG_SCALE), &mut pixmap.as_mut());
-    pixmap.encode_png().map_err(|e| RasterError::Other(e.to_string()))
+    resvg::render(
+        &tree,
+        resvg::tiny_skia::Transform::from_scale(PNG_SCALE, PNG_SCALE),
+        &mut pixmap.as_mut(),
+    );
+    pixmap
+        .encode_png()
+        .map_err(|e| RasterError::Other(e.to_string()))
 }
 
 #[cfg(test)]
@@ -352,15 +446,29 @@ mod tests {
 
     #[test]
     fn charts_with_bad_data_are_refused_with_the_series_named() {
-        let nan = Chart::line("t").series("broken", [(1.0, f64::NAN)]).to_svg().unwrap_err();
+        let nan = Chart::line("t")
+            .series("broken", [(1.0, f64::NAN)])
+            .to_svg()
+            .unwrap_err();
         assert!(nan.to_string().contains("\"broken\""), "{nan}");
-        let bars = Chart::bar("t", ["a", "b"]).bars("short", [1.0]).to_svg().unwrap_err();
-        assert!(bars.to_string().contains("1 values for 2 categories"), "{bars}");
-        let bins = Chart::histogram("t").bins("h", [1.0, 1.0], [3.0]).to_svg().unwrap_err();
+        let bars = Chart::bar("t", ["a", "b"])
+            .bars("short", [1.0])
+            .to_svg()
+            .unwrap_err();
+        assert!(
+            bars.to_string().contains("1 values for 2 categories"),
+            "{bars}"
+        );
+        let bins = Chart::histogram("t")
+            .bins("h", [1.0, 1.0], [3.0])
+            .to_svg()
+            .unwrap_err();
         assert!(bins.to_string().contains("increase strictly"), "{bins}");
         let kind = Chart::line("t").bars("b", [1.0]).to_svg().unwrap_err();
         assert!(kind.to_string().contains("does not fit"), "{kind}");
-        let name = Chart::line("t").write(Path::new("/tmp"), "a/b").unwrap_err();
+        let name = Chart::line("t")
+            .write(Path::new("/tmp"), "a/b")
+            .unwrap_err();
         assert!(matches!(name, PlotError::BadName(_)));
     }
 }

@@ -9,13 +9,18 @@ use crate::{Chart, Data, Kind};
 pub(crate) const FONT_FAMILY: &str = "DejaVu Sans";
 
 /// Colours of successive series (colour-blind safe "Okabe–Ito" palette, then repeats).
-const PALETTE: [&str; 8] = ["#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000", "#F0E442"];
+const PALETTE: [&str; 8] = [
+    "#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000", "#F0E442",
+];
 
 /// Approximate width of one character of 12 px text, to size the legend and margins.
 const CHAR_PX: f64 = 7.0;
 
 fn escape(text: &str) -> String {
-    text.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
+    text.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
 }
 
 fn colour(index: usize) -> &'static str {
@@ -26,18 +31,34 @@ fn colour(index: usize) -> &'static str {
 pub(crate) fn svg(chart: &Chart, width: f64, height: f64) -> String {
     let named = chart.series.iter().filter(|s| !s.name.is_empty()).count();
     let legend_px = if named > 0 {
-        let longest = chart.series.iter().map(|s| s.name.chars().count()).max().unwrap_or(0);
+        let longest = chart
+            .series
+            .iter()
+            .map(|s| s.name.chars().count())
+            .max()
+            .unwrap_or(0);
         (longest as f64 * CHAR_PX + 40.0).min(width * 0.3)
     } else {
         0.0
     };
-    let longest_category = chart.categories.iter().map(|c| c.chars().count()).max().unwrap_or(0);
+    let longest_category = chart
+        .categories
+        .iter()
+        .map(|c| c.chars().count())
+        .max()
+        .unwrap_or(0);
     let left = 84.0;
     let right = width - 20.0 - legend_px;
     let top = 48.0;
     let slot_px = (right - left) / chart.categories.len().max(1) as f64;
-    let rotate_categories = chart.kind == Kind::Bar && longest_category as f64 * CHAR_PX > slot_px * 0.95;
-    let bottom = height - if rotate_categories { 60.0 + (longest_category as f64 * CHAR_PX * 0.6).min(120.0) } else { 58.0 };
+    let rotate_categories =
+        chart.kind == Kind::Bar && longest_category as f64 * CHAR_PX > slot_px * 0.95;
+    let bottom = height
+        - if rotate_categories {
+            60.0 + (longest_category as f64 * CHAR_PX * 0.6).min(120.0)
+        } else {
+            58.0
+        };
 
     let (x_scale, y_scale) = scales(chart);
     let x_scale = x_scale.map(|s| s.onto(left, right));
@@ -48,7 +69,10 @@ pub(crate) fn svg(chart: &Chart, width: f64, height: f64) -> String {
         out,
         r#"<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" viewBox="0 0 {width} {height}" font-family="{FONT_FAMILY}, sans-serif" font-size="12">"#
     );
-    let _ = writeln!(out, r#"<rect x="0" y="0" width="{width}" height="{height}" fill="white"/>"#);
+    let _ = writeln!(
+        out,
+        r#"<rect x="0" y="0" width="{width}" height="{height}" fill="white"/>"#
+    );
     let _ = writeln!(
         out,
         r#"<text x="{}" y="28" font-size="17" font-weight="bold" text-anchor="middle">{}</text>"#,
@@ -59,15 +83,32 @@ pub(crate) fn svg(chart: &Chart, width: f64, height: f64) -> String {
     // Grid lines and tick labels.
     for (v, label) in y_scale.ticks() {
         let y = y_scale.px(v);
-        let _ = writeln!(out, r##"<line x1="{left}" y1="{y:.1}" x2="{right}" y2="{y:.1}" stroke="#e3e3e3"/>"##);
-        let _ = writeln!(out, r#"<text x="{}" y="{:.1}" text-anchor="end">{}</text>"#, left - 6.0, y + 4.0, escape(&label));
+        let _ = writeln!(
+            out,
+            r##"<line x1="{left}" y1="{y:.1}" x2="{right}" y2="{y:.1}" stroke="#e3e3e3"/>"##
+        );
+        let _ = writeln!(
+            out,
+            r#"<text x="{}" y="{:.1}" text-anchor="end">{}</text>"#,
+            left - 6.0,
+            y + 4.0,
+            escape(&label)
+        );
     }
     match &x_scale {
         Some(x_scale) => {
             for (v, label) in x_scale.ticks() {
                 let x = x_scale.px(v);
-                let _ = writeln!(out, r##"<line x1="{x:.1}" y1="{top}" x2="{x:.1}" y2="{bottom}" stroke="#e3e3e3"/>"##);
-                let _ = writeln!(out, r#"<text x="{x:.1}" y="{}" text-anchor="middle">{}</text>"#, bottom + 18.0, escape(&label));
+                let _ = writeln!(
+                    out,
+                    r##"<line x1="{x:.1}" y1="{top}" x2="{x:.1}" y2="{bottom}" stroke="#e3e3e3"/>"##
+                );
+                let _ = writeln!(
+                    out,
+                    r#"<text x="{x:.1}" y="{}" text-anchor="middle">{}</text>"#,
+                    bottom + 18.0,
+                    escape(&label)
+                );
             }
         }
         None => {
@@ -81,7 +122,12 @@ pub(crate) fn svg(chart: &Chart, width: f64, height: f64) -> String {
                         escape(category)
                     );
                 } else {
-                    let _ = writeln!(out, r#"<text x="{x:.1}" y="{}" text-anchor="middle">{}</text>"#, bottom + 18.0, escape(category));
+                    let _ = writeln!(
+                        out,
+                        r#"<text x="{x:.1}" y="{}" text-anchor="middle">{}</text>"#,
+                        bottom + 18.0,
+                        escape(category)
+                    );
                 }
             }
         }
@@ -100,14 +146,30 @@ pub(crate) fn svg(chart: &Chart, width: f64, height: f64) -> String {
                     .map(|((x, y), label)| (x_scale.px(*x), y_scale.px(*y), label))
                     .collect();
                 if chart.kind == Kind::Line && placed.len() > 1 {
-                    let points: Vec<String> = placed.iter().map(|(x, y, _)| format!("{x:.1},{y:.1}")).collect();
-                    let _ = writeln!(out, r#"<polyline points="{}" fill="none" stroke="{fill}" stroke-width="2"/>"#, points.join(" "));
+                    let points: Vec<String> = placed
+                        .iter()
+                        .map(|(x, y, _)| format!("{x:.1},{y:.1}"))
+                        .collect();
+                    let _ = writeln!(
+                        out,
+                        r#"<polyline points="{}" fill="none" stroke="{fill}" stroke-width="2"/>"#,
+                        points.join(" ")
+                    );
                 }
                 let radius = if chart.kind == Kind::Line { 2.5 } else { 4.5 };
                 for (x, y, label) in &placed {
-                    let _ = writeln!(out, r#"<circle cx="{x:.1}" cy="{y:.1}" r="{radius}" fill="{fill}" fill-opacity="0.85"/>"#);
+                    let _ = writeln!(
+                        out,
+                        r#"<circle cx="{x:.1}" cy="{y:.1}" r="{radius}" fill="{fill}" fill-opacity="0.85"/>"#
+                    );
                     if let Some(label) = label {
-                        let _ = writeln!(out, r##"<text x="{:.1}" y="{:.1}" font-size="10" fill="#333">{}</text>"##, x + 6.0, y - 5.0, escape(label));
+                        let _ = writeln!(
+                            out,
+                            r##"<text x="{:.1}" y="{:.1}" font-size="10" fill="#333">{}</text>"##,
+                            x + 6.0,
+                            y - 5.0,
+                            escape(label)
+                        );
                     }
                 }
             }
@@ -153,7 +215,12 @@ pub(crate) fn svg(chart: &Chart, width: f64, height: f64) -> String {
     }
 
     // Axes and their labels.
-    let _ = writeln!(out, r##"<rect x="{left}" y="{top}" width="{}" height="{}" fill="none" stroke="#444"/>"##, right - left, bottom - top);
+    let _ = writeln!(
+        out,
+        r##"<rect x="{left}" y="{top}" width="{}" height="{}" fill="none" stroke="#444"/>"##,
+        right - left,
+        bottom - top
+    );
     let _ = writeln!(
         out,
         r#"<text x="{}" y="{}" font-size="13" text-anchor="middle">{}</text>"#,
@@ -171,10 +238,25 @@ pub(crate) fn svg(chart: &Chart, width: f64, height: f64) -> String {
     // Legend, right of the plot.
     if legend_px > 0.0 {
         let mut y = top + 10.0;
-        for (index, series) in chart.series.iter().enumerate().filter(|(_, s)| !s.name.is_empty()) {
+        for (index, series) in chart
+            .series
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| !s.name.is_empty())
+        {
             let x = right + 14.0;
-            let _ = writeln!(out, r#"<rect x="{x}" y="{}" width="14" height="10" fill="{}"/>"#, y - 9.0, colour(index));
-            let _ = writeln!(out, r#"<text x="{}" y="{y}">{}</text>"#, x + 20.0, escape(&series.name));
+            let _ = writeln!(
+                out,
+                r#"<rect x="{x}" y="{}" width="14" height="10" fill="{}"/>"#,
+                y - 9.0,
+                colour(index)
+            );
+            let _ = writeln!(
+                out,
+                r#"<text x="{}" y="{y}">{}</text>"#,
+                x + 20.0,
+                escape(&series.name)
+            );
             y += 18.0;
         }
     }
@@ -196,7 +278,9 @@ fn scales(chart: &Chart) -> (Option<Scale>, Scale) {
                     }
                 }
             }
-            Data::Bars(values) => ys.extend(values.iter().copied().filter(|v| keep(chart.y_log, *v))),
+            Data::Bars(values) => {
+                ys.extend(values.iter().copied().filter(|v| keep(chart.y_log, *v)))
+            }
             Data::Bins { edges, counts } => {
                 xs.extend(edges.iter().copied().filter(|v| keep(chart.x_log, *v)));
                 ys.extend(counts.iter().copied().filter(|v| keep(chart.y_log, *v)));

@@ -6,7 +6,11 @@ use permafrost_plot::{Chart, Written};
 
 fn assert_files_are_real_charts(written: &Written, must_mention: &str) {
     let svg = std::fs::read_to_string(&written.svg).unwrap();
-    assert!(svg.starts_with("<svg xmlns=\"http://www.w3.org/2000/svg\""), "{}", &svg[..80.min(svg.len())]);
+    assert!(
+        svg.starts_with("<svg xmlns=\"http://www.w3.org/2000/svg\""),
+        "{}",
+        &svg[..80.min(svg.len())]
+    );
     assert!(svg.trim_end().ends_with("</svg>"));
     assert!(svg.contains(must_mention), "svg lacks {must_mention:?}");
     let png = std::fs::read(&written.png).unwrap();
@@ -15,7 +19,11 @@ fn assert_files_are_real_charts(written: &Written, must_mention: &str) {
     let width = u32::from_be_bytes(png[16..20].try_into().unwrap());
     let height = u32::from_be_bytes(png[20..24].try_into().unwrap());
     assert_eq!((width, height), (1290, 780));
-    assert!(png.len() > 10_000, "PNG of {} bytes is too small to hold a chart", png.len());
+    assert!(
+        png.len() > 10_000,
+        "PNG of {} bytes is too small to hold a chart",
+        png.len()
+    );
 }
 
 fn charts() -> Vec<(&'static str, Chart, &'static str)> {
@@ -26,8 +34,14 @@ fn charts() -> Vec<(&'static str, Chart, &'static str)> {
                 .x_label("cache size (GiB)")
                 .y_label("hit ratio")
                 .x_log(true)
-                .series("LRU", [(1.0, 0.1), (10.0, 0.3), (100.0, 0.55), (1000.0, 0.7)])
-                .series("ARC", [(1.0, 0.12), (10.0, 0.33), (100.0, 0.58), (1000.0, 0.71)]),
+                .series(
+                    "LRU",
+                    [(1.0, 0.1), (10.0, 0.3), (100.0, 0.55), (1000.0, 0.7)],
+                )
+                .series(
+                    "ARC",
+                    [(1.0, 0.12), (10.0, 0.33), (100.0, 0.58), (1000.0, 0.71)],
+                ),
             "ARC",
         ),
         (
@@ -36,16 +50,25 @@ fn charts() -> Vec<(&'static str, Chart, &'static str)> {
                 .x_label("efficiency (%)")
                 .y_label("MTTDL (hours)")
                 .y_log(true)
-                .labeled_series("grids", [(70.6, 3.8e9, "12x8:6+1"), (75.0, 1.8e9, "16x6:9+1")])
-                .series("n+k arrays", [(75.0, 4.13e6), (66.7, 1.91e10), (80.0, 2.57e6)]),
+                .labeled_series(
+                    "grids",
+                    [(70.6, 3.8e9, "12x8:6+1"), (75.0, 1.8e9, "16x6:9+1")],
+                )
+                .series(
+                    "n+k arrays",
+                    [(75.0, 4.13e6), (66.7, 1.91e10), (80.0, 2.57e6)],
+                ),
             "12x8:6+1",
         ),
         (
             "bar",
-            Chart::bar("Energy per strategy", ["always-on RAID 6", "object store 12+4", "grid"])
-                .y_label("kWh")
-                .bars("ecfs", [1200.0, 900.0, 150.0])
-                .bars("vlbi", [1100.0, 950.0, 90.0]),
+            Chart::bar(
+                "Energy per strategy",
+                ["always-on RAID 6", "object store 12+4", "grid"],
+            )
+            .y_label("kWh")
+            .bars("ecfs", [1200.0, 900.0, 150.0])
+            .bars("vlbi", [1100.0, 950.0, 90.0]),
             "vlbi",
         ),
         (
@@ -55,7 +78,11 @@ fn charts() -> Vec<(&'static str, Chart, &'static str)> {
                 .y_label("files")
                 .x_log(true)
                 .y_log(true)
-                .bins("files", [1.0, 2.0, 4.0, 8.0, 16.0, 32.0], [10.0, 0.0, 300.0, 25.0, 4.0]),
+                .bins(
+                    "files",
+                    [1.0, 2.0, 4.0, 8.0, 16.0, 32.0],
+                    [10.0, 0.0, 300.0, 25.0, 4.0],
+                ),
             "File sizes",
         ),
     ]

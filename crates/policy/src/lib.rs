@@ -36,4 +36,6 @@ pub use placement::{
     DatasetAffinityConfig, LeastFull, ObjectToPlace, Placement, PlacementConfig, PlacementError,
     RandomPlacement, RoundRobin, PLACEMENTS,
 };
-pub use watchdog::{CacheView, PersistAction, PersistReason, TargetView, WatchdogConfig, WatchdogPolicy};
+pub use watchdog::{
+    CacheView, PersistAction, PersistReason, TargetView, WatchdogConfig, WatchdogPolicy,
+};

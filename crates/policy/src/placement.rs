@@ -63,7 +63,8 @@ pub struct BucketView {
 impl BucketView {
     /// Bytes still free for new placements (used and waiting bytes both count).
     pub fn free_bytes(&self) -> u64 {
-        self.capacity_bytes.saturating_sub(self.used_bytes.saturating_add(self.waiting_bytes))
+        self.capacity_bytes
+            .saturating_sub(self.used_bytes.saturating_add(self.waiting_bytes))
     }
 
     /// Fill fraction in `[0, 1]` counting waiting bytes; a zero-capacity bucket is full.
@@ -101,7 +102,11 @@ pub trait Placement: Send {
 
     /// Choose the grid bucket (an index into `buckets`) for `object`. The
     /// result must satisfy `buckets[i].accepts(object.size_bytes)`.
-    fn place(&mut self, object: &ObjectToPlace<'_>, buckets: &[BucketView]) -> Result<usize, PlacementError>;
+    fn place(
+        &mut self,
+        object: &ObjectToPlace<'_>,
+        buckets: &[BucketView],
+    ) -> Result<usize, PlacementError>;
 
     /// Tell the strategy about an object placed earlier (e.g. by a previous run
     /// of the server, read back from the catalog), so it can keep affinities
@@ -122,7 +127,10 @@ pub struct PlacementConfig {
 
 impl Default for PlacementConfig {
     fn default() -> Self {
-        PlacementConfig { seed: 1, dataset_affinity: DatasetAffinityConfig::default() }
+        PlacementConfig {
+            seed: 1,
+            dataset_affinity: DatasetAffinityConfig::default(),
+        }
     }
 }
 
@@ -166,16 +174,25 @@ pub fn placement_names() -> Vec<&'static str> {
 }
 
 /// Build the strategy registered under `name`.
-pub fn placement_by_name(name: &str, config: &PlacementConfig) -> Result<Box<dyn Placement>, PlacementError> {
+pub fn placement_by_name(
+    name: &str,
+    config: &PlacementConfig,
+) -> Result<Box<dyn Placement>, PlacementError> {
     PLACEMENTS
         .iter()
         .find(|e| e.name == name)
         .map(|e| (e.build)(config))
-        .ok_or_else(|| PlacementError::Unknown { name: name.to_string(), known: placement_names().join(", ") })
+        .ok_or_else(|| PlacementError::Unknown {
+            name: name.to_string(),
+            known: placement_names().join(", "),
+        })
 }
 
 fn no_room(object: &ObjectToPlace<'_>, buckets: &[BucketView]) -> PlacementError {
-    PlacementError::NoRoom { size_bytes: object.size_bytes, buckets: buckets.len() }
+    PlacementError::NoRoom {
+        size_bytes: object.size_bytes,
+        buckets: buckets.len(),
+    }
 }
 
 /// Lowest fill among accepting buckets; ties go to the lowest index.
@@ -212,7 +229,11 @@ pub struct DatasetAffinityConfig {
 
 impl Default for DatasetAffinityConfig {
     fn default() -> Self {
-        DatasetAffinityConfig { prefix_depth: 1, spinning_fill_slack_percent: 10.0, datasets_max: 1_000_000 }
+        DatasetAffinityConfig {
+            prefix_depth: 1,
+            spinning_fill_slack_percent: 10.0,
+            datasets_max: 1_000_000,
+        }
     }
 }
 
@@ -238,7 +259,11 @@ impl DatasetAffinity {
 
     /// A strategy with no remembered datasets.
     pub fn new(config: DatasetAffinityConfig) -> Self {
-        DatasetAffinity { config, bucket_of: HashMap::new(), order: VecDeque::new() }
+        DatasetAffinity {
+            config,
+            bucket_of: HashMap::new(),
+            order: VecDeque::new(),
+        }
     }
 
     /// The dataset an object belongs to: its explicit dataset id, else the S3
@@ -251,7 +276,11 @@ impl DatasetAffinity {
         let mut key = object.s3_bucket.to_string();
         let mut parts: Vec<&str> = object.key.split('/').collect();
         parts.pop(); // the object's own name
-        for part in parts.into_iter().filter(|p| !p.is_empty()).take(self.config.prefix_depth) {
+        for part in parts
+            .into_iter()
+            .filter(|p| !p.is_empty())
+            .take(self.config.prefix_depth)
+        {
             key.push('/');
             key.push_str(part);
         }
@@ -281,14 +310,19 @@ impl Placement for DatasetAffinity {
         Self::NAME
     }
 
-    fn place(&mut self, object: &ObjectToPlace<'_>, buckets: &[BucketView]) -> Result<usize, PlacementError> {
+    fn place(
+        &mut self,
+        object: &ObjectToPlace<'_>,
+        buckets: &[BucketView],
+    ) -> Result<usize, PlacementError> {
         let dataset = self.dataset_key(object);
         if let Some(&b) = self.bucket_of.get(&dataset) {
             if buckets.get(b).is_some_and(|v| v.accepts(object.size_bytes)) {
                 return Ok(b);
             }
         }
-        let coldest = least_full(object.size_bytes, buckets, false).ok_or_else(|| no_room(object, buckets))?;
+        let coldest = least_full(object.size_bytes, buckets, false)
+            .ok_or_else(|| no_room(object, buckets))?;
         let slack = self.config.spinning_fill_slack_percent / 100.0;
         let chosen = match least_full(object.size_bytes, buckets, true) {
             Some(s) if buckets[s].fill() <= buckets[coldest].fill() + slack => s,
@@ -317,7 +351,9 @@ impl RandomPlacement {
 
     /// A generator seeded with `seed`; the same seed gives the same choices.
     pub fn new(seed: u64) -> Self {
-        RandomPlacement { rng: ChaCha8Rng::seed_from_u64(seed) }
+        RandomPlacement {
+            rng: ChaCha8Rng::seed_from_u64(seed),
+        }
     }
 }
 
@@ -326,13 +362,25 @@ impl Placement for RandomPlacement {
         Self::NAME
     }
 
-    fn place(&mut self, object: &ObjectToPlace<'_>, buckets: &[BucketView]) -> Result<usize, PlacementError> {
-        let accepting = buckets.iter().filter(|b| b.accepts(object.size_bytes)).count();
+    fn place(
+        &mut self,
+        object: &ObjectToPlace<'_>,
+        buckets: &[BucketView],
+    ) -> Result<usize, PlacementError> {
+        let accepting = buckets
+            .iter()
+            .filter(|b| b.accepts(object.size_bytes))
+            .count();
         if accepting == 0 {
             return Err(no_room(object, buckets));
         }
         let nth = self.rng.gen_range(0..accepting);
-        let (i, _) = buckets.iter().enumerate().filter(|(_, b)| b.accepts(object.size_bytes)).nth(nth).expect("nth < count");
+        let (i, _) = buckets
+            .iter()
+            .enumerate()
+            .filter(|(_, b)| b.accepts(object.size_bytes))
+            .nth(nth)
+            .expect("nth < count");
         Ok(i)
     }
 }
@@ -353,7 +401,11 @@ impl Placement for RoundRobin {
         Self::NAME
     }
 
-    fn place(&mut self, object: &ObjectToPlace<'_>, buckets: &[BucketView]) -> Result<usize, PlacementError> {
+    fn place(
+        &mut self,
+        object: &ObjectToPlace<'_>,
+        buckets: &[BucketView],
+    ) -> Result<usize, PlacementError> {
         let n = buckets.len();
         for step in 0..n {
             let i = (self.next + step) % n;
@@ -380,7 +432,11 @@ impl Placement for LeastFull {
         Self::NAME
     }
 
-    fn place(&mut self, object: &ObjectToPlace<'_>, buckets: &[BucketView]) -> Result<usize, PlacementError> {
+    fn place(
+        &mut self,
+        object: &ObjectToPlace<'_>,
+        buckets: &[BucketView],
+    ) -> Result<usize, PlacementError> {
         least_full(object.size_bytes, buckets, false).ok_or_else(|| no_room(object, buckets))
     }
 }
@@ -392,18 +448,31 @@ mod tests {
     const GB: u64 = 1_000_000_000;
 
     fn bucket(used_bytes: u64) -> BucketView {
-        BucketView { capacity_bytes: 100 * GB, used_bytes, waiting_bytes: 0, spinning: false, health: BucketHealth::Ok }
+        BucketView {
+            capacity_bytes: 100 * GB,
+            used_bytes,
+            waiting_bytes: 0,
+            spinning: false,
+            health: BucketHealth::Ok,
+        }
     }
 
     fn obj<'a>(s3_bucket: &'a str, key: &'a str, size_bytes: u64) -> ObjectToPlace<'a> {
-        ObjectToPlace { s3_bucket, key, size_bytes, ..Default::default() }
+        ObjectToPlace {
+            s3_bucket,
+            key,
+            size_bytes,
+            ..Default::default()
+        }
     }
 
     #[test]
     fn dataset_affinity_keeps_a_dataset_on_one_bucket() {
         let mut p = DatasetAffinity::new(DatasetAffinityConfig::default());
         let mut buckets = vec![bucket(10 * GB), bucket(0), bucket(5 * GB)];
-        let first = p.place(&obj("robot", "run1/cam0.bin", GB), &buckets).unwrap();
+        let first = p
+            .place(&obj("robot", "run1/cam0.bin", GB), &buckets)
+            .unwrap();
         assert_eq!(first, 1, "a new dataset goes to the least-full bucket");
         for i in 0..20 {
             buckets[first].used_bytes += GB; // it fills up past the others
@@ -411,7 +480,11 @@ mod tests {
             assert_eq!(p.place(&obj("robot", &key, GB), &buckets).unwrap(), first);
         }
         // Another dataset balances onto the now least-full bucket.
-        assert_eq!(p.place(&obj("robot", "run2/cam0.bin", GB), &buckets).unwrap(), 2);
+        assert_eq!(
+            p.place(&obj("robot", "run2/cam0.bin", GB), &buckets)
+                .unwrap(),
+            2
+        );
     }
 
     #[test]
@@ -426,7 +499,10 @@ mod tests {
         buckets[2].health = BucketHealth::Failed;
         assert_eq!(
             p.place(&obj("s", "d/d", GB), &buckets),
-            Err(PlacementError::NoRoom { size_bytes: GB, buckets: 3 })
+            Err(PlacementError::NoRoom {
+                size_bytes: GB,
+                buckets: 3
+            })
         );
     }
 
@@ -444,14 +520,27 @@ mod tests {
 
     #[test]
     fn dataset_key_uses_the_prefix_depth_and_explicit_ids() {
-        let cfg = |prefix_depth| DatasetAffinityConfig { prefix_depth, ..Default::default() };
+        let cfg = |prefix_depth| DatasetAffinityConfig {
+            prefix_depth,
+            ..Default::default()
+        };
         let o = obj("b", "x/y/z/file", 1);
         assert_eq!(DatasetAffinity::new(cfg(0)).dataset_key(&o), "b");
         assert_eq!(DatasetAffinity::new(cfg(1)).dataset_key(&o), "b/x");
         assert_eq!(DatasetAffinity::new(cfg(2)).dataset_key(&o), "b/x/y");
-        assert_eq!(DatasetAffinity::new(cfg(9)).dataset_key(&o), "b/x/y/z", "the file name never counts");
-        let explicit = ObjectToPlace { dataset: Some("scan-42"), ..o };
-        assert_eq!(DatasetAffinity::new(cfg(1)).dataset_key(&explicit), "#scan-42");
+        assert_eq!(
+            DatasetAffinity::new(cfg(9)).dataset_key(&o),
+            "b/x/y/z",
+            "the file name never counts"
+        );
+        let explicit = ObjectToPlace {
+            dataset: Some("scan-42"),
+            ..o
+        };
+        assert_eq!(
+            DatasetAffinity::new(cfg(1)).dataset_key(&explicit),
+            "#scan-42"
+        );
     }
 
     #[test]
@@ -464,7 +553,10 @@ mod tests {
 
     #[test]
     fn dataset_affinity_forgets_oldest_dataset_beyond_its_bound() {
-        let cfg = DatasetAffinityConfig { datasets_max: 2, ..Default::default() };
+        let cfg = DatasetAffinityConfig {
+            datasets_max: 2,
+            ..Default::default()
+        };
         let mut p = DatasetAffinity::new(cfg);
         for d in ["a", "b", "c"] {
             p.remember(&obj("s", &format!("{d}/f"), 1), 1);
@@ -480,7 +572,9 @@ mod tests {
         buckets[5].used_bytes = 100 * GB;
         let run = |seed| {
             let mut p = RandomPlacement::new(seed);
-            (0..200).map(|_| p.place(&obj("s", "k", GB), &buckets).unwrap()).collect::<Vec<_>>()
+            (0..200)
+                .map(|_| p.place(&obj("s", "k", GB), &buckets).unwrap())
+                .collect::<Vec<_>>()
         };
         let a = run(7);
         assert_eq!(a, run(7));
@@ -496,7 +590,9 @@ mod tests {
         let mut buckets: Vec<BucketView> = (0..4).map(|_| bucket(0)).collect();
         buckets[2].health = BucketHealth::Rebuilding;
         let mut p = RoundRobin::default();
-        let got: Vec<usize> = (0..6).map(|_| p.place(&obj("s", "k", GB), &buckets).unwrap()).collect();
+        let got: Vec<usize> = (0..6)
+            .map(|_| p.place(&obj("s", "k", GB), &buckets).unwrap())
+            .collect();
         assert_eq!(got, vec![0, 1, 3, 0, 1, 3]);
     }
 
@@ -520,10 +616,17 @@ mod tests {
 
     #[test]
     fn placement_config_reads_from_toml_with_defaults() {
-        let c: PlacementConfig = toml::from_str("seed = 9\n[dataset_affinity]\nprefix_depth = 2\n").unwrap();
+        let c: PlacementConfig =
+            toml::from_str("seed = 9\n[dataset_affinity]\nprefix_depth = 2\n").unwrap();
         assert_eq!(c.seed, 9);
         assert_eq!(c.dataset_affinity.prefix_depth, 2);
-        assert_eq!(c.dataset_affinity.datasets_max, DatasetAffinityConfig::default().datasets_max);
-        assert!(toml::from_str::<PlacementConfig>("sed = 9").is_err(), "typos are rejected");
+        assert_eq!(
+            c.dataset_affinity.datasets_max,
+            DatasetAffinityConfig::default().datasets_max
+        );
+        assert!(
+            toml::from_str::<PlacementConfig>("sed = 9").is_err(),
+            "typos are rejected"
+        );
     }
 }

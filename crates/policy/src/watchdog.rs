@@ -135,7 +135,8 @@ impl WatchdogPolicy {
     /// Whether the cache is at or above the pressure threshold.
     pub fn under_pressure(&self, view: &CacheView<'_>) -> bool {
         view.capacity_bytes == 0
-            || view.used_bytes as f64 >= view.capacity_bytes as f64 * self.config.pressure_fill_percent / 100.0
+            || view.used_bytes as f64
+                >= view.capacity_bytes as f64 * self.config.pressure_fill_percent / 100.0
     }
 
     /// The persists to start now, at most one per target, in the order of
@@ -145,8 +146,14 @@ impl WatchdogPolicy {
         let c = &self.config;
         let pressure = self.under_pressure(view);
         let mut actions = Vec::new();
-        for t in view.targets.iter().filter(|t| !t.persisting && t.outstanding_bytes > 0) {
-            let aged = t.oldest_outstanding_ms.is_some_and(|since| now_ms.saturating_sub(since) > c.max_age_ms);
+        for t in view
+            .targets
+            .iter()
+            .filter(|t| !t.persisting && t.outstanding_bytes > 0)
+        {
+            let aged = t
+                .oldest_outstanding_ms
+                .is_some_and(|since| now_ms.saturating_sub(since) > c.max_age_ms);
             let reason = if aged {
                 Some(PersistReason::Age)
             } else if !t.spinning && t.outstanding_bytes > c.start_off_disk_above_bytes {
@@ -159,7 +166,11 @@ impl WatchdogPolicy {
                 None
             };
             if let Some(reason) = reason {
-                actions.push(PersistAction { disk: t.disk, spin_up: !t.spinning, reason });
+                actions.push(PersistAction {
+                    disk: t.disk,
+                    spin_up: !t.spinning,
+                    reason,
+                });
             }
         }
         let any_persisting = view.targets.iter().any(|t| t.persisting);
@@ -170,7 +181,11 @@ impl WatchdogPolicy {
                 .filter(|t| t.outstanding_bytes > 0)
                 .max_by_key(|t| (t.outstanding_bytes, std::cmp::Reverse(t.disk)));
             if let Some(t) = largest {
-                actions.push(PersistAction { disk: t.disk, spin_up: !t.spinning, reason: PersistReason::CacheProgress });
+                actions.push(PersistAction {
+                    disk: t.disk,
+                    spin_up: !t.spinning,
+                    reason: PersistReason::CacheProgress,
+                });
             }
         }
         actions
@@ -185,7 +200,11 @@ impl WatchdogPolicy {
             .iter()
             .filter(|t| !t.persisting && t.outstanding_bytes > 0)
             .filter_map(|t| t.oldest_outstanding_ms)
-            .map(|since| since.saturating_add(self.config.max_age_ms).saturating_add(1))
+            .map(|since| {
+                since
+                    .saturating_add(self.config.max_age_ms)
+                    .saturating_add(1)
+            })
             .min()
     }
 }
@@ -198,58 +217,105 @@ mod tests {
     const GIB: u64 = 1 << 30;
 
     fn target(disk: usize, spinning: bool, outstanding_bytes: u64, since_ms: u64) -> TargetView {
-        TargetView { disk, spinning, outstanding_bytes, oldest_outstanding_ms: Some(since_ms), persisting: false }
+        TargetView {
+            disk,
+            spinning,
+            outstanding_bytes,
+            oldest_outstanding_ms: Some(since_ms),
+            persisting: false,
+        }
     }
 
-    fn decide(now_ms: u64, used_percent: u64, targets: &[TargetView]) -> Vec<(usize, PersistReason, bool)> {
-        let view = CacheView { capacity_bytes: 100 * GIB, used_bytes: used_percent * GIB, targets };
-        WatchdogPolicy::default().decide(now_ms, &view).into_iter().map(|a| (a.disk, a.reason, a.spin_up)).collect()
+    fn decide(
+        now_ms: u64,
+        used_percent: u64,
+        targets: &[TargetView],
+    ) -> Vec<(usize, PersistReason, bool)> {
+        let view = CacheView {
+            capacity_bytes: 100 * GIB,
+            used_bytes: used_percent * GIB,
+            targets,
+        };
+        WatchdogPolicy::default()
+            .decide(now_ms, &view)
+            .into_iter()
+            .map(|a| (a.disk, a.reason, a.spin_up))
+            .collect()
     }
 
     #[test]
     fn off_disk_starts_when_its_data_is_older_than_180_s() {
         let t = [target(3, false, MIB, 1_000)];
-        assert!(decide(181_000, 10, &t).is_empty(), "exactly 180 s is not older");
+        assert!(
+            decide(181_000, 10, &t).is_empty(),
+            "exactly 180 s is not older"
+        );
         assert_eq!(decide(181_001, 10, &t), vec![(3, PersistReason::Age, true)]);
     }
 
     #[test]
     fn off_disk_starts_above_5_gib_outstanding() {
         assert!(decide(10, 10, &[target(1, false, 5 * GIB, 0)]).is_empty());
-        assert_eq!(decide(10, 10, &[target(1, false, 5 * GIB + 1, 0)]), vec![(1, PersistReason::OffDiskLarge, true)]);
+        assert_eq!(
+            decide(10, 10, &[target(1, false, 5 * GIB + 1, 0)]),
+            vec![(1, PersistReason::OffDiskLarge, true)]
+        );
     }
 
     #[test]
     fn spinning_disk_persists_above_512_mib_but_off_disk_waits() {
         assert!(decide(10, 10, &[target(1, true, 512 * MIB, 0)]).is_empty());
-        assert_eq!(decide(10, 10, &[target(1, true, 513 * MIB, 0)]), vec![(1, PersistReason::SpinningDisk, false)]);
+        assert_eq!(
+            decide(10, 10, &[target(1, true, 513 * MIB, 0)]),
+            vec![(1, PersistReason::SpinningDisk, false)]
+        );
         assert!(decide(10, 10, &[target(1, false, 513 * MIB, 0)]).is_empty());
     }
 
     #[test]
     fn cache_80_percent_full_persists_everything_above_512_mib() {
-        let t = [target(0, false, 600 * MIB, 0), target(1, false, 100 * MIB, 0), target(2, true, 513 * MIB, 0)];
+        let t = [
+            target(0, false, 600 * MIB, 0),
+            target(1, false, 100 * MIB, 0),
+            target(2, true, 513 * MIB, 0),
+        ];
         assert!(decide(10, 79, &t[..2]).is_empty());
         assert_eq!(
             decide(10, 80, &t),
-            vec![(0, PersistReason::CachePressure, true), (2, PersistReason::SpinningDisk, false)]
+            vec![
+                (0, PersistReason::CachePressure, true),
+                (2, PersistReason::SpinningDisk, false)
+            ]
         );
     }
 
     #[test]
     fn pressure_with_only_small_targets_still_drains_the_largest() {
-        let t = [target(0, false, 10 * MIB, 0), target(1, false, 300 * MIB, 0), target(2, false, 20 * MIB, 0)];
-        assert_eq!(decide(10, 95, &t), vec![(1, PersistReason::CacheProgress, true)]);
+        let t = [
+            target(0, false, 10 * MIB, 0),
+            target(1, false, 300 * MIB, 0),
+            target(2, false, 20 * MIB, 0),
+        ];
+        assert_eq!(
+            decide(10, 95, &t),
+            vec![(1, PersistReason::CacheProgress, true)]
+        );
         let mut busy = t;
         busy[0].persisting = true;
-        assert!(decide(10, 95, &busy).is_empty(), "a running persist is progress already");
+        assert!(
+            decide(10, 95, &busy).is_empty(),
+            "a running persist is progress already"
+        );
     }
 
     #[test]
     fn persisting_or_empty_targets_are_never_chosen_again() {
         let mut t = target(0, true, 6 * GIB, 0);
         t.persisting = true;
-        let empty = TargetView { outstanding_bytes: 0, ..target(1, false, 0, 0) };
+        let empty = TargetView {
+            outstanding_bytes: 0,
+            ..target(1, false, 0, 0)
+        };
         assert!(decide(1_000_000, 99, &[t, empty]).is_empty());
     }
 
@@ -257,24 +323,45 @@ mod tests {
     fn next_deadline_is_when_the_oldest_data_turns_too_old() {
         let policy = WatchdogPolicy::default();
         let mut t = [target(0, false, MIB, 5_000), target(1, false, MIB, 2_000)];
-        let view = CacheView { capacity_bytes: GIB, used_bytes: 0, targets: &t };
+        let view = CacheView {
+            capacity_bytes: GIB,
+            used_bytes: 0,
+            targets: &t,
+        };
         let deadline = policy.next_deadline_ms(&view).unwrap();
         assert_eq!(deadline, 182_001);
         assert!(policy.decide(deadline - 1, &view).is_empty());
         assert_eq!(policy.decide(deadline, &view).len(), 1);
         t[1].persisting = true;
-        let view = CacheView { capacity_bytes: GIB, used_bytes: 0, targets: &t };
+        let view = CacheView {
+            capacity_bytes: GIB,
+            used_bytes: 0,
+            targets: &t,
+        };
         assert_eq!(policy.next_deadline_ms(&view), Some(185_001));
     }
 
     #[test]
     fn thresholds_are_configurable_with_units_in_their_names() {
-        let config: WatchdogConfig = serde_json::from_str(r#"{"max_age_ms": 10, "persist_spinning_above_bytes": 1}"#).unwrap();
-        assert_eq!(config.start_off_disk_above_bytes, 5 * GIB, "unset fields keep the thesis's defaults");
+        let config: WatchdogConfig =
+            serde_json::from_str(r#"{"max_age_ms": 10, "persist_spinning_above_bytes": 1}"#)
+                .unwrap();
+        assert_eq!(
+            config.start_off_disk_above_bytes,
+            5 * GIB,
+            "unset fields keep the thesis's defaults"
+        );
         let policy = WatchdogPolicy::new(config);
         let t = [target(0, true, 2, 100)];
-        let view = CacheView { capacity_bytes: GIB, used_bytes: 0, targets: &t };
-        assert_eq!(policy.decide(105, &view)[0].reason, PersistReason::SpinningDisk);
+        let view = CacheView {
+            capacity_bytes: GIB,
+            used_bytes: 0,
+            targets: &t,
+        };
+        assert_eq!(
+            policy.decide(105, &view)[0].reason,
+            PersistReason::SpinningDisk
+        );
         assert_eq!(policy.decide(111, &view)[0].reason, PersistReason::Age);
         assert!(serde_json::from_str::<WatchdogConfig>(r#"{"max_age": 10}"#).is_err());
     }

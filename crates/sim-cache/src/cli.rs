@@ -53,15 +53,22 @@ pub struct CacheArgs {
 pub fn parse_capacity(text: &str, footprint_bytes: u64) -> Result<u64> {
     let text = text.trim();
     if let Some(percent) = text.strip_suffix('%') {
-        let value: f64 = percent.trim().parse().with_context(|| format!("capacity {text:?}: bad percentage"))?;
-        if !(value > 0.0) {
+        let value: f64 = percent
+            .trim()
+            .parse()
+            .with_context(|| format!("capacity {text:?}: bad percentage"))?;
+        if !value.is_finite() || value <= 0.0 {
             bail!("capacity {text:?} must be positive");
         }
         return Ok((footprint_bytes as f64 * value / 100.0).round() as u64);
     }
-    let split = text.find(|c: char| !c.is_ascii_digit() && c != '.').unwrap_or(text.len());
+    let split = text
+        .find(|c: char| !c.is_ascii_digit() && c != '.')
+        .unwrap_or(text.len());
     let (number, unit) = text.split_at(split);
-    let value: f64 = number.parse().with_context(|| format!("capacity {text:?}: expected a number with a unit, e.g. 500GiB, 2TB or 1%"))?;
+    let value: f64 = number.parse().with_context(|| {
+        format!("capacity {text:?}: expected a number with a unit, e.g. 500GiB, 2TB or 1%")
+    })?;
     let scale: f64 = match unit.trim() {
         "" | "B" => 1.0,
         "KB" => 1e3,
@@ -96,7 +103,9 @@ fn bar(length: u64, message: &str) -> ProgressBar {
 
 /// Reads a trace file into a [`CompactTrace`] with a progress bar on standard error.
 pub fn load_trace(path: &Path, warmup_fraction: f64) -> Result<CompactTrace> {
-    let length = std::fs::metadata(path).with_context(|| format!("trace {}", path.display()))?.len();
+    let length = std::fs::metadata(path)
+        .with_context(|| format!("trace {}", path.display()))?
+        .len();
     let read_bytes = Arc::new(AtomicU64::new(0));
     let reader = TraceReader::open_with_progress(path, Some(read_bytes.clone()))?;
     let progress = bar(length, "loading trace");
@@ -141,14 +150,26 @@ pub fn run(args: CacheArgs) -> Result<()> {
     }
     let footprint = trace.footprint_total_bytes().max(1);
     let mut capacities: Vec<u64> = if args.capacities.is_empty() {
-        DEFAULT_CAPACITY_FRACTIONS.iter().map(|f| ((footprint as f64 * f) as u64).max(1)).collect()
+        DEFAULT_CAPACITY_FRACTIONS
+            .iter()
+            .map(|f| ((footprint as f64 * f) as u64).max(1))
+            .collect()
     } else {
-        args.capacities.iter().map(|c| parse_capacity(c, footprint)).collect::<Result<_>>()?
+        args.capacities
+            .iter()
+            .map(|c| parse_capacity(c, footprint))
+            .collect::<Result<_>>()?
     };
     capacities.sort_unstable();
     capacities.dedup();
-    let policies = if args.policies.is_empty() { Policy::ALL.to_vec() } else { args.policies.clone() };
-    let threads = args.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let policies = if args.policies.is_empty() {
+        Policy::ALL.to_vec()
+    } else {
+        args.policies.clone()
+    };
+    let threads = args
+        .threads
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
     let options = SweepOptions {
         policies,
         capacities_bytes: capacities,
@@ -159,7 +180,13 @@ pub fn run(args: CacheArgs) -> Result<()> {
     let runs: u64 = options
         .policies
         .iter()
-        .map(|p| if *p == Policy::Random { options.random_seeds } else { 1 })
+        .map(|p| {
+            if *p == Policy::Random {
+                options.random_seeds
+            } else {
+                1
+            }
+        })
         .sum::<u64>()
         * options.capacities_bytes.len() as u64
         * if options.by_size_class { 2 } else { 1 };
@@ -198,8 +225,15 @@ fn gib(bytes: u64) -> f64 {
     bytes as f64 / (1u64 << 30) as f64
 }
 
-fn find<'a>(points: &'a [SweepPoint], policy: Policy, layout: Layout, capacity: u64) -> Option<&'a SweepPoint> {
-    points.iter().find(|p| p.policy == policy && p.layout == layout && p.capacity_bytes == capacity)
+fn find(
+    points: &[SweepPoint],
+    policy: Policy,
+    layout: Layout,
+    capacity: u64,
+) -> Option<&SweepPoint> {
+    points
+        .iter()
+        .find(|p| p.policy == policy && p.layout == layout && p.capacity_bytes == capacity)
 }
 
 fn to_text(report: &Report) -> String {
@@ -213,7 +247,11 @@ fn to_text(report: &Report) -> String {
         t.warmup_requests,
         t.objects,
         gib(t.footprint_bytes),
-        if t.next_access_from_trace { "from the trace" } else { "computed" }
+        if t.next_access_from_trace {
+            "from the trace"
+        } else {
+            "computed"
+        }
     );
     let _ = writeln!(
         out,
@@ -222,10 +260,21 @@ fn to_text(report: &Report) -> String {
         report.seconds,
         report.events_per_second / 1e6
     );
-    let by_class = report.points.iter().any(|p| p.layout == Layout::BySizeClass);
-    let _ = write!(out, "{:>12} {:>7} {:>7} {:>9} {:>9}", "capacity", "(% fp)", "policy", "hit %", "byte %");
+    let by_class = report
+        .points
+        .iter()
+        .any(|p| p.layout == Layout::BySizeClass);
+    let _ = write!(
+        out,
+        "{:>12} {:>7} {:>7} {:>9} {:>9}",
+        "capacity", "(% fp)", "policy", "hit %", "byte %"
+    );
     if by_class {
-        let _ = write!(out, " {:>11} {:>12} {:>13}", "classes hit%", "classes byte%", "combined-cls");
+        let _ = write!(
+            out,
+            " {:>11} {:>12} {:>13}",
+            "classes hit%", "classes byte%", "combined-cls"
+        );
     }
     let _ = writeln!(out);
     let mut capacities: Vec<u64> = report.points.iter().map(|p| p.capacity_bytes).collect();
@@ -236,7 +285,9 @@ fn to_text(report: &Report) -> String {
     policies.dedup();
     for capacity in capacities {
         for &policy in &policies {
-            let Some(combined) = find(&report.points, policy, Layout::Combined, capacity) else { continue };
+            let Some(combined) = find(&report.points, policy, Layout::Combined, capacity) else {
+                continue;
+            };
             let _ = write!(
                 out,
                 "{:>8.1} GiB {:>6.2}% {:>7} {:>8.2}% {:>8.2}%",
@@ -252,7 +303,8 @@ fn to_text(report: &Report) -> String {
                     " {:>11.2}% {:>11.2}% {:>+12.2}",
                     100.0 * classes.total.request_hit_ratio(),
                     100.0 * classes.total.byte_hit_ratio(),
-                    100.0 * (combined.total.request_hit_ratio() - classes.total.request_hit_ratio())
+                    100.0
+                        * (combined.total.request_hit_ratio() - classes.total.request_hit_ratio())
                 );
             }
             let _ = writeln!(out);
@@ -269,26 +321,61 @@ fn write_charts(dir: &Path, points: &[SweepPoint], footprint_bytes: u64) -> Resu
     let mut policies: Vec<Policy> = points.iter().map(|p| p.policy).collect();
     policies.sort_unstable();
     policies.dedup();
-    let series = |layout: Layout, policy: Policy, value: &dyn Fn(&SweepPoint) -> f64| -> Vec<(f64, f64)> {
-        points
-            .iter()
-            .filter(|p| p.layout == layout && p.policy == policy)
-            .map(|p| (100.0 * p.capacity_bytes as f64 / footprint_bytes as f64, value(p)))
-            .collect()
-    };
+    let series =
+        |layout: Layout, policy: Policy, value: &dyn Fn(&SweepPoint) -> f64| -> Vec<(f64, f64)> {
+            points
+                .iter()
+                .filter(|p| p.layout == layout && p.policy == policy)
+                .map(|p| {
+                    (
+                        100.0 * p.capacity_bytes as f64 / footprint_bytes as f64,
+                        value(p),
+                    )
+                })
+                .collect()
+        };
     let x_label = "cache size (% of the trace's footprint)";
     let mut charts = Vec::new();
     for (name, title, layout, byte) in [
-        ("hit_ratio_combined", "Request hit ratio, one combined cache", Layout::Combined, false),
-        ("byte_hit_ratio_combined", "Byte hit ratio, one combined cache", Layout::Combined, true),
-        ("hit_ratio_by_size_class", "Request hit ratio, one cache per size class", Layout::BySizeClass, false),
+        (
+            "hit_ratio_combined",
+            "Request hit ratio, one combined cache",
+            Layout::Combined,
+            false,
+        ),
+        (
+            "byte_hit_ratio_combined",
+            "Byte hit ratio, one combined cache",
+            Layout::Combined,
+            true,
+        ),
+        (
+            "hit_ratio_by_size_class",
+            "Request hit ratio, one cache per size class",
+            Layout::BySizeClass,
+            false,
+        ),
     ] {
         if !points.iter().any(|p| p.layout == layout) {
             continue;
         }
-        let mut chart = Chart::line(title).x_label(x_label).y_label(if byte { "byte hit ratio (%)" } else { "request hit ratio (%)" }).x_log(true);
+        let mut chart = Chart::line(title)
+            .x_label(x_label)
+            .y_label(if byte {
+                "byte hit ratio (%)"
+            } else {
+                "request hit ratio (%)"
+            })
+            .x_log(true);
         for &policy in &policies {
-            let value = |p: &SweepPoint| 100.0 * if byte { p.total.byte_hit_ratio() } else { p.total.request_hit_ratio() };
+            let value = |p: &SweepPoint| {
+                100.0
+                    * if byte {
+                        p.total.byte_hit_ratio()
+                    } else {
+                        p.total.request_hit_ratio()
+                    }
+            };
             chart = chart.series(policy.name(), series(layout, policy, &value));
         }
         charts.push((name.to_string(), chart));
@@ -303,10 +390,13 @@ fn write_charts(dir: &Path, points: &[SweepPoint], footprint_bytes: u64) -> Resu
                 .iter()
                 .filter(|p| p.layout == Layout::Combined && p.policy == policy)
                 .filter_map(|combined| {
-                    let classes = find(points, policy, Layout::BySizeClass, combined.capacity_bytes)?;
+                    let classes =
+                        find(points, policy, Layout::BySizeClass, combined.capacity_bytes)?;
                     Some((
                         100.0 * combined.capacity_bytes as f64 / footprint_bytes as f64,
-                        100.0 * (combined.total.request_hit_ratio() - classes.total.request_hit_ratio()),
+                        100.0
+                            * (combined.total.request_hit_ratio()
+                                - classes.total.request_hit_ratio()),
                     ))
                 })
                 .collect();
@@ -314,12 +404,20 @@ fn write_charts(dir: &Path, points: &[SweepPoint], footprint_bytes: u64) -> Resu
         }
         charts.push(("combined_minus_classes".to_string(), chart));
     }
-    let layout = if points.iter().any(|p| p.layout == Layout::BySizeClass) { Layout::BySizeClass } else { Layout::Combined };
+    let layout = if points.iter().any(|p| p.layout == Layout::BySizeClass) {
+        Layout::BySizeClass
+    } else {
+        Layout::Combined
+    };
     for class in SizeClass::ALL {
-        let mut chart = Chart::line(&format!("{} files: request hit ratio ({:?} layout)", class.name(), layout))
-            .x_label(x_label)
-            .y_label("request hit ratio (%)")
-            .x_log(true);
+        let mut chart = Chart::line(&format!(
+            "{} files: request hit ratio ({:?} layout)",
+            class.name(),
+            layout
+        ))
+        .x_label(x_label)
+        .y_label("request hit ratio (%)")
+        .x_log(true);
         for &policy in &policies {
             let value = |p: &SweepPoint| 100.0 * p.by_class[class.index()].request_hit_ratio();
             chart = chart.series(policy.name(), series(layout, policy, &value));
@@ -328,7 +426,9 @@ fn write_charts(dir: &Path, points: &[SweepPoint], footprint_bytes: u64) -> Resu
     }
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     for (name, chart) in charts {
-        chart.write(dir, &name).with_context(|| format!("writing chart {name} into {}", dir.display()))?;
+        chart
+            .write(dir, &name)
+            .with_context(|| format!("writing chart {name} into {}", dir.display()))?;
     }
     Ok(())
 }

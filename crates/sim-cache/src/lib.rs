@@ -61,7 +61,11 @@ pub struct SweepPoint {
 
 /// Runs every (policy, layout, capacity[, seed]) over `trace` on `options.threads` threads.
 /// `on_progress` receives the number of requests simulated since its last call.
-pub fn sweep(trace: &CompactTrace, options: &SweepOptions, on_progress: &(dyn Fn(u64) + Sync)) -> Vec<SweepPoint> {
+pub fn sweep(
+    trace: &CompactTrace,
+    options: &SweepOptions,
+    on_progress: &(dyn Fn(u64) + Sync),
+) -> Vec<SweepPoint> {
     let mut layouts = vec![Layout::Combined];
     if options.by_size_class {
         layouts.push(Layout::BySizeClass);
@@ -70,7 +74,11 @@ pub fn sweep(trace: &CompactTrace, options: &SweepOptions, on_progress: &(dyn Fn
     for &policy in &options.policies {
         for &layout in &layouts {
             for &capacity in &options.capacities_bytes {
-                let seeds = if policy == Policy::Random { options.random_seeds.max(1) } else { 1 };
+                let seeds = if policy == Policy::Random {
+                    options.random_seeds.max(1)
+                } else {
+                    1
+                };
                 for seed in 0..seeds {
                     jobs.push((policy, layout, capacity, seed));
                 }
@@ -83,9 +91,14 @@ pub fn sweep(trace: &CompactTrace, options: &SweepOptions, on_progress: &(dyn Fn
         for _ in 0..options.threads.max(1) {
             scope.spawn(|| loop {
                 let job = next_job.fetch_add(1, Ordering::Relaxed);
-                let Some(&(policy, layout, capacity, seed)) = jobs.get(job) else { break };
+                let Some(&(policy, layout, capacity, seed)) = jobs.get(job) else {
+                    break;
+                };
                 let result = simulate(trace, policy, layout, capacity, seed, on_progress);
-                results.lock().expect("no worker panics while holding the lock").push(result);
+                results
+                    .lock()
+                    .expect("no worker panics while holding the lock")
+                    .push(result);
             });
         }
     });
@@ -94,7 +107,10 @@ pub fn sweep(trace: &CompactTrace, options: &SweepOptions, on_progress: &(dyn Fn
     let mut points: Vec<SweepPoint> = Vec::new();
     for result in results {
         match points.last_mut() {
-            Some(point) if (point.policy, point.layout, point.capacity_bytes) == (result.policy, result.layout, result.capacity_bytes) => {
+            Some(point)
+                if (point.policy, point.layout, point.capacity_bytes)
+                    == (result.policy, result.layout, result.capacity_bytes) =>
+            {
                 point.runs += 1;
                 for (sum, counts) in point.by_class.iter_mut().zip(result.by_class.iter()) {
                     add_counts(sum, counts);

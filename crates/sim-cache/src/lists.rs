@@ -36,7 +36,12 @@ impl<const N: usize> Lists<N> {
             nodes: Vec::new(),
             free: Vec::new(),
             index: vec![0; objects],
-            ends: [Ends { head: NIL, tail: NIL, bytes: 0, len: 0 }; N],
+            ends: [Ends {
+                head: NIL,
+                tail: NIL,
+                bytes: 0,
+                len: 0,
+            }; N],
         }
     }
 
@@ -56,15 +61,16 @@ impl<const N: usize> Lists<N> {
         self.ends[list].len == 0
     }
 
-    #[cfg(test)]
-    pub(crate) fn len(&self, list: usize) -> u64 {
-        self.ends[list].len
-    }
-
     /// Inserts `object` (in no list) at the head of `list`.
     pub(crate) fn push_front(&mut self, list: usize, object: u32, size_bytes: u64) {
         debug_assert_eq!(self.index[object as usize], 0, "object already listed");
-        let node = Node { object, list: list as u8, prev: NIL, next: self.ends[list].head, size_bytes };
+        let node = Node {
+            object,
+            list: list as u8,
+            prev: NIL,
+            next: self.ends[list].head,
+            size_bytes,
+        };
         let at = match self.free.pop() {
             Some(at) => {
                 self.nodes[at as usize] = node;
@@ -138,7 +144,9 @@ impl<const N: usize> Lists<N> {
 
     /// Moves `object` (listed) to the head of `list`; returns its size.
     pub(crate) fn move_to_front(&mut self, object: u32, list: usize) -> u64 {
-        let (_, size_bytes) = self.remove(object).expect("move_to_front of a listed object");
+        let (_, size_bytes) = self
+            .remove(object)
+            .expect("move_to_front of a listed object");
         self.push_front(list, object, size_bytes);
         size_bytes
     }

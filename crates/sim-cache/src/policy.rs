@@ -14,7 +14,9 @@ use std::collections::BTreeSet;
 pub const NEVER: u64 = u64::MAX;
 
 /// A replacement policy.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, clap::ValueEnum, serde::Serialize)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, clap::ValueEnum, serde::Serialize,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum Policy {
     /// Evict the least recently used object.
@@ -33,7 +35,14 @@ pub enum Policy {
 
 impl Policy {
     /// All policies, in the order the thesis lists them.
-    pub const ALL: [Policy; 6] = [Policy::Lru, Policy::Mru, Policy::Fifo, Policy::Random, Policy::Arc, Policy::Belady];
+    pub const ALL: [Policy; 6] = [
+        Policy::Lru,
+        Policy::Mru,
+        Policy::Fifo,
+        Policy::Random,
+        Policy::Arc,
+        Policy::Belady,
+    ];
 
     /// Lower-case name.
     pub fn name(self) -> &'static str {
@@ -93,7 +102,11 @@ struct QueueCache {
 
 impl QueueCache {
     fn new(kind: QueueKind, capacity_bytes: u64, objects: usize) -> QueueCache {
-        QueueCache { kind, capacity_bytes, list: Lists::new(objects) }
+        QueueCache {
+            kind,
+            capacity_bytes,
+            list: Lists::new(objects),
+        }
     }
 
     fn load(&mut self, object: u32, size_bytes: u64) {
@@ -250,7 +263,12 @@ struct BeladyCache {
 
 impl BeladyCache {
     fn new(capacity_bytes: u64, objects: usize) -> BeladyCache {
-        BeladyCache { capacity_bytes, used_bytes: 0, by_next: BTreeSet::new(), entry: vec![None; objects] }
+        BeladyCache {
+            capacity_bytes,
+            used_bytes: 0,
+            by_next: BTreeSet::new(),
+            entry: vec![None; objects],
+        }
     }
 
     fn take_out(&mut self, object: u32) -> Option<(u64, u64)> {
@@ -268,7 +286,10 @@ impl BeladyCache {
         self.by_next.insert((next_ms, object));
         self.used_bytes += size_bytes;
         while self.used_bytes > self.capacity_bytes {
-            let &(_, victim) = self.by_next.last().expect("a cached object while over capacity");
+            let &(_, victim) = self
+                .by_next
+                .last()
+                .expect("a cached object while over capacity");
             self.take_out(victim);
         }
     }
@@ -340,7 +361,11 @@ pub struct ArcCache {
 impl ArcCache {
     /// An empty ARC of `capacity_bytes` for objects `0..objects`.
     pub fn new(capacity_bytes: u64, objects: usize) -> ArcCache {
-        ArcCache { capacity_bytes, p_bytes: 0, lists: Lists::new(objects) }
+        ArcCache {
+            capacity_bytes,
+            p_bytes: 0,
+            lists: Lists::new(objects),
+        }
     }
 
     /// The current target size of `T1`, in bytes (the adapted parameter `p`).
@@ -350,20 +375,34 @@ impl ArcCache {
 
     /// Bytes in `T1`, `T2`, `B1`, `B2`.
     pub fn list_bytes(&self) -> [u64; 4] {
-        [self.lists.bytes(T1), self.lists.bytes(T2), self.lists.bytes(B1), self.lists.bytes(B2)]
+        [
+            self.lists.bytes(T1),
+            self.lists.bytes(T2),
+            self.lists.bytes(B1),
+            self.lists.bytes(B2),
+        ]
     }
 
     fn resident_bytes(&self) -> u64 {
         self.lists.bytes(T1) + self.lists.bytes(T2)
     }
 
+    fn total_bytes(&self) -> u64 {
+        self.resident_bytes() + self.lists.bytes(B1) + self.lists.bytes(B2)
+    }
+
     fn replace(&mut self, size_bytes: u64, miss_in_b2: bool) {
         while self.resident_bytes() + size_bytes > self.capacity_bytes {
             let t1 = self.lists.bytes(T1);
             let from_t1 = !self.lists.is_empty(T1)
-                && (t1 > self.p_bytes || (miss_in_b2 && t1 == self.p_bytes) || self.lists.is_empty(T2));
+                && (t1 > self.p_bytes
+                    || (miss_in_b2 && t1 == self.p_bytes)
+                    || self.lists.is_empty(T2));
             let (source, ghost) = if from_t1 { (T1, B1) } else { (T2, B2) };
-            let (object, bytes) = self.lists.pop_back(source).expect("a resident object while over capacity");
+            let (object, bytes) = self
+                .lists
+                .pop_back(source)
+                .expect("a resident object while over capacity");
             self.lists.push_front(ghost, object, bytes);
         }
         self.trim_ghosts();
@@ -371,8 +410,9 @@ impl ArcCache {
 
     fn trim_ghosts(&mut self) {
         let c = self.capacity_bytes;
-        while self.lists.bytes(T1) + self.lists.bytes(B1) > c && self.lists.pop_back(B1).is_some() {}
-        while self.resident_bytes() + self.lists.bytes(B1) + self.lists.bytes(B2) > 2 * c {
+        while self.lists.bytes(T1) + self.lists.bytes(B1) > c && self.lists.pop_back(B1).is_some() {
+        }
+        while self.total_bytes() > 2 * c {
             if self.lists.pop_back(B2).is_none() && self.lists.pop_back(B1).is_none() {
                 break;
             }
@@ -385,11 +425,12 @@ impl ArcCache {
             return;
         }
         if self.lists.bytes(T1) + self.lists.bytes(B1) + size_bytes > c {
-            while self.lists.bytes(T1) + self.lists.bytes(B1) + size_bytes > c && self.lists.pop_back(B1).is_some() {}
+            while self.lists.bytes(T1) + self.lists.bytes(B1) + size_bytes > c
+                && self.lists.pop_back(B1).is_some()
+            {}
             while self.lists.bytes(T1) + size_bytes > c && self.lists.pop_back(T1).is_some() {}
         } else {
-            let total = || self.resident_bytes() + self.lists.bytes(B1) + self.lists.bytes(B2);
-            while total() + size_bytes > 2 * c && self.lists.pop_back(B2).is_some() {}
+            while self.total_bytes() + size_bytes > 2 * c && self.lists.pop_back(B2).is_some() {}
         }
         self.replace(size_bytes, false);
         self.lists.push_front(T1, object, size_bytes);

@@ -21,12 +21,20 @@ pub struct HitCounts {
 impl HitCounts {
     /// Hits / GETs (0 without GETs).
     pub fn request_hit_ratio(&self) -> f64 {
-        if self.gets == 0 { 0.0 } else { self.hits as f64 / self.gets as f64 }
+        if self.gets == 0 {
+            0.0
+        } else {
+            self.hits as f64 / self.gets as f64
+        }
     }
 
     /// Hit bytes / GET bytes (0 without bytes).
     pub fn byte_hit_ratio(&self) -> f64 {
-        if self.get_bytes == 0 { 0.0 } else { self.hit_bytes as f64 / self.get_bytes as f64 }
+        if self.get_bytes == 0 {
+            0.0
+        } else {
+            self.hit_bytes as f64 / self.get_bytes as f64
+        }
     }
 
     fn add(&mut self, other: &HitCounts) {
@@ -91,12 +99,23 @@ pub fn simulate(
         Layout::BySizeClass => class_capacities(trace, capacity_bytes)
             .iter()
             .enumerate()
-            .map(|(class, capacity)| new_cache(policy, *capacity, trace.objects, seed.wrapping_add(class as u64)))
+            .map(|(class, capacity)| {
+                new_cache(
+                    policy,
+                    *capacity,
+                    trace.objects,
+                    seed.wrapping_add(class as u64),
+                )
+            })
             .collect(),
     };
     let by_class_layout = layout == Layout::BySizeClass;
     // Which class cache may hold each object (its class at its last GET/PUT).
-    let mut home: Vec<u8> = if by_class_layout { vec![0; trace.objects] } else { Vec::new() };
+    let mut home: Vec<u8> = if by_class_layout {
+        vec![0; trace.objects]
+    } else {
+        Vec::new()
+    };
     let mut by_class = [HitCounts::default(); 6];
     const PROGRESS_STEP: usize = 1 << 20;
     for (index, request) in trace.requests.iter().enumerate() {
@@ -153,5 +172,12 @@ pub fn simulate(
     for counts in &by_class {
         total.add(counts);
     }
-    RunResult { policy, layout, capacity_bytes, seed, by_class, total }
+    RunResult {
+        policy,
+        layout,
+        capacity_bytes,
+        seed,
+        by_class,
+        total,
+    }
 }

@@ -47,18 +47,21 @@ impl CompactTrace {
         warmup_fraction: f64,
     ) -> Result<CompactTrace, E> {
         let mut ids: HashMap<u64, u32> = HashMap::new();
-        let mut intern = |id: u64| -> u32 {
+        fn intern(ids: &mut HashMap<u64, u32>, id: u64) -> u32 {
             let next = ids.len() as u32;
             *ids.entry(id).or_insert(next)
+        }
+        let mut trace = CompactTrace {
+            next_from_trace: true,
+            ..CompactTrace::default()
         };
-        let mut trace = CompactTrace { next_from_trace: true, ..CompactTrace::default() };
         let mut times_ms: Vec<u64> = Vec::new();
         let mut largest: Vec<u64> = Vec::new();
         for record in records {
             let record = record?;
-            let object = intern(record.object);
+            let object = intern(&mut ids, record.object);
             let target = match (record.op, record.target) {
-                (Op::Rename, Some(target)) => intern(target),
+                (Op::Rename, Some(target)) => intern(&mut ids, target),
                 _ => object,
             };
             let next_ms = match record.next_access {
@@ -72,7 +75,13 @@ impl CompactTrace {
             largest.resize(ids.len(), 0);
             largest[object as usize] = largest[object as usize].max(record.size_bytes);
             times_ms.push(record.time_ms);
-            trace.requests.push(Request { next_ms, size_bytes: record.size_bytes, object, target, op: record.op });
+            trace.requests.push(Request {
+                next_ms,
+                size_bytes: record.size_bytes,
+                object,
+                target,
+                op: record.op,
+            });
         }
         trace.objects = ids.len();
         drop(ids);
@@ -82,8 +91,11 @@ impl CompactTrace {
         if let (Some(first), Some(last)) = (times_ms.first(), times_ms.iter().max()) {
             trace.first_ms = *first;
             trace.last_ms = *last;
-            let warmup_end_ms = first + ((last - first) as f64 * warmup_fraction.clamp(0.0, 1.0)) as u64;
-            trace.warmup_requests = times_ms.iter().position(|t| *t >= warmup_end_ms).unwrap_or(times_ms.len());
+            let warmup_ms = (last - first) as f64 * warmup_fraction.clamp(0.0, 1.0);
+            trace.warmup_requests = times_ms
+                .iter()
+                .position(|t| t.saturating_sub(*first) as f64 >= warmup_ms)
+                .unwrap_or(times_ms.len());
         }
         if !trace.next_from_trace {
             fill_next_access(&mut trace.requests, &times_ms, trace.objects);
@@ -99,29 +111,57 @@ impl CompactTrace {
 
 /// Sets every request's `next_ms` to the time of the next `GET` of the object as the request
 /// leaves it: a later `PUT` or `DEL` of the id ends that version (never read again); a `RENAME`
-/// carries the object to its new id, and the rename's own `next_ms` is the next `GET` of the new
-/// id. One forward pass, one `u32` per object.
+/// carries the object to its new id, so the requests before the rename get the next `GET` under
+/// the new id too. One forward pass; memory: one `u32` per object plus one entry per pending
+/// rename.
 pub fn fill_next_access(requests: &mut [Request], times_ms: &[u64], objects: usize) {
     assert_eq!(requests.len(), times_ms.len());
-    // object → index + 1 of the request whose version is current (0 = none).
+    // object → index + 1 of the latest request of its current version (0 = none).
     let mut waiting: Vec<u32> = vec![0; objects];
+    // rename request index + 1 → index + 1 of the request of the same version before the rename.
+    let mut before_rename: HashMap<u32, u32> = HashMap::new();
+    // Sets `next_ms` of the chain of requests ending at `latest` (or only forgets the chain).
+    fn resolve(
+        requests: &mut [Request],
+        before_rename: &mut HashMap<u32, u32>,
+        latest: u32,
+        next_ms: u64,
+    ) {
+        let mut at = latest;
+        while at != 0 {
+            requests[at as usize - 1].next_ms = next_ms;
+            at = before_rename.remove(&at).unwrap_or(0);
+        }
+    }
     for index in 0..requests.len() {
         let request = requests[index];
         requests[index].next_ms = NEVER;
         let object = request.object as usize;
+        let this = index as u32 + 1;
         match request.op {
             Op::Get => {
-                if waiting[object] != 0 {
-                    requests[waiting[object] as usize - 1].next_ms = times_ms[index];
-                }
-                waiting[object] = index as u32 + 1;
+                resolve(
+                    requests,
+                    &mut before_rename,
+                    waiting[object],
+                    times_ms[index],
+                );
+                waiting[object] = this;
             }
-            Op::Put => waiting[object] = index as u32 + 1,
-            Op::Del => waiting[object] = 0,
+            Op::Put | Op::Del => {
+                resolve(requests, &mut before_rename, waiting[object], NEVER);
+                waiting[object] = if request.op == Op::Put { this } else { 0 };
+            }
             Op::Rename => {
+                let target = request.target as usize;
+                resolve(requests, &mut before_rename, waiting[target], NEVER);
+                if waiting[object] != 0 {
+                    before_rename.insert(this, waiting[object]);
+                }
                 waiting[object] = 0;
-                waiting[request.target as usize] = index as u32 + 1;
+                waiting[target] = this;
             }
         }
     }
+    // Requests still waiting are never read again: their next_ms is already NEVER.
 }

@@ -104,8 +104,16 @@ struct Obj {
 }
 
 enum JobKind {
-    Read { slot: u32, generation: u64, arrival_ms: u64 },
-    Persist { target: u32, entries: Vec<Pending>, bytes: u64 },
+    Read {
+        slot: u32,
+        generation: u64,
+        arrival_ms: u64,
+    },
+    Persist {
+        target: u32,
+        entries: Vec<Pending>,
+        bytes: u64,
+    },
 }
 
 struct Job {
@@ -192,7 +200,8 @@ impl ArchiveSim {
         let mut budget = None;
         match &spec.backend {
             Backend::Grid(layout) => {
-                let geometry = Geometry::new(*layout).map_err(|e| SimError::Config(format!("layout {layout}: {e}")))?;
+                let geometry = Geometry::new(*layout)
+                    .map_err(|e| SimError::Config(format!("layout {layout}: {e}")))?;
                 disks = geometry.disks();
                 let mut parity_target = HashMap::new();
                 for bucket in 0..geometry.buckets() {
@@ -207,9 +216,13 @@ impl ArchiveSim {
                         waiting_bytes: 0,
                     });
                     let (target_disks, factor) = match config.write_mode {
-                        WriteMode::Serialized => {
-                            (std::iter::once(d).chain(parity).map(|x| x as u32).collect(), 4)
-                        }
+                        // Chunks are pipelined (thesis l. 1647: several write promises
+                        // in flight), so each of the four disks writes the data once
+                        // and all four are busy for about one transfer time.
+                        WriteMode::Serialized => (
+                            std::iter::once(d).chain(parity).map(|x| x as u32).collect(),
+                            1,
+                        ),
                         WriteMode::Delayed => (vec![d as u32], 1),
                     };
                     targets.push(Target::new(target_disks, factor, 1));
@@ -226,10 +239,13 @@ impl ArchiveSim {
                         parity_target.insert(pd, targets.len());
                         targets.push(Target::new(vec![pd as u32], 1, 1));
                     }
-                    for bucket in 0..geometry.buckets() {
+                    for (bucket, target) in targets.iter_mut().enumerate().take(geometry.buckets())
+                    {
                         let p = geometry.parity_targets(geometry.bucket_disk(bucket));
-                        targets[bucket].delta_targets =
-                            [p.hp, p.vp, p.vhp].iter().map(|pd| parity_target[pd] as u32).collect();
+                        target.delta_targets = [p.hp, p.vp, p.vhp]
+                            .iter()
+                            .map(|pd| parity_target[pd] as u32)
+                            .collect();
                     }
                 }
                 budget = config.budget_max_spinning;
@@ -245,11 +261,17 @@ impl ArchiveSim {
                 }
             }
             Backend::Raid6AlwaysOn { data_disks } | Backend::ErasureCoded { data_disks } => {
-                let (n, k) = if matches!(spec.backend, Backend::Raid6AlwaysOn { .. }) { (10, 2) } else { (12, 4) };
+                let (n, k) = if matches!(spec.backend, Backend::Raid6AlwaysOn { .. }) {
+                    (10, 2)
+                } else {
+                    (12, 4)
+                };
                 let sets = data_disks.div_ceil(n).max(1);
                 disks = sets * (n + k);
                 for s in 0..sets {
-                    let members: Vec<u32> = ((s * (n + k))..((s + 1) * (n + k))).map(|d| d as u32).collect();
+                    let members: Vec<u32> = ((s * (n + k))..((s + 1) * (n + k)))
+                        .map(|d| d as u32)
+                        .collect();
                     homes.push(Home {
                         read_disks: members.clone(),
                         read_divisor: n as u64,
@@ -274,7 +296,9 @@ impl ArchiveSim {
             now_ms: 0,
             seq: 0,
             events: BinaryHeap::new(),
-            models: (0..disks).map(|_| PowerModel::new(profile.clone(), 0)).collect(),
+            models: (0..disks)
+                .map(|_| PowerModel::new(profile.clone(), 0))
+                .collect(),
             busy_until_ms: vec![0; disks],
             last_used_ms: vec![0; disks],
             homes,
@@ -380,7 +404,8 @@ impl ArchiveSim {
             .iter_mut()
             .filter_map(|m| {
                 m.advance(now);
-                m.next_transition_ms().filter(|&t| t < ALWAYS_ON_IDLE_TIMEOUT_MS)
+                m.next_transition_ms()
+                    .filter(|&t| t < ALWAYS_ON_IDLE_TIMEOUT_MS)
             })
             .fold(now, u64::max)
     }
@@ -470,7 +495,11 @@ impl ArchiveSim {
         let now = self.now_ms;
         let on = self.spinning_at(now);
         if let Some(b) = self.budget {
-            assert!(on <= b, "{}: {on} disks on at {now} ms, budget {b}", self.label);
+            assert!(
+                on <= b,
+                "{}: {on} disks on at {now} ms, budget {b}",
+                self.label
+            );
         }
     }
 
@@ -510,7 +539,11 @@ impl ArchiveSim {
         // As PowerManager::acquire_many: a job whose disks are all on needs no
         // budget and never queues; others wait in FIFO order.
         let needs_spin_up = {
-            let disks = self.jobs[id as usize].as_ref().expect("just stored").disks.clone();
+            let disks = self.jobs[id as usize]
+                .as_ref()
+                .expect("just stored")
+                .disks
+                .clone();
             disks.into_iter().any(|d| !self.is_on(d))
         };
         if self.budget.is_none() || !needs_spin_up {
@@ -527,7 +560,11 @@ impl ArchiveSim {
         let Some(budget) = self.budget else { return };
         while let Some(&id) = self.queue.front() {
             let now = self.now_ms;
-            let disks = self.jobs[id as usize].as_ref().expect("queued job").disks.clone();
+            let disks = self.jobs[id as usize]
+                .as_ref()
+                .expect("queued job")
+                .disks
+                .clone();
             let off = disks.iter().filter(|&&d| !self.is_on(d)).count();
             let mut free = budget.saturating_sub(self.spinning_at(now));
             if off > free {
@@ -589,16 +626,25 @@ impl ArchiveSim {
         let job = self.jobs[id as usize].take().expect("finished job");
         self.free_jobs.push(id);
         match job.kind {
-            JobKind::Read { slot, generation, .. } => {
+            JobKind::Read {
+                slot, generation, ..
+            } => {
                 let o = self.objs[slot as usize];
-                if self.cache_reads && o.live && o.generation == generation && o.cached == Cached::Absent {
-                    if self.make_room(o.size_bytes) {
-                        self.cache_used_bytes += o.size_bytes;
-                        self.touch(slot);
-                    }
+                if self.cache_reads
+                    && o.live
+                    && o.generation == generation
+                    && o.cached == Cached::Absent
+                    && self.make_room(o.size_bytes)
+                {
+                    self.cache_used_bytes += o.size_bytes;
+                    self.touch(slot);
                 }
             }
-            JobKind::Persist { target, entries, bytes } => self.persist_done(target, entries, bytes),
+            JobKind::Persist {
+                target,
+                entries,
+                bytes,
+            } => self.persist_done(target, entries, bytes),
         }
     }
 
@@ -607,7 +653,9 @@ impl ArchiveSim {
     /// Evict persisted objects (LRU) until `bytes` more fit. False if they cannot.
     fn make_room(&mut self, bytes: u64) -> bool {
         while self.cache_used_bytes + bytes > self.cache_capacity_bytes {
-            let Some((_, slot)) = self.lru.pop_first() else { return false };
+            let Some((_, slot)) = self.lru.pop_first() else {
+                return false;
+            };
             let o = &mut self.objs[slot as usize];
             o.cached = Cached::Absent;
             self.cache_used_bytes -= o.size_bytes;
@@ -640,7 +688,13 @@ impl ArchiveSim {
 
     fn new_slot(&mut self, size_bytes: u64, home: u32) -> u32 {
         self.next_generation += 1;
-        let obj = Obj { size_bytes, home, generation: self.next_generation, live: true, cached: Cached::Absent };
+        let obj = Obj {
+            size_bytes,
+            home,
+            generation: self.next_generation,
+            live: true,
+            cached: Cached::Absent,
+        };
         match self.free_slots.pop() {
             Some(slot) => {
                 self.objs[slot as usize] = obj;
@@ -754,7 +808,11 @@ impl ArchiveSim {
                 self.submit(Job {
                     disks,
                     hold_ms,
-                    kind: JobKind::Read { slot, generation: o.generation, arrival_ms: self.now_ms },
+                    kind: JobKind::Read {
+                        slot,
+                        generation: o.generation,
+                        arrival_ms: self.now_ms,
+                    },
                 });
             }
         }
@@ -766,7 +824,9 @@ impl ArchiveSim {
             self.delete_slot(old);
         }
         let size = record.size_bytes;
-        let Some(home) = self.place(record, size) else { return };
+        let Some(home) = self.place(record, size) else {
+            return;
+        };
         let slot = self.new_slot(size, home);
         self.ids.insert(record.object, slot);
         self.reserve(size);
@@ -775,7 +835,11 @@ impl ArchiveSim {
         let generation = self.objs[slot as usize].generation;
         let t = &mut self.targets[home as usize];
         t.outstanding_bytes += size;
-        t.pending.push_back(Pending { since_ms: self.now_ms, bytes: size, item: Item::Object { slot, generation } });
+        t.pending.push_back(Pending {
+            since_ms: self.now_ms,
+            bytes: size,
+            item: Item::Object { slot, generation },
+        });
         self.schedule_watchdog(self.now_ms);
     }
 
@@ -794,7 +858,10 @@ impl ArchiveSim {
     /// Run the watchdog at the next multiple of its interval at or after `at_ms`.
     fn schedule_watchdog(&mut self, at_ms: u64) {
         let interval = self.watchdog.config().interval_ms;
-        let at = at_ms.div_ceil(interval).saturating_mul(interval).max(self.now_ms);
+        let at = at_ms
+            .div_ceil(interval)
+            .saturating_mul(interval)
+            .max(self.now_ms);
         if self.watchdog_at_ms.is_none_or(|w| at < w) {
             self.watchdog_at_ms = Some(at);
             self.push(at, Event::Watchdog);
@@ -868,7 +935,10 @@ impl ArchiveSim {
         }
         self.targets[t].persisting = true;
         let tg = &self.targets[t];
-        let hold_ms = self.transfer_ms((u128::from(bytes) * u128::from(tg.hold_factor)).div_ceil(u128::from(tg.hold_divisor)) as u64);
+        let hold_ms = self.transfer_ms(
+            (u128::from(bytes) * u128::from(tg.hold_factor)).div_ceil(u128::from(tg.hold_divisor))
+                as u64,
+        );
         if t < self.homes.len() {
             self.counters.persists += 1;
             self.counters.bytes_persisted += bytes;
@@ -876,7 +946,15 @@ impl ArchiveSim {
             self.counters.parity_drains += 1;
         }
         let disks = tg.disks.clone();
-        self.submit(Job { disks, hold_ms, kind: JobKind::Persist { target, entries, bytes } });
+        self.submit(Job {
+            disks,
+            hold_ms,
+            kind: JobKind::Persist {
+                target,
+                entries,
+                bytes,
+            },
+        });
     }
 
     fn persist_done(&mut self, target: u32, entries: Vec<Pending>, bytes: u64) {
@@ -919,7 +997,11 @@ impl ArchiveSim {
             for pt in delta_targets {
                 let ptg = &mut self.targets[pt as usize];
                 ptg.outstanding_bytes += bytes;
-                ptg.pending.push_back(Pending { since_ms: self.now_ms, bytes, item: Item::Delta(id) });
+                ptg.pending.push_back(Pending {
+                    since_ms: self.now_ms,
+                    bytes,
+                    item: Item::Delta(id),
+                });
             }
         }
         self.targets[t].persisting = false;
@@ -960,7 +1042,11 @@ impl PlacementNames {
         match record.path.as_deref().map(|p| p.trim_start_matches('/')) {
             Some(path) if !path.is_empty() => {
                 let (bucket, key) = path.split_once('/').unwrap_or(("", path));
-                PlacementNames { bucket: bucket.to_string(), key: key.to_string(), owner }
+                PlacementNames {
+                    bucket: bucket.to_string(),
+                    key: key.to_string(),
+                    owner,
+                }
             }
             _ => PlacementNames {
                 bucket: owner.clone(),

@@ -56,7 +56,8 @@ impl EnergyArgs {
     pub fn sim_config(&self) -> anyhow::Result<SimConfig> {
         let mut config = match &self.config {
             Some(path) => {
-                let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+                let text = std::fs::read_to_string(path)
+                    .with_context(|| format!("reading {}", path.display()))?;
                 toml::from_str(&text).with_context(|| format!("parsing {}", path.display()))?
             }
             None => SimConfig::default(),
@@ -68,10 +69,14 @@ impl EnergyArgs {
             config.write_mode = m;
         }
         if let Some(g) = self.cache_gib {
-            config.cache_capacity_bytes = g.checked_mul(1 << 30).context("--cache-gib is too large")?;
+            config.cache_capacity_bytes =
+                g.checked_mul(1 << 30).context("--cache-gib is too large")?;
         }
         if let Some(tb) = self.disk_tb {
-            anyhow::ensure!(tb.is_finite() && tb > 0.0, "--disk-tb must be a positive number, not {tb}");
+            anyhow::ensure!(
+                tb.is_finite() && tb > 0.0,
+                "--disk-tb must be a positive number, not {tb}"
+            );
             config.disk_capacity_bytes = (tb * 1e12) as u64;
         }
         if let Some(seed) = self.seed {
@@ -120,7 +125,9 @@ pub fn write_plots(report: &Report, dir: &Path) -> anyhow::Result<Vec<PathBuf>> 
         .y_label("spin-ups")
         .bars("spin-ups", report.systems.iter().map(|s| s.spin_ups as f64));
     written.push(spin_ups.write(dir, "spin-ups")?.svg);
-    let mut hours = Chart::bar("Disk-hours by power state", labels.clone()).y_label("disk-hours").y_log(true);
+    let mut hours = Chart::bar("Disk-hours by power state", labels.clone())
+        .y_label("disk-hours")
+        .y_log(true);
     type Pick = fn(&crate::StateHours) -> f64;
     let states: [(&str, Pick); 4] = [
         ("off", |h| h.off),
@@ -134,8 +141,20 @@ pub fn write_plots(report: &Report, dir: &Path) -> anyhow::Result<Vec<PathBuf>> 
     written.push(hours.write(dir, "disk-hours")?.svg);
     let latency = Chart::bar("Read latency (time to first byte)", labels)
         .y_label("seconds")
-        .bars("mean", report.systems.iter().map(|s| s.read_latency_mean_ms / 1000.0))
-        .bars("p99", report.systems.iter().map(|s| s.read_latency_p99_ms as f64 / 1000.0));
+        .bars(
+            "mean",
+            report
+                .systems
+                .iter()
+                .map(|s| s.read_latency_mean_ms / 1000.0),
+        )
+        .bars(
+            "p99",
+            report
+                .systems
+                .iter()
+                .map(|s| s.read_latency_p99_ms as f64 / 1000.0),
+        );
     written.push(latency.write(dir, "read-latency")?.svg);
     Ok(written)
 }

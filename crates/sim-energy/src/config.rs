@@ -9,8 +9,9 @@ use serde::{Deserialize, Serialize};
 #[serde(rename_all = "kebab-case")]
 pub enum WriteMode {
     /// Serialized direct: the data disk and its three parity disks (`hP`, `vP`,
-    /// `vhP`) are spun up together and written one after the other, chunk by
-    /// chunk, so all four stay on for four times the data's transfer time.
+    /// `vhP`) are spun up together; each chunk is written to them one after the
+    /// other, with chunks pipelined, so all four are busy for about the data's
+    /// transfer time.
     Serialized,
     /// Delayed: only the data disk is written; the parity delta waits in the
     /// cache for each parity disk, and each parity disk is drained (spun up,

@@ -60,10 +60,17 @@ pub enum SimError {
 /// always-on RAID 6 (10+2) and a 12+4 erasure-coded store, both with at least
 /// the grid's usable capacity. Placement names come from
 /// [`permafrost_policy::placement_by_name`].
-pub fn standard_systems(config: &SimConfig, layout: Layout, placement: &str) -> Result<Vec<SystemSpec>, SimError> {
-    let geometry = Geometry::new(layout).map_err(|e| SimError::Config(format!("layout {layout}: {e}")))?;
+pub fn standard_systems(
+    config: &SimConfig,
+    layout: Layout,
+    placement: &str,
+) -> Result<Vec<SystemSpec>, SimError> {
+    let geometry =
+        Geometry::new(layout).map_err(|e| SimError::Config(format!("layout {layout}: {e}")))?;
     let data_disks = geometry.buckets();
-    let strategy = |name: &str| placement_by_name(name, &config.placement).map_err(|e| SimError::Config(e.to_string()));
+    let strategy = |name: &str| {
+        placement_by_name(name, &config.placement).map_err(|e| SimError::Config(e.to_string()))
+    };
     let mut systems = vec![SystemSpec {
         label: format!("grid {layout} {placement}"),
         backend: Backend::Grid(layout),
@@ -101,7 +108,10 @@ pub fn simulate<E>(
 where
     SimError: From<E>,
 {
-    let mut sims = systems.into_iter().map(|s| ArchiveSim::new(config, s)).collect::<Result<Vec<_>, _>>()?;
+    let mut sims = systems
+        .into_iter()
+        .map(|s| ArchiveSim::new(config, s))
+        .collect::<Result<Vec<_>, _>>()?;
     run(&mut sims, records, trace_name)
 }
 
@@ -135,7 +145,11 @@ where
         systems,
         events,
         wall_seconds,
-        events_per_second: if wall_seconds > 0.0 { events as f64 / wall_seconds } else { 0.0 },
+        events_per_second: if wall_seconds > 0.0 {
+            events as f64 / wall_seconds
+        } else {
+            0.0
+        },
     })
 }
 

@@ -93,6 +93,7 @@ pub struct SystemReport {
 
 impl SystemReport {
     /// Assemble a report from the summed power counters and the activity.
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         label: String,
         disks: usize,
@@ -117,7 +118,11 @@ impl SystemReport {
                 idle: hours(PowerState::Idle),
                 active: hours(PowerState::Active),
             },
-            hit_ratio: if activity.reads == 0 { 0.0 } else { activity.cache_hits as f64 / activity.reads as f64 },
+            hit_ratio: if activity.reads == 0 {
+                0.0
+            } else {
+                activity.cache_hits as f64 / activity.reads as f64
+            },
             read_latency_mean_ms: latency.mean_ms(),
             read_latency_p99_ms: latency.quantile_ms(0.99),
             read_latency_max_ms: latency.max_ms(),
@@ -158,11 +163,25 @@ impl Report {
         use std::fmt::Write as _;
         let mut out = String::new();
         let days = self.duration_ms as f64 / MS_PER_HOUR / 24.0;
-        let _ = writeln!(out, "trace {}: {} records over {:.1} simulated days", self.trace, self.records, days);
+        let _ = writeln!(
+            out,
+            "trace {}: {} records over {:.1} simulated days",
+            self.trace, self.records, days
+        );
         let _ = writeln!(
             out,
             "{:<34} {:>5} {:>9} {:>10} {:>10} {:>9} {:>9} {:>9} {:>6} {:>10} {:>10}",
-            "system", "disks", "spin-ups", "kWh", "off h", "spinup h", "idle h", "active h", "hit %", "lat mean s", "lat p99 s"
+            "system",
+            "disks",
+            "spin-ups",
+            "kWh",
+            "off h",
+            "spinup h",
+            "idle h",
+            "active h",
+            "hit %",
+            "lat mean s",
+            "lat p99 s"
         );
         for s in &self.systems {
             let _ = writeln!(
@@ -183,7 +202,8 @@ impl Report {
         }
         for s in &self.systems {
             let a = &s.activity;
-            if a.cache_overflow_bytes > 0 || a.placement_failures > 0 || a.out_of_order_records > 0 {
+            if a.cache_overflow_bytes > 0 || a.placement_failures > 0 || a.out_of_order_records > 0
+            {
                 let _ = writeln!(
                     out,
                     "note: {}: {} bytes over cache capacity, {} writes without room, {} records out of order",
@@ -191,7 +211,11 @@ impl Report {
                 );
             }
             if let Some(b) = a.budget_max_spinning {
-                let _ = writeln!(out, "{}: power budget {b} disks, at most {} were on", s.label, a.max_spinning);
+                let _ = writeln!(
+                    out,
+                    "{}: power budget {b} disks, at most {} were on",
+                    s.label, a.max_spinning
+                );
             }
         }
         let _ = writeln!(

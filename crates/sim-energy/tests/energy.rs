@@ -5,7 +5,8 @@ use std::convert::Infallible;
 use permafrost_disk::power::{PowerState, PowerStats};
 use permafrost_grid::{Geometry, Layout};
 use permafrost_policy::{
-    placement_by_name, placement_names, BucketView, ObjectToPlace, Placement, PlacementError, WatchdogConfig,
+    placement_by_name, placement_names, BucketView, ObjectToPlace, Placement, PlacementError,
+    WatchdogConfig,
 };
 use permafrost_sim_energy::{
     run, simulate, standard_systems, ArchiveSim, Backend, Report, SimConfig, SystemSpec, WriteMode,
@@ -30,36 +31,64 @@ fn grid_only(config: &SimConfig, placement: &str, records: Vec<Record>) -> Repor
 }
 
 fn put(time_ms: u64, object: u64, size_bytes: u64, path: &str) -> Record {
-    Record { path: Some(path.to_string()), ..Record::new(time_ms, Op::Put, object, size_bytes) }
+    Record {
+        path: Some(path.to_string()),
+        ..Record::new(time_ms, Op::Put, object, size_bytes)
+    }
 }
 
 fn get(time_ms: u64, object: u64, size_bytes: u64, path: &str) -> Record {
-    Record { path: Some(path.to_string()), ..Record::new(time_ms, Op::Get, object, size_bytes) }
+    Record {
+        path: Some(path.to_string()),
+        ..Record::new(time_ms, Op::Get, object, size_bytes)
+    }
 }
 
 fn ecfs(requests: u64, seed: u64) -> Vec<Record> {
-    generate(Profile::Ecfs, &GenOptions { requests, seed, duration_ms: None }).collect()
+    generate(
+        Profile::Ecfs,
+        &GenOptions {
+            requests,
+            seed,
+            duration_ms: None,
+        },
+    )
+    .collect()
 }
 
 #[test]
 fn one_cold_read_is_one_spin_up_and_waits_for_it() {
     let config = SimConfig::default();
     let p = config.power.clone();
-    let report = grid_only(&config, "dataset-affinity", vec![get(0, 1, 100 * MB, "b/d/x")]);
+    let report = grid_only(
+        &config,
+        "dataset-affinity",
+        vec![get(0, 1, 100 * MB, "b/d/x")],
+    );
     let grid = &report.systems[0];
     assert_eq!(grid.spin_ups, 1);
     assert_eq!(grid.activity.reads, 1);
     assert_eq!(grid.hit_ratio, 0.0);
-    assert_eq!(grid.read_latency_mean_ms, p.spin_up_ms as f64, "latency = the spin-up wait");
+    assert_eq!(
+        grid.read_latency_mean_ms, p.spin_up_ms as f64,
+        "latency = the spin-up wait"
+    );
     assert_eq!(grid.read_latency_p99_ms, p.spin_up_ms);
     // 100 MB at 100 MB/s: active 1 s; then idle until the timeout turns it off.
     let transfer_ms = 1_000;
-    assert_eq!(report.duration_ms, p.spin_up_ms + transfer_ms + p.idle_timeout_ms);
+    assert_eq!(
+        report.duration_ms,
+        p.spin_up_ms + transfer_ms + p.idle_timeout_ms
+    );
     let expected_joules = (p.spin_up_ms as f64 * p.watts_spinning_up
         + transfer_ms as f64 * p.watts_active
         + p.idle_timeout_ms as f64 * p.watts_idle)
         / 1000.0;
-    assert!((grid.power.joules - expected_joules).abs() < 1e-9, "{} vs {expected_joules}", grid.power.joules);
+    assert!(
+        (grid.power.joules - expected_joules).abs() < 1e-9,
+        "{} vs {expected_joules}",
+        grid.power.joules
+    );
     assert!((grid.disk_hours.active - transfer_ms as f64 / 3.6e6).abs() < 1e-12);
 }
 
@@ -73,14 +102,22 @@ fn a_write_is_persisted_after_180_s_with_its_three_parity_disks() {
     assert_eq!(grid.activity.bytes_persisted, MB);
     assert_eq!(grid.activity.persists, 1);
     assert_eq!(grid.hit_ratio, 1.0, "persisted data stays cached");
-    // The watchdog fires on its first tick after 180 s, then the spin-up.
-    let persist_ends_ms = 181_000 + config.power.spin_up_ms + 4 * 10;
-    assert_eq!(report.duration_ms, persist_ends_ms + config.power.idle_timeout_ms);
+    // The watchdog fires on its first tick after 180 s, then the spin-up; the
+    // four disks write the 1 MB in a pipeline (10 ms at 100 MB/s).
+    let alone = grid_only(&config, "dataset-affinity", vec![put(0, 1, MB, "b/d/x")]);
+    let persist_ends_ms = 181_000 + config.power.spin_up_ms + 10;
+    assert_eq!(
+        alone.duration_ms,
+        persist_ends_ms + config.power.idle_timeout_ms
+    );
 }
 
 #[test]
 fn delayed_mode_spins_only_the_data_disk_then_drains_each_parity_disk() {
-    let config = SimConfig { write_mode: WriteMode::Delayed, ..SimConfig::default() };
+    let config = SimConfig {
+        write_mode: WriteMode::Delayed,
+        ..SimConfig::default()
+    };
     let report = grid_only(&config, "dataset-affinity", vec![put(0, 1, MB, "b/d/x")]);
     let grid = &report.systems[0];
     assert_eq!(grid.spin_ups, 4);
@@ -105,7 +142,10 @@ fn deletes_and_renames_wake_no_disk() {
 
 #[test]
 fn energy_adds_up_and_is_the_sum_of_the_power_models_counters() {
-    let config = SimConfig { cache_capacity_bytes: 64 << 30, ..SimConfig::default() };
+    let config = SimConfig {
+        cache_capacity_bytes: 64 << 30,
+        ..SimConfig::default()
+    };
     let records = ecfs(3_000, 11);
     let mut sims: Vec<ArchiveSim> = standard_systems(&config, layout(), "dataset-affinity")
         .unwrap()
@@ -119,22 +159,38 @@ fn energy_adds_up_and_is_the_sum_of_the_power_models_counters() {
         for s in sim.disk_stats() {
             sum.add(&s);
         }
-        assert_eq!(system.power, sum, "{}: the report is the models' counters", system.label);
+        assert_eq!(
+            system.power, sum,
+            "{}: the report is the models' counters",
+            system.label
+        );
         assert_eq!(system.spin_ups, sum.spin_ups);
         let by_state: f64 = PowerState::ALL
             .iter()
             .map(|&s| sum.ms_in_state[s.index()] as f64 * system.profile.watts(s) / 1000.0)
             .sum();
-        assert!((by_state - sum.joules).abs() <= 1e-6 * sum.joules.max(1.0), "{}", system.label);
+        assert!(
+            (by_state - sum.joules).abs() <= 1e-6 * sum.joules.max(1.0),
+            "{}",
+            system.label
+        );
         assert!((system.kwh * 3.6e6 - sum.joules).abs() <= 1e-6 * sum.joules.max(1.0));
-        assert_eq!(sum.total_ms(), system.disks as u64 * report.duration_ms, "{}: every disk accounted", system.label);
+        assert_eq!(
+            sum.total_ms(),
+            system.disks as u64 * report.duration_ms,
+            "{}: every disk accounted",
+            system.label
+        );
         let hours = system.disk_hours.off + system.spinning_disk_hours();
         assert!((hours - system.disks as f64 * report.duration_ms as f64 / 3.6e6).abs() < 1e-6);
     }
     let raid = &report.systems[2];
     assert_eq!(raid.label, "raid6 10+2 always-on");
     assert_eq!(raid.disk_hours.off, 0.0, "always on");
-    assert_eq!(raid.spin_ups, raid.disks as u64, "one spin-up per disk at the start");
+    assert_eq!(
+        raid.spin_ups, raid.disks as u64,
+        "one spin-up per disk at the start"
+    );
 }
 
 #[test]
@@ -143,7 +199,10 @@ fn power_budget_is_never_exceeded_and_makes_reads_wait() {
         .map(|i| get(i * 500, i, 10 * MB, &format!("b/set{}/o{i}", i % 40)))
         .collect();
     let run_with = |budget: Option<usize>| {
-        let config = SimConfig { budget_max_spinning: budget, ..SimConfig::default() };
+        let config = SimConfig {
+            budget_max_spinning: budget,
+            ..SimConfig::default()
+        };
         let spec = SystemSpec {
             label: "grid".into(),
             backend: Backend::Grid(layout()),
@@ -151,11 +210,17 @@ fn power_budget_is_never_exceeded_and_makes_reads_wait() {
         };
         let mut sim = ArchiveSim::new(&config, spec).unwrap();
         sim.set_check_invariants(true); // asserts the budget after every event
-        run(std::slice::from_mut(&mut sim), ok(records.clone()), "t").unwrap().systems.remove(0)
+        run(std::slice::from_mut(&mut sim), ok(records.clone()), "t")
+            .unwrap()
+            .systems
+            .remove(0)
     };
     let free = run_with(None);
     let capped = run_with(Some(4));
-    assert!(free.activity.max_spinning > 4, "the test must need more than the budget");
+    assert!(
+        free.activity.max_spinning > 4,
+        "the test must need more than the budget"
+    );
     assert!(capped.activity.max_spinning <= 4);
     assert!(capped.read_latency_mean_ms > free.read_latency_mean_ms);
     assert_eq!(capped.activity.reads, 200);
@@ -163,7 +228,10 @@ fn power_budget_is_never_exceeded_and_makes_reads_wait() {
 
 #[test]
 fn a_budget_smaller_than_a_persist_gang_is_refused() {
-    let config = SimConfig { budget_max_spinning: Some(3), ..SimConfig::default() };
+    let config = SimConfig {
+        budget_max_spinning: Some(3),
+        ..SimConfig::default()
+    };
     let err = standard_systems(&config, layout(), "random")
         .unwrap()
         .into_iter()
@@ -183,7 +251,10 @@ impl Placement for Bucket5 {
         if b[5].accepts(o.size_bytes) {
             Ok(5)
         } else {
-            Err(PlacementError::NoRoom { size_bytes: o.size_bytes, buckets: b.len() })
+            Err(PlacementError::NoRoom {
+                size_bytes: o.size_bytes,
+                buckets: b.len(),
+            })
         }
     }
 }
@@ -191,7 +262,11 @@ impl Placement for Bucket5 {
 #[test]
 fn the_simulation_places_objects_with_the_strategy_it_is_given() {
     let config = SimConfig::default();
-    let spec = SystemSpec { label: "grid bucket-5".into(), backend: Backend::Grid(layout()), placement: Box::new(Bucket5) };
+    let spec = SystemSpec {
+        label: "grid bucket-5".into(),
+        backend: Backend::Grid(layout()),
+        placement: Box::new(Bucket5),
+    };
     let mut sim = ArchiveSim::new(&config, spec).unwrap();
     run(std::slice::from_mut(&mut sim), ok(ecfs(2_000, 3)), "ecfs").unwrap();
     let geometry = Geometry::new(layout()).unwrap();
@@ -202,14 +277,20 @@ fn the_simulation_places_objects_with_the_strategy_it_is_given() {
     assert!(stats[d].spin_ups > 0);
     for (disk, s) in stats.iter().enumerate() {
         if !allowed.contains(&disk) {
-            assert_eq!(s.spin_ups, 0, "disk {disk} spun up though every object is on bucket 5");
+            assert_eq!(
+                s.spin_ups, 0,
+                "disk {disk} spun up though every object is on bucket 5"
+            );
         }
     }
 }
 
 #[test]
 fn every_registered_strategy_runs_by_name_and_strategies_change_the_result() {
-    let config = SimConfig { cache_capacity_bytes: 16 << 30, ..SimConfig::default() };
+    let config = SimConfig {
+        cache_capacity_bytes: 16 << 30,
+        ..SimConfig::default()
+    };
     let records = ecfs(3_000, 5);
     let mut spin_ups = Vec::new();
     for name in placement_names() {
@@ -219,21 +300,37 @@ fn every_registered_strategy_runs_by_name_and_strategies_change_the_result() {
     }
     spin_ups.sort_unstable();
     spin_ups.dedup();
-    assert!(spin_ups.len() > 1, "all strategies gave the same spin-ups: {spin_ups:?}");
+    assert!(
+        spin_ups.len() > 1,
+        "all strategies gave the same spin-ups: {spin_ups:?}"
+    );
     assert!(standard_systems(&config, layout(), "nearest").is_err());
 }
 
 #[test]
 fn the_watchdog_thresholds_from_the_config_drive_persistence() {
-    let records: Vec<Record> = (0..20u64).map(|i| put(i * 1_000, i, MB, &format!("b/d/o{i}"))).collect();
+    let records: Vec<Record> = (0..20u64)
+        .map(|i| put(i * 1_000, i, MB, &format!("b/d/o{i}")))
+        .collect();
     let eager = SimConfig {
-        watchdog: WatchdogConfig { max_age_ms: 0, ..WatchdogConfig::default() },
+        watchdog: WatchdogConfig {
+            max_age_ms: 0,
+            ..WatchdogConfig::default()
+        },
         ..SimConfig::default()
     };
-    let patient = grid_only(&SimConfig::default(), "dataset-affinity", records.clone()).systems.remove(0);
-    let eager = grid_only(&eager, "dataset-affinity", records).systems.remove(0);
+    let patient = grid_only(&SimConfig::default(), "dataset-affinity", records.clone())
+        .systems
+        .remove(0);
+    let eager = grid_only(&eager, "dataset-affinity", records)
+        .systems
+        .remove(0);
     assert_eq!(patient.activity.persists, 1, "180 s batches all 20 writes");
-    assert!(eager.activity.persists > 1, "persist at once: {}", eager.activity.persists);
+    assert!(
+        eager.activity.persists > 1,
+        "persist at once: {}",
+        eager.activity.persists
+    );
     assert_eq!(eager.activity.bytes_persisted, 20 * MB);
 }
 
@@ -256,10 +353,23 @@ fn dataset_affinity_saves_spin_ups_against_random_placement_on_datasets() {
         }
         t += 600_000;
     }
-    let config = SimConfig { cache_capacity_bytes: 1 << 30, ..SimConfig::default() };
-    let report = simulate(&config, standard_systems(&config, layout(), "dataset-affinity").unwrap(), ok(records), "t")
-        .unwrap();
+    let config = SimConfig {
+        cache_capacity_bytes: 1 << 30,
+        ..SimConfig::default()
+    };
+    let report = simulate(
+        &config,
+        standard_systems(&config, layout(), "dataset-affinity").unwrap(),
+        ok(records),
+        "t",
+    )
+    .unwrap();
     let (affinity, random) = (&report.systems[0], &report.systems[1]);
-    assert!(affinity.spin_ups * 2 < random.spin_ups, "{} vs {}", affinity.spin_ups, random.spin_ups);
+    assert!(
+        affinity.spin_ups * 2 < random.spin_ups,
+        "{} vs {}",
+        affinity.spin_ups,
+        random.spin_ups
+    );
     assert!(affinity.kwh < random.kwh);
 }

@@ -1,1 +1,148 @@
-//! permafrost-store (being written)
+//! # permafrost-store: the object store
+//!
+//! **Job.** Turn the archive engine (`permafrost-engine`) into an object store with S3 semantics
+//! (`docs/store.md`): S3 buckets and keys, a write-back cache on flash that takes uploads at the cache device's
+//! speed, content addressing (identical bytes stored once), compression (server-side chunks, or client
+//! pre-compressed data stored as sent), packing of small objects, placement of datasets on one grid bucket,
+//! persistence to the grid in the self-describing extent format, LRU eviction, garbage collection, verify and
+//! salvage. The S3 front end and the CLI sit on [`Store`]; its API is blocking.
+//!
+//! Data directory:
+//! ```text
+//! DATA/catalog.sqlite     the catalog (permafrost-catalog, docs/catalog.md)
+//! DATA/cache/contents/    one file per cached content (its stored bytes)
+//! DATA/cache/parts/       multipart parts (raw bytes)
+//! DATA/cache/tmp/         uploads in progress (removed on restart)
+//! DATA/grid/              the engine's directory (grid.toml, journal, disks)
+//! ```
+//!
+//! **Invariants.**
+//! - An acknowledged put (`PutHandle::finish` returned) is durable: its cache file is fsynced and renamed, and
+//!   the catalog row committed, before `finish` returns. Restart re-queues every content not yet persisted.
+//! - An object is visible only when complete; a crash mid-upload leaves only a temporary file, removed on restart.
+//! - LIST, HEAD, DELETE and COPY touch only the catalog: they never wake a disk.
+//! - Reads return verified bytes or an error: extents are checked against their crc32c and the catalog's BLAKE3
+//!   when read whole, a whole-object read against the content's BLAKE3; IDR and the grid are beneath.
+//! - A content is evicted from the cache only once persisted (all parity durable); it is deleted only after it
+//!   has been unreferenced for `gc_grace_ms`.
+//! - Memory is bounded: bodies stream through buffers of at most a few chunks.
+//!
+//! **Not here.** HTTP and S3 wire formats (crates/s3), formats (permafrost-format), decisions (permafrost-policy).
+
+mod cache;
+mod config;
+mod gc;
+mod multipart;
+mod persist;
+mod put;
+mod read;
+mod salvage;
+mod store;
+
+pub use config::{GridSetup, StoreConfig};
+pub use permafrost_catalog::{
+    BucketRecord, BucketSettings, Compression, ContentState, Encoding, ListPage, ListQuery,
+    ObjectRecord, StoredForm,
+};
+pub use permafrost_engine::WriteMode;
+pub use put::{Checksums, PutHandle, PutOptions};
+pub use read::ObjectReader;
+pub use salvage::{salvage_disk_image, SalvageProgress, SalvageReport};
+pub use store::{
+    ByteRange, MultipartUpload, ObjectInfo, PartInfo, ReplaceMetadata, StatusReport, Store,
+    VerifyProgress, VerifyReport, DECODED_LENGTH_META,
+};
+
+/// Errors of the store. Each variant maps to one S3 error code (its name) in `crates/s3`.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("no such bucket: {0}")]
+    NoSuchBucket(String),
+    #[error("no such key: {bucket}/{key}")]
+    NoSuchKey { bucket: String, key: String },
+    #[error("bucket {0} is not empty")]
+    BucketNotEmpty(String),
+    #[error("bucket {0} already exists (and is yours)")]
+    BucketAlreadyOwnedByYou(String),
+    #[error("bad digest: {0}")]
+    BadDigest(String),
+    #[error("invalid digest: {0}")]
+    InvalidDigest(String),
+    #[error("slow down: {0}")]
+    SlowDown(String),
+    #[error("invalid range: {0}")]
+    InvalidRange(String),
+    #[error("invalid part: {0}")]
+    InvalidPart(String),
+    #[error("invalid part order: {0}")]
+    InvalidPartOrder(String),
+    #[error("no such upload: {0}")]
+    NoSuchUpload(String),
+    #[error("entity too small: {0}")]
+    EntityTooSmall(String),
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+impl StoreError {
+    /// The S3 error code this error maps to.
+    pub fn s3_code(&self) -> &'static str {
+        match self {
+            StoreError::NoSuchBucket(_) => "NoSuchBucket",
+            StoreError::NoSuchKey { .. } => "NoSuchKey",
+            StoreError::BucketNotEmpty(_) => "BucketNotEmpty",
+            StoreError::BucketAlreadyOwnedByYou(_) => "BucketAlreadyOwnedByYou",
+            StoreError::BadDigest(_) => "BadDigest",
+            StoreError::InvalidDigest(_) => "InvalidDigest",
+            StoreError::SlowDown(_) => "SlowDown",
+            StoreError::InvalidRange(_) => "InvalidRange",
+            StoreError::InvalidPart(_) => "InvalidPart",
+            StoreError::InvalidPartOrder(_) => "InvalidPartOrder",
+            StoreError::NoSuchUpload(_) => "NoSuchUpload",
+            StoreError::EntityTooSmall(_) => "EntityTooSmall",
+            StoreError::InvalidArgument(_) => "InvalidArgument",
+            StoreError::Internal(_) => "InternalError",
+        }
+    }
+}
+
+impl From<permafrost_catalog::CatalogError> for StoreError {
+    fn from(e: permafrost_catalog::CatalogError) -> Self {
+        use permafrost_catalog::CatalogError as C;
+        match e {
+            C::NoSuchBucket(b) => StoreError::NoSuchBucket(b),
+            C::BucketExists(b) => StoreError::BucketAlreadyOwnedByYou(b),
+            C::BucketNotEmpty(b) => StoreError::BucketNotEmpty(b),
+            C::NoSuchKey { bucket, key } => StoreError::NoSuchKey { bucket, key },
+            C::NoSuchUpload(u) => StoreError::NoSuchUpload(u),
+            other => StoreError::Internal(other.to_string()),
+        }
+    }
+}
+
+impl From<permafrost_engine::Error> for StoreError {
+    fn from(e: permafrost_engine::Error) -> Self {
+        StoreError::Internal(format!("engine: {e}"))
+    }
+}
+
+impl From<permafrost_format::FormatError> for StoreError {
+    fn from(e: permafrost_format::FormatError) -> Self {
+        match e {
+            permafrost_format::FormatError::InvalidRange { .. } => {
+                StoreError::InvalidRange(e.to_string())
+            }
+            other => StoreError::Internal(format!("format: {other}")),
+        }
+    }
+}
+
+/// Result of store operations.
+pub type Result<T, E = StoreError> = std::result::Result<T, E>;
+
+/// An I/O error with what was being done.
+pub(crate) fn io_error(what: impl std::fmt::Display, e: std::io::Error) -> StoreError {
+    StoreError::Internal(format!("{what}: {e}"))
+}

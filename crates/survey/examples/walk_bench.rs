@@ -9,7 +9,11 @@ use std::time::Instant;
 use permafrost_survey::{survey, SurveyOptions};
 
 fn main() -> anyhow::Result<()> {
-    let root = PathBuf::from(std::env::args().nth(1).unwrap_or_else(|| "/usr/share".into()));
+    let root = PathBuf::from(
+        std::env::args()
+            .nth(1)
+            .unwrap_or_else(|| "/usr/share".into()),
+    );
     for pass in 0..2 {
         let started = Instant::now();
         let (mut entries, mut bytes) = (0u64, 0u64);

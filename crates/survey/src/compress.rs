@@ -100,7 +100,8 @@ impl ChunkSampler {
                 // Number of slots skipped before the next replacement: Geometric(probability).
                 let uniform: f64 = 1.0 - self.rng.gen::<f64>(); // in (0, 1]
                 let gap = (uniform.ln() / (-probability).ln_1p()).floor();
-                if !(gap < (slot_count - index) as f64) {
+                // NaN-safe: anything not below the remaining slots ends the round.
+                if gap.is_nan() || gap >= (slot_count - index) as f64 {
                     break;
                 }
                 index += gap as usize;

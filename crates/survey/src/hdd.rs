@@ -109,7 +109,8 @@ impl HddModel {
 
     /// Eq. 2.1 as printed, without the sector correction: `l / (t_seek + l / R_sus)`.
     pub fn eq_2_1_bytes_per_s(&self, request_bytes: f64) -> f64 {
-        request_bytes / (self.positioning_ms() / 1000.0 + request_bytes / self.sequential_bytes_per_s())
+        request_bytes
+            / (self.positioning_ms() / 1000.0 + request_bytes / self.sequential_bytes_per_s())
     }
 
     /// Request size at which eq. 2.1 reaches half the sustained rate: `t_seek · R_sus`.
@@ -183,7 +184,10 @@ mod tests {
             let n = sectors as f64;
             let r_sus_sectors = drive.sequential_bytes_per_s() / 512.0;
             let eq_4_1_bytes_per_s = 512.0 * n / (0.010 + n / r_sus_sectors);
-            assert_close(drive.throughput_bytes_per_s(sectors * 512), eq_4_1_bytes_per_s);
+            assert_close(
+                drive.throughput_bytes_per_s(sectors * 512),
+                eq_4_1_bytes_per_s,
+            );
         }
     }
 
@@ -192,7 +196,10 @@ mod tests {
         let drive = round_drive();
         let half = drive.half_rate_request_bytes();
         assert_close(half, 1048576.0);
-        assert_close(drive.eq_2_1_bytes_per_s(half), drive.sequential_bytes_per_s() / 2.0);
+        assert_close(
+            drive.eq_2_1_bytes_per_s(half),
+            drive.sequential_bytes_per_s() / 2.0,
+        );
     }
 
     #[test]
@@ -201,7 +208,10 @@ mod tests {
         let sizes = [0u64, 1, 100, 4096, 70_000, 3 << 20];
         let single: f64 = sizes.iter().map(|&s| drive.read_time_s(s)).sum();
         let transferred: u64 = sizes.iter().map(|&s| drive.transferred_bytes(s)).sum();
-        assert_close(drive.batch_read_time_s(sizes.len() as u64, transferred), single);
+        assert_close(
+            drive.batch_read_time_s(sizes.len() as u64, transferred),
+            single,
+        );
     }
 
     #[test]

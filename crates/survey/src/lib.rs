@@ -20,7 +20,16 @@
 //! - Unreadable entries are counted as errors and reported, never fatal; only an unusable root
 //!   or invalid options make [`survey`] fail.
 //!
-//! See `docs/survey.md` for what each number means.
+//! ```no_run
+//! use permafrost_survey::{render_text, survey, SurveyOptions};
+//! let result = survey(std::path::Path::new("/data/datasets"), &SurveyOptions::default())?;
+//! println!("{}", render_text(&result));
+//! println!("{} of {} bytes are in files below 1 MiB", result.packing.small_bytes, result.totals.bytes);
+//! # Ok::<(), permafrost_survey::SurveyError>(())
+//! ```
+//!
+//! The `permafrost` binary embeds [`cli::SurveyArgs`] as `permafrost survey` and calls
+//! [`cli::run`]. See `docs/survey.md` for what each number means.
 
 pub mod cli;
 mod compress;
@@ -131,12 +140,12 @@ impl SurveyOptions {
 #[derive(Debug, thiserror::Error)]
 pub enum SurveyError {
     /// The root could not be inspected.
-    #[error("cannot survey {path}: {source}")]
+    #[error("cannot survey {path}: {reason}")]
     Root {
         /// The root as given.
         path: PathBuf,
-        /// What the file system said.
-        source: std::io::Error,
+        /// What the file system said (part of the message, so not repeated as a source).
+        reason: std::io::Error,
     },
     /// The root exists but is not a directory.
     #[error("cannot survey {0}: not a directory")]
@@ -361,9 +370,9 @@ pub struct HddBin {
 /// entries below it are counted in [`Totals::errors`].
 pub fn survey(root: &Path, options: &SurveyOptions) -> Result<Survey, SurveyError> {
     options.validate()?;
-    let metadata = std::fs::metadata(root).map_err(|source| SurveyError::Root {
+    let metadata = std::fs::metadata(root).map_err(|reason| SurveyError::Root {
         path: root.to_path_buf(),
-        source,
+        reason,
     })?;
     if !metadata.is_dir() {
         return Err(SurveyError::NotADirectory(root.to_path_buf()));

@@ -37,20 +37,29 @@ fn charts(survey: &Survey) -> Vec<(&'static str, Chart)> {
         .iter()
         .map(|bin| format_boundary(bin.lower_bytes))
         .collect();
-    let by_count = Chart::bar("Files by size (power-of-two bins, lower bound)", size_labels.clone())
-        .x_label("file size (bytes, bin lower bound)")
-        .y_label("files")
-        .bars("files", survey.size_histogram.iter().map(|bin| bin.files as f64));
-    let by_bytes = Chart::bar("Bytes by file size (power-of-two bins, lower bound)", size_labels)
-        .x_label("file size (bytes, bin lower bound)")
-        .y_label("MiB")
-        .bars(
-            "MiB",
-            survey
-                .size_histogram
-                .iter()
-                .map(|bin| bin.bytes as f64 / BYTES_PER_MIB),
-        );
+    let by_count = Chart::bar(
+        "Files by size (power-of-two bins, lower bound)",
+        size_labels.clone(),
+    )
+    .x_label("file size (bytes, bin lower bound)")
+    .y_label("files")
+    .bars(
+        "files",
+        survey.size_histogram.iter().map(|bin| bin.files as f64),
+    );
+    let by_bytes = Chart::bar(
+        "Bytes by file size (power-of-two bins, lower bound)",
+        size_labels,
+    )
+    .x_label("file size (bytes, bin lower bound)")
+    .y_label("MiB")
+    .bars(
+        "MiB",
+        survey
+            .size_histogram
+            .iter()
+            .map(|bin| bin.bytes as f64 / BYTES_PER_MIB),
+    );
 
     let directory_bins = &survey.files_per_directory.bins;
     let per_directory = Chart::bar(
@@ -59,7 +68,10 @@ fn charts(survey: &Survey) -> Vec<(&'static str, Chart)> {
     )
     .x_label("files in the directory (bin lower bound)")
     .y_label("directories")
-    .bars("directories", directory_bins.iter().map(|bin| bin.directories as f64));
+    .bars(
+        "directories",
+        directory_bins.iter().map(|bin| bin.directories as f64),
+    );
 
     let top: Vec<_> = survey.extensions.iter().take(EXTENSION_BARS_MAX).collect();
     let percent = |part: u64, whole: u64| {
@@ -75,8 +87,16 @@ fn charts(survey: &Survey) -> Vec<(&'static str, Chart)> {
     )
     .x_label("extension")
     .y_label("share (%)")
-    .bars("% of bytes", top.iter().map(|row| percent(row.bytes, survey.totals.bytes)))
-    .bars("% of files", top.iter().map(|row| percent(row.files, survey.totals.files)));
+    .bars(
+        "% of bytes",
+        top.iter()
+            .map(|row| percent(row.bytes, survey.totals.bytes)),
+    )
+    .bars(
+        "% of files",
+        top.iter()
+            .map(|row| percent(row.files, survey.totals.files)),
+    );
 
     let model = survey.options.hdd;
     let request_sizes: Vec<u64> = (0..=30).map(|power| 1u64 << power).collect();

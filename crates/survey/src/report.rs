@@ -23,7 +23,13 @@ const EXTENSION_ROWS_PRINTED: usize = 15;
 /// The index range from the first to the last non-zero entry, if any.
 fn occupied_span(counts: impl Iterator<Item = u64> + Clone) -> Option<(usize, usize)> {
     let first = counts.clone().position(|c| c > 0)?;
-    let last = BINS - 1 - counts.collect::<Vec<_>>().iter().rev().position(|&c| c > 0)?;
+    let last = BINS
+        - 1
+        - counts
+            .collect::<Vec<_>>()
+            .iter()
+            .rev()
+            .position(|&c| c > 0)?;
     Some((first, last))
 }
 
@@ -213,7 +219,8 @@ fn recommend(survey: &Survey) -> Vec<String> {
     let totals = &survey.totals;
     let options = &survey.options;
     if totals.files == 0 {
-        advice.push("The tree holds no regular files; there is nothing to pack or compress.".into());
+        advice
+            .push("The tree holds no regular files; there is nothing to pack or compress.".into());
         return advice;
     }
 
@@ -327,7 +334,8 @@ fn recommend(survey: &Survey) -> Vec<String> {
     let directories = &survey.files_per_directory;
     if directories.empty_directories + directories.single_file_directories > 0 {
         advice.push(format!(
-            "{} directories are empty and {} hold a single file: these levels of hierarchy can be eliminated.",
+            "{} directories are empty and {} hold a single file; the study found such directories easy to \
+             eliminate (merge single files into their parent or into a container).",
             directories.empty_directories, directories.single_file_directories
         ));
     }

@@ -11,9 +11,9 @@ pub fn parse_bytes(text: &str) -> Result<u64, String> {
         .find(|c: char| !(c.is_ascii_digit() || c == '.'))
         .unwrap_or(trimmed.len());
     let (number, unit) = trimmed.split_at(split);
-    let value: f64 = number
-        .parse()
-        .map_err(|_| format!("`{text}` is not a byte quantity (expected e.g. 4096, 64KiB, 1MiB)"))?;
+    let value: f64 = number.parse().map_err(|_| {
+        format!("`{text}` is not a byte quantity (expected e.g. 4096, 64KiB, 1MiB)")
+    })?;
     let multiplier: f64 = match unit.trim().to_ascii_lowercase().as_str() {
         "" | "b" => 1.0,
         "k" | "kib" => 1024.0,
@@ -24,7 +24,11 @@ pub fn parse_bytes(text: &str) -> Result<u64, String> {
         "mb" => 1e6,
         "gb" => 1e9,
         "tb" => 1e12,
-        other => return Err(format!("`{text}`: unknown byte unit `{other}` (use B, KiB, MiB, GiB, TiB, KB, MB, GB, TB)")),
+        other => {
+            return Err(format!(
+                "`{text}`: unknown byte unit `{other}` (use B, KiB, MiB, GiB, TiB, KB, MB, GB, TB)"
+            ))
+        }
     };
     let bytes = value * multiplier;
     if !bytes.is_finite() || bytes < 0.0 || bytes > u64::MAX as f64 {
@@ -59,7 +63,7 @@ pub fn format_boundary(bytes: u64) -> String {
     const UNITS: [&str; 7] = ["", "K", "M", "G", "T", "P", "E"];
     let mut value = bytes;
     let mut unit = 0;
-    while value >= 1024 && value % 1024 == 0 && unit + 1 < UNITS.len() {
+    while value >= 1024 && value.is_multiple_of(1024) && unit + 1 < UNITS.len() {
         value /= 1024;
         unit += 1;
     }

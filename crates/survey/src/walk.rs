@@ -4,7 +4,7 @@
 use std::collections::{HashMap, HashSet};
 use std::ffi::OsStr;
 use std::fs::Metadata;
-use std::os::unix::fs::{FileTypeExt, MetadataExt};
+use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -110,9 +110,9 @@ pub(crate) fn walk(
     threads: usize,
 ) -> Result<Tally, SurveyError> {
     let root_device = std::fs::metadata(root)
-        .map_err(|source| SurveyError::Root {
+        .map_err(|reason| SurveyError::Root {
             path: root.to_path_buf(),
-            source,
+            reason,
         })?
         .dev();
     let directories = Arc::new(Mutex::new(DirectoryTally::default()));
@@ -197,7 +197,7 @@ pub(crate) fn walk(
 
     for entry in walker {
         entries += 1;
-        if entries % 4096 == 0 {
+        if entries.is_multiple_of(4096) {
             progress.set_message(format!(
                 "{} files, {}",
                 tally.totals.files,
@@ -241,20 +241,16 @@ pub(crate) fn walk(
             }
             let path = entry.path();
             add_file(&mut tally, options, block_bytes, &path, &metadata);
-        } else if file_type.is_block_device()
-            || file_type.is_char_device()
-            || file_type.is_fifo()
-            || file_type.is_socket()
-        {
-            tally.totals.special_files += 1;
         } else {
+            // Block and character devices, FIFOs, sockets.
             tally.totals.special_files += 1;
         }
     }
     progress.finish_and_clear();
 
     tally.directories = std::mem::take(&mut *directories.lock().expect("directory tally poisoned"));
-    tally.totals.other_file_system_directories = *other_file_system.lock().expect("counter poisoned");
+    tally.totals.other_file_system_directories =
+        *other_file_system.lock().expect("counter poisoned");
     Ok(tally)
 }
 
@@ -391,7 +387,10 @@ mod tests {
         assert_eq!(bin_bounds(0), (0, 1));
         for value in [1u64, 5, 4096, 65535, 65536, 1 << 40] {
             let (lower, upper) = bin_bounds(bin_of(value));
-            assert!(lower <= value && value < upper, "{value} not in [{lower}, {upper})");
+            assert!(
+                lower <= value && value < upper,
+                "{value} not in [{lower}, {upper})"
+            );
         }
     }
 

@@ -30,7 +30,11 @@ fn known_tree(root: &Path) {
     std::os::unix::fs::symlink("a.txt", root.join("link")).unwrap();
     let fifo = std::ffi::CString::new(root.join("fifo").to_str().unwrap()).unwrap();
     // SAFETY: a valid NUL-terminated path.
-    assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0, "mkfifo failed");
+    assert_eq!(
+        unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) },
+        0,
+        "mkfifo failed"
+    );
     fs::create_dir_all(root.join("sub/deep")).unwrap();
     fs::create_dir(root.join("empty_dir")).unwrap();
     fs::write(root.join("sub/d.json"), text_bytes(4096)).unwrap();
@@ -142,7 +146,15 @@ fn space_overhead_uses_measured_allocation_and_the_block_model() {
     known_tree(dir.path());
     let result = survey(dir.path(), &quick_options()).unwrap();
     let mut allocated = 0u64;
-    for name in ["a.txt", "b.TXT", "c.bin", "sub/d.json", "sub/e", "sub/deep/f.dat", "sub/deep/g.dat"] {
+    for name in [
+        "a.txt",
+        "b.TXT",
+        "c.bin",
+        "sub/d.json",
+        "sub/e",
+        "sub/deep/f.dat",
+        "sub/deep/g.dat",
+    ] {
         allocated += fs::metadata(dir.path().join(name)).unwrap().blocks() * 512;
     }
     let space = &result.space;
@@ -196,13 +208,23 @@ fn hdd_prediction_matches_hand_computed_time_for_the_tree() {
     let transferred = 512 + 5120 + 4096 + 512 + 70_144 + (2u64 << 20);
     let read_s = 6.0 * 0.010 + transferred as f64 / (100.0 * 1048576.0);
     assert_eq!(result.hdd.requests, 6);
-    assert!((result.hdd.read_s - read_s).abs() < 1e-12, "{} != {read_s}", result.hdd.read_s);
+    assert!(
+        (result.hdd.read_s - read_s).abs() < 1e-12,
+        "{} != {read_s}",
+        result.hdd.read_s
+    );
     let throughput = result.totals.bytes as f64 / read_s / 1048576.0;
     assert!((result.hdd.throughput_mib_s - throughput).abs() < 1e-9);
     // Packed: the 2 MiB file as before (10 ms + 20 ms), the small bytes as one extent.
-    let packed_s = 0.010 + (2u64 << 20) as f64 / (100.0 * 1048576.0) + 0.010 + 79_197.0 / (100.0 * 1048576.0);
+    let packed_s =
+        0.010 + (2u64 << 20) as f64 / (100.0 * 1048576.0) + 0.010 + 79_197.0 / (100.0 * 1048576.0);
     assert!((result.hdd.packed_read_s - packed_s).abs() < 1e-12);
-    let time_shares: f64 = result.hdd.bins.iter().map(|bin| bin.read_time_fraction).sum();
+    let time_shares: f64 = result
+        .hdd
+        .bins
+        .iter()
+        .map(|bin| bin.read_time_fraction)
+        .sum();
     assert!((time_shares - 1.0).abs() < 1e-9);
 }
 
@@ -224,20 +246,35 @@ fn compression_of(dir: &Path, seed: u64) -> permafrost_survey::CompressionEstima
 
 #[test]
 fn compressible_data_is_estimated_to_save_much_and_random_data_nothing() {
-    let text = tree_of(&[("log.txt", text_bytes(3 << 20)), ("more.txt", text_bytes(200_000))]);
-    let random = tree_of(&[("noise.bin", random_bytes(3 << 20, 9)), ("more.bin", random_bytes(200_000, 10))]);
+    let text = tree_of(&[
+        ("log.txt", text_bytes(3 << 20)),
+        ("more.txt", text_bytes(200_000)),
+    ]);
+    let random = tree_of(&[
+        ("noise.bin", random_bytes(3 << 20, 9)),
+        ("more.bin", random_bytes(200_000, 10)),
+    ]);
     let text_estimate = compression_of(text.path(), 1);
     let random_estimate = compression_of(random.path(), 1);
     assert!(text_estimate.saved_fraction > 0.9, "{text_estimate:?}");
-    assert_eq!(random_estimate.saved_fraction, 0.0, "the 12.5 % rule keeps random chunks raw");
+    assert_eq!(
+        random_estimate.saved_fraction, 0.0,
+        "the 12.5 % rule keeps random chunks raw"
+    );
     assert_eq!(random_estimate.chunks_left_raw_fraction, 1.0);
-    assert!(text_estimate.sampled_bytes <= 4 << 20, "the sample budget bounds the bytes read");
+    assert!(
+        text_estimate.sampled_bytes <= 4 << 20,
+        "the sample budget bounds the bytes read"
+    );
     assert_eq!(text_estimate.picks, 32, "4 MiB budget / 128 KiB chunks");
 }
 
 #[test]
 fn mixed_tree_estimate_lands_between_and_is_reproducible() {
-    let mixed = tree_of(&[("log.txt", text_bytes(2 << 20)), ("noise.bin", random_bytes(2 << 20, 11))]);
+    let mixed = tree_of(&[
+        ("log.txt", text_bytes(2 << 20)),
+        ("noise.bin", random_bytes(2 << 20, 11)),
+    ]);
     let estimate = compression_of(mixed.path(), 5);
     // Half the bytes save > 90 %, half save nothing: about 0.47, within the stated interval.
     let [low, high] = estimate.saved_fraction_ci95;
@@ -308,8 +345,22 @@ fn serial_and_parallel_walks_agree() {
             fs::write(sub.join(format!("{j}.log")), text_bytes(i * 100 + j)).unwrap();
         }
     }
-    let serial = survey(dir.path(), &SurveyOptions { threads: 1, ..quick_options() }).unwrap();
-    let parallel = survey(dir.path(), &SurveyOptions { threads: 4, ..quick_options() }).unwrap();
+    let serial = survey(
+        dir.path(),
+        &SurveyOptions {
+            threads: 1,
+            ..quick_options()
+        },
+    )
+    .unwrap();
+    let parallel = survey(
+        dir.path(),
+        &SurveyOptions {
+            threads: 4,
+            ..quick_options()
+        },
+    )
+    .unwrap();
     assert_eq!(serial.totals.files, parallel.totals.files);
     assert_eq!(serial.totals.bytes, parallel.totals.bytes);
     assert_eq!(serial.totals.directories, parallel.totals.directories);

@@ -42,16 +42,24 @@ pub enum TraceCommand {
 /// Parses `123ms`, `90s`, `15m`, `12h`, `30d` (or a bare number of seconds) into milliseconds.
 pub fn parse_duration_ms(text: &str) -> Result<u64, String> {
     let text = text.trim();
-    let split = text.find(|c: char| !c.is_ascii_digit() && c != '.').unwrap_or(text.len());
+    let split = text
+        .find(|c: char| !c.is_ascii_digit() && c != '.')
+        .unwrap_or(text.len());
     let (number, unit) = text.split_at(split);
-    let value: f64 = number.parse().map_err(|_| format!("duration {text:?}: expected a number followed by ms, s, m, h or d"))?;
+    let value: f64 = number.parse().map_err(|_| {
+        format!("duration {text:?}: expected a number followed by ms, s, m, h or d")
+    })?;
     let unit_ms = match unit {
         "ms" => 1.0,
         "" | "s" => 1e3,
         "m" | "min" => 60e3,
         "h" => 3600e3,
         "d" => 86_400e3,
-        _ => return Err(format!("duration {text:?}: unknown unit {unit:?} (use ms, s, m, h or d)")),
+        _ => {
+            return Err(format!(
+                "duration {text:?}: unknown unit {unit:?} (use ms, s, m, h or d)"
+            ))
+        }
     };
     Ok((value * unit_ms).round() as u64)
 }
@@ -70,11 +78,24 @@ fn progress_bar(length: u64, what: &str) -> ProgressBar {
 /// Runs a `trace` subcommand.
 pub fn run(command: TraceCommand) -> Result<()> {
     match command {
-        TraceCommand::Gen { profile, requests, duration, seed, output } => {
-            let options = GenOptions { requests, seed, duration_ms: duration };
+        TraceCommand::Gen {
+            profile,
+            requests,
+            duration,
+            seed,
+            output,
+        } => {
+            let options = GenOptions {
+                requests,
+                seed,
+                duration_ms: duration,
+            };
             let bar = progress_bar(requests, "generating");
             let mut writer = if output.as_os_str() == "-" {
-                crate::TraceWriter::new(Box::new(std::io::BufWriter::with_capacity(1 << 20, std::io::stdout())) as Box<dyn std::io::Write + Send>)?
+                crate::TraceWriter::new(Box::new(std::io::BufWriter::with_capacity(
+                    1 << 20,
+                    std::io::stdout(),
+                )) as Box<dyn std::io::Write + Send>)?
             } else {
                 create_trace_file(&output)?
             };
@@ -93,7 +114,9 @@ pub fn run(command: TraceCommand) -> Result<()> {
             Ok(())
         }
         TraceCommand::Stats { trace, json } => {
-            let length = std::fs::metadata(&trace).with_context(|| format!("trace {}", trace.display()))?.len();
+            let length = std::fs::metadata(&trace)
+                .with_context(|| format!("trace {}", trace.display()))?
+                .len();
             let read_bytes = Arc::new(AtomicU64::new(0));
             let reader = TraceReader::open_with_progress(&trace, Some(read_bytes.clone()))?;
             let bar = progress_bar(length, "reading");

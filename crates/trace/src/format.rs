@@ -8,7 +8,8 @@ use std::io::Write;
 /// The first line of every version-1 trace.
 pub const HEADER_V1: &str = "#permafrost-trace v1";
 /// The second line: the field names, for people reading the file.
-pub const FIELDS_LINE: &str = "#fields\ttime_ms\top\tobject\tsize_bytes\tuser\tsession\tnext_ms\ttarget\tpath";
+pub const FIELDS_LINE: &str =
+    "#fields\ttime_ms\top\tobject\tsize_bytes\tuser\tsession\tnext_ms\ttarget\tpath";
 /// Number of tab-separated fields in a record line.
 pub const FIELD_COUNT: usize = 9;
 
@@ -24,7 +25,11 @@ impl<W: Write> TraceWriter<W> {
     /// Starts a trace on `out` by writing the header.
     pub fn new(mut out: W) -> Result<TraceWriter<W>, TraceError> {
         writeln!(out, "{HEADER_V1}\n{FIELDS_LINE}").map_err(TraceError::write)?;
-        Ok(TraceWriter { out, line: String::with_capacity(128), records_written: 0 })
+        Ok(TraceWriter {
+            out,
+            line: String::with_capacity(128),
+            records_written: 0,
+        })
     }
 
     /// Appends one record. Refuses a path containing a tab or line break (it would break the
@@ -49,7 +54,12 @@ impl<W: Write> TraceWriter<W> {
         let _ = write!(
             self.line,
             "{}\t{}\t{}\t{}\t{}\t{}\t",
-            record.time_ms, record.op, record.object, record.size_bytes, record.user, record.session
+            record.time_ms,
+            record.op,
+            record.object,
+            record.size_bytes,
+            record.user,
+            record.session
         );
         let _ = match record.next_access {
             NextAccess::Unknown => write!(self.line, "-\t"),
@@ -62,7 +72,9 @@ impl<W: Write> TraceWriter<W> {
         };
         self.line.push_str(record.path.as_deref().unwrap_or("-"));
         self.line.push('\n');
-        self.out.write_all(self.line.as_bytes()).map_err(TraceError::write)?;
+        self.out
+            .write_all(self.line.as_bytes())
+            .map_err(TraceError::write)?;
         self.records_written += 1;
         Ok(())
     }
@@ -92,7 +104,9 @@ pub fn parse_line(line: &str, line_number: u64) -> Result<Record, TraceError> {
     let mut next = |name: &str| {
         fields.next().ok_or_else(|| TraceError::Parse {
             line: line_number,
-            reason: format!("missing field {name} (a record has {FIELD_COUNT} tab-separated fields)"),
+            reason: format!(
+                "missing field {name} (a record has {FIELD_COUNT} tab-separated fields)"
+            ),
         })
     };
     let time_ms = parse_u64(next("time_ms")?, "time_ms", line_number)?;
@@ -128,5 +142,15 @@ pub fn parse_line(line: &str, line_number: u64) -> Result<Record, TraceError> {
             reason: "a RENAME needs a target and other operations must have '-'".into(),
         });
     }
-    Ok(Record { time_ms, op, object, size_bytes, user, session, target, next_access, path })
+    Ok(Record {
+        time_ms,
+        op,
+        object,
+        size_bytes,
+        user,
+        session,
+        target,
+        next_access,
+        path,
+    })
 }

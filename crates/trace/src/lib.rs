@@ -77,11 +77,19 @@ impl TraceError {
 }
 
 /// Opens `path` for writing a trace; a name ending in `.gz` is gzip-compressed.
-pub fn create_trace_file(path: &std::path::Path) -> Result<TraceWriter<Box<dyn std::io::Write + Send>>, TraceError> {
-    let file = std::fs::File::create(path).map_err(|source| TraceError::Io { path: path.to_path_buf(), source })?;
+pub fn create_trace_file(
+    path: &std::path::Path,
+) -> Result<TraceWriter<Box<dyn std::io::Write + Send>>, TraceError> {
+    let file = std::fs::File::create(path).map_err(|source| TraceError::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
     let buffered = std::io::BufWriter::with_capacity(1 << 20, file);
     let out: Box<dyn std::io::Write + Send> = if path.extension().is_some_and(|ext| ext == "gz") {
-        Box::new(flate2::write::GzEncoder::new(buffered, flate2::Compression::fast()))
+        Box::new(flate2::write::GzEncoder::new(
+            buffered,
+            flate2::Compression::fast(),
+        ))
     } else {
         Box::new(buffered)
     };

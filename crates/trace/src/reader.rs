@@ -43,7 +43,8 @@ struct CountingRead<R> {
 impl<R: Read> Read for CountingRead<R> {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
         let n = self.inner.read(buf)?;
-        self.count.fetch_add(n as u64, std::sync::atomic::Ordering::Relaxed);
+        self.count
+            .fetch_add(n as u64, std::sync::atomic::Ordering::Relaxed);
         Ok(n)
     }
 }
@@ -59,13 +60,23 @@ impl TraceReader {
         path: &Path,
         progress: Option<std::sync::Arc<std::sync::atomic::AtomicU64>>,
     ) -> Result<TraceReader, TraceError> {
-        let io_error = |source| TraceError::Io { path: PathBuf::from(path), source };
-        let mut file = BufReader::with_capacity(READ_BUFFER_BYTES, File::open(path).map_err(io_error)?);
-        let gzip = file.fill_buf().map_err(io_error)?.starts_with(&[0x1f, 0x8b]);
+        let io_error = |source| TraceError::Io {
+            path: PathBuf::from(path),
+            source,
+        };
+        let mut file =
+            BufReader::with_capacity(READ_BUFFER_BYTES, File::open(path).map_err(io_error)?);
+        let gzip = file
+            .fill_buf()
+            .map_err(io_error)?
+            .starts_with(&[0x1f, 0x8b]);
         let count = progress.unwrap_or_default();
         let raw = CountingRead { inner: file, count };
         let input: Box<dyn BufRead + Send> = if gzip {
-            Box::new(BufReader::with_capacity(READ_BUFFER_BYTES, flate2::read::MultiGzDecoder::new(raw)))
+            Box::new(BufReader::with_capacity(
+                READ_BUFFER_BYTES,
+                flate2::read::MultiGzDecoder::new(raw),
+            ))
         } else {
             Box::new(BufReader::with_capacity(READ_BUFFER_BYTES, raw))
         };
@@ -73,12 +84,17 @@ impl TraceReader {
     }
 
     /// Reads a trace from any buffered input; `source` names it in error messages.
-    pub fn from_reader(mut input: Box<dyn BufRead + Send>, source: &str) -> Result<TraceReader, TraceError> {
+    pub fn from_reader(
+        mut input: Box<dyn BufRead + Send>,
+        source: &str,
+    ) -> Result<TraceReader, TraceError> {
         let mut first = String::new();
-        input.read_line(&mut first).map_err(|source_error| TraceError::Io {
-            path: PathBuf::from(source),
-            source: source_error,
-        })?;
+        input
+            .read_line(&mut first)
+            .map_err(|source_error| TraceError::Io {
+                path: PathBuf::from(source),
+                source: source_error,
+            })?;
         let first_trimmed = first.trim_end();
         let (format, pending) = if first_trimmed.starts_with("#permafrost-trace") {
             if first_trimmed != HEADER_V1 {
@@ -131,10 +147,13 @@ impl TraceReader {
                 line_number = 1;
             } else {
                 self.line.clear();
-                let n = self.input.read_line(&mut self.line).map_err(|source| TraceError::Io {
-                    path: PathBuf::from(&self.source),
-                    source,
-                })?;
+                let n = self
+                    .input
+                    .read_line(&mut self.line)
+                    .map_err(|source| TraceError::Io {
+                        path: PathBuf::from(&self.source),
+                        source,
+                    })?;
                 if n == 0 {
                     return Ok(None);
                 }

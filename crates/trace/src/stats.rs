@@ -34,7 +34,9 @@ impl Percentiles {
             return Percentiles::default();
         }
         values.sort_unstable_by(|a, b| a.total_cmp(b));
-        let rank = |p: f64| values[(((p * values.len() as f64).ceil() as usize).max(1) - 1).min(values.len() - 1)];
+        let rank = |p: f64| {
+            values[(((p * values.len() as f64).ceil() as usize).max(1) - 1).min(values.len() - 1)]
+        };
         Percentiles {
             p05: rank(0.05),
             p50: rank(0.50),
@@ -293,7 +295,8 @@ impl TraceStatsBuilder {
                     objects: self.class_objects[i],
                     bytes: self.class_bytes[i],
                     object_share: self.class_objects[i] as f64 / objects,
-                    mean_size_bytes: self.class_bytes[i] as f64 / self.class_objects[i].max(1) as f64,
+                    mean_size_bytes: self.class_bytes[i] as f64
+                        / self.class_objects[i].max(1) as f64,
                     gets: self.class_gets[i].0,
                     get_bytes: self.class_gets[i].1,
                     puts: self.class_puts[i].0,
@@ -314,7 +317,10 @@ fn session_stats(sessions: &HashMap<u64, SessionState>, gets_total: u64) -> Sess
     };
     let mut by_user: HashMap<u32, Vec<(u64, u64)>> = HashMap::new();
     for session in &all {
-        by_user.entry(session.user).or_default().push((session.first_ms, session.last_ms));
+        by_user
+            .entry(session.user)
+            .or_default()
+            .push((session.first_ms, session.last_ms));
     }
     let mut gaps = Vec::new();
     for spans in by_user.values_mut() {
@@ -360,7 +366,11 @@ impl TraceStats {
         let days = (self.last_ms - self.first_ms) as f64 / 86_400_000.0;
         let _ = writeln!(out, "{} records over {days:.2} days\n", self.records);
         let _ = writeln!(out, "Operations (Table 2.3)");
-        let _ = writeln!(out, "{:<8} {:>12} {:>8} {:>14}", "op", "requests", "share", "bytes");
+        let _ = writeln!(
+            out,
+            "{:<8} {:>12} {:>8} {:>14}",
+            "op", "requests", "share", "bytes"
+        );
         for op in Op::ALL {
             let i = op.index();
             let _ = writeln!(
@@ -386,7 +396,15 @@ impl TraceStats {
         let _ = writeln!(
             out,
             "{:<9} {:>11} {:>7} {:>12} {:>12} {:>10} {:>12} {:>10} {:>12}",
-            "class", "objects", "share", "capacity", "mean size", "GETs", "GET bytes", "PUTs", "PUT bytes"
+            "class",
+            "objects",
+            "share",
+            "capacity",
+            "mean size",
+            "GETs",
+            "GET bytes",
+            "PUTs",
+            "PUT bytes"
         );
         for class in &self.size_classes {
             let _ = writeln!(
@@ -413,7 +431,11 @@ impl TraceStats {
             100.0 * s.with_put_fraction,
             100.0 * s.reget_fraction_of_gets
         );
-        let _ = writeln!(out, "{:<28} {:>10} {:>10} {:>12} {:>10} {:>10} {:>10}", "key", "P05", "P50", "mean", "P95", "P99", "count");
+        let _ = writeln!(
+            out,
+            "{:<28} {:>10} {:>10} {:>12} {:>10} {:>10} {:>10}",
+            "key", "P05", "P50", "mean", "P95", "P99", "count"
+        );
         for (name, p) in [
             ("Actions per session", &s.actions),
             ("GET requests per session", &s.gets),

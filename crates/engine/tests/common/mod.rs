@@ -41,7 +41,11 @@ pub fn open_faulty(dir: &Path) -> (Engine, Vec<FaultHandle>) {
         power_profile: None,
     };
     let engine = Engine::open_with(dir, options).expect("open grid");
-    let handles = handles.lock().iter().map(|h| h.clone().expect("every disk wrapped")).collect();
+    let handles = handles
+        .lock()
+        .iter()
+        .map(|h| h.clone().expect("every disk wrapped"))
+        .collect();
     (engine, handles)
 }
 
@@ -52,8 +56,16 @@ pub fn pattern(seed: u64, len: usize) -> Vec<u8> {
     v
 }
 
-pub fn write(engine: &Engine, bucket: usize, offset: u64, data: &[u8], mode: WriteMode) -> Vec<u64> {
-    let mut promise = engine.write(bucket, offset, data.len() as u64, mode).unwrap();
+pub fn write(
+    engine: &Engine,
+    bucket: usize,
+    offset: u64,
+    data: &[u8],
+    mode: WriteMode,
+) -> Vec<u64> {
+    let mut promise = engine
+        .write(bucket, offset, data.len() as u64, mode)
+        .unwrap();
     // Append in uneven pieces to exercise chunking.
     for piece in data.chunks(700_001) {
         promise.append(piece).unwrap();
@@ -63,13 +75,20 @@ pub fn write(engine: &Engine, bucket: usize, offset: u64, data: &[u8], mode: Wri
 
 pub fn read(engine: &Engine, bucket: usize, offset: u64, len: u64) -> std::io::Result<Vec<u8>> {
     let mut out = Vec::new();
-    engine.read(bucket, offset, len).unwrap().read_to_end(&mut out)?;
+    engine
+        .read(bucket, offset, len)
+        .unwrap()
+        .read_to_end(&mut out)?;
     Ok(out)
 }
 
 pub fn assert_parity_clean(engine: &Engine) {
     let report = engine.verify_parity(&|_, _| {}).unwrap();
-    assert!(report.mismatches.is_empty(), "parity mismatches: {:?}", report.mismatches);
+    assert!(
+        report.mismatches.is_empty(),
+        "parity mismatches: {:?}",
+        report.mismatches
+    );
     assert_eq!(report.groups_skipped, 0);
 }
 
@@ -92,5 +111,7 @@ pub fn spin_ups(engine: &Engine) -> Vec<u64> {
 
 /// Disks whose spin-up count changed.
 pub fn spun_up(before: &[u64], after: &[u64]) -> Vec<usize> {
-    (0..before.len()).filter(|&d| after[d] != before[d]).collect()
+    (0..before.len())
+        .filter(|&d| after[d] != before[d])
+        .collect()
 }

@@ -62,7 +62,10 @@ impl TestDisk {
         buf
     }
     pub fn io_counts(&self) -> (u64, u64) {
-        (self.reads.load(Ordering::SeqCst), self.writes.load(Ordering::SeqCst))
+        (
+            self.reads.load(Ordering::SeqCst),
+            self.writes.load(Ordering::SeqCst),
+        )
     }
 }
 
@@ -72,7 +75,9 @@ impl Disk for TestDisk {
     }
     fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<(), DiskError> {
         if self.failed.load(Ordering::SeqCst) {
-            return Err(DiskError::Failed { disk: self.describe() });
+            return Err(DiskError::Failed {
+                disk: self.describe(),
+            });
         }
         check_io(self, offset, buf.len())?;
         self.reads.fetch_add(1, Ordering::SeqCst);
@@ -90,7 +95,9 @@ impl Disk for TestDisk {
     }
     fn write_at(&self, offset: u64, buf: &[u8]) -> Result<(), DiskError> {
         if self.failed.load(Ordering::SeqCst) {
-            return Err(DiskError::Failed { disk: self.describe() });
+            return Err(DiskError::Failed {
+                disk: self.describe(),
+            });
         }
         check_io(self, offset, buf.len())?;
         self.writes.fetch_add(1, Ordering::SeqCst);
@@ -126,7 +133,11 @@ impl Shape {
             CodecKind::Spc16 => (16, 1),
             CodecKind::Rs16x2 => (16, 2),
         };
-        Shape { n, k, s: config.scramble_groups as u64 }
+        Shape {
+            n,
+            k,
+            s: config.scramble_groups as u64,
+        }
     }
     pub fn physical_blocks(&self) -> u64 {
         2 + self.s * (self.n + self.k)
@@ -180,9 +191,15 @@ pub fn pattern(len: usize, seed: u64) -> Vec<u8> {
 }
 
 pub fn spc(s: usize) -> IdrConfig {
-    IdrConfig { codec: CodecKind::Spc16, scramble_groups: s }
+    IdrConfig {
+        codec: CodecKind::Spc16,
+        scramble_groups: s,
+    }
 }
 
 pub fn rs(s: usize) -> IdrConfig {
-    IdrConfig { codec: CodecKind::Rs16x2, scramble_groups: s }
+    IdrConfig {
+        codec: CodecKind::Rs16x2,
+        scramble_groups: s,
+    }
 }

@@ -23,6 +23,8 @@ use std::collections::BinaryHeap;
 const ACTIONS_MAX: u64 = 20_000;
 /// Objects remembered per session for re-gets.
 const SESSION_HISTORY_MAX: usize = 64;
+/// Feedback gain of the operation mix, in requests of deficit per unit of probability.
+const MIX_FEEDBACK_REQUESTS: f64 = 256.0;
 /// Attempts to find a live object before giving up on a pick.
 const PICK_TRIES: usize = 8;
 
@@ -33,7 +35,11 @@ pub(crate) enum SizeModel {
     /// chosen so the class's mean size is `mean_bytes`.
     Classes(Vec<ClassShare>),
     /// Log-normal, clamped.
-    LogNormal { dist: LogNormal, min_bytes: u64, max_bytes: u64 },
+    LogNormal {
+        dist: LogNormal,
+        min_bytes: u64,
+        max_bytes: u64,
+    },
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -47,7 +53,12 @@ pub(crate) struct ClassShare {
 impl ClassShare {
     fn new(count: f64, low_bytes: u64, high_bytes: u64, mean_bytes: f64) -> ClassShare {
         let exponent = (high_bytes - low_bytes) as f64 / (mean_bytes - low_bytes as f64) - 1.0;
-        ClassShare { share: count, low_bytes, high_bytes, exponent }
+        ClassShare {
+            share: count,
+            low_bytes,
+            high_bytes,
+            exponent,
+        }
     }
 }
 
@@ -68,11 +79,16 @@ impl SizeModel {
                 let span = (chosen.high_bytes - chosen.low_bytes) as f64;
                 let size = chosen.low_bytes as f64 + span * rng.gen::<f64>().powf(chosen.exponent);
                 // Stay inside the class: strictly above its lower bound (bounds are inclusive above).
-                (size as u64).clamp(chosen.low_bytes + u64::from(chosen.low_bytes > 0), chosen.high_bytes)
+                (size as u64).clamp(
+                    chosen.low_bytes + u64::from(chosen.low_bytes > 0),
+                    chosen.high_bytes,
+                )
             }
-            SizeModel::LogNormal { dist, min_bytes, max_bytes } => {
-                (dist.sample(rng) as u64).clamp(*min_bytes, *max_bytes)
-            }
+            SizeModel::LogNormal {
+                dist,
+                min_bytes,
+                max_bytes,
+            } => (dist.sample(rng) as u64).clamp(*min_bytes, *max_bytes),
         }
     }
 }
@@ -96,6 +112,8 @@ pub(crate) struct ArchiveParams {
     hot_objects: f64,
     /// Recency bias of hot re-reads: index from the newest = len · u^bias.
     hot_recency_bias: f64,
+    /// Recency bias of first reads among the objects marked to be read (same form).
+    pending_recency_bias: f64,
     /// Session kinds: shares of read-only and write-only sessions (the rest is mixed).
     read_only_sessions: f64,
     write_only_sessions: f64,
@@ -135,6 +153,7 @@ impl ArchiveParams {
             // Fig. 2.5: 50 % of GETs hit less than 5 % of the files; 3 % hot leaves margin.
             hot_objects: 0.03,
             hot_recency_bias: 3.0,
+            pending_recency_bias: 3.0,
             // Table 2.4: 1,083,067 of 2,709,343 sessions have GETs, 2,274,645 have PUTs.
             read_only_sessions: 1.0 - 2_274_645.0 / 2_709_343.0,
             write_only_sessions: 1.0 - 1_083_067.0 / 2_709_343.0,
@@ -222,6 +241,8 @@ pub(crate) struct ArchiveGenerator {
     hot: Vec<u32>,
     next_id: u64,
     sessions_started: u64,
+    /// Records produced per operation (GET, PUT, DEL, RENAME).
+    op_counts: [u64; 4],
     // Derived probabilities.
     first_read_share: f64,
     preexisting_share_of_first_reads: f64,
@@ -242,29 +263,35 @@ impl ArchiveGenerator {
         let read_per_request = (1.0 - params.never_read) * objects_per_request;
         let preexisting_per_request = params.preexisting * objects_per_request;
         let first_read_share = (read_per_request / get).min(1.0);
-        let preexisting_share_of_first_reads = (preexisting_per_request / read_per_request).min(1.0);
-        let mark_for_read = ((read_per_request - preexisting_per_request) / new_per_request).clamp(0.0, 1.0);
+        let preexisting_share_of_first_reads =
+            (preexisting_per_request / read_per_request).min(1.0);
+        let mark_for_read =
+            ((read_per_request - preexisting_per_request) / new_per_request).clamp(0.0, 1.0);
         let hot_on_first_read = (params.hot_objects / (1.0 - params.never_read)).min(1.0);
         // Single-action sessions cannot be mixed: the mixed sessions are drawn among the others,
         // so the fractions of sessions with a GET and with a PUT come out as given.
         let single_share = params.actions.cdf(1.5);
         let mixed = 1.0 - params.read_only_sessions - params.write_only_sessions;
         let mixed_among_multi = (mixed / (1.0 - single_share)).min(1.0);
-        let read_only_among_single = params.read_only_sessions / (params.read_only_sessions + params.write_only_sessions);
+        let read_only_among_single =
+            params.read_only_sessions / (params.read_only_sessions + params.write_only_sessions);
         let read_only_among_multi = (1.0 - mixed_among_multi) * read_only_among_single;
         let mixed_get_share = ((get - read_only_among_multi) / mixed_among_multi).clamp(0.0, 1.0);
 
         // Enough streams to put `requests` into the duration.
         let duration_ms = options
             .duration_ms
-            .unwrap_or_else(|| (options.requests as f64 / params.real_requests_per_day * DAY_MS as f64) as u64)
+            .unwrap_or_else(|| {
+                (options.requests as f64 / params.real_requests_per_day * DAY_MS as f64) as u64
+            })
             .max(1);
         let mean_actions = (params.actions.mu + params.actions.sigma.powi(2) / 2.0).exp();
         let mean_cycle_ms = ((params.lifetime_s.mu + params.lifetime_s.sigma.powi(2) / 2.0).exp()
             + (params.gap_s.mu + params.gap_s.sigma.powi(2) / 2.0).exp())
             * SECOND_MS as f64;
         let sessions = options.requests as f64 / mean_actions;
-        let stream_count = ((sessions * mean_cycle_ms / duration_ms as f64).ceil() as usize).clamp(1, 100_000);
+        let stream_count =
+            ((sessions * mean_cycle_ms / duration_ms as f64).ceil() as usize).clamp(1, 100_000);
 
         let mut generator = ArchiveGenerator {
             params,
@@ -277,6 +304,7 @@ impl ArchiveGenerator {
             hot: Vec::new(),
             next_id: 1,
             sessions_started: 0,
+            op_counts: [0; 4],
             first_read_share,
             preexisting_share_of_first_reads,
             mark_for_read,
@@ -304,7 +332,11 @@ impl ArchiveGenerator {
     fn start_session(&mut self, index: usize, start_ms: u64) {
         let rng = &mut self.rng;
         let actions = (self.params.actions.sample(rng).round() as u64).clamp(1, ACTIONS_MAX);
-        let lifetime_ms = if actions == 1 { 0 } else { (self.params.lifetime_s.sample(rng) * SECOND_MS as f64) as u64 };
+        let lifetime_ms = if actions == 1 {
+            0
+        } else {
+            (self.params.lifetime_s.sample(rng) * SECOND_MS as f64) as u64
+        };
         let mut times: Vec<u64> = Vec::with_capacity(actions as usize);
         times.push(start_ms);
         if actions > 1 {
@@ -314,7 +346,11 @@ impl ArchiveGenerator {
             }
         }
         times.sort_unstable_by(|a, b| b.cmp(a));
-        let mixed_share = if actions == 1 { 0.0 } else { self.mixed_among_multi };
+        let mixed_share = if actions == 1 {
+            0.0
+        } else {
+            self.mixed_among_multi
+        };
         let kind = if rng.gen::<f64>() < mixed_share {
             SessionKind::Mixed
         } else if rng.gen::<f64>() < self.read_only_among_single {
@@ -334,7 +370,11 @@ impl ArchiveGenerator {
 
     fn new_object(&mut self) -> u32 {
         let size_bytes = self.params.sizes.sample(&mut self.rng);
-        self.objects.push(Object { id: self.next_id, size_bytes, alive: true });
+        self.objects.push(Object {
+            id: self.next_id,
+            size_bytes,
+            alive: true,
+        });
         self.next_id += 1;
         (self.objects.len() - 1) as u32
     }
@@ -355,8 +395,12 @@ impl ArchiveGenerator {
                 if self.pending_reads.is_empty() {
                     break;
                 }
-                let index = self.rng.gen_range(0..self.pending_reads.len());
-                let candidate = self.pending_reads.swap_remove(index);
+                // Files are mostly read back soon after they were written: bias to recent ones.
+                let len = self.pending_reads.len();
+                let back = (len as f64
+                    * self.rng.gen::<f64>().powf(self.params.pending_recency_bias))
+                    as usize;
+                let candidate = self.pending_reads.swap_remove(len - 1 - back.min(len - 1));
                 if self.objects[candidate as usize].alive {
                     slot = Some(candidate);
                     break;
@@ -376,7 +420,9 @@ impl ArchiveGenerator {
             if self.hot.is_empty() {
                 return None;
             }
-            let back = (self.hot.len() as f64 * self.rng.gen::<f64>().powf(self.params.hot_recency_bias)) as usize;
+            let back = (self.hot.len() as f64
+                * self.rng.gen::<f64>().powf(self.params.hot_recency_bias))
+                as usize;
             let index = self.hot.len() - 1 - back.min(self.hot.len() - 1);
             let slot = self.hot[index];
             if self.objects[slot as usize].alive {
@@ -391,22 +437,44 @@ impl ArchiveGenerator {
         // A mixed session reads and writes; a write-only session writes: their first actions say so.
         match (kind, done) {
             (SessionKind::Mixed, 0) => return Op::Get,
-            (SessionKind::Mixed, 1) | (SessionKind::WriteOnly, 0) if self.params.op_share[1] > 0.0 => return Op::Put,
+            (SessionKind::Mixed, 1) | (SessionKind::WriteOnly, 0)
+                if self.params.op_share[1] > 0.0 =>
+            {
+                return Op::Put
+            }
             _ => {}
         }
-        let [_, put, del, rename] = self.params.op_share;
+        // Long read-only or write-only sessions would make the mix wander from the target; the
+        // free choices lean against the running deficit of each operation (feedback gain: one
+        // unit of probability per `MIX_FEEDBACK_REQUESTS` requests of deficit).
+        let [get, put, del, rename] = self.params.op_share;
+        let done_total: u64 = self.op_counts.iter().sum();
         let get_share = match kind {
             SessionKind::ReadOnly => 1.0,
             SessionKind::WriteOnly => 0.0,
-            SessionKind::Mixed => self.mixed_get_share,
+            SessionKind::Mixed => {
+                let deficit = get * done_total as f64 - self.op_counts[0] as f64;
+                (self.mixed_get_share + deficit / MIX_FEEDBACK_REQUESTS).clamp(0.0, 1.0)
+            }
         };
         if self.rng.gen::<f64>() < get_share {
             return Op::Get;
         }
-        let u = self.rng.gen::<f64>() * (put + del + rename);
-        if u < put {
+        let writes_done = (done_total - self.op_counts[0]) as f64;
+        let write_share = put + del + rename;
+        let weight = |share: f64, count: u64| {
+            let deficit = share / write_share * writes_done - count as f64;
+            (share / write_share + deficit / MIX_FEEDBACK_REQUESTS).max(0.0)
+        };
+        let weights = [
+            weight(put, self.op_counts[1]),
+            weight(del, self.op_counts[2]),
+            weight(rename, self.op_counts[3]),
+        ];
+        let u = self.rng.gen::<f64>() * weights.iter().sum::<f64>();
+        if u < weights[0] || weights.iter().sum::<f64>() == 0.0 {
             Op::Put
-        } else if u < put + del {
+        } else if u < weights[0] + weights[1] {
             Op::Del
         } else {
             Op::Rename
@@ -418,7 +486,11 @@ impl ArchiveGenerator {
         self.streams[index].done += 1;
         let op = self.choose_op(kind, done);
         let (user, session) = (self.streams[index].user, self.streams[index].session);
-        let record = |op, object: &Object| Record { user, session, ..Record::new(time_ms, op, object.id, object.size_bytes) };
+        let record = |op, object: &Object| Record {
+            user,
+            session,
+            ..Record::new(time_ms, op, object.id, object.size_bytes)
+        };
         match op {
             Op::Get => {
                 let u: f64 = self.rng.gen();
@@ -428,7 +500,11 @@ impl ArchiveGenerator {
                 } else if u < self.first_read_share + self.params.session_reget && history_len > 0 {
                     let pick = self.rng.gen_range(0..history_len);
                     let slot = self.streams[index].history[pick];
-                    if self.objects[slot as usize].alive { slot } else { self.first_read() }
+                    if self.objects[slot as usize].alive {
+                        slot
+                    } else {
+                        self.first_read()
+                    }
                 } else {
                     match self.hot_reread() {
                         Some(slot) => slot,
@@ -445,10 +521,15 @@ impl ArchiveGenerator {
                 record(Op::Get, &self.objects[slot as usize])
             }
             Op::Put => {
-                let overwrite = if self.rng.gen::<f64>() < self.params.overwrite { self.random_live_object() } else { None };
+                let overwrite = if self.rng.gen::<f64>() < self.params.overwrite {
+                    self.random_live_object()
+                } else {
+                    None
+                };
                 let slot = match overwrite {
                     Some(slot) => {
-                        self.objects[slot as usize].size_bytes = self.params.sizes.sample(&mut self.rng);
+                        self.objects[slot as usize].size_bytes =
+                            self.params.sizes.sample(&mut self.rng);
                         slot
                     }
                     None => {
@@ -476,7 +557,10 @@ impl ArchiveGenerator {
                     let before = self.objects[slot as usize];
                     self.objects[slot as usize].id = self.next_id;
                     self.next_id += 1;
-                    Record { target: Some(self.next_id - 1), ..record(Op::Rename, &before) }
+                    Record {
+                        target: Some(self.next_id - 1),
+                        ..record(Op::Rename, &before)
+                    }
                 }
                 None => {
                     let slot = self.new_object();
@@ -509,6 +593,7 @@ impl Iterator for ArchiveGenerator {
             }
         }
         self.requests_left -= 1;
+        self.op_counts[record.op.index()] += 1;
         Some(record)
     }
 }

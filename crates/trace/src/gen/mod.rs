@@ -55,10 +55,22 @@ impl Iterator for Generator {
 /// A generator for `profile` with `options`.
 pub fn generate(profile: Profile, options: &GenOptions) -> Generator {
     let inner: Box<dyn Iterator<Item = Record> + Send> = match profile {
-        Profile::Ecfs => Box::new(archive::ArchiveGenerator::new(archive::ArchiveParams::ecfs(), options)),
-        Profile::Mars => Box::new(archive::ArchiveGenerator::new(archive::ArchiveParams::mars(), options)),
-        Profile::Vlbi => Box::new(vlbi::VlbiGenerator::new(vlbi::VlbiParams::default(), options)),
-        Profile::Robotics => Box::new(robotics::RoboticsGenerator::new(robotics::RoboticsParams::default(), options)),
+        Profile::Ecfs => Box::new(archive::ArchiveGenerator::new(
+            archive::ArchiveParams::ecfs(),
+            options,
+        )),
+        Profile::Mars => Box::new(archive::ArchiveGenerator::new(
+            archive::ArchiveParams::mars(),
+            options,
+        )),
+        Profile::Vlbi => Box::new(vlbi::VlbiGenerator::new(
+            vlbi::VlbiParams::default(),
+            options,
+        )),
+        Profile::Robotics => Box::new(robotics::RoboticsGenerator::new(
+            robotics::RoboticsParams::default(),
+            options,
+        )),
     };
     Generator { inner }
 }
@@ -78,19 +90,31 @@ pub(crate) struct LogNormal {
 
 impl LogNormal {
     pub(crate) fn from_median_mean(median: f64, mean: f64) -> LogNormal {
-        assert!(median > 0.0 && mean > median, "log-normal needs 0 < median < mean");
-        LogNormal { mu: median.ln(), sigma: (2.0 * (mean / median).ln()).sqrt() }
+        assert!(
+            median > 0.0 && mean > median,
+            "log-normal needs 0 < median < mean"
+        );
+        LogNormal {
+            mu: median.ln(),
+            sigma: (2.0 * (mean / median).ln()).sqrt(),
+        }
     }
 
     /// The log-normal whose mixture with a point mass of `zero_share` at 0 has the given median
     /// and mean (the mass at 0 must be below one half).
     pub(crate) fn with_zero_share(median: f64, mean: f64, zero_share: f64) -> LogNormal {
-        assert!((0.0..0.5).contains(&zero_share), "the zeros must not reach the median");
+        assert!(
+            (0.0..0.5).contains(&zero_share),
+            "the zeros must not reach the median"
+        );
         let z = normal_quantile((0.5 - zero_share) / (1.0 - zero_share));
         // mu + sigma·z = ln(median) and mu + sigma²/2 = ln(mean / (1 - zero_share)).
         let difference = (mean / (1.0 - zero_share)).ln() - median.ln();
         let sigma = z + (z * z + 2.0 * difference).sqrt();
-        LogNormal { mu: median.ln() - sigma * z, sigma }
+        LogNormal {
+            mu: median.ln() - sigma * z,
+            sigma,
+        }
     }
 
     /// Probability of a value below `x`.
@@ -106,9 +130,16 @@ impl LogNormal {
 /// The standard normal distribution function (Abramowitz & Stegun 7.1.26, |error| < 1.5e-7).
 pub(crate) fn normal_cdf(x: f64) -> f64 {
     let t = 1.0 / (1.0 + 0.327_591_1 * x.abs() / std::f64::consts::SQRT_2);
-    let poly = t * (0.254_829_592 + t * (-0.284_496_736 + t * (1.421_413_741 + t * (-1.453_152_027 + t * 1.061_405_429))));
+    let poly = t
+        * (0.254_829_592
+            + t * (-0.284_496_736
+                + t * (1.421_413_741 + t * (-1.453_152_027 + t * 1.061_405_429))));
     let erf = 1.0 - poly * (-(x * x) / 2.0).exp();
-    if x >= 0.0 { 0.5 * (1.0 + erf) } else { 0.5 * (1.0 - erf) }
+    if x >= 0.0 {
+        0.5 * (1.0 + erf)
+    } else {
+        0.5 * (1.0 - erf)
+    }
 }
 
 /// The inverse of [`normal_cdf`], by bisection.
@@ -116,7 +147,11 @@ pub(crate) fn normal_quantile(p: f64) -> f64 {
     let (mut low, mut high) = (-10.0, 10.0);
     for _ in 0..100 {
         let mid = (low + high) / 2.0;
-        if normal_cdf(mid) < p { low = mid } else { high = mid }
+        if normal_cdf(mid) < p {
+            low = mid
+        } else {
+            high = mid
+        }
     }
     (low + high) / 2.0
 }

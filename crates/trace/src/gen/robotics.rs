@@ -113,12 +113,20 @@ impl RoboticsGenerator {
         let mut files = Vec::new();
         for channel in 0..p.channels {
             for part in 0..self.rng.gen_range(1..=p.files_per_channel_max) {
-                let size = log_uniform(&mut self.rng, p.channel_file_bytes.0, p.channel_file_bytes.1) as u64;
-                files.push((size, format!("ds{number:06}/ch{channel}/part{part:03}.blob")));
+                let size = log_uniform(
+                    &mut self.rng,
+                    p.channel_file_bytes.0,
+                    p.channel_file_bytes.1,
+                ) as u64;
+                files.push((
+                    size,
+                    format!("ds{number:06}/ch{channel}/part{part:03}.blob"),
+                ));
             }
         }
         for frame in 0..p.small_files {
-            let size = log_uniform(&mut self.rng, p.small_file_bytes.0, p.small_file_bytes.1) as u64;
+            let size =
+                log_uniform(&mut self.rng, p.small_file_bytes.0, p.small_file_bytes.1) as u64;
             files.push((size, format!("ds{number:06}/frames/{frame:04}.jpg")));
         }
         files.push((0, format!("ds{number:06}/DONE")));
@@ -139,21 +147,34 @@ impl RoboticsGenerator {
         }
         let end_ms = now_ms + p.run_ms;
         if self.rng.gen::<f64>() < p.annotated_fraction {
-            let ready_ms = end_ms + self.rng.gen_range(p.annotation_delay_ms.0..=p.annotation_delay_ms.1);
+            let ready_ms = end_ms
+                + self
+                    .rng
+                    .gen_range(p.annotation_delay_ms.0..=p.annotation_delay_ms.1);
             self.read_all(&written, ready_ms, 2, number);
-            self.annotated.push(Dataset { ready_ms, files: written, number });
+            self.annotated.push(Dataset {
+                ready_ms,
+                files: written,
+                number,
+            });
         } else {
             for (index, (id, size, path)) in written.into_iter().enumerate() {
                 let record = Record {
                     user: 1,
                     session: number,
                     path: Some(path),
-                    ..Record::new(end_ms + p.retention_ms + index as u64 * SECOND_MS, Op::Del, id, size)
+                    ..Record::new(
+                        end_ms + p.retention_ms + index as u64 * SECOND_MS,
+                        Op::Del,
+                        id,
+                        size,
+                    )
                 };
                 self.schedule(record.time_ms, Event::Emit(record));
             }
         }
-        let gap_ms = (-self.rng.gen::<f64>().max(f64::MIN_POSITIVE).ln() * p.run_interval_ms_mean) as u64;
+        let gap_ms =
+            (-self.rng.gen::<f64>().max(f64::MIN_POSITIVE).ln() * p.run_interval_ms_mean) as u64;
         self.schedule(now_ms + gap_ms.max(p.run_ms), Event::NewRun);
     }
 
@@ -170,14 +191,21 @@ impl RoboticsGenerator {
     }
 
     fn train(&mut self, now_ms: u64) {
-        let ready: Vec<usize> = (0..self.annotated.len()).filter(|i| self.annotated[*i].ready_ms <= now_ms).collect();
+        let ready: Vec<usize> = (0..self.annotated.len())
+            .filter(|i| self.annotated[*i].ready_ms <= now_ms)
+            .collect();
         if !ready.is_empty() {
             let job = now_ms / self.params.training_interval_ms;
             let mut start_ms = now_ms;
             for _ in 0..self.params.training_datasets {
                 let dataset = &self.annotated[ready[self.rng.gen_range(0..ready.len())]];
                 let (files, number) = (dataset.files.clone(), dataset.number);
-                self.read_all(&files, start_ms, 3, 1_000_000_000 + job * 1000 + number % 1000);
+                self.read_all(
+                    &files,
+                    start_ms,
+                    3,
+                    1_000_000_000 + job * 1000 + number % 1000,
+                );
                 start_ms += files.len() as u64 * SECOND_MS;
             }
         }
@@ -194,7 +222,11 @@ impl Iterator for RoboticsGenerator {
             if time_ms >= self.end_ms {
                 break;
             }
-            match self.payloads.remove(&sequence).expect("every scheduled event has a payload") {
+            match self
+                .payloads
+                .remove(&sequence)
+                .expect("every scheduled event has a payload")
+            {
                 Event::Emit(record) => {
                     self.requests_left -= 1;
                     return Some(record);

@@ -110,15 +110,29 @@ impl VlbiGenerator {
         let average_ms = (size_bytes as f64 / p.run_bytes * p.run_ms as f64) as u64;
         let gap_ms = average_ms.saturating_sub(write_ms).max(p.scan_gap_ms_min);
         self.scan_in_run += 1;
-        let key = RecordKey { op_is_delete: false, object: self.next_id, size_bytes, run: self.run, scan: self.scan_in_run };
+        let key = RecordKey {
+            op_is_delete: false,
+            object: self.next_id,
+            size_bytes,
+            run: self.run,
+            scan: self.scan_in_run,
+        };
         self.next_id += 1;
         let time_ms = self.write_ms;
         let jitter = self.rng.gen_range(0..=2 * p.retention_jitter_ms);
         let read_ms = time_ms + write_ms + p.retention_ms - p.retention_jitter_ms + jitter;
         let delete_ms = read_ms + write_ms;
         self.sequence += 2;
-        self.later.push(Reverse((read_ms, self.sequence - 1, key.clone())));
-        self.later.push(Reverse((delete_ms, self.sequence, RecordKey { op_is_delete: true, ..key.clone() })));
+        self.later
+            .push(Reverse((read_ms, self.sequence - 1, key.clone())));
+        self.later.push(Reverse((
+            delete_ms,
+            self.sequence,
+            RecordKey {
+                op_is_delete: true,
+                ..key.clone()
+            },
+        )));
         // Next scan; a new run when this one is over.
         self.write_ms = time_ms + write_ms + gap_ms;
         if self.write_ms >= self.run_start_ms + p.run_ms {
@@ -138,7 +152,10 @@ impl Iterator for VlbiGenerator {
         if self.requests_left == 0 {
             return None;
         }
-        let due_later = self.later.peek().is_some_and(|Reverse((time_ms, _, _))| *time_ms <= self.write_ms);
+        let due_later = self
+            .later
+            .peek()
+            .is_some_and(|Reverse((time_ms, _, _))| *time_ms <= self.write_ms);
         let record = if due_later {
             let Reverse((time_ms, _, key)) = self.later.pop()?;
             let op = if key.op_is_delete { Op::Del } else { Op::Get };

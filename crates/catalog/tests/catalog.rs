@@ -1,0 +1,524 @@
+//! Behaviour of the SQLite catalog through the `Catalog` trait.
+
+use permafrost_catalog::*;
+
+fn open() -> (tempfile::TempDir, SqliteCatalog) {
+    let dir = tempfile::tempdir().unwrap();
+    let catalog = SqliteCatalog::open(&dir.path().join("catalog.sqlite")).unwrap();
+    (dir, catalog)
+}
+
+fn cid(n: u8) -> ContentId {
+    ContentId {
+        hash: [n; 32],
+        encoding: Encoding::Identity,
+    }
+}
+
+fn new_content(n: u8, path: &str) -> NewContent {
+    NewContent {
+        id: cid(n),
+        logical_bytes: 100,
+        stored_bytes: 80,
+        stored_form: StoredForm::Chunked,
+        chunk_index: vec![1, 2, 3],
+        md5: [n; 16],
+        cache_path: path.into(),
+    }
+}
+
+fn object(bucket: &str, key: &str, n: u8) -> ObjectRecord {
+    ObjectRecord {
+        bucket: bucket.into(),
+        key: key.into(),
+        content: cid(n),
+        size_bytes: 100,
+        etag: format!("\"{n}\""),
+        last_modified_ms: 1,
+        content_type: Some("text/plain".into()),
+        user_metadata: vec![("a".into(), "b".into())],
+        checksums: vec![],
+        dataset: format!("{bucket}/d"),
+    }
+}
+
+fn put(c: &SqliteCatalog, bucket: &str, key: &str, n: u8) -> PutOutcome {
+    c.put_object(
+        &object(bucket, key, n),
+        &new_content(n, &format!("{key}.{n}")),
+        10,
+    )
+    .unwrap()
+}
+
+#[test]
+fn buckets_are_created_listed_and_deleted_only_when_empty() {
+    let (_d, c) = open();
+    c.create_bucket("b", &BucketSettings::default()).unwrap();
+    assert!(matches!(
+        c.create_bucket("b", &BucketSettings::default()),
+        Err(CatalogError::BucketExists(_))
+    ));
+    assert_eq!(c.list_buckets().unwrap().len(), 1);
+    put(&c, "b", "k", 1);
+    assert!(matches!(
+        c.delete_bucket("b"),
+        Err(CatalogError::BucketNotEmpty(_))
+    ));
+    assert!(c.delete_object("b", "k", 11).unwrap());
+    c.delete_bucket("b").unwrap();
+    assert!(c.get_bucket("b").unwrap().is_none());
+    assert!(matches!(
+        c.delete_bucket("b"),
+        Err(CatalogError::NoSuchBucket(_))
+    ));
+}
+
+#[test]
+fn put_round_trips_every_field() {
+    let (_d, c) = open();
+    c.create_bucket(
+        "b",
+        &BucketSettings {
+            compression: Compression::Lz4,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(
+        c.get_bucket("b").unwrap().unwrap().settings.compression,
+        Compression::Lz4
+    );
+    let outcome = put(&c, "b", "dir/ünïcode key", 7);
+    assert!(!outcome.deduplicated);
+    let (o, content) = c.get_object("b", "dir/ünïcode key").unwrap().unwrap();
+    assert_eq!(o, object("b", "dir/ünïcode key", 7));
+    assert_eq!(content.refcount, 1);
+    assert_eq!(content.state, ContentState::Cached);
+    assert_eq!(content.chunk_index, vec![1, 2, 3]);
+    assert_eq!(content.cache_path.as_deref(), Some("dir/ünïcode key.7"));
+    assert!(matches!(
+        c.put_object(&object("nope", "k", 1), &new_content(1, "x"), 1),
+        Err(CatalogError::NoSuchBucket(_))
+    ));
+}
+
+#[test]
+fn identical_content_is_stored_once_and_refcounted() {
+    let (_d, c) = open();
+    c.create_bucket("b", &BucketSettings::default()).unwrap();
+    assert!(!put(&c, "b", "k0", 5).deduplicated);
+    for i in 1..10 {
+        let outcome = put(&c, "b", &format!("k{i}"), 5);
+        assert!(outcome.deduplicated);
+        assert_eq!(
+            outcome.work.len(),
+            1,
+            "the duplicate's cache file is scheduled for deletion"
+        );
+    }
+    assert_eq!(c.get_content(&cid(5)).unwrap().unwrap().refcount, 10);
+    for i in 0..9 {
+        c.delete_object("b", &format!("k{i}"), 20).unwrap();
+    }
+    let content = c.get_content(&cid(5)).unwrap().unwrap();
+    assert_eq!((content.refcount, content.unreferenced_since_ms), (1, None));
+    assert!(c.gc_candidates(u64::MAX, 10).unwrap().is_empty());
+    c.delete_object("b", "k9", 30).unwrap();
+    assert_eq!(
+        c.get_content(&cid(5))
+            .unwrap()
+            .unwrap()
+            .unreferenced_since_ms,
+        Some(30)
+    );
+    assert!(
+        c.gc_candidates(29, 10).unwrap().is_empty(),
+        "grace period respected"
+    );
+    assert_eq!(c.gc_candidates(30, 10).unwrap(), vec![cid(5)]);
+    assert_eq!(
+        c.gc_candidates(u64::MAX, 10).unwrap(),
+        vec![cid(5)],
+        "no grace at all"
+    );
+    let gc = c.gc_content(&cid(5)).unwrap();
+    assert_eq!(gc.contents_removed, 1);
+    assert_eq!(gc.work.len(), 1);
+    assert!(c.get_content(&cid(5)).unwrap().is_none());
+    assert!(c.check().unwrap().is_empty());
+}
+
+#[test]
+fn overwriting_a_key_moves_the_reference() {
+    let (_d, c) = open();
+    c.create_bucket("b", &BucketSettings::default()).unwrap();
+    put(&c, "b", "k", 1);
+    put(&c, "b", "k", 2);
+    assert_eq!(c.get_content(&cid(1)).unwrap().unwrap().refcount, 0);
+    assert_eq!(c.get_content(&cid(2)).unwrap().unwrap().refcount, 1);
+    assert!(c.check().unwrap().is_empty());
+}
+
+#[test]
+fn copy_adds_a_reference_and_copy_onto_itself_keeps_the_content() {
+    let (_d, c) = open();
+    c.create_bucket("b", &BucketSettings::default()).unwrap();
+    c.create_bucket("c", &BucketSettings::default()).unwrap();
+    put(&c, "b", "k", 1);
+    let copy = c.copy_object("b", "k", &object("c", "k2", 99), 5).unwrap();
+    assert_eq!(copy.content, cid(1));
+    assert_eq!(c.get_content(&cid(1)).unwrap().unwrap().refcount, 2);
+    c.copy_object("b", "k", &object("b", "k", 99), 6).unwrap();
+    assert_eq!(c.get_content(&cid(1)).unwrap().unwrap().refcount, 2);
+    assert!(matches!(
+        c.copy_object("b", "missing", &object("c", "x", 1), 7),
+        Err(CatalogError::NoSuchKey { .. })
+    ));
+    assert!(c.check().unwrap().is_empty());
+}
+
+#[test]
+fn listing_uses_prefix_delimiter_and_pages() {
+    let (_d, c) = open();
+    c.create_bucket("b", &BucketSettings::default()).unwrap();
+    for key in ["a/1", "a/2", "b/x/1", "c", "d/1", "e"] {
+        put(&c, "b", key, 1);
+    }
+    let page = c
+        .list_objects(
+            "b",
+            &ListQuery {
+                delimiter: Some("/".into()),
+                max_keys: 3,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    assert_eq!(page.common_prefixes, vec!["a/", "b/"]);
+    assert_eq!(
+        page.objects
+            .iter()
+            .map(|o| o.key.as_str())
+            .collect::<Vec<_>>(),
+        vec!["c"]
+    );
+    assert!(page.is_truncated);
+    let page = c
+        .list_objects(
+            "b",
+            &ListQuery {
+                delimiter: Some("/".into()),
+                max_keys: 3,
+                start_after: page.next_start_after,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    assert_eq!(page.common_prefixes, vec!["d/"]);
+    assert_eq!(
+        page.objects
+            .iter()
+            .map(|o| o.key.as_str())
+            .collect::<Vec<_>>(),
+        vec!["e"]
+    );
+    assert!(!page.is_truncated);
+    let page = c
+        .list_objects(
+            "b",
+            &ListQuery {
+                prefix: "b/".into(),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    assert_eq!(page.objects.len(), 1);
+    assert!(matches!(
+        c.list_objects("zz", &ListQuery::default()),
+        Err(CatalogError::NoSuchBucket(_))
+    ));
+}
+
+#[test]
+fn extents_are_allocated_without_overlap_and_freed_ranges_are_reused() {
+    let (_d, c) = open();
+    c.create_bucket("b", &BucketSettings::default()).unwrap();
+    put(&c, "b", "k1", 1);
+    put(&c, "b", "k2", 2);
+    c.place_content(&cid(1), 3).unwrap();
+    c.place_content(&cid(2), 3).unwrap();
+    let out = c.outstanding().unwrap();
+    assert_eq!(out.len(), 1);
+    assert_eq!(
+        (out[0].grid_bucket, out[0].stored_bytes, out[0].contents),
+        (3, 160, 2)
+    );
+    let ext = |len| NewExtent {
+        length_bytes: len,
+        payload_bytes: len - 100,
+        object_id: [1; 16],
+        extent_no: 0,
+        kind: ExtentKind::Content,
+    };
+    let e1 = c
+        .begin_extents(3, 1 << 20, &[ext(8192)], &[cid(1)])
+        .unwrap();
+    let e2 = c
+        .begin_extents(3, 1 << 20, &[ext(4096)], &[cid(2)])
+        .unwrap();
+    assert_eq!((e1[0].offset, e2[0].offset), (0, 8192));
+    assert_eq!(
+        c.get_content(&cid(1)).unwrap().unwrap().state,
+        ContentState::Persisting
+    );
+    assert_eq!(c.unwritten_extents().unwrap().len(), 2);
+    let seg = |n, e: &ExtentRecord| SegmentRecord {
+        content: cid(n),
+        seq: 0,
+        extent_id: e.extent_id,
+        offset_in_payload: 64,
+        length_bytes: 80,
+    };
+    c.finish_extents(
+        &[(e1[0].extent_id, [7; 32])],
+        &[seg(1, &e1[0])],
+        &[cid(1)],
+        false,
+    )
+    .unwrap();
+    c.finish_extents(
+        &[(e2[0].extent_id, [8; 32])],
+        &[seg(2, &e2[0])],
+        &[cid(2)],
+        true,
+    )
+    .unwrap();
+    assert_eq!(
+        c.get_content(&cid(1)).unwrap().unwrap().state,
+        ContentState::Persisted
+    );
+    assert_eq!(
+        c.get_content(&cid(2)).unwrap().unwrap().state,
+        ContentState::Persisting
+    );
+    c.mark_persisted(&[cid(2)]).unwrap();
+    assert_eq!(
+        c.get_content(&cid(2)).unwrap().unwrap().state,
+        ContentState::Persisted
+    );
+    let segs = c.segments(&cid(1)).unwrap();
+    assert_eq!(segs.len(), 1);
+    assert_eq!(segs[0].extent.blake3, Some([7; 32]));
+    // Free the first extent: its range is reused by a fitting allocation.
+    c.delete_object("b", "k1", 50).unwrap();
+    let gc = c.gc_content(&cid(1)).unwrap();
+    assert_eq!(gc.ranges_freed, vec![(3, 0, 8192)]);
+    assert_eq!(c.free_ranges(3).unwrap(), vec![(0, 8192)]);
+    let e3 = c.begin_extents(3, 1 << 20, &[ext(4096)], &[]).unwrap();
+    assert_eq!(e3[0].offset, 0);
+    assert_eq!(c.free_ranges(3).unwrap(), vec![(4096, 4096)]);
+    // Freeing the last extent lowers the append pointer and merges with the free neighbour.
+    c.abandon_extents(&[e3[0].extent_id], &[]).unwrap();
+    assert_eq!(c.free_ranges(3).unwrap(), vec![(0, 8192)]);
+    c.delete_object("b", "k2", 60).unwrap();
+    c.gc_content(&cid(2)).unwrap();
+    assert!(c.free_ranges(3).unwrap().is_empty());
+    assert_eq!(c.grid_usage().unwrap()[0].append_offset, 0);
+    assert!(matches!(
+        c.begin_extents(3, 4096, &[ext(8192)], &[]),
+        Err(CatalogError::NoRoom {
+            grid_bucket: 3,
+            bytes: 8192,
+            ..
+        })
+    ));
+    assert!(c.check().unwrap().is_empty());
+}
+
+#[test]
+fn a_pack_extent_is_freed_only_when_its_last_entry_dies() {
+    let (_d, c) = open();
+    c.create_bucket("b", &BucketSettings::default()).unwrap();
+    for n in 1..=3 {
+        put(&c, "b", &format!("k{n}"), n);
+        c.place_content(&cid(n), 0).unwrap();
+    }
+    let ids = [cid(1), cid(2), cid(3)];
+    let pack = NewExtent {
+        length_bytes: 4096,
+        payload_bytes: 400,
+        object_id: [9; 16],
+        extent_no: 0,
+        kind: ExtentKind::Pack,
+    };
+    let e = c.begin_extents(0, 1 << 20, &[pack], &ids).unwrap();
+    let segments: Vec<SegmentRecord> = ids
+        .iter()
+        .enumerate()
+        .map(|(i, id)| SegmentRecord {
+            content: *id,
+            seq: 0,
+            extent_id: e[0].extent_id,
+            offset_in_payload: i as u64 * 100,
+            length_bytes: 80,
+        })
+        .collect();
+    c.finish_extents(&[(e[0].extent_id, [0; 32])], &segments, &ids, false)
+        .unwrap();
+    for n in 1..=2u8 {
+        c.delete_object("b", &format!("k{n}"), 5).unwrap();
+        assert!(c.gc_content(&cid(n)).unwrap().ranges_freed.is_empty());
+    }
+    c.delete_object("b", "k3", 5).unwrap();
+    assert_eq!(
+        c.gc_content(&cid(3)).unwrap().ranges_freed,
+        vec![(0, 0, 4096)]
+    );
+    assert_eq!(c.stats().unwrap().extents, 0);
+}
+
+#[test]
+fn eviction_candidates_are_persisted_contents_in_lru_order() {
+    let (_d, c) = open();
+    c.create_bucket("b", &BucketSettings::default()).unwrap();
+    for n in 1..=3 {
+        put(&c, "b", &format!("k{n}"), n);
+        c.place_content(&cid(n), 0).unwrap();
+        let e = c
+            .begin_extents(
+                0,
+                1 << 30,
+                &[NewExtent {
+                    length_bytes: 4096,
+                    payload_bytes: 100,
+                    object_id: [n; 16],
+                    extent_no: 0,
+                    kind: ExtentKind::Content,
+                }],
+                &[cid(n)],
+            )
+            .unwrap();
+        c.finish_extents(&[(e[0].extent_id, [0; 32])], &[], &[cid(n)], false)
+            .unwrap();
+    }
+    c.touch_content(&cid(1), 1000).unwrap();
+    let order: Vec<ContentId> = c
+        .eviction_candidates(10)
+        .unwrap()
+        .into_iter()
+        .map(|c| c.id)
+        .collect();
+    assert_eq!(order, vec![cid(2), cid(3), cid(1)]);
+    let work = c.evict_content(&cid(2)).unwrap().unwrap();
+    assert_eq!(
+        work.kind,
+        WorkKind::DeleteCacheFile {
+            path: "k2.2".into()
+        }
+    );
+    assert!(c
+        .get_content(&cid(2))
+        .unwrap()
+        .unwrap()
+        .cache_path
+        .is_none());
+    assert!(c.evict_content(&cid(2)).unwrap().is_none());
+    assert_eq!(c.pending_work().unwrap().len(), 1);
+    c.finish_work(&[work.id]).unwrap();
+    assert!(c.pending_work().unwrap().is_empty());
+}
+
+#[test]
+fn multipart_parts_replace_and_uploads_remove_with_work() {
+    let (_d, c) = open();
+    c.create_bucket("b", &BucketSettings::default()).unwrap();
+    let upload = UploadRecord {
+        upload_id: "u1".into(),
+        bucket: "b".into(),
+        key: "big".into(),
+        created_ms: 1,
+        options: "{}".into(),
+    };
+    c.create_upload(&upload).unwrap();
+    let part = |n, path: &str| PartRecord {
+        upload_id: "u1".into(),
+        part_number: n,
+        size_bytes: 10,
+        md5: [n as u8; 16],
+        cache_path: path.into(),
+        created_ms: 2,
+    };
+    assert!(c.put_part(&part(1, "p1")).unwrap().is_empty());
+    assert_eq!(
+        c.put_part(&part(1, "p1b")).unwrap().len(),
+        1,
+        "replaced part file is scheduled for deletion"
+    );
+    c.put_part(&part(2, "p2")).unwrap();
+    assert_eq!(
+        c.list_parts("u1")
+            .unwrap()
+            .iter()
+            .map(|p| p.cache_path.as_str())
+            .collect::<Vec<_>>(),
+        vec!["p1b", "p2"]
+    );
+    assert_eq!(c.list_uploads("b", "bi", 10).unwrap(), vec![upload.clone()]);
+    assert!(c.list_uploads("b", "x", 10).unwrap().is_empty());
+    assert!(matches!(
+        c.delete_bucket("b"),
+        Err(CatalogError::BucketNotEmpty(_))
+    ));
+    assert_eq!(c.remove_upload("u1").unwrap().len(), 2);
+    assert!(matches!(
+        c.remove_upload("u1"),
+        Err(CatalogError::NoSuchUpload(_))
+    ));
+    assert!(matches!(
+        c.put_part(&part(3, "p3")),
+        Err(CatalogError::NoSuchUpload(_))
+    ));
+}
+
+#[test]
+fn catalog_survives_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("catalog.sqlite");
+    {
+        let c = SqliteCatalog::open(&path).unwrap();
+        c.create_bucket("b", &BucketSettings::default()).unwrap();
+        put(&c, "b", "k", 1);
+        c.place_content(&cid(1), 2).unwrap();
+    }
+    let c = SqliteCatalog::open(&path).unwrap();
+    let (_, content) = c.get_object("b", "k").unwrap().unwrap();
+    assert_eq!(
+        (content.state, content.grid_bucket),
+        (ContentState::Placed, Some(2))
+    );
+    assert_eq!(c.datasets().unwrap()[0].grid_bucket, Some(2));
+}
+
+/// Not a pass/fail test: prints commit throughput of the durable catalog (run with `--ignored --nocapture`).
+#[test]
+#[ignore]
+fn measure_put_commits_per_second() {
+    for durable in [true, false] {
+        let dir = tempfile::tempdir().unwrap();
+        let c = SqliteCatalog::open_with(&dir.path().join("c.sqlite"), SqliteOptions { durable })
+            .unwrap();
+        c.create_bucket("b", &BucketSettings::default()).unwrap();
+        let n = 500;
+        let start = std::time::Instant::now();
+        for i in 0..n {
+            let mut content = new_content(0, &format!("p{i}"));
+            content.id.hash[..4].copy_from_slice(&(i as u32).to_le_bytes());
+            let mut o = object("b", &format!("k{i}"), 0);
+            o.content = content.id;
+            c.put_object(&o, &content, 1).unwrap();
+        }
+        let secs = start.elapsed().as_secs_f64();
+        println!("durable={durable}: {:.0} puts/s", n as f64 / secs);
+    }
+}

@@ -1,0 +1,15 @@
+//! `permafrost sim energy` as a standalone program, for benchmarks and docs
+//! until the `permafrost` binary wires it in:
+//! `cargo run --release -p permafrost-sim-energy --example sim_energy -- --trace T`.
+
+use clap::Parser;
+
+#[derive(Parser)]
+struct Args {
+    #[command(flatten)]
+    energy: permafrost_sim_energy::cli::EnergyArgs,
+}
+
+fn main() -> anyhow::Result<()> {
+    permafrost_sim_energy::cli::run(&Args::parse().energy)
+}

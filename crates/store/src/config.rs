@@ -1,0 +1,142 @@
+//! `StoreConfig`: everything the store needs to know, serde-loadable (TOML in the data directory).
+
+use permafrost_catalog::Compression;
+use permafrost_disk::power::PowerProfile;
+use permafrost_engine::WriteMode;
+use permafrost_policy::WatchdogConfig;
+use serde::{Deserialize, Serialize};
+
+use crate::{Result, StoreError};
+
+/// The grid created in `DATA/grid/` when the data directory is new (ignored when a grid exists).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct GridSetup {
+    /// Parity grid layout, e.g. `8x6:4+1` (SPEC idea 3).
+    pub layout: String,
+    /// Size of each sparse file-backed disk.
+    pub disk_capacity_bytes: u64,
+    /// At most this many disks spin at once.
+    pub spinning_max: usize,
+}
+
+impl Default for GridSetup {
+    fn default() -> Self {
+        GridSetup {
+            layout: "8x6:4+1".into(),
+            disk_capacity_bytes: 16 << 30,
+            spinning_max: 12,
+        }
+    }
+}
+
+/// Configuration of a [`crate::Store`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct StoreConfig {
+    /// Upper bound of the cache directory's content (stored bytes of cached contents, parts and uploads in
+    /// progress).
+    pub cache_bytes_max: u64,
+    /// How long a write waits for cache space before failing with `SlowDown`.
+    pub cache_wait_ms_max: u64,
+    /// The watchdog's thresholds (SPEC idea 6).
+    pub watchdog: WatchdogConfig,
+    /// Contents smaller than this (stored bytes) are packed per dataset.
+    pub pack_threshold_bytes: u64,
+    /// Largest extent on the grid (payload plus 32 bytes overhead, rounded to 4 KiB); also the size of a pack.
+    pub extent_bytes_max: u64,
+    /// Logical bytes per compressed chunk.
+    pub chunk_bytes: u32,
+    /// Unreferenced contents are kept this long before garbage collection.
+    pub gc_grace_ms: u64,
+    /// How often the garbage collector runs.
+    pub gc_interval_ms: u64,
+    /// Engine write mode for persistence (a bucket setting may override it).
+    pub write_mode: WriteMode,
+    /// `/`-separated key components after the bucket that make a dataset id (0 = the bucket is the dataset).
+    pub dataset_prefix_depth: usize,
+    /// Compression of new buckets created without a setting.
+    pub default_compression: Compression,
+    /// Placement strategy of buckets without a setting (`permafrost_policy::placement_names()`).
+    pub default_placement: String,
+    /// Bytes of contents persisted per write batch (bounds a persist step).
+    pub persist_batch_bytes_max: u64,
+    /// fsync cache files and commit the catalog durably before acknowledging. `false` is only for tests and
+    /// benchmarks: a crash may lose acknowledged data.
+    pub fsync: bool,
+    /// Grid created on first start.
+    pub grid: GridSetup,
+    /// Power profile override for the grid's disks (tests use `PowerProfile::for_tests()`).
+    pub power_profile: Option<PowerProfile>,
+}
+
+impl Default for StoreConfig {
+    fn default() -> Self {
+        StoreConfig {
+            cache_bytes_max: 8 << 30,
+            cache_wait_ms_max: 10_000,
+            watchdog: WatchdogConfig::default(),
+            pack_threshold_bytes: 1 << 20,
+            extent_bytes_max: 1 << 30,
+            chunk_bytes: 1 << 20,
+            gc_grace_ms: 3_600_000,
+            gc_interval_ms: 60_000,
+            write_mode: WriteMode::Serialized,
+            dataset_prefix_depth: 1,
+            default_compression: Compression::Zstd,
+            default_placement: permafrost_policy::DatasetAffinity::NAME.into(),
+            persist_batch_bytes_max: 4 << 30,
+            fsync: true,
+            grid: GridSetup::default(),
+            power_profile: None,
+        }
+    }
+}
+
+impl StoreConfig {
+    /// Check values that would make the store misbehave.
+    pub fn validate(&self) -> Result<()> {
+        let bad = |m: String| Err(StoreError::InvalidArgument(format!("configuration: {m}")));
+        if self.extent_bytes_max < 1 << 20
+            || self.extent_bytes_max & 4095 != 0
+            || self.extent_bytes_max > u32::MAX as u64
+        {
+            return bad(format!(
+                "extent_bytes_max = {} must be a multiple of 4096 between 1 MiB and 4 GiB",
+                self.extent_bytes_max
+            ));
+        }
+        if self.pack_threshold_bytes >= self.extent_bytes_max / 2 {
+            return bad(format!(
+                "pack_threshold_bytes = {} must be below half of extent_bytes_max = {}",
+                self.pack_threshold_bytes, self.extent_bytes_max
+            ));
+        }
+        if !(4096..=permafrost_format::CHUNK_BYTES_MAX).contains(&self.chunk_bytes) {
+            return bad(format!(
+                "chunk_bytes = {} must be in 4096..={}",
+                self.chunk_bytes,
+                permafrost_format::CHUNK_BYTES_MAX
+            ));
+        }
+        if self.cache_bytes_max < 16 << 20 {
+            return bad(format!(
+                "cache_bytes_max = {} must be at least 16 MiB",
+                self.cache_bytes_max
+            ));
+        }
+        if permafrost_policy::placement_by_name(&self.default_placement, &Default::default())
+            .is_err()
+        {
+            return bad(format!(
+                "default_placement = {:?} is unknown; known: {}",
+                self.default_placement,
+                permafrost_policy::placement_names().join(", ")
+            ));
+        }
+        if self.persist_batch_bytes_max < self.extent_bytes_max {
+            return bad("persist_batch_bytes_max must be at least extent_bytes_max".into());
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,113 @@
+//! Garbage collection of unreferenced contents, and recovery on open.
+
+use std::collections::HashSet;
+use std::sync::atomic::Ordering;
+
+use permafrost_catalog::{ContentState, WorkKind};
+
+use crate::cache::{CONTENTS_DIR, PARTS_DIR};
+use crate::store::Inner;
+use crate::Result;
+
+/// Contents examined per catalog query.
+const GC_BATCH: usize = 256;
+
+/// The collector thread: every `gc_interval_ms`, remove contents unreferenced for longer than `gc_grace_ms`.
+pub(crate) fn gc_loop(inner: &Inner) {
+    let mut last = std::time::Instant::now();
+    while !inner.stop.load(Ordering::SeqCst) {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        if last.elapsed().as_millis() as u64 >= inner.config.gc_interval_ms {
+            last = std::time::Instant::now();
+            if let Err(e) = collect(inner, false) {
+                inner.record_error(format!("garbage collector: {e}"));
+            }
+        }
+    }
+}
+
+/// Remove unreferenced contents (after the grace period unless `ignore_grace`): their segments, the extents no
+/// longer used (ranges back to the free lists) and their cache files. Returns the contents removed.
+pub(crate) fn collect(inner: &Inner, ignore_grace: bool) -> Result<u64> {
+    let _guard = inner.persister.work_lock.lock();
+    let cutoff = if ignore_grace {
+        u64::MAX
+    } else {
+        permafrost_catalog::now_ms().saturating_sub(inner.config.gc_grace_ms)
+    };
+    let mut removed = 0;
+    let mut seen = HashSet::new();
+    loop {
+        let candidates = inner.catalog.gc_candidates(cutoff, GC_BATCH + seen.len())?;
+        let fresh: Vec<_> = candidates
+            .into_iter()
+            .filter(|id| seen.insert(*id))
+            .collect();
+        if fresh.is_empty() {
+            return Ok(removed);
+        }
+        for id in fresh {
+            let outcome = inner.catalog.gc_content(&id)?;
+            removed += outcome.contents_removed;
+            inner.run_work(outcome.work);
+        }
+    }
+}
+
+/// Bring the data directory back to a consistent state after a stop or a crash:
+/// redo pending work, remove partial uploads and orphan cache files, recount the cache, free extents whose
+/// write was interrupted and re-queue their contents. Unpersisted contents are picked up by the persistence
+/// manager (they are `cached` or `placed` in the catalog); the engine replayed its journal when it opened.
+pub(crate) fn recover(inner: &Inner) -> Result<()> {
+    let cache = &inner.cache;
+    // 1. Pending work (cache deletions decided before the stop).
+    let work = inner.catalog.pending_work()?;
+    let mut done = Vec::new();
+    for item in work {
+        match &item.kind {
+            WorkKind::DeleteCacheFile { path } => cache.remove(path)?,
+        }
+        done.push(item.id);
+    }
+    inner.catalog.finish_work(&done)?;
+    // 2. Partial uploads and files the catalog does not know (renamed but never committed).
+    let known: HashSet<String> = inner.catalog.cache_files()?.into_iter().collect();
+    let mut used = 0;
+    for file in cache.all_files()? {
+        let keep = (file.starts_with(CONTENTS_DIR) || file.starts_with(PARTS_DIR))
+            && known.contains(&file);
+        if keep {
+            used += std::fs::metadata(cache.absolute(&file))
+                .map(|m| m.len())
+                .unwrap_or(0);
+        } else {
+            cache.remove(&file)?;
+        }
+    }
+    cache.set_used(used);
+    // 3. Extents whose write was interrupted: free them; their contents go back to `placed`.
+    let unwritten: Vec<i64> = inner
+        .catalog
+        .unwritten_extents()?
+        .into_iter()
+        .map(|e| e.extent_id)
+        .collect();
+    let mut interrupted = Vec::new();
+    for c in inner
+        .catalog
+        .contents_in_state(ContentState::Persisting, usize::MAX >> 1)?
+    {
+        if inner.catalog.segments(&c.id)?.is_empty() {
+            interrupted.push(c.id);
+        }
+    }
+    if !unwritten.is_empty() || !interrupted.is_empty() {
+        tracing::info!(
+            extents = unwritten.len(),
+            contents = interrupted.len(),
+            "re-queueing interrupted persists"
+        );
+        inner.catalog.abandon_extents(&unwritten, &interrupted)?;
+    }
+    Ok(())
+}

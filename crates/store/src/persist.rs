@@ -1,0 +1,798 @@
+//! The persistence manager (thesis §5.3.3–5.3.4): placement of new contents, the watchdog, and writing extents
+//! to the grid through write promises.
+//!
+//! One thread runs [`manager_loop`]: every `watchdog.interval_ms` (or when woken) it places cached contents
+//! (strategy per S3 bucket, `permafrost-policy`), asks the watchdog policy which grid buckets to persist, and
+//! persists them. A persist step takes the contents placed on one grid bucket (bounded by
+//! `persist_batch_bytes_max`), plans extents — large contents get their own (extent 0 opens with the manifest),
+//! small ones are packed per dataset — allocates them in one catalog transaction (state `persisting`), writes
+//! runs of contiguous extents through one write promise each, records every extent's BLAKE3 and the segments,
+//! and marks the contents `persisted` (delayed mode: once the engine's parity deltas are drained). A failure
+//! frees the allocation and returns the contents to `placed`.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::fs::File;
+use std::io::{self, BufReader, Read, Write};
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
+
+use parking_lot::Mutex;
+use permafrost_catalog::{
+    ContentId, ContentRecord, ContentState, Encoding, ExtentKind, ExtentRecord, NewExtent,
+    ObjectRecord, SegmentRecord, StoredForm,
+};
+use permafrost_disk::power::PowerState;
+use permafrost_engine::{Engine, WriteMode, WritePromise};
+use permafrost_format::{
+    extent_bytes, plan_content_extents, write_extent, Algorithm, ChunkIndex, ExtentHeader,
+    Manifest, PackWriter, EXTENT_OVERHEAD_BYTES, PACK_HEADER_BYTES,
+};
+use permafrost_policy::{
+    placement_by_name, BucketHealth, BucketView, CacheView, ObjectToPlace, Placement,
+    PlacementConfig, TargetView, WatchdogPolicy,
+};
+
+use crate::store::Inner;
+use crate::{io_error, Result, StoreConfig, StoreError};
+
+/// Contents placed per catalog query.
+const PLACE_BATCH: usize = 1000;
+/// Contents considered per persist batch (besides `persist_batch_bytes_max`).
+const PERSIST_BATCH_CONTENTS: usize = 20_000;
+/// Bytes per piece on the pipe between a pack writer and its extent.
+const PIPE_PIECE_BYTES: usize = 256 << 10;
+
+pub(crate) struct Persister {
+    placement_config: PlacementConfig,
+    /// Strategy instances by name (each keeps its own dataset map).
+    placements: Mutex<HashMap<String, Box<dyn Placement>>>,
+    watchdog: WatchdogPolicy,
+    /// Serializes persist steps with each other and with the garbage collector.
+    pub work_lock: Mutex<()>,
+}
+
+impl Persister {
+    pub fn new(config: &StoreConfig, _engine: &Engine) -> Result<Persister> {
+        let mut placement_config = PlacementConfig::default();
+        placement_config.dataset_affinity.prefix_depth = config.dataset_prefix_depth;
+        Ok(Persister {
+            placement_config,
+            placements: Mutex::new(HashMap::new()),
+            watchdog: WatchdogPolicy::new(config.watchdog.clone()),
+            work_lock: Mutex::new(()),
+        })
+    }
+
+    /// Tell the strategies about the datasets placed by earlier runs.
+    pub fn remember_datasets(&self, inner: &Inner) -> Result<()> {
+        for dataset in inner.catalog.datasets()? {
+            if let Some(grid_bucket) = dataset.grid_bucket {
+                let name = strategy_name(inner, &dataset.bucket);
+                let mut placements = self.placements.lock();
+                let strategy = self.strategy(&mut placements, &name)?;
+                let object = ObjectToPlace {
+                    s3_bucket: &dataset.bucket,
+                    dataset: Some(&dataset.id),
+                    ..Default::default()
+                };
+                strategy.remember(&object, grid_bucket as usize);
+            }
+        }
+        Ok(())
+    }
+
+    fn strategy<'a>(
+        &self,
+        placements: &'a mut HashMap<String, Box<dyn Placement>>,
+        name: &str,
+    ) -> Result<&'a mut Box<dyn Placement>> {
+        if !placements.contains_key(name) {
+            let strategy = placement_by_name(name, &self.placement_config)
+                .map_err(|e| StoreError::InvalidArgument(e.to_string()))?;
+            placements.insert(name.to_string(), strategy);
+        }
+        Ok(placements.get_mut(name).expect("inserted above"))
+    }
+}
+
+fn strategy_name(inner: &Inner, bucket: &str) -> String {
+    inner
+        .catalog
+        .get_bucket(bucket)
+        .ok()
+        .flatten()
+        .and_then(|b| b.settings.placement)
+        .unwrap_or_else(|| inner.config.default_placement.clone())
+}
+
+fn bucket_of_dataset(dataset: &str) -> &str {
+    dataset.split('/').next().unwrap_or(dataset)
+}
+
+/// The thread body.
+pub(crate) fn manager_loop(inner: &Inner) {
+    let interval_ms = inner.config.watchdog.interval_ms.max(10);
+    while !inner.stop.load(std::sync::atomic::Ordering::SeqCst) {
+        inner.sleep(interval_ms);
+        if inner.stop.load(std::sync::atomic::Ordering::SeqCst) {
+            break;
+        }
+        if let Err(e) = tick(inner) {
+            inner.record_error(format!("persistence manager: {e}"));
+        }
+    }
+}
+
+/// One round: place, mark drained delayed writes persisted, ask the watchdog, persist, trim the cache.
+fn tick(inner: &Inner) -> Result<()> {
+    place_cached(inner)?;
+    mark_drained(inner)?;
+    let outstanding = inner.catalog.outstanding()?;
+    let power = inner.engine.power();
+    let geometry = inner.engine.geometry();
+    let targets: Vec<TargetView> = outstanding
+        .iter()
+        .map(|o| TargetView {
+            disk: o.grid_bucket as usize,
+            spinning: power.state(geometry.bucket_disk(o.grid_bucket as usize)) != PowerState::Off,
+            outstanding_bytes: o.stored_bytes,
+            oldest_outstanding_ms: Some(o.oldest_ms),
+            persisting: false,
+        })
+        .collect();
+    let view = CacheView {
+        capacity_bytes: inner.cache.capacity_bytes,
+        used_bytes: inner.cache.used_bytes(),
+        targets: &targets,
+    };
+    for action in inner
+        .persister
+        .watchdog
+        .decide(permafrost_catalog::now_ms(), &view)
+    {
+        tracing::debug!(grid_bucket = action.disk, reason = ?action.reason, "persisting");
+        persist_grid_bucket(inner, action.disk as u32)?;
+    }
+    let used = inner.cache.used_bytes();
+    if used > inner.cache.capacity_bytes {
+        inner.evict_lru(used - inner.cache.capacity_bytes)?;
+    }
+    inner.flush_access();
+    Ok(())
+}
+
+/// What placement sees of every grid bucket.
+fn bucket_views(inner: &Inner) -> Result<Vec<BucketView>> {
+    let engine = &inner.engine;
+    let geometry = engine.geometry();
+    let usage: HashMap<u32, u64> = inner
+        .catalog
+        .grid_usage()?
+        .into_iter()
+        .map(|u| (u.grid_bucket, u.used_bytes()))
+        .collect();
+    let waiting: HashMap<u32, u64> = inner
+        .catalog
+        .outstanding()?
+        .into_iter()
+        .map(|o| (o.grid_bucket, o.stored_bytes))
+        .collect();
+    Ok((0..engine.buckets())
+        .map(|b| {
+            let disk = geometry.bucket_disk(b);
+            let health = if engine.is_failed(disk) {
+                BucketHealth::Failed
+            } else if engine.defect_bytes(disk) > 0 {
+                BucketHealth::Rebuilding
+            } else {
+                BucketHealth::Ok
+            };
+            BucketView {
+                capacity_bytes: engine.bucket_capacity_bytes(),
+                used_bytes: usage.get(&(b as u32)).copied().unwrap_or(0),
+                waiting_bytes: waiting.get(&(b as u32)).copied().unwrap_or(0),
+                spinning: engine.power().state(disk) != PowerState::Off,
+                health,
+            }
+        })
+        .collect())
+}
+
+/// Bytes a content will take on the grid at most (its stored bytes, a manifest and the extent framing).
+fn footprint_bytes(content: &ContentRecord) -> u64 {
+    content.stored_bytes + content.chunk_index.len() as u64 + 2 * 4096
+}
+
+/// Choose a grid bucket for every cached content.
+pub(crate) fn place_cached(inner: &Inner) -> Result<usize> {
+    let mut placed = 0;
+    loop {
+        let contents = inner
+            .catalog
+            .contents_in_state(ContentState::Cached, PLACE_BATCH)?;
+        if contents.is_empty() {
+            return Ok(placed);
+        }
+        let mut views = bucket_views(inner)?;
+        let mut progress = false;
+        for content in contents {
+            if content.refcount == 0 {
+                continue; // deleted before placement: the collector takes it
+            }
+            let bucket = bucket_of_dataset(&content.dataset);
+            let name = strategy_name(inner, bucket);
+            let size_bytes = footprint_bytes(&content);
+            let object = ObjectToPlace {
+                s3_bucket: bucket,
+                dataset: Some(&content.dataset),
+                size_bytes,
+                ..Default::default()
+            };
+            let chosen = {
+                let mut placements = inner.persister.placements.lock();
+                let strategy = inner.persister.strategy(&mut placements, &name)?;
+                strategy.place(&object, &views)
+            };
+            match chosen {
+                Ok(grid_bucket) => {
+                    inner
+                        .catalog
+                        .place_content(&content.id, grid_bucket as u32)?;
+                    views[grid_bucket].waiting_bytes += size_bytes;
+                    placed += 1;
+                    progress = true;
+                }
+                Err(e) => inner.record_error(format!(
+                    "cannot place content {} of dataset {}: {e}",
+                    content.id, content.dataset
+                )),
+            }
+        }
+        if !progress {
+            return Ok(placed);
+        }
+    }
+}
+
+/// Place and persist everything waiting, then drain parity so that all of it is fully persisted.
+pub(crate) fn persist_all(inner: &Inner) -> Result<()> {
+    place_cached(inner)?;
+    for o in inner.catalog.outstanding()? {
+        persist_grid_bucket(inner, o.grid_bucket)?;
+    }
+    complete_parity(inner)
+}
+
+/// Delayed mode: drain every parity delta now and mark the contents written so far persisted.
+pub(crate) fn complete_parity(inner: &Inner) -> Result<()> {
+    let waiting = written_but_persisting(inner)?;
+    inner.engine.flush()?;
+    inner.catalog.mark_persisted(&waiting)?;
+    Ok(())
+}
+
+/// Contents whose extents are written and whose parity may still be pending.
+fn written_but_persisting(inner: &Inner) -> Result<Vec<ContentId>> {
+    let mut out = Vec::new();
+    for c in inner
+        .catalog
+        .contents_in_state(ContentState::Persisting, usize::MAX >> 1)?
+    {
+        let segments = inner.catalog.segments(&c.id)?;
+        if !segments.is_empty() && segments.iter().all(|s| s.extent.written) {
+            out.push(c.id);
+        }
+    }
+    Ok(out)
+}
+
+/// Mark delayed-mode contents persisted once the engine has no parity delta pending.
+fn mark_drained(inner: &Inner) -> Result<()> {
+    let waiting = written_but_persisting(inner)?;
+    if waiting.is_empty() {
+        return Ok(());
+    }
+    if inner.engine.status()?.pending_delta_bytes == 0 {
+        inner.catalog.mark_persisted(&waiting)?;
+    }
+    Ok(())
+}
+
+/// The manifest of a content, naming `object`.
+fn manifest_of(content: &ContentRecord, object: &ObjectRecord) -> Result<Manifest> {
+    let index = || -> Result<Option<ChunkIndex>> {
+        if content.chunk_index.is_empty() {
+            Ok(None)
+        } else {
+            Ok(Some(ChunkIndex::decode(&content.chunk_index)?.0))
+        }
+    };
+    let stored_form = match content.stored_form {
+        StoredForm::Raw => permafrost_format::StoredForm::Raw,
+        StoredForm::Chunked => {
+            permafrost_format::StoredForm::Chunked(index()?.ok_or_else(|| {
+                StoreError::Internal(format!("content {} has no chunk index", content.id))
+            })?)
+        }
+        StoredForm::AsSent => permafrost_format::StoredForm::AsSent { frames: index()? },
+    };
+    Ok(Manifest {
+        bucket: object.bucket.clone(),
+        key: object.key.clone(),
+        user_metadata: object
+            .user_metadata
+            .iter()
+            .cloned()
+            .collect::<BTreeMap<_, _>>(),
+        content_type: object.content_type.clone(),
+        content_encoding: match content.id.encoding {
+            Encoding::Identity => Algorithm::None,
+            Encoding::Zstd => Algorithm::Zstd,
+            Encoding::Lz4 => Algorithm::Lz4,
+        },
+        stored_form,
+        logical_len: content.logical_bytes,
+        stored_len: content.stored_bytes,
+        blake3: content.id.hash,
+        created_unix_ms: object.last_modified_ms,
+        dataset: content.dataset.clone(),
+    })
+}
+
+/// A content ready to be written: its manifest record and cache file.
+struct Ready {
+    content: ContentRecord,
+    manifest: Manifest,
+    record_len: usize,
+    mode: WriteMode,
+}
+
+/// One extent to write.
+enum Unit {
+    /// Extent `plan.extent_id` of a large content.
+    Content {
+        ready: usize,
+        plan: permafrost_format::ContentExtent,
+        record: Option<Vec<u8>>,
+    },
+    /// A pack of small contents.
+    Pack {
+        pack_id: u128,
+        members: Vec<usize>,
+        payload_len: u32,
+    },
+}
+
+/// Persist the contents placed on `grid_bucket`, one bounded batch after another.
+pub(crate) fn persist_grid_bucket(inner: &Inner, grid_bucket: u32) -> Result<()> {
+    let _guard = inner.persister.work_lock.lock();
+    let mut skipped: HashSet<ContentId> = HashSet::new();
+    loop {
+        let limit = PERSIST_BATCH_CONTENTS + skipped.len();
+        let candidates = inner.catalog.placed_on(grid_bucket, limit)?;
+        let mut more_follow = candidates.len() == limit;
+        let mut batch = Vec::new();
+        let mut batch_bytes = 0u64;
+        for content in candidates.into_iter().filter(|c| !skipped.contains(&c.id)) {
+            if batch_bytes > 0
+                && batch_bytes + content.stored_bytes > inner.config.persist_batch_bytes_max
+            {
+                more_follow = true;
+                break;
+            }
+            batch_bytes += content.stored_bytes;
+            batch.push(content);
+        }
+        if batch.is_empty() {
+            return Ok(());
+        }
+        let mut ready = Vec::with_capacity(batch.len());
+        for content in batch {
+            let object = inner.catalog.any_object_of(&content.id)?;
+            match (object, &content.cache_path) {
+                (Some(object), Some(_)) => {
+                    let manifest = manifest_of(&content, &object)?;
+                    let record_len = manifest.encode()?.len();
+                    let mode = inner.write_mode_of(&object.bucket);
+                    ready.push(Ready {
+                        content,
+                        manifest,
+                        record_len,
+                        mode,
+                    });
+                }
+                (None, _) => {
+                    skipped.insert(content.id); // deleted meanwhile
+                }
+                (Some(_), None) => {
+                    inner.record_error(format!(
+                        "content {} is placed but has no cache file",
+                        content.id
+                    ));
+                    skipped.insert(content.id);
+                }
+            }
+        }
+        if !ready.is_empty() {
+            persist_batch(inner, grid_bucket, &ready, more_follow)?;
+        }
+    }
+}
+
+fn payload_bytes_max(inner: &Inner) -> u32 {
+    (inner.config.extent_bytes_max - EXTENT_OVERHEAD_BYTES as u64) as u32
+}
+
+/// Plan the extents of a batch. With `more_follow`, a dataset's last pack is left out when it is not full (its
+/// contents wait for the next batch), so batching does not leave a trail of half-empty packs.
+fn plan_units(inner: &Inner, ready: &[Ready], more_follow: bool) -> Result<Vec<Unit>> {
+    let payload_max = payload_bytes_max(inner);
+    let mut units = Vec::new();
+    // Small contents, grouped by dataset (and mode), in packs.
+    let mut groups: BTreeMap<(String, u8), Vec<usize>> = BTreeMap::new();
+    for (i, r) in ready.iter().enumerate() {
+        if r.content.stored_bytes < inner.config.pack_threshold_bytes {
+            groups
+                .entry((r.content.dataset.clone(), r.mode as u8))
+                .or_default()
+                .push(i);
+        } else {
+            let record = r.manifest.encode()?;
+            for plan in plan_content_extents(record.len(), r.content.stored_bytes, payload_max)? {
+                let record = (plan.extent_id == 0).then(|| record.clone());
+                units.push(Unit::Content {
+                    ready: i,
+                    plan,
+                    record,
+                });
+            }
+        }
+    }
+    for (_, members) in groups {
+        let mut current: Vec<usize> = Vec::new();
+        let mut payload = PACK_HEADER_BYTES as u64;
+        for i in members {
+            let entry = PackWriter::<io::Sink>::entry_bytes(
+                ready[i].record_len,
+                ready[i].content.stored_bytes,
+            );
+            if !current.is_empty() && payload + entry > payload_max as u64 {
+                units.push(Unit::Pack {
+                    pack_id: new_pack_id(),
+                    members: std::mem::take(&mut current),
+                    payload_len: payload as u32,
+                });
+                payload = PACK_HEADER_BYTES as u64;
+            }
+            current.push(i);
+            payload += entry;
+        }
+        if !current.is_empty() && !more_follow {
+            units.push(Unit::Pack {
+                pack_id: new_pack_id(),
+                members: current,
+                payload_len: payload as u32,
+            });
+        }
+    }
+    Ok(units)
+}
+
+fn new_pack_id() -> u128 {
+    uuid::Uuid::new_v4().as_u128()
+}
+
+fn unit_mode(ready: &[Ready], unit: &Unit) -> WriteMode {
+    match unit {
+        Unit::Content { ready: i, .. } => ready[*i].mode,
+        Unit::Pack { members, .. } => ready[members[0]].mode,
+    }
+}
+
+fn new_extent(ready: &[Ready], unit: &Unit) -> NewExtent {
+    match unit {
+        Unit::Content { ready: i, plan, .. } => NewExtent {
+            length_bytes: extent_bytes(plan.payload_len),
+            payload_bytes: plan.payload_len as u64,
+            object_id: ready[*i].content.id.object_id(),
+            extent_no: plan.extent_id,
+            kind: ExtentKind::Content,
+        },
+        Unit::Pack {
+            pack_id,
+            payload_len,
+            ..
+        } => NewExtent {
+            length_bytes: extent_bytes(*payload_len),
+            payload_bytes: *payload_len as u64,
+            object_id: pack_id.to_le_bytes(),
+            extent_no: 0,
+            kind: ExtentKind::Pack,
+        },
+    }
+}
+
+fn persist_batch(
+    inner: &Inner,
+    grid_bucket: u32,
+    ready: &[Ready],
+    more_follow: bool,
+) -> Result<()> {
+    let mut units = plan_units(inner, ready, more_follow)?;
+    if units.is_empty() {
+        units = plan_units(inner, ready, false)?; // nothing full: write what there is rather than wait forever
+    }
+    let new_extents: Vec<NewExtent> = units.iter().map(|u| new_extent(ready, u)).collect();
+    let mut included: Vec<usize> = units
+        .iter()
+        .flat_map(|u| match u {
+            Unit::Content { ready, .. } => vec![*ready],
+            Unit::Pack { members, .. } => members.clone(),
+        })
+        .collect();
+    included.sort_unstable();
+    included.dedup();
+    let ids: Vec<ContentId> = included.iter().map(|&i| ready[i].content.id).collect();
+    let records = inner.catalog.begin_extents(
+        grid_bucket,
+        inner.engine.bucket_capacity_bytes(),
+        &new_extents,
+        &ids,
+    )?;
+    match write_units(inner, grid_bucket, ready, &units, &records) {
+        Ok((written, segments, delayed)) => {
+            inner
+                .catalog
+                .finish_extents(&written, &segments, &ids, delayed)?;
+            Ok(())
+        }
+        Err(e) => {
+            let extent_ids: Vec<i64> = records.iter().map(|r| r.extent_id).collect();
+            inner.catalog.abandon_extents(&extent_ids, &ids)?;
+            Err(e)
+        }
+    }
+}
+
+/// Hashes what goes through it (the first `hash_bytes` bytes: header, payload, crc) into the promise.
+struct Tee<'a> {
+    promise: &'a mut WritePromise,
+    hasher: blake3::Hasher,
+    hash_bytes: u64,
+    seen_bytes: u64,
+}
+
+impl Write for Tee<'_> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let hash = (self.hash_bytes.saturating_sub(self.seen_bytes)).min(buf.len() as u64) as usize;
+        self.hasher.update(&buf[..hash]);
+        self.seen_bytes += buf.len() as u64;
+        self.promise.append(buf).map_err(io::Error::other)?;
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+type Written = (Vec<(i64, [u8; 32])>, Vec<SegmentRecord>, bool);
+
+fn write_units(
+    inner: &Inner,
+    grid_bucket: u32,
+    ready: &[Ready],
+    units: &[Unit],
+    records: &[ExtentRecord],
+) -> Result<Written> {
+    let mut written = Vec::with_capacity(units.len());
+    let mut segments = Vec::new();
+    let mut delayed = false;
+    let mut i = 0;
+    while i < units.len() {
+        // A run of contiguous extents with the same mode goes through one promise.
+        let mode = unit_mode(ready, &units[i]);
+        let mut j = i + 1;
+        while j < units.len()
+            && unit_mode(ready, &units[j]) == mode
+            && records[j].offset == records[j - 1].offset + records[j - 1].length_bytes
+        {
+            j += 1;
+        }
+        let run_start = records[i].offset;
+        let run_len = records[j - 1].offset + records[j - 1].length_bytes - run_start;
+        let mut promise = inner
+            .engine
+            .write(grid_bucket as usize, run_start, run_len, mode)?;
+        for k in i..j {
+            let hash = write_unit(
+                inner,
+                ready,
+                &units[k],
+                &records[k],
+                &mut promise,
+                &mut segments,
+            )?;
+            written.push((records[k].extent_id, hash));
+        }
+        promise.commit()?;
+        delayed |= mode == WriteMode::Delayed;
+        i = j;
+    }
+    Ok((written, segments, delayed))
+}
+
+fn open_cache_file(inner: &Inner, content: &ContentRecord) -> Result<File> {
+    let path = content
+        .cache_path
+        .as_deref()
+        .ok_or_else(|| StoreError::Internal(format!("content {} has no cache file", content.id)))?;
+    let absolute = inner.cache.absolute(path);
+    File::open(&absolute).map_err(|e| io_error(format!("cannot open {}", absolute.display()), e))
+}
+
+fn write_unit(
+    inner: &Inner,
+    ready: &[Ready],
+    unit: &Unit,
+    record: &ExtentRecord,
+    promise: &mut WritePromise,
+    segments: &mut Vec<SegmentRecord>,
+) -> Result<[u8; 32]> {
+    let mut tee = Tee {
+        promise,
+        hasher: blake3::Hasher::new(),
+        hash_bytes: record.payload_bytes + EXTENT_OVERHEAD_BYTES as u64,
+        seen_bytes: 0,
+    };
+    match unit {
+        Unit::Content {
+            ready: r,
+            plan,
+            record: manifest_record,
+        } => {
+            let content = &ready[*r].content;
+            let mut file = open_cache_file(inner, content)?;
+            if plan.stored_offset > 0 {
+                use std::io::Seek;
+                file.seek(io::SeekFrom::Start(plan.stored_offset))
+                    .map_err(|e| io_error("cannot seek a cache file", e))?;
+            }
+            let head: &[u8] = manifest_record.as_deref().unwrap_or(&[]);
+            let payload = head.chain(BufReader::new(file).take(plan.stored_len));
+            let header = ExtentHeader {
+                object_id: u128::from_le_bytes(record.object_id),
+                replica_id: 0,
+                extent_id: plan.extent_id,
+                payload_len: plan.payload_len,
+            };
+            write_extent(&header, payload, &mut tee)?;
+            segments.push(SegmentRecord {
+                content: content.id,
+                seq: plan.extent_id as u32,
+                extent_id: record.extent_id,
+                offset_in_payload: head.len() as u64,
+                length_bytes: plan.stored_len,
+            });
+        }
+        Unit::Pack {
+            pack_id,
+            members,
+            payload_len,
+        } => {
+            let (tx, rx) = sync_channel::<Vec<u8>>(4);
+            let jobs: Vec<(Manifest, ContentRecord)> = members
+                .iter()
+                .map(|&m| (ready[m].manifest.clone(), ready[m].content.clone()))
+                .collect();
+            let files: Vec<File> = jobs
+                .iter()
+                .map(|(_, c)| open_cache_file(inner, c))
+                .collect::<Result<_>>()?;
+            let limit = *payload_len;
+            let writer = std::thread::Builder::new()
+                .name("permafrost-pack".into())
+                .spawn(
+                    move || -> Result<Vec<permafrost_format::PackEntryPlacement>> {
+                        let pipe = PipeWriter {
+                            tx,
+                            piece: Vec::with_capacity(PIPE_PIECE_BYTES),
+                        };
+                        let mut pack = PackWriter::new(pipe, limit)?;
+                        let mut placements = Vec::with_capacity(jobs.len());
+                        for ((manifest, _), file) in jobs.iter().zip(files) {
+                            placements.push(pack.append(manifest, BufReader::new(file))?);
+                        }
+                        let (len, mut pipe) = pack.finish()?;
+                        assert_eq!(len, limit, "pack payload length differs from its plan");
+                        pipe.flush().map_err(|e| io_error("pack pipe", e))?;
+                        Ok(placements)
+                    },
+                )
+                .expect("spawn a pack writer");
+            let header = ExtentHeader {
+                object_id: *pack_id,
+                replica_id: 0,
+                extent_id: 0,
+                payload_len: *payload_len,
+            };
+            let written = write_extent(
+                &header,
+                PipeReader {
+                    rx,
+                    piece: Vec::new(),
+                    pos: 0,
+                },
+                &mut tee,
+            );
+            let placements = writer
+                .join()
+                .map_err(|_| StoreError::Internal("the pack writer panicked".into()))??;
+            written?;
+            for (&m, placement) in members.iter().zip(placements) {
+                segments.push(SegmentRecord {
+                    content: ready[m].content.id,
+                    seq: 0,
+                    extent_id: record.extent_id,
+                    offset_in_payload: placement.stored_offset,
+                    length_bytes: placement.stored_len,
+                });
+            }
+        }
+    }
+    assert_eq!(
+        tee.seen_bytes, record.length_bytes,
+        "extent {} wrote a different length than allocated",
+        record.extent_id
+    );
+    Ok(*tee.hasher.finalize().as_bytes())
+}
+
+/// The writing end of a bounded pipe (pieces of `PIPE_PIECE_BYTES`).
+struct PipeWriter {
+    tx: SyncSender<Vec<u8>>,
+    piece: Vec<u8>,
+}
+
+impl Write for PipeWriter {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let n = buf.len().min(PIPE_PIECE_BYTES - self.piece.len());
+        self.piece.extend_from_slice(&buf[..n]);
+        if self.piece.len() == PIPE_PIECE_BYTES {
+            self.flush()?;
+        }
+        Ok(n)
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        if !self.piece.is_empty() {
+            let piece = std::mem::replace(&mut self.piece, Vec::with_capacity(PIPE_PIECE_BYTES));
+            self.tx.send(piece).map_err(|_| {
+                io::Error::new(io::ErrorKind::BrokenPipe, "the extent writer stopped")
+            })?;
+        }
+        Ok(())
+    }
+}
+
+/// The reading end of the pipe.
+struct PipeReader {
+    rx: Receiver<Vec<u8>>,
+    piece: Vec<u8>,
+    pos: usize,
+}
+
+impl Read for PipeReader {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        while self.pos == self.piece.len() {
+            match self.rx.recv() {
+                Ok(piece) => {
+                    self.piece = piece;
+                    self.pos = 0;
+                }
+                Err(_) => return Ok(0),
+            }
+        }
+        let n = buf.len().min(self.piece.len() - self.pos);
+        buf[..n].copy_from_slice(&self.piece[self.pos..self.pos + n]);
+        self.pos += n;
+        Ok(n)
+    }
+}

@@ -1,0 +1,508 @@
+//! Reads: an [`ObjectReader`] streams an object's bytes from the cache or, through read promises, from the grid,
+//! decoding what needs decoding and verifying what it reads.
+//!
+//! Verification: a segment read from its start streams its whole extent (header, payload, crc) and checks the
+//! extent's crc32c and the BLAKE3 the catalog recorded; a read of the whole object (as received) is checked
+//! against the content's BLAKE3. A mismatch ends the stream with an `InvalidData` error before end-of-file, so a
+//! caller never sees a clean end after wrong bytes. Memory: one 64 KiB buffer plus the engine's read-ahead and,
+//! for chunked contents, about two chunks.
+
+use std::fs::File;
+use std::io::{self, BufReader, Read, Seek, SeekFrom};
+use std::sync::Arc;
+
+use permafrost_catalog::{ContentRecord, ContentSegment, Encoding, ExtentKind, StoredForm};
+use permafrost_engine::ReadPromise;
+use permafrost_format::{Algorithm, ChunkIndex, EXTENT_HEADER_BYTES, EXTENT_TRAILER_BYTES};
+
+use crate::store::{ByteRange, Inner};
+use crate::{Result, StoreError};
+
+const BUFFER_BYTES: usize = 64 << 10;
+
+fn invalid(message: String) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, message)
+}
+
+/// A reader of an object's body (see [`crate::Store::open_object`]).
+pub struct ObjectReader {
+    body: Box<dyn Read + Send>,
+    encoding: Encoding,
+    range: Option<(u64, u64)>,
+    total_bytes: u64,
+}
+
+impl std::fmt::Debug for ObjectReader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ObjectReader")
+            .field("encoding", &self.encoding)
+            .field("range", &self.range)
+            .finish()
+    }
+}
+
+impl ObjectReader {
+    /// The encoding of the body: the object's upload encoding when the stored bytes are returned as they are,
+    /// else `Identity`.
+    pub fn encoding(&self) -> Encoding {
+        self.encoding
+    }
+
+    /// Bytes the body has.
+    pub fn len(&self) -> u64 {
+        self.range.map_or(self.total_bytes, |(_, len)| len)
+    }
+
+    /// Whether the body is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// `(offset, length)` of a ranged read within the representation of `total_bytes()` bytes.
+    pub fn range(&self) -> Option<(u64, u64)> {
+        self.range
+    }
+
+    /// Size of the whole representation (decoded size, or stored size when returned as stored).
+    pub fn total_bytes(&self) -> u64 {
+        self.total_bytes
+    }
+
+    pub(crate) fn open(
+        inner: &Arc<Inner>,
+        content: &ContentRecord,
+        range: Option<ByteRange>,
+        accept_encoding: Option<Encoding>,
+        prefer_grid: bool,
+    ) -> Result<ObjectReader> {
+        let as_stored = content.id.encoding != Encoding::Identity
+            && accept_encoding == Some(content.id.encoding);
+        let total_bytes = if as_stored {
+            content.stored_bytes
+        } else {
+            content.logical_bytes
+        };
+        let resolved = range.map(|r| r.resolve(total_bytes)).transpose()?;
+        let (offset, len) = resolved.unwrap_or((0, total_bytes));
+        let whole = offset == 0 && len == total_bytes;
+        let source = open_source(inner, content, prefer_grid, whole)?;
+        let index = || -> Result<Option<ChunkIndex>> {
+            if content.chunk_index.is_empty() {
+                return Ok(None);
+            }
+            Ok(Some(ChunkIndex::decode(&content.chunk_index)?.0))
+        };
+        let mut body: Box<dyn Read + Send> = if as_stored || content.stored_form == StoredForm::Raw
+        {
+            let mut source = source;
+            if whole {
+                // Read to the source's own end so the last extent's checks run.
+                Box::new(source)
+            } else {
+                source
+                    .seek(SeekFrom::Start(offset))
+                    .map_err(|e| StoreError::Internal(e.to_string()))?;
+                Box::new(source.take(len))
+            }
+        } else if let Some(index) = index()? {
+            Box::new(permafrost_format::decode_range(
+                &index, source, offset, len,
+            )?)
+        } else {
+            let algorithm = match content.id.encoding {
+                Encoding::Zstd => Algorithm::Zstd,
+                Encoding::Lz4 => Algorithm::Lz4,
+                Encoding::Identity => {
+                    return Err(StoreError::Internal(format!(
+                        "content {} is chunked without a chunk index",
+                        content.id
+                    )))
+                }
+            };
+            // No frame index: decode from the start and skip (costs a decode of `offset` bytes).
+            Box::new(permafrost_format::decode_stream_range(
+                algorithm, source, offset, len,
+            )?)
+        };
+        // The bytes as received are the decoded bytes of identity uploads and the stored bytes of pre-compressed
+        // ones: a whole read of them is checked against the content's BLAKE3.
+        let as_received = (content.id.encoding == Encoding::Identity) || as_stored;
+        if whole && as_received {
+            body = Box::new(HashCheck {
+                inner: body,
+                hasher: blake3::Hasher::new(),
+                expected: content.id.hash,
+                expected_bytes: total_bytes,
+                seen_bytes: 0,
+                what: content.id.to_string(),
+            });
+        }
+        Ok(ObjectReader {
+            body,
+            encoding: if as_stored {
+                content.id.encoding
+            } else {
+                Encoding::Identity
+            },
+            range: resolved,
+            total_bytes,
+        })
+    }
+}
+
+impl Read for ObjectReader {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        self.body.read(buf)
+    }
+}
+
+/// The stored bytes of a content, from the cache or the grid.
+trait Source: Read + Seek + Send {}
+impl<T: Read + Seek + Send> Source for T {}
+
+fn open_source(
+    inner: &Arc<Inner>,
+    content: &ContentRecord,
+    prefer_grid: bool,
+    whole: bool,
+) -> Result<Box<dyn Source>> {
+    if !prefer_grid || content.state != permafrost_catalog::ContentState::Persisted {
+        if let Some(path) = &content.cache_path {
+            match File::open(inner.cache.absolute(path)) {
+                Ok(f) => return Ok(Box::new(BufReader::with_capacity(BUFFER_BYTES, f))),
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {} // evicted meanwhile: read the grid
+                Err(e) => {
+                    return Err(StoreError::Internal(format!(
+                        "cannot open cache file {path}: {e}"
+                    )))
+                }
+            }
+        }
+    }
+    let segments = inner.catalog.segments(&content.id)?;
+    let stored: u64 = segments.iter().map(|s| s.segment.length_bytes).sum();
+    if segments.is_empty() && content.stored_bytes > 0 || stored != content.stored_bytes {
+        return Err(StoreError::Internal(format!(
+            "content {} is neither in the cache nor completely on the grid ({stored} of {} stored bytes placed)",
+            content.id, content.stored_bytes
+        )));
+    }
+    let mut start = 0;
+    let segments = segments
+        .into_iter()
+        .map(|s| {
+            let at = start;
+            start += s.segment.length_bytes;
+            (at, s)
+        })
+        .collect();
+    Ok(Box::new(GridSource {
+        inner: Arc::clone(inner),
+        segments,
+        stored_bytes: stored,
+        pos: 0,
+        current: None,
+        verify: whole,
+    }))
+}
+
+/// Stored bytes of a content on the grid, seekable (a seek to another position opens a new read promise).
+struct GridSource {
+    inner: Arc<Inner>,
+    /// `(first stored byte, segment)` in order.
+    segments: Vec<(u64, ContentSegment)>,
+    stored_bytes: u64,
+    pos: u64,
+    /// The open stream and the stored position it will deliver next.
+    current: Option<(SegmentStream, u64)>,
+    verify: bool,
+}
+
+impl GridSource {
+    fn open_at(&mut self, pos: u64) -> io::Result<()> {
+        let i = self
+            .segments
+            .partition_point(|(start, s)| start + s.segment.length_bytes <= pos);
+        let (start, s) = &self.segments[i];
+        let within = pos - start;
+        let check = self.verify && within == 0 && s.extent.kind == ExtentKind::Content;
+        let stream = SegmentStream::open(&self.inner, s, within, check)
+            .map_err(|e| io::Error::other(e.to_string()))?;
+        self.current = Some((stream, pos));
+        Ok(())
+    }
+}
+
+impl Read for GridSource {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        loop {
+            if self.pos >= self.stored_bytes || buf.is_empty() {
+                // Let a verifying stream finish its check before the end.
+                if let Some((stream, _)) = self.current.as_mut() {
+                    let mut nothing = [0u8; 0];
+                    stream.read_to_check(&mut nothing)?;
+                }
+                return Ok(0);
+            }
+            if !matches!(&self.current, Some((_, at)) if *at == self.pos) {
+                if let Some((mut old, _)) = self.current.take() {
+                    if old.check.is_some() && old.out_done() {
+                        old.read_to_check(&mut [])?;
+                    }
+                }
+                self.open_at(self.pos)?;
+            }
+            let (stream, at) = self.current.as_mut().expect("opened above");
+            let n = stream.read(buf)?;
+            if n == 0 {
+                // The segment is done (and checked): the next read opens the next one.
+                self.current = None;
+                continue;
+            }
+            *at += n as u64;
+            self.pos += n as u64;
+            return Ok(n);
+        }
+    }
+}
+
+impl Seek for GridSource {
+    fn seek(&mut self, to: SeekFrom) -> io::Result<u64> {
+        let target = match to {
+            SeekFrom::Start(p) => p as i128,
+            SeekFrom::Current(d) => self.pos as i128 + d as i128,
+            SeekFrom::End(d) => self.stored_bytes as i128 + d as i128,
+        };
+        if target < 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "seek before the start",
+            ));
+        }
+        self.pos = target as u64;
+        Ok(self.pos)
+    }
+}
+
+/// Checks of a whole extent while it streams.
+struct ExtentCheck {
+    crc: u32,
+    hasher: blake3::Hasher,
+    /// Header + payload bytes (what the crc covers).
+    crc_end: u64,
+    /// + trailer (what the BLAKE3 covers).
+    hash_end: u64,
+    trailer: Vec<u8>,
+    expected: Option<[u8; 32]>,
+    what: String,
+    done: bool,
+}
+
+/// One segment's bytes from one read promise.
+struct SegmentStream {
+    promise: ReadPromise,
+    /// Bytes consumed from the promise.
+    at: u64,
+    /// Output window, relative to the promise's start.
+    out_start: u64,
+    out_end: u64,
+    check: Option<ExtentCheck>,
+    raw: Vec<u8>,
+    out: Vec<u8>,
+    out_pos: usize,
+}
+
+impl SegmentStream {
+    /// Stream the segment's bytes from `within` on. `check`: read the whole extent and verify it.
+    fn open(inner: &Inner, s: &ContentSegment, within: u64, check: bool) -> Result<SegmentStream> {
+        let header = EXTENT_HEADER_BYTES as u64;
+        let e = &s.extent;
+        let (promise_start, out_start, needed_end, check) = if check {
+            let crc_end = header + e.payload_bytes;
+            let hash_end = crc_end + EXTENT_TRAILER_BYTES as u64;
+            let check = ExtentCheck {
+                crc: 0,
+                hasher: blake3::Hasher::new(),
+                crc_end,
+                hash_end,
+                trailer: Vec::with_capacity(4),
+                expected: e.blake3,
+                what: format!(
+                    "extent {} (grid bucket {}, offset {})",
+                    e.extent_id, e.grid_bucket, e.offset
+                ),
+                done: false,
+            };
+            (
+                e.offset,
+                header + s.segment.offset_in_payload,
+                hash_end,
+                Some(check),
+            )
+        } else {
+            let first = e.offset + header + s.segment.offset_in_payload + within;
+            let aligned = first / 4096 * 4096;
+            let end = e.offset + header + s.segment.offset_in_payload + s.segment.length_bytes;
+            (aligned, first - aligned, end - aligned, None)
+        };
+        let out_end = if check.is_some() {
+            out_start + s.segment.length_bytes
+        } else {
+            needed_end
+        };
+        let promise_len = needed_end.div_ceil(4096) * 4096;
+        let promise = inner
+            .engine
+            .read(e.grid_bucket as usize, promise_start, promise_len)?;
+        Ok(SegmentStream {
+            promise,
+            at: 0,
+            out_start,
+            out_end,
+            check,
+            raw: vec![0; BUFFER_BYTES],
+            out: Vec::new(),
+            out_pos: 0,
+        })
+    }
+
+    fn needed_end(&self) -> u64 {
+        self.check
+            .as_ref()
+            .map_or(self.out_end, |c| c.hash_end.max(self.out_end))
+    }
+
+    fn out_done(&self) -> bool {
+        self.at >= self.out_end && self.out_pos >= self.out.len()
+    }
+
+    /// Consume the rest of what the check needs (no output).
+    fn read_to_check(&mut self, _unused: &mut [u8]) -> io::Result<()> {
+        if self.check.is_none() || !self.out_done() {
+            return Ok(());
+        }
+        let mut sink = [0u8; 1];
+        while self.read(&mut sink)? > 0 {}
+        Ok(())
+    }
+
+    fn process(&mut self, n: usize) {
+        let start = self.at;
+        let chunk = &self.raw[..n];
+        if let Some(c) = self.check.as_mut() {
+            let crc_part = (c.crc_end.saturating_sub(start)).min(n as u64) as usize;
+            c.crc = crc32c::crc32c_append(c.crc, &chunk[..crc_part]);
+            let hash_part = (c.hash_end.saturating_sub(start)).min(n as u64) as usize;
+            c.hasher.update(&chunk[..hash_part]);
+            if hash_part > crc_part {
+                c.trailer.extend_from_slice(&chunk[crc_part..hash_part]);
+            }
+        }
+        let lo = self.out_start.max(start);
+        let hi = self.out_end.min(start + n as u64);
+        self.out.clear();
+        self.out_pos = 0;
+        if lo < hi {
+            self.out
+                .extend_from_slice(&chunk[(lo - start) as usize..(hi - start) as usize]);
+        }
+        self.at += n as u64;
+    }
+
+    fn finish_check(&mut self) -> io::Result<()> {
+        let Some(c) = self.check.as_mut() else {
+            return Ok(());
+        };
+        if c.done {
+            return Ok(());
+        }
+        c.done = true;
+        let stored = u32::from_le_bytes(
+            c.trailer[..]
+                .try_into()
+                .map_err(|_| invalid(format!("{}: trailer missing", c.what)))?,
+        );
+        if stored != c.crc {
+            return Err(invalid(format!(
+                "{}: crc32c mismatch (stored {stored:#010x}, computed {:#010x})",
+                c.what, c.crc
+            )));
+        }
+        if let Some(expected) = c.expected {
+            if *c.hasher.finalize().as_bytes() != expected {
+                return Err(invalid(format!(
+                    "{}: BLAKE3 differs from the catalog's",
+                    c.what
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Read for SegmentStream {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        loop {
+            if self.out_pos < self.out.len() {
+                let n = buf.len().min(self.out.len() - self.out_pos);
+                buf[..n].copy_from_slice(&self.out[self.out_pos..self.out_pos + n]);
+                self.out_pos += n;
+                return Ok(n);
+            }
+            let needed = self.needed_end();
+            if self.at >= needed {
+                self.finish_check()?;
+                return Ok(0);
+            }
+            let want = ((needed - self.at) as usize).min(self.raw.len());
+            let mut raw = std::mem::take(&mut self.raw);
+            let n = self.promise.read(&mut raw[..want]);
+            self.raw = raw;
+            let n = n?;
+            if n == 0 {
+                return Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    "the grid read ended early",
+                ));
+            }
+            self.process(n);
+            if buf.is_empty() && self.out.is_empty() {
+                continue;
+            }
+        }
+    }
+}
+
+/// Checks the BLAKE3 and length of a whole body at its end.
+struct HashCheck<R> {
+    inner: R,
+    hasher: blake3::Hasher,
+    expected: [u8; 32],
+    expected_bytes: u64,
+    seen_bytes: u64,
+    what: String,
+}
+
+impl<R: Read> Read for HashCheck<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        if n > 0 {
+            self.hasher.update(&buf[..n]);
+            self.seen_bytes += n as u64;
+            return Ok(n);
+        }
+        if buf.is_empty() {
+            return Ok(0);
+        }
+        if self.seen_bytes != self.expected_bytes {
+            return Err(invalid(format!(
+                "content {}: {} bytes read, {} expected",
+                self.what, self.seen_bytes, self.expected_bytes
+            )));
+        }
+        if *self.hasher.finalize().as_bytes() != self.expected {
+            return Err(invalid(format!("content {}: BLAKE3 mismatch", self.what)));
+        }
+        Ok(0)
+    }
+}

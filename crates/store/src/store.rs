@@ -1,0 +1,852 @@
+//! [`Store`]: opening the data directory, buckets, objects, and the operator's operations.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use parking_lot::{Condvar, Mutex};
+use permafrost_catalog::{
+    BucketRecord, BucketSettings, Catalog, CatalogStats, ContentId, ContentRecord, ContentState,
+    Encoding, ListPage, ListQuery, NewContent, ObjectRecord, SqliteCatalog, SqliteOptions,
+    WorkItem, WorkKind,
+};
+use permafrost_engine::{Engine, GridConfig, GridStatus, OpenOptions, WriteMode};
+use permafrost_grid::Layout;
+
+use crate::cache::Cache;
+use crate::persist::Persister;
+use crate::put::{PutHandle, PutOptions, Target};
+use crate::read::ObjectReader;
+use crate::{io_error, Result, StoreConfig, StoreError};
+
+/// User metadata entry carrying the decoded length of pre-compressed uploads
+/// (`x-amz-meta-permafrost-decoded-length`).
+pub const DECODED_LENGTH_META: &str = "permafrost-decoded-length";
+
+/// Bucket names the store refuses (the service's own path prefix).
+const RESERVED_BUCKETS: &[&str] = &["_permafrost"];
+/// Longest key S3 accepts, in bytes.
+const KEY_BYTES_MAX: usize = 1024;
+/// Access times kept in memory before they are written to the catalog.
+const ACCESS_BATCH_MAX: usize = 4096;
+
+/// New metadata of a copy: `(user metadata, content type)` (S3 `x-amz-metadata-directive: REPLACE`).
+pub type ReplaceMetadata = (Vec<(String, String)>, Option<String>);
+
+/// A byte range of a GET, as S3 clients send it (`Range: bytes=…`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ByteRange {
+    /// `first-last`, both inclusive (`last` beyond the end is clamped).
+    FromTo(u64, u64),
+    /// `first-`: to the end.
+    From(u64),
+    /// `-n`: the last `n` bytes.
+    Suffix(u64),
+}
+
+impl ByteRange {
+    /// `(offset, length)` within an object of `size` bytes; `InvalidRange` when it selects nothing.
+    pub fn resolve(self, size: u64) -> Result<(u64, u64)> {
+        let invalid = || {
+            StoreError::InvalidRange(format!(
+                "range {self:?} is not satisfiable for an object of {size} bytes"
+            ))
+        };
+        match self {
+            ByteRange::FromTo(first, last) if first <= last && first < size => {
+                Ok((first, last.min(size - 1) - first + 1))
+            }
+            ByteRange::From(first) if first < size => Ok((first, size - first)),
+            ByteRange::Suffix(n) if n > 0 && size > 0 => {
+                let n = n.min(size);
+                Ok((size - n, n))
+            }
+            _ => Err(invalid()),
+        }
+    }
+}
+
+/// What HEAD (and GET) say about an object.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct ObjectInfo {
+    pub bucket: String,
+    pub key: String,
+    /// Logical (decoded) size.
+    pub size_bytes: u64,
+    /// Size of the stored form.
+    pub stored_bytes: u64,
+    pub etag: String,
+    pub last_modified_ms: u64,
+    pub content_type: Option<String>,
+    /// The encoding the object was uploaded with (`Identity` unless pre-compressed).
+    pub content_encoding: Encoding,
+    pub user_metadata: Vec<(String, String)>,
+    /// Verified checksums the client sent (`crc32`, …, base64).
+    pub checksums: Vec<(String, String)>,
+    /// Persistence state (for the `x-amz-meta-permafrost-state`-style header and `wait_persisted`).
+    pub state: ContentState,
+    pub dataset: String,
+    pub grid_bucket: Option<u32>,
+    /// The content id (`hex(blake3):encoding`).
+    pub content_id: String,
+}
+
+impl ObjectInfo {
+    pub(crate) fn from_records(object: &ObjectRecord, content: &ContentRecord) -> ObjectInfo {
+        ObjectInfo {
+            bucket: object.bucket.clone(),
+            key: object.key.clone(),
+            size_bytes: object.size_bytes,
+            stored_bytes: content.stored_bytes,
+            etag: object.etag.clone(),
+            last_modified_ms: object.last_modified_ms,
+            content_type: object.content_type.clone(),
+            content_encoding: content.id.encoding,
+            user_metadata: object.user_metadata.clone(),
+            checksums: object.checksums.clone(),
+            state: content.state,
+            dataset: object.dataset.clone(),
+            grid_bucket: content.grid_bucket,
+            content_id: content.id.to_string(),
+        }
+    }
+
+    pub(crate) fn part(
+        bucket: &str,
+        key: &str,
+        size_bytes: u64,
+        etag: String,
+        now_ms: u64,
+    ) -> ObjectInfo {
+        ObjectInfo {
+            bucket: bucket.into(),
+            key: key.into(),
+            size_bytes,
+            stored_bytes: size_bytes,
+            etag,
+            last_modified_ms: now_ms,
+            content_type: None,
+            content_encoding: Encoding::Identity,
+            user_metadata: Vec::new(),
+            checksums: Vec::new(),
+            state: ContentState::Cached,
+            dataset: String::new(),
+            grid_bucket: None,
+            content_id: String::new(),
+        }
+    }
+}
+
+/// A multipart upload in progress.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct MultipartUpload {
+    pub upload_id: String,
+    pub bucket: String,
+    pub key: String,
+    pub created_ms: u64,
+}
+
+/// One uploaded part.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct PartInfo {
+    pub part_number: u32,
+    pub size_bytes: u64,
+    pub etag: String,
+    pub last_modified_ms: u64,
+}
+
+/// Progress of [`Store::verify`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct VerifyProgress {
+    pub objects_checked: u64,
+    pub objects_total: u64,
+    pub bytes_checked: u64,
+}
+
+/// What [`Store::verify`] found.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct VerifyReport {
+    pub objects_checked: u64,
+    pub bytes_checked: u64,
+    /// `bucket/key: error` of every object that did not read back verified.
+    pub errors: Vec<String>,
+}
+
+/// The store's state for `permafrost status` and the admin API.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct StatusReport {
+    pub cache_used_bytes: u64,
+    pub cache_capacity_bytes: u64,
+    /// `(grid bucket, stored bytes waiting in the cache)`.
+    pub waiting_bytes_per_grid_bucket: Vec<(u32, u64)>,
+    /// `(grid bucket, bytes allocated on it)`.
+    pub used_bytes_per_grid_bucket: Vec<(u32, u64)>,
+    pub catalog: CatalogStats,
+    pub engine: GridStatus,
+    /// Last error of a background task, if any.
+    pub last_background_error: Option<String>,
+}
+
+impl StatusReport {
+    /// Contents in `state`.
+    pub fn contents_in(&self, state: ContentState) -> u64 {
+        self.catalog
+            .contents_by_state
+            .iter()
+            .find(|(s, _, _)| *s == state)
+            .map_or(0, |(_, n, _)| *n)
+    }
+}
+
+/// The quoted ETag of an MD5.
+pub(crate) fn etag_of(md5: &[u8]) -> String {
+    format!("\"{}\"", hex(md5))
+}
+
+pub(crate) fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// State shared by the store's API and its threads.
+pub(crate) struct Inner {
+    pub config: StoreConfig,
+    pub catalog: Box<dyn Catalog>,
+    pub cache: Cache,
+    pub engine: Engine,
+    pub persister: Persister,
+    /// Recent reads: content → time, written to the catalog in batches (LRU without a commit per GET).
+    access: Mutex<HashMap<ContentId, u64>>,
+    pub stop: AtomicBool,
+    wake_lock: Mutex<bool>,
+    wake: Condvar,
+    pub last_error: Mutex<Option<String>>,
+}
+
+impl Inner {
+    /// Reserve cache space for a writer: evict persisted contents, wake the persistence manager, and wait up to
+    /// `cache_wait_ms_max`; then `SlowDown`.
+    pub fn reserve_cache(&self, bytes: u64) -> Result<()> {
+        if self.cache.try_reserve(bytes) {
+            return Ok(());
+        }
+        let deadline = Instant::now() + Duration::from_millis(self.config.cache_wait_ms_max);
+        loop {
+            self.evict_lru(bytes)?;
+            if self.cache.try_reserve(bytes) {
+                return Ok(());
+            }
+            self.wake_persister();
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(StoreError::SlowDown(format!(
+                    "the cache is full ({} of {} bytes used) and persistence has not freed {bytes} bytes within {} ms",
+                    self.cache.used_bytes(),
+                    self.cache.capacity_bytes,
+                    self.config.cache_wait_ms_max
+                )));
+            }
+            let wait_ms = (deadline - now).as_millis().min(100) as u64;
+            if self.cache.wait_reserve(bytes, wait_ms.max(1)) {
+                return Ok(());
+            }
+        }
+    }
+
+    /// Perform work items (cache file deletions), releasing their space, then remove them from the catalog.
+    pub fn run_work(&self, items: Vec<WorkItem>) {
+        let mut done = Vec::with_capacity(items.len());
+        for item in items {
+            match &item.kind {
+                WorkKind::DeleteCacheFile { path } => {
+                    let len = std::fs::metadata(self.cache.absolute(path))
+                        .map(|m| m.len())
+                        .ok();
+                    match self.cache.remove(path) {
+                        Ok(()) => {
+                            if let Some(len) = len {
+                                self.cache.release(len);
+                            }
+                            done.push(item.id);
+                        }
+                        Err(e) => self.record_error(format!("pending work {}: {e}", item.id)),
+                    }
+                }
+            }
+        }
+        if let Err(e) = self.catalog.finish_work(&done) {
+            self.record_error(format!("cannot finish pending work: {e}"));
+        }
+    }
+
+    pub fn record_error(&self, message: String) {
+        tracing::warn!("{message}");
+        *self.last_error.lock() = Some(message);
+    }
+
+    pub fn commit_put(&self, object: &ObjectRecord, content: &NewContent) -> Result<ObjectInfo> {
+        let outcome = match self
+            .catalog
+            .put_object(object, content, permafrost_catalog::now_ms())
+        {
+            Ok(o) => o,
+            Err(e) => {
+                let _ = self.cache.remove(&content.cache_path);
+                self.cache.release(content.stored_bytes);
+                return Err(e.into());
+            }
+        };
+        self.run_work(outcome.work);
+        self.wake_persister();
+        let (object, content) = self
+            .catalog
+            .get_object(&object.bucket, &object.key)?
+            .ok_or_else(|| {
+                StoreError::Internal(format!(
+                    "object {}/{} vanished after its commit",
+                    object.bucket, object.key
+                ))
+            })?;
+        Ok(ObjectInfo::from_records(&object, &content))
+    }
+
+    /// Remember a read of `id` (written to the catalog in batches).
+    pub fn touch(&self, id: ContentId) {
+        let mut access = self.access.lock();
+        access.insert(id, permafrost_catalog::now_ms());
+        if access.len() >= ACCESS_BATCH_MAX {
+            let batch = std::mem::take(&mut *access);
+            drop(access);
+            self.write_access(batch);
+        }
+    }
+
+    pub fn flush_access(&self) {
+        let batch = std::mem::take(&mut *self.access.lock());
+        self.write_access(batch);
+    }
+
+    fn write_access(&self, batch: HashMap<ContentId, u64>) {
+        for (id, ms) in batch {
+            if let Err(e) = self.catalog.touch_content(&id, ms) {
+                self.record_error(format!("cannot record an access: {e}"));
+            }
+        }
+    }
+
+    /// Evict persisted contents, least recently used first, until `bytes` are freed (or none is left).
+    /// Returns the bytes freed.
+    pub fn evict_lru(&self, bytes: u64) -> Result<u64> {
+        self.flush_access();
+        let mut freed = 0;
+        while freed < bytes {
+            let candidates = self.catalog.eviction_candidates(64)?;
+            if candidates.is_empty() {
+                break;
+            }
+            for content in candidates {
+                if let Some(work) = self.catalog.evict_content(&content.id)? {
+                    self.run_work(vec![work]);
+                    freed += content.stored_bytes;
+                }
+                if freed >= bytes {
+                    break;
+                }
+            }
+        }
+        Ok(freed)
+    }
+
+    pub fn wake_persister(&self) {
+        *self.wake_lock.lock() = true;
+        self.wake.notify_all();
+    }
+
+    /// Sleep up to `ms` or until woken; returns early when stopping.
+    pub fn sleep(&self, ms: u64) {
+        let mut woken = self.wake_lock.lock();
+        if !*woken && !self.stop.load(Ordering::SeqCst) {
+            self.wake.wait_for(&mut woken, Duration::from_millis(ms));
+        }
+        *woken = false;
+    }
+
+    /// The write mode for contents of `bucket`.
+    pub fn write_mode_of(&self, bucket: &str) -> WriteMode {
+        self.catalog
+            .get_bucket(bucket)
+            .ok()
+            .flatten()
+            .and_then(|b| b.settings.write_mode)
+            .and_then(|m| m.parse().ok())
+            .unwrap_or(self.config.write_mode)
+    }
+
+    /// The dataset id of a key: the bucket plus the first `dataset_prefix_depth` components of the key's
+    /// directory part (the same rule as `permafrost_policy::DatasetAffinity::dataset_key`).
+    pub fn dataset_of(&self, bucket: &str, key: &str) -> String {
+        let mut id = bucket.to_string();
+        let mut parts: Vec<&str> = key.split('/').collect();
+        parts.pop();
+        for part in parts
+            .into_iter()
+            .filter(|p| !p.is_empty())
+            .take(self.config.dataset_prefix_depth)
+        {
+            id.push('/');
+            id.push_str(part);
+        }
+        id
+    }
+}
+
+/// The object store. Cheap to share: methods take `&self` and are safe to call from many threads.
+pub struct Store {
+    inner: Arc<Inner>,
+    threads: Mutex<Vec<JoinHandle<()>>>,
+    data_dir: PathBuf,
+}
+
+fn validate_bucket_name(name: &str) -> Result<()> {
+    let ok_chars = name
+        .bytes()
+        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'.' || b == b'-');
+    let ends_ok = name
+        .bytes()
+        .next()
+        .is_some_and(|b| b.is_ascii_alphanumeric())
+        && name
+            .bytes()
+            .last()
+            .is_some_and(|b| b.is_ascii_alphanumeric());
+    if !(3..=63).contains(&name.len())
+        || !ok_chars
+        || !ends_ok
+        || name.contains("..")
+        || RESERVED_BUCKETS.contains(&name)
+    {
+        return Err(StoreError::InvalidArgument(format!(
+            "invalid bucket name {name:?}: 3–63 characters of a-z, 0-9, '.' and '-', starting and ending with a letter or digit"
+        )));
+    }
+    Ok(())
+}
+
+pub(crate) fn validate_key(key: &str) -> Result<()> {
+    if key.is_empty() || key.len() > KEY_BYTES_MAX {
+        return Err(StoreError::InvalidArgument(format!(
+            "key of {} bytes: must be 1 to {KEY_BYTES_MAX} bytes",
+            key.len()
+        )));
+    }
+    Ok(())
+}
+
+impl Store {
+    /// Open the data directory `data_dir` (created if needed, with the grid of `config.grid` when new): the
+    /// catalog, the cache and the engine; then recover (pending work, interrupted persists, partial uploads) and
+    /// start the persistence manager and the garbage collector.
+    pub fn open(data_dir: &Path, config: StoreConfig) -> Result<Store> {
+        config.validate()?;
+        std::fs::create_dir_all(data_dir)
+            .map_err(|e| io_error(format!("cannot create {}", data_dir.display()), e))?;
+        let catalog = SqliteCatalog::open_with(
+            &data_dir.join("catalog.sqlite"),
+            SqliteOptions {
+                durable: config.fsync,
+            },
+        )?;
+        let cache = Cache::open(
+            &data_dir.join("cache"),
+            config.cache_bytes_max,
+            config.fsync,
+        )?;
+        let grid_dir = data_dir.join("grid");
+        let engine = if grid_dir.join(permafrost_engine::CONFIG_FILE).exists() {
+            Engine::open_with(
+                &grid_dir,
+                OpenOptions {
+                    power_profile: config.power_profile.clone(),
+                    ..Default::default()
+                },
+            )?
+        } else {
+            let layout: Layout = config.grid.layout.parse().map_err(|e| {
+                StoreError::InvalidArgument(format!("grid layout {:?}: {e}", config.grid.layout))
+            })?;
+            let mut grid = GridConfig::with_file_disks(layout, config.grid.disk_capacity_bytes);
+            grid.spinning_max = config.grid.spinning_max;
+            grid.write_mode_default = config.write_mode;
+            if let Some(p) = &config.power_profile {
+                grid.power = p.clone();
+            }
+            Engine::create(&grid_dir, grid)?
+        };
+        let persister = Persister::new(&config, &engine)?;
+        let inner = Arc::new(Inner {
+            config,
+            catalog: Box::new(catalog),
+            cache,
+            engine,
+            persister,
+            access: Mutex::new(HashMap::new()),
+            stop: AtomicBool::new(false),
+            wake_lock: Mutex::new(false),
+            wake: Condvar::new(),
+            last_error: Mutex::new(None),
+        });
+        crate::gc::recover(&inner)?;
+        inner.persister.remember_datasets(&inner)?;
+        let store = Store {
+            inner,
+            threads: Mutex::new(Vec::new()),
+            data_dir: data_dir.to_path_buf(),
+        };
+        store.start_threads();
+        Ok(store)
+    }
+
+    fn start_threads(&self) {
+        let mut threads = self.threads.lock();
+        let inner = Arc::clone(&self.inner);
+        threads.push(
+            std::thread::Builder::new()
+                .name("permafrost-persist".into())
+                .spawn(move || crate::persist::manager_loop(&inner))
+                .expect("spawn the persistence manager"),
+        );
+        let inner = Arc::clone(&self.inner);
+        threads.push(
+            std::thread::Builder::new()
+                .name("permafrost-gc".into())
+                .spawn(move || crate::gc::gc_loop(&inner))
+                .expect("spawn the garbage collector"),
+        );
+    }
+
+    /// The data directory.
+    pub fn data_dir(&self) -> &Path {
+        &self.data_dir
+    }
+
+    /// The configuration in effect.
+    pub fn config(&self) -> &StoreConfig {
+        &self.inner.config
+    }
+
+    /// The engine beneath (power states and counters, failing disks in tests, rebuild).
+    pub fn engine(&self) -> &Engine {
+        &self.inner.engine
+    }
+
+    // ---------------------------------------------------------------- buckets
+
+    /// Create an S3 bucket. Unknown placement or write mode names are `InvalidArgument`.
+    pub fn create_bucket(&self, name: &str, settings: BucketSettings) -> Result<()> {
+        validate_bucket_name(name)?;
+        if let Some(p) = &settings.placement {
+            permafrost_policy::placement_by_name(p, &Default::default())
+                .map_err(|e| StoreError::InvalidArgument(e.to_string()))?;
+        }
+        if let Some(m) = &settings.write_mode {
+            m.parse::<WriteMode>()
+                .map_err(StoreError::InvalidArgument)?;
+        }
+        Ok(self.inner.catalog.create_bucket(name, &settings)?)
+    }
+
+    /// Delete an empty S3 bucket.
+    pub fn delete_bucket(&self, name: &str) -> Result<()> {
+        Ok(self.inner.catalog.delete_bucket(name)?)
+    }
+
+    /// The bucket's record, `NoSuchBucket` if it does not exist.
+    pub fn head_bucket(&self, name: &str) -> Result<BucketRecord> {
+        self.inner
+            .catalog
+            .get_bucket(name)?
+            .ok_or_else(|| StoreError::NoSuchBucket(name.to_string()))
+    }
+
+    pub fn list_buckets(&self) -> Result<Vec<BucketRecord>> {
+        Ok(self.inner.catalog.list_buckets()?)
+    }
+
+    // ---------------------------------------------------------------- objects
+
+    /// Start an upload of `bucket/key`.
+    pub fn begin_put(&self, bucket: &str, key: &str, options: PutOptions) -> Result<PutHandle> {
+        validate_key(key)?;
+        let record = self.head_bucket(bucket)?;
+        let target = Target::Object {
+            bucket: bucket.to_string(),
+            key: key.to_string(),
+            dataset: self.inner.dataset_of(bucket, key),
+            compression: record.settings.compression,
+            etag: None,
+        };
+        PutHandle::begin(
+            Arc::clone(&self.inner),
+            target,
+            options,
+            self.inner.config.chunk_bytes,
+        )
+    }
+
+    /// Upload a whole body held in memory (convenience over [`Store::begin_put`]).
+    pub fn put_object(
+        &self,
+        bucket: &str,
+        key: &str,
+        options: PutOptions,
+        body: &[u8],
+    ) -> Result<ObjectInfo> {
+        let mut handle = self.begin_put(bucket, key, options)?;
+        for piece in body.chunks(1 << 20) {
+            handle.write(piece)?;
+        }
+        handle.finish()
+    }
+
+    /// Open an object for reading: the whole object or `range` of it. With `accept_encoding` equal to the
+    /// encoding a pre-compressed object was uploaded with, the stored bytes are returned as they are (and the
+    /// range applies to them); otherwise decoded bytes. From the cache when present, else from the grid.
+    pub fn open_object(
+        &self,
+        bucket: &str,
+        key: &str,
+        range: Option<ByteRange>,
+        accept_encoding: Option<Encoding>,
+    ) -> Result<(ObjectInfo, ObjectReader)> {
+        let (object, content) = self.lookup(bucket, key)?;
+        let info = ObjectInfo::from_records(&object, &content);
+        let reader = ObjectReader::open(&self.inner, &content, range, accept_encoding, false)?;
+        self.inner.touch(content.id);
+        Ok((info, reader))
+    }
+
+    fn lookup(&self, bucket: &str, key: &str) -> Result<(ObjectRecord, ContentRecord)> {
+        match self.inner.catalog.get_object(bucket, key)? {
+            Some(found) => Ok(found),
+            None => {
+                self.head_bucket(bucket)?;
+                Err(StoreError::NoSuchKey {
+                    bucket: bucket.to_string(),
+                    key: key.to_string(),
+                })
+            }
+        }
+    }
+
+    /// What the catalog knows of an object (never touches a disk).
+    pub fn head_object(&self, bucket: &str, key: &str) -> Result<ObjectInfo> {
+        let (object, content) = self.lookup(bucket, key)?;
+        Ok(ObjectInfo::from_records(&object, &content))
+    }
+
+    /// Delete an object (catalog only; its content is collected after the grace period when unreferenced).
+    /// Deleting a missing key succeeds, as in S3; a missing bucket is `NoSuchBucket`.
+    pub fn delete_object(&self, bucket: &str, key: &str) -> Result<()> {
+        self.inner
+            .catalog
+            .delete_object(bucket, key, permafrost_catalog::now_ms())?;
+        Ok(())
+    }
+
+    /// Copy an object (catalog only: a new reference to the same content). `metadata = None` copies the source's
+    /// user metadata and content type; `Some((user_metadata, content_type))` replaces them.
+    pub fn copy_object(
+        &self,
+        src_bucket: &str,
+        src_key: &str,
+        dst_bucket: &str,
+        dst_key: &str,
+        metadata: Option<ReplaceMetadata>,
+    ) -> Result<ObjectInfo> {
+        validate_key(dst_key)?;
+        let (source, _) = self.lookup(src_bucket, src_key)?;
+        let (user_metadata, content_type) =
+            metadata.unwrap_or((source.user_metadata.clone(), source.content_type.clone()));
+        let object = ObjectRecord {
+            bucket: dst_bucket.to_string(),
+            key: dst_key.to_string(),
+            last_modified_ms: permafrost_catalog::now_ms(),
+            user_metadata,
+            content_type,
+            dataset: self.inner.dataset_of(dst_bucket, dst_key),
+            ..source
+        };
+        let copy = self.inner.catalog.copy_object(
+            src_bucket,
+            src_key,
+            &object,
+            permafrost_catalog::now_ms(),
+        )?;
+        let content = self
+            .inner
+            .catalog
+            .get_content(&copy.content)?
+            .ok_or_else(|| {
+                StoreError::Internal(format!("content of {dst_bucket}/{dst_key} vanished"))
+            })?;
+        Ok(ObjectInfo::from_records(&copy, &content))
+    }
+
+    /// List objects (S3 ListObjects semantics; catalog only).
+    pub fn list_objects(&self, bucket: &str, query: &ListQuery) -> Result<ListPage> {
+        Ok(self.inner.catalog.list_objects(bucket, query)?)
+    }
+
+    // ---------------------------------------------------------------- operations
+
+    /// Place and persist everything waiting in the cache now, and wait until it is fully persisted (parity
+    /// included, in delayed mode too).
+    pub fn persist_now(&self) -> Result<()> {
+        crate::persist::persist_all(&self.inner)
+    }
+
+    /// Wait until the object is fully persisted or `timeout` passes (then `Ok(false)`).
+    pub fn wait_persisted(&self, bucket: &str, key: &str, timeout: Duration) -> Result<bool> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let (_, content) = self.lookup(bucket, key)?;
+            match content.state {
+                ContentState::Persisted => return Ok(true),
+                ContentState::Persisting if content.grid_bucket.is_some() => {
+                    // Delayed mode: drain the parity deltas now.
+                    crate::persist::complete_parity(&self.inner)?;
+                }
+                _ => self.inner.wake_persister(),
+            }
+            if Instant::now() >= deadline {
+                return Ok(false);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Evict every persisted content from the cache; returns the bytes freed.
+    pub fn evict_cache(&self) -> Result<u64> {
+        self.inner.evict_lru(u64::MAX)
+    }
+
+    /// Run the garbage collector now (`ignore_grace`: collect unreferenced contents regardless of their age).
+    /// Returns the number of contents removed.
+    pub fn gc_now(&self, ignore_grace: bool) -> Result<u64> {
+        crate::gc::collect(&self.inner, ignore_grace)
+    }
+
+    /// Re-read every object and check it against its hashes: persisted contents from the grid (extent crc and
+    /// BLAKE3, content BLAKE3), cached ones from the cache (content BLAKE3).
+    pub fn verify(&self, progress: &mut dyn FnMut(&VerifyProgress)) -> Result<VerifyReport> {
+        let total = self.inner.catalog.stats()?.objects;
+        let mut report = VerifyReport::default();
+        let mut state = VerifyProgress {
+            objects_total: total,
+            ..Default::default()
+        };
+        let mut after: Option<(String, String)> = None;
+        loop {
+            let batch = self
+                .inner
+                .catalog
+                .objects_after(after.as_ref().map(|(b, k)| (b.as_str(), k.as_str())), 256)?;
+            let Some(last) = batch.last() else { break };
+            after = Some((last.bucket.clone(), last.key.clone()));
+            for object in batch {
+                let result = (|| -> Result<u64> {
+                    let content = self
+                        .inner
+                        .catalog
+                        .get_content(&object.content)?
+                        .ok_or_else(|| StoreError::Internal("content row missing".into()))?;
+                    let from_grid = content.state == ContentState::Persisted;
+                    let mut reader =
+                        ObjectReader::open(&self.inner, &content, None, None, from_grid)?;
+                    std::io::copy(&mut reader, &mut std::io::sink())
+                        .map_err(|e| StoreError::Internal(e.to_string()))
+                })();
+                match result {
+                    Ok(n) => {
+                        report.bytes_checked += n;
+                        state.bytes_checked += n;
+                    }
+                    Err(e) => report
+                        .errors
+                        .push(format!("{}/{}: {e}", object.bucket, object.key)),
+                }
+                report.objects_checked += 1;
+                state.objects_checked += 1;
+                progress(&state);
+            }
+        }
+        Ok(report)
+    }
+
+    /// The store's state.
+    pub fn status(&self) -> Result<StatusReport> {
+        let catalog = self.inner.catalog.stats()?;
+        let waiting = self
+            .inner
+            .catalog
+            .outstanding()?
+            .into_iter()
+            .map(|o| (o.grid_bucket, o.stored_bytes))
+            .collect();
+        let used = self
+            .inner
+            .catalog
+            .grid_usage()?
+            .into_iter()
+            .map(|u| (u.grid_bucket, u.used_bytes()))
+            .collect();
+        Ok(StatusReport {
+            cache_used_bytes: self.inner.cache.used_bytes(),
+            cache_capacity_bytes: self.inner.cache.capacity_bytes,
+            waiting_bytes_per_grid_bucket: waiting,
+            used_bytes_per_grid_bucket: used,
+            catalog,
+            engine: self.inner.engine.status()?,
+            last_background_error: self.inner.last_error.lock().clone(),
+        })
+    }
+
+    /// Rebuild objects from grid bucket `grid_bucket` without the catalog (reading through the engine), writing
+    /// them under `out_dir` (see `permafrost_format::salvage_objects`).
+    pub fn salvage_grid_bucket(
+        &self,
+        grid_bucket: usize,
+        out_dir: &Path,
+        progress: &mut dyn FnMut(&crate::SalvageProgress),
+    ) -> Result<crate::SalvageReport> {
+        crate::salvage::salvage_through_engine(&self.inner.engine, grid_bucket, out_dir, progress)
+    }
+
+    /// Stop the background threads and close the catalog and the engine. Unpersisted contents stay in the cache
+    /// and are re-queued on the next open.
+    pub fn close(self) -> Result<()> {
+        self.stop_threads();
+        self.inner.flush_access();
+        Ok(())
+    }
+
+    fn stop_threads(&self) {
+        self.inner.stop.store(true, Ordering::SeqCst);
+        self.inner.wake_persister();
+        for t in std::mem::take(&mut *self.threads.lock()) {
+            let _ = t.join();
+        }
+    }
+
+    pub(crate) fn inner(&self) -> &Arc<Inner> {
+        &self.inner
+    }
+}
+
+impl Drop for Store {
+    fn drop(&mut self) {
+        self.stop_threads();
+    }
+}
