@@ -9,6 +9,9 @@
 #   --quick     small sizes (256 MiB bucket data, 64 MiB writes), short criterion runs: a few minutes
 #   --scratch   where grids and copies go (default /tmp/permafrost-bench); must allow O_DIRECT (ext4, xfs)
 #   --repeat    read / dd pairs measured (default 3; the median is reported)
+#   --skip-idr  skip benchmark 1 (the IDR compute bench)
+# Environment: CARGO_TARGET_DIR (default /work/target-bench); PERMAFROST_BIN=path uses that binary instead of
+# building `permafrost` in release mode.
 # Raw numbers go to bench/out/<UTC timestamp>/ (gitignored); the summary is printed and saved as summary.txt.
 # Results are ratios measured in the same run: this machine is shared and absolute times swing.
 set -euo pipefail
@@ -16,12 +19,14 @@ set -euo pipefail
 QUICK=0
 SCRATCH=/tmp/permafrost-bench
 REPEAT=3
+SKIP_IDR=0
 while [[ $# -gt 0 ]]; do
     case "$1" in
         --quick) QUICK=1 ;;
         --scratch) SCRATCH="$2"; shift ;;
         --repeat) REPEAT="$2"; shift ;;
-        -h|--help) sed -n '2,13p' "$0"; exit 0 ;;
+        --skip-idr) SKIP_IDR=1 ;;
+        -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
         *) echo "unknown argument: $1 (see --help)" >&2; exit 64 ;;
     esac
     shift
@@ -32,7 +37,7 @@ export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-/work/target-bench}"
 OUT="$ROOT/bench/out/$(date -u +%Y%m%dT%H%M%SZ)"
 mkdir -p "$OUT" "$SCRATCH"
 SUMMARY="$OUT/summary.txt"
-BIN="$CARGO_TARGET_DIR/release/permafrost"
+BIN="${PERMAFROST_BIN:-}"   # a prebuilt binary skips the release build
 
 if [[ $QUICK == 1 ]]; then
     DATA_MIB=256; DISK_SIZE=512MiB; CRITERION=(--warm-up-time 0.1 --measurement-time 0.3)
@@ -46,7 +51,7 @@ loadavg() { cut -d' ' -f1-3 /proc/loadavg; }
 now() { date +%s.%N; }
 # Seconds between two `now` stamps.
 elapsed() { python3 -c "print(f'{$2 - $1:.3f}')"; }
-ratio() { python3 -c "print(f'{$1 / $2:.3f}')"; }
+ratio() { python3 -c "print(f'{($1) / ($2):.3f}')"; }
 median() { python3 -c "import statistics,sys; print(f'{statistics.median(float(x) for x in sys.argv[1:]):.3f}')" "$@"; }
 # MB/s (10^6) of a dd run from its stderr summary line ("... copied, 1.23 s, 870 MB/s").
 dd_seconds() { awk '/copied/ { for (i = 1; i <= NF; i++) if ($i == "s,") print $(i-1) }' "$1"; }
@@ -63,13 +68,18 @@ dd_seconds() { awk '/copied/ { for (i = 1; i <= NF; i++) if ($i == "s,") print $
 lscpu > "$OUT/lscpu.txt"
 
 # ---- 1. IDR compute -------------------------------------------------------------------------------------------
-say ""
-say "== 1. IDR encode and check-on-read, one core, vs memcpy of the same buffers (load $(loadavg))"
-cargo bench -q -p permafrost-idr --bench idr -- "${CRITERION[@]}" > "$OUT/idr.txt" 2> "$OUT/idr.stderr"
-sed -n '/operation (one core)/,$p' "$OUT/idr.txt" | tee -a "$SUMMARY"
+if [[ $SKIP_IDR == 0 ]]; then
+    say ""
+    say "== 1. IDR encode and check-on-read, one core, vs memcpy of the same buffers (load $(loadavg))"
+    cargo bench -q -p permafrost-idr --bench idr -- "${CRITERION[@]}" > "$OUT/idr.txt" 2> "$OUT/idr.stderr"
+    sed -n '/operation (one core)/,$p' "$OUT/idr.txt" | tee -a "$SUMMARY"
+fi
 
 # ---- build the CLI ---------------------------------------------------------------------------------------------
-cargo build -q --release -p permafrost 2> "$OUT/build.stderr"
+if [[ -z $BIN ]]; then
+    cargo build -q --release -p permafrost 2> "$OUT/build.stderr" || { cat "$OUT/build.stderr" >&2; exit 1; }
+    BIN="$CARGO_TARGET_DIR/release/permafrost"
+fi
 
 # ---- 2. read promise vs O_DIRECT dd -----------------------------------------------------------------------------
 GRID="$SCRATCH/grid"
@@ -86,13 +96,13 @@ read -r DISK0 HPG_BUCKETS < <(python3 - "$OUT/status-empty.json" <<'EOF'
 import json, sys
 s = json.load(open(sys.argv[1]))
 disks = s["disks"]
-data = {d["role"]["Data"]["bucket"]: d["index"] for d in disks if "Data" in d["role"]}
+data = {d["role"]["data"]["bucket"]: d["index"] for d in disks if "data" in d["role"]}
 # Groups are consecutive runs of hn data disks followed by their hP in grid order (docs/engine.md).
 d0 = data[0]
 group = []
 for d in disks[d0:]:
-    if "Data" in d["role"]:
-        group.append(d["role"]["Data"]["bucket"])
+    if "data" in d["role"]:
+        group.append(d["role"]["data"]["bucket"])
     else:
         break
 print(d0, " ".join(str(b) for b in group[1:]))

@@ -14,3 +14,25 @@ if [ ${#need_apt[@]} -gt 0 ]; then
     echo "setup-deps: missing ${need_apt[*]} (run as root to install)" >&2
   fi
 fi
+
+# End-to-end tests (tests/e2e, pytest) drive the real server with unmodified S3 clients: boto3, the AWS CLI
+# (pip `awscli`) and rclone. Python packages go into the project venv (.venv), rclone comes from apt.
+venv=.venv
+e2e_packages=(boto3 awscli pytest requests zstandard lz4)
+if [ ! -x "$venv/bin/python" ]; then
+  python3 -m venv "$venv" || { echo "setup-deps: cannot create $venv (python3-venv missing?)" >&2; exit 1; }
+fi
+missing_py=()
+for p in "${e2e_packages[@]}"; do
+  "$venv/bin/python" -m pip show -q "$p" >/dev/null 2>&1 || missing_py+=("$p")
+done
+if [ ${#missing_py[@]} -gt 0 ]; then
+  "$venv/bin/python" -m pip install -q --disable-pip-version-check "${missing_py[@]}"
+fi
+if ! command -v rclone >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ]; then
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq rclone
+  else
+    echo "setup-deps: rclone missing (run as root to install); the rclone e2e test will be skipped" >&2
+  fi
+fi

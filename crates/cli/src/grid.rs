@@ -198,7 +198,12 @@ pub fn run(command: GridCommand) -> Result<()> {
             let engine = open(&args.dir)?;
             let spec = args.device.map(|path| DiskSpec::Block { path });
             engine.replace_disk(args.disk, spec)?;
-            eprintln!("disk {} replaced; run `permafrost grid rebuild --dir {} --disk {}`", args.disk, args.dir.display(), args.disk);
+            eprintln!(
+                "disk {} replaced; run `permafrost grid rebuild --dir {} --disk {}`",
+                args.disk,
+                args.dir.display(),
+                args.disk
+            );
             close(engine)
         }
         GridCommand::Rebuild(args) => rebuild(args),
@@ -226,12 +231,23 @@ fn init(args: InitArgs) -> Result<()> {
         (Some(size), true) => GridConfig::with_file_disks(args.layout, size),
         (None, false) => {
             if args.device.len() != args.layout.disks() {
-                bail!("layout {} has {} disks but {} --device were given", args.layout, args.layout.disks(), args.device.len());
+                bail!(
+                    "layout {} has {} disks but {} --device were given",
+                    args.layout,
+                    args.layout.disks(),
+                    args.device.len()
+                );
             }
-            let disks = args.device.iter().map(|path| DiskSpec::Block { path: path.clone() }).collect();
+            let disks = args
+                .device
+                .iter()
+                .map(|path| DiskSpec::Block { path: path.clone() })
+                .collect();
             GridConfig::new(args.layout, disks)
         }
-        (Some(_), false) => bail!("give either --disk-size (file-backed disks) or --device (block devices), not both"),
+        (Some(_), false) => bail!(
+            "give either --disk-size (file-backed disks) or --device (block devices), not both"
+        ),
         (None, true) => bail!("give --disk-size for file-backed disks or one --device per disk"),
     };
     config.write_mode_default = args.mode;
@@ -244,7 +260,8 @@ fn init(args: InitArgs) -> Result<()> {
     if let Some(ms) = args.idle_timeout_ms {
         config.power.idle_timeout_ms = ms;
     }
-    let engine = Engine::create(&args.dir, config).with_context(|| format!("cannot create a grid in {}", args.dir.display()))?;
+    let engine = Engine::create(&args.dir, config)
+        .with_context(|| format!("cannot create a grid in {}", args.dir.display()))?;
     let geometry = engine.geometry();
     if args.json {
         println!(
@@ -272,7 +289,10 @@ fn write(args: WriteArgs) -> Result<()> {
     let mut input: Box<dyn Read> = if args.input.as_os_str() == "-" {
         Box::new(io::stdin().lock())
     } else {
-        Box::new(File::open(&args.input).with_context(|| format!("cannot open {}", args.input.display()))?)
+        Box::new(
+            File::open(&args.input)
+                .with_context(|| format!("cannot open {}", args.input.display()))?,
+        )
     };
     let length = if args.input.as_os_str() == "-" {
         None
@@ -326,7 +346,10 @@ fn read(args: ReadArgs) -> Result<()> {
     let mut output: Box<dyn Write> = if args.output.as_os_str() == "-" {
         Box::new(BufWriter::new(io::stdout().lock()))
     } else {
-        Box::new(File::create(&args.output).with_context(|| format!("cannot create {}", args.output.display()))?)
+        Box::new(
+            File::create(&args.output)
+                .with_context(|| format!("cannot create {}", args.output.display()))?,
+        )
     };
     let bar = bytes_bar("reading", args.json || args.output.as_os_str() == "-");
     bar.set_length(args.length);
@@ -345,7 +368,13 @@ fn read(args: ReadArgs) -> Result<()> {
     bar.finish_and_clear();
     let seconds = started.elapsed().as_secs_f64();
     if args.output.as_os_str() != "-" {
-        report_throughput("read", args.json, done, seconds, engine.config().write_mode_default);
+        report_throughput(
+            "read",
+            args.json,
+            done,
+            seconds,
+            engine.config().write_mode_default,
+        );
     }
     close(engine)
 }
@@ -353,9 +382,15 @@ fn read(args: ReadArgs) -> Result<()> {
 fn report_throughput(what: &str, json: bool, bytes: u64, seconds: f64, mode: WriteMode) {
     let mb_per_s = bytes as f64 / seconds.max(1e-9) / 1e6;
     if json {
-        println!("{}", serde_json::json!({ "bytes": bytes, "seconds": seconds, "mb_per_s": mb_per_s, "mode": mode.to_string() }));
+        println!(
+            "{}",
+            serde_json::json!({ "bytes": bytes, "seconds": seconds, "mb_per_s": mb_per_s, "mode": mode.to_string() })
+        );
     } else {
-        eprintln!("{what} {} in {seconds:.2} s ({mb_per_s:.0} MB/s)", format_bytes(bytes));
+        eprintln!(
+            "{what} {} in {seconds:.2} s ({mb_per_s:.0} MB/s)",
+            format_bytes(bytes)
+        );
     }
 }
 
@@ -395,7 +430,10 @@ fn print_status(status: &permafrost_engine::GridStatus) {
         format_bytes(status.pending_delta_bytes),
         status.journal_rows
     );
-    println!("{:>4}  {:<14} {:<11} {:>9} {:>11} {:>11} {:>10}  health", "disk", "role", "power", "spin-ups", "energy J", "written", "defect");
+    println!(
+        "{:>4}  {:<14} {:<11} {:>9} {:>11} {:>11} {:>10}  health",
+        "disk", "role", "power", "spin-ups", "energy J", "written", "defect"
+    );
     for disk in &status.disks {
         let role = match disk.role {
             permafrost_grid::Role::Data { bucket } => format!("data b{bucket}"),
@@ -422,7 +460,10 @@ fn print_status(status: &permafrost_engine::GridStatus) {
     }
     let joules: f64 = status.disks.iter().map(|d| d.power.joules).sum();
     let spin_ups: u64 = status.disks.iter().map(|d| d.power.spin_ups).sum();
-    println!("total: {spin_ups} spin-ups, {:.3} kWh (power states of file-backed disks are simulated)", joules / 3.6e6);
+    println!(
+        "total: {spin_ups} spin-ups, {:.3} kWh (power states of file-backed disks are simulated)",
+        joules / 3.6e6
+    );
 }
 
 fn rebuild(args: DiskArgs) -> Result<()> {
@@ -436,9 +477,16 @@ fn rebuild(args: DiskArgs) -> Result<()> {
     bar.finish_and_clear();
     let seconds = started.elapsed().as_secs_f64();
     if args.json {
-        println!("{}", serde_json::json!({ "disk": args.disk, "report": report, "seconds": seconds }));
+        println!(
+            "{}",
+            serde_json::json!({ "disk": args.disk, "report": report, "seconds": seconds })
+        );
     } else {
-        eprintln!("disk {} rebuilt: {} in {seconds:.1} s", args.disk, format_bytes(report.bytes_recovered));
+        eprintln!(
+            "disk {} rebuilt: {} in {seconds:.1} s",
+            args.disk,
+            format_bytes(report.bytes_recovered)
+        );
         for (disk, offset, len) in &report.unrecoverable {
             eprintln!("  not recoverable now: disk {disk} bytes {offset}+{len}");
         }
@@ -464,7 +512,9 @@ fn scrub(args: ScrubArgs) -> Result<()> {
     }
     let disks: Vec<usize> = match args.disk {
         Some(disk) => vec![disk],
-        None => (0..engine.geometry().disks()).filter(|&d| !engine.is_failed(d)).collect(),
+        None => (0..engine.geometry().disks())
+            .filter(|&d| !engine.is_failed(d))
+            .collect(),
     };
     let capacity = engine.bucket_capacity_bytes();
     let step = 64 << 20;
@@ -522,7 +572,11 @@ fn verify_parity(args: DirArgs) -> Result<()> {
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
-        println!("checked {} of parity: {} mismatches", format_bytes(report.bytes_checked), report.mismatches.len());
+        println!(
+            "checked {} of parity: {} mismatches",
+            format_bytes(report.bytes_checked),
+            report.mismatches.len()
+        );
         for mismatch in &report.mismatches {
             println!("  mismatch: {mismatch:?}");
         }

@@ -6,6 +6,7 @@
 //! `--json` prints machine-readable results on stdout. Errors print one clear line and exit 1.
 
 mod grid;
+mod object;
 mod pattern;
 mod progress;
 mod serve;
@@ -14,7 +15,11 @@ mod units;
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
-#[command(name = "permafrost", version, about = "An archive that sleeps: energy-efficient archival storage")]
+#[command(
+    name = "permafrost",
+    version,
+    about = "An archive that sleeps: energy-efficient archival storage"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -38,6 +43,26 @@ enum Command {
     Sim(SimCommand),
     /// Survey a directory tree: sizes, small files, metadata overhead, what packing and compression save.
     Survey(permafrost_survey::cli::SurveyArgs),
+    /// Upload a file (or `-` for stdin) as bucket/key.
+    Put(object::PutArgs),
+    /// Download bucket/key to a file (or `-` for stdout), whole or a byte range.
+    Get(object::GetArgs),
+    /// List buckets, or the keys of bucket[/prefix].
+    Ls(object::LsArgs),
+    /// Remove bucket/key.
+    Rm(object::KeyArgs),
+    /// Show what the archive knows of bucket/key: size, etag, encoding, persistence state, extents.
+    Stat(object::KeyArgs),
+    /// Make a bucket.
+    Mb(object::BucketArgs),
+    /// Remove an empty bucket.
+    Rb(object::BucketArgs),
+    /// Disks per power state, cache fill, bytes waiting per grid bucket, energy, contents per state.
+    Status(object::StatusArgs),
+    /// Re-read every object and check its hashes; exits 1 when any object fails.
+    Verify(object::VerifyArgs),
+    /// Rebuild the objects of one data disk from its extents, without the catalog.
+    Salvage(object::SalvageArgs),
 }
 
 #[derive(Subcommand)]
@@ -62,6 +87,16 @@ fn main() {
         Command::Sim(SimCommand::Energy(args)) => permafrost_sim_energy::cli::run(&args),
         Command::Sim(SimCommand::Cache(args)) => permafrost_sim_cache::cli::run(args),
         Command::Survey(args) => permafrost_survey::cli::run(&args),
+        Command::Put(args) => object::put(args),
+        Command::Get(args) => object::get(args),
+        Command::Ls(args) => object::ls(args),
+        Command::Rm(args) => object::rm(args),
+        Command::Stat(args) => object::stat(args),
+        Command::Mb(args) => object::mb(args),
+        Command::Rb(args) => object::rb(args),
+        Command::Status(args) => object::status(args),
+        Command::Verify(args) => object::verify(args),
+        Command::Salvage(args) => object::salvage(args),
     };
     if let Err(error) = result {
         eprintln!("permafrost: {error:#}");

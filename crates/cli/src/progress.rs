@@ -10,9 +10,11 @@ pub fn bytes_bar(message: &str, json: bool) -> ProgressBar {
         ProgressBar::new(0)
     };
     bar.set_style(
-        ProgressStyle::with_template("{msg:>12} [{bar:40}] {bytes}/{total_bytes} {bytes_per_sec} eta {eta}")
-            .expect("progress template")
-            .progress_chars("=> "),
+        ProgressStyle::with_template(
+            "{msg:>12} [{bar:40}] {bytes}/{total_bytes} {bytes_per_sec} eta {eta}",
+        )
+        .expect("progress template")
+        .progress_chars("=> "),
     );
     bar.set_message(message.to_string());
     bar

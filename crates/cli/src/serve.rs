@@ -1,67 +1,349 @@
-//! `permafrost serve`: run the archive on a data directory.
+//! `permafrost serve`: run the archive and its S3 endpoint on a data directory.
 //!
-//! On first start it creates the embedded default: an 8×6 grid with 4+1 horizontal parity
-//! groups on sparse file-backed disks under `DATA_DIR/grid`. Every start replays the journal.
-//! The process then keeps the grid's background work running (defect recovery, parity-delta
-//! drains, scrub on spin-up, disk power) until SIGTERM or SIGINT, and closes the grid cleanly.
-//! The S3 front end is not part of this milestone yet; `--listen` is accepted and reported.
+//! First start (no `DATA/permafrost.toml`): writes a commented configuration file with the embedded default (an
+//! 8×6 grid with 4+1 horizontal parity groups on sparse file-backed disks under `DATA/grid`, a write-back cache
+//! with a size limit under `DATA/cache`, the SQLite catalog); later starts read it back. `Store::open` creates
+//! the grid when it is missing and otherwise replays the journal and re-queues what was not yet persisted.
+//!
+//! Credentials: `PERMAFROST_ROOT_USER` and `PERMAFROST_ROOT_PASSWORD` when both are set; otherwise
+//! `DATA/credentials` (mode 0600), generated on first start.
+//!
+//! SIGTERM or SIGINT: stop accepting, let requests in flight finish, close the store (persistence threads
+//! stopped, grid closed cleanly), exit 0. The data directory is locked (`DATA/.lock`) while the server runs, so
+//! local `permafrost put/get/...` commands refuse to open it concurrently.
 
-use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::io::Write as _;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use clap::Args;
-use permafrost_engine::{Engine, GridConfig};
-use permafrost_grid::Layout;
+use permafrost_disk::power::PowerProfile;
+use permafrost_s3::Credentials;
+use permafrost_store::{Store, StoreConfig};
+use rand::distributions::Alphanumeric;
+use rand::Rng;
 
+use crate::object::{load_config, lock_data_dir, CONFIG_FILE};
 use crate::units::{format_bytes, parse_bytes};
+
+/// The credentials file in the data directory.
+pub const CREDENTIALS_FILE: &str = "credentials";
+/// Address the S3 endpoint listens on unless told otherwise.
+pub const LISTEN_DEFAULT: &str = "127.0.0.1:9000";
+/// How long the shutdown waits for the last users of the store (response bodies still draining).
+const CLOSE_WAIT_MS: u64 = 10_000;
 
 #[derive(Args)]
 pub struct ServeArgs {
     /// Data directory (created with the embedded default on first start).
     #[arg(long, default_value = "./permafrost-data")]
     data_dir: PathBuf,
-    /// Address the S3 endpoint will listen on.
-    #[arg(long, default_value = "127.0.0.1:9000")]
-    listen: String,
-    /// Size of each file-backed disk of the embedded default (sparse files).
-    #[arg(long, value_parser = parse_bytes, default_value = "1GiB")]
-    disk_size: u64,
+    /// Address of the S3 endpoint [default: `listen` of permafrost.toml, else 127.0.0.1:9000]. Port 0 picks a
+    /// free port (printed).
+    #[arg(long)]
+    listen: Option<String>,
+    /// Size of each sparse file-backed disk of the embedded default (first start only; then in permafrost.toml).
+    #[arg(long, value_parser = parse_bytes)]
+    disk_size: Option<u64>,
+    /// Upper bound of the write-back cache (first start only; then in permafrost.toml).
+    #[arg(long, value_parser = parse_bytes)]
+    cache_size: Option<u64>,
+    /// Simulated disk power timings in milliseconds instead of the thesis's 10 s spin-up (tests and demos;
+    /// idle timeout = 5 × this, at least 100 ms). Applies to this run only.
+    #[arg(long)]
+    simulated_spin_up_ms: Option<u64>,
+}
+
+/// What the `[server]` table of permafrost.toml may hold.
+#[derive(serde::Deserialize, Default)]
+#[serde(default, deny_unknown_fields)]
+struct ServerSection {
+    listen: Option<String>,
+}
+
+/// The `[server]` table of permafrost.toml (defaults when the file or the table is missing); the `[store]`
+/// table is read by `object::load_config`, shared with the local object commands.
+fn server_section(data_dir: &Path) -> Result<ServerSection> {
+    let path = data_dir.join(CONFIG_FILE);
+    let text = match std::fs::read_to_string(&path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(ServerSection::default()),
+        Err(e) => return Err(e).with_context(|| format!("cannot read {}", path.display())),
+    };
+    let table: toml::Table =
+        toml::from_str(&text).with_context(|| format!("{} is not valid TOML", path.display()))?;
+    match table.get("server") {
+        None => Ok(ServerSection::default()),
+        Some(v) => v
+            .clone()
+            .try_into()
+            .with_context(|| format!("{}: invalid [server] table", path.display())),
+    }
+}
+
+/// The configuration file written on first start: every value, with what it means.
+fn config_text(listen: &str, config: &StoreConfig) -> Result<String> {
+    let store = toml::to_string(config).context("serializing the store configuration")?;
+    Ok(format!(
+        r#"# permafrost configuration, written on first start; edit and restart to change.
+# Sizes are in bytes, times in milliseconds. Missing keys take their defaults.
+
+[server]
+# Address of the S3 endpoint (overridden by --listen).
+listen = "{listen}"
+
+# The object store (docs/store.md):
+#   cache_bytes_max           upper bound of the write-back cache (DATA/cache) — put it on flash
+#   cache_wait_ms_max         how long an upload waits for cache space before 503 SlowDown
+#   pack_threshold_bytes      smaller objects are packed into shared extents per dataset
+#   extent_bytes_max          largest extent on the grid (also the size of a pack)
+#   chunk_bytes               logical bytes per independently compressed chunk
+#   gc_grace_ms               unreferenced contents are kept this long before garbage collection
+#   write_mode                engine write mode: serialized | delayed | direct
+#   dataset_prefix_depth      key components after the bucket that make a dataset (kept on one grid bucket)
+#   default_compression       zstd | lz4 | none for new buckets
+#   fsync                     false only for benchmarks: a crash may then lose acknowledged data
+#   [store.watchdog]          when cached data is persisted (SPEC idea 6): max_age_ms, byte thresholds
+#   [store.grid]              the grid created on first start (ignored once DATA/grid exists):
+#                             layout XxY:hn+hk, disk_capacity_bytes (sparse files), spinning_max
+#   [store.power_profile]     optional: disk power timings (spin_up_ms, idle_timeout_ms, watts_*)
+# Real disks and a separate flash cache device: see README ("Real disks").
+[store]
+{store}"#
+    ))
+}
+
+fn random_token(len: usize) -> String {
+    rand::thread_rng()
+        .sample_iter(&Alphanumeric)
+        .take(len)
+        .map(char::from)
+        .collect()
+}
+
+/// The root credentials and a description of where they came from.
+fn credentials(data_dir: &Path) -> Result<(Credentials, String)> {
+    let user = std::env::var("PERMAFROST_ROOT_USER")
+        .ok()
+        .filter(|v| !v.is_empty());
+    let password = std::env::var("PERMAFROST_ROOT_PASSWORD")
+        .ok()
+        .filter(|v| !v.is_empty());
+    match (user, password) {
+        (Some(access_key), Some(secret_key)) => {
+            if secret_key.len() < 8 {
+                bail!("PERMAFROST_ROOT_PASSWORD must have at least 8 characters");
+            }
+            return Ok((
+                Credentials {
+                    access_key,
+                    secret_key,
+                },
+                "from PERMAFROST_ROOT_USER / PERMAFROST_ROOT_PASSWORD".into(),
+            ));
+        }
+        (None, None) => {}
+        _ => bail!("set both PERMAFROST_ROOT_USER and PERMAFROST_ROOT_PASSWORD, or neither"),
+    }
+    let path = data_dir.join(CREDENTIALS_FILE);
+    match std::fs::read_to_string(&path) {
+        Ok(text) => {
+            let (mut key, mut secret) = (None, None);
+            for line in text.lines() {
+                let Some((name, value)) = line.split_once('=') else {
+                    continue;
+                };
+                let value = value.trim().trim_matches('"').to_string();
+                match name.trim() {
+                    "access_key" => key = Some(value),
+                    "secret_key" => secret = Some(value),
+                    _ => {}
+                }
+            }
+            match (key, secret) {
+                (Some(access_key), Some(secret_key)) => Ok((
+                    Credentials {
+                        access_key,
+                        secret_key,
+                    },
+                    format!("secret key in {}", path.display()),
+                )),
+                _ => bail!(
+                    "{} must hold access_key = \"…\" and secret_key = \"…\"",
+                    path.display()
+                ),
+            }
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let credentials = Credentials {
+                access_key: format!("PF{}", random_token(18).to_uppercase()),
+                secret_key: random_token(40),
+            };
+            write_private(
+                &path,
+                &format!(
+                    "# Root credentials of this permafrost server (S3 access key id and secret access key).\n\
+                     access_key = \"{}\"\nsecret_key = \"{}\"\n",
+                    credentials.access_key, credentials.secret_key
+                ),
+            )?;
+            let secret = credentials.secret_key.clone();
+            Ok((
+                credentials,
+                format!(
+                    "generated, stored in {} (mode 0600); secret key {secret}",
+                    path.display()
+                ),
+            ))
+        }
+        Err(e) => Err(e).with_context(|| format!("cannot read {}", path.display())),
+    }
+}
+
+/// Create `path` with mode 0600 and `text`, durably.
+fn write_private(path: &Path, text: &str) -> Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+        .with_context(|| format!("cannot create {}", path.display()))?;
+    file.write_all(text.as_bytes())
+        .and_then(|()| file.sync_all())
+        .with_context(|| format!("cannot write {}", path.display()))
+}
+
+fn write_durable(path: &Path, text: &str) -> Result<()> {
+    let tmp = path.with_extension("toml.tmp");
+    let mut file =
+        std::fs::File::create(&tmp).with_context(|| format!("cannot create {}", tmp.display()))?;
+    file.write_all(text.as_bytes())
+        .and_then(|()| file.sync_all())
+        .with_context(|| format!("cannot write {}", tmp.display()))?;
+    std::fs::rename(&tmp, path)
+        .with_context(|| format!("cannot rename {} to {}", tmp.display(), path.display()))
 }
 
 pub fn run(args: ServeArgs) -> Result<()> {
-    let grid_dir = args.data_dir.join("grid");
-    let engine = if grid_dir.join(permafrost_engine::CONFIG_FILE).exists() {
-        Engine::open(&grid_dir).with_context(|| format!("cannot open the grid in {}", grid_dir.display()))?
-    } else {
-        std::fs::create_dir_all(&args.data_dir).with_context(|| format!("cannot create {}", args.data_dir.display()))?;
-        let layout: Layout = "8x6:4+1".parse().expect("the default layout is valid");
-        let config = GridConfig::with_file_disks(layout, args.disk_size);
+    let data_dir = &args.data_dir;
+    std::fs::create_dir_all(data_dir)
+        .with_context(|| format!("cannot create {}", data_dir.display()))?;
+    let _lock = lock_data_dir(data_dir)?;
+    let config_path = data_dir.join(CONFIG_FILE);
+    let first_start = !config_path.exists();
+    let mut config = load_config(data_dir)?;
+    let section = server_section(data_dir)?;
+    let listen = args
+        .listen
+        .clone()
+        .or(section.listen)
+        .unwrap_or_else(|| LISTEN_DEFAULT.to_string());
+    if first_start {
+        if let Some(bytes) = args.disk_size {
+            config.grid.disk_capacity_bytes = bytes;
+        }
+        if let Some(bytes) = args.cache_size {
+            config.cache_bytes_max = bytes;
+        }
+        config.validate().context("the configuration")?;
+        write_durable(&config_path, &config_text(&listen, &config)?)?;
+        eprintln!("permafrost: wrote {}", config_path.display());
+    } else if args.disk_size.is_some() || args.cache_size.is_some() {
         eprintln!(
-            "creating the embedded default in {}: grid {layout}, {} sparse file-backed disks of {}",
-            args.data_dir.display(),
-            layout.disks(),
-            format_bytes(args.disk_size)
+            "permafrost: --disk-size and --cache-size apply on first start only; edit {} instead",
+            config_path.display()
         );
-        Engine::create(&grid_dir, config).with_context(|| format!("cannot create a grid in {}", grid_dir.display()))?
-    };
+    }
+    if let Some(ms) = args.simulated_spin_up_ms {
+        config.power_profile = Some(PowerProfile {
+            spin_up_ms: ms,
+            idle_timeout_ms: (ms * 5).max(100),
+            ..config.power_profile.clone().unwrap_or_default()
+        });
+    }
+    let (credentials, credentials_source) = credentials(data_dir)?;
+    let new_grid = !data_dir
+        .join("grid")
+        .join(permafrost_engine::CONFIG_FILE)
+        .exists();
+    if new_grid {
+        eprintln!(
+            "permafrost: creating the embedded default in {}: grid {}, sparse file-backed disks of {}, cache of {}",
+            data_dir.display(),
+            config.grid.layout,
+            format_bytes(config.grid.disk_capacity_bytes),
+            format_bytes(config.cache_bytes_max)
+        );
+    }
+    let started = Instant::now();
+    let store = Store::open(data_dir, config)
+        .with_context(|| format!("cannot open the archive in {}", data_dir.display()))?;
     eprintln!(
-        "permafrost: grid {} open, {} buckets of {}; disk power is simulated for file-backed disks",
-        engine.config().layout,
-        engine.buckets(),
-        format_bytes(engine.bucket_capacity_bytes())
+        "permafrost: archive open in {} ms: grid {}, {} buckets of {}",
+        started.elapsed().as_millis(),
+        store.engine().config().layout,
+        store.engine().buckets(),
+        format_bytes(store.engine().bucket_capacity_bytes())
     );
-    eprintln!("permafrost: the S3 endpoint ({}) arrives with the service milestone; use `permafrost grid` meanwhile", args.listen);
+    let store = Arc::new(store);
 
-    let stop = Arc::new(AtomicBool::new(false));
-    for signal in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
-        signal_hook::flag::register(signal, Arc::clone(&stop)).context("installing signal handlers")?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("permafrost-http")
+        .build()
+        .context("starting the async runtime")?;
+    let served = runtime.block_on(async {
+        let listener = tokio::net::TcpListener::bind(&listen)
+            .await
+            .with_context(|| format!("cannot listen on {listen}"))?;
+        let address: SocketAddr = listener.local_addr().context("the listening address")?;
+        eprintln!("permafrost: S3 endpoint http://{address}");
+        eprintln!(
+            "permafrost: access key {} ({credentials_source})",
+            credentials.access_key
+        );
+        eprintln!(
+            "permafrost: health http://{address}{}",
+            permafrost_s3::HEALTH_PATH
+        );
+        permafrost_s3::serve(listener, Arc::clone(&store), credentials, shutdown_signal())
+            .await
+            .context("serving S3")
+    });
+    eprintln!("permafrost: stopping, closing the archive");
+    runtime.shutdown_timeout(Duration::from_millis(CLOSE_WAIT_MS));
+    served?;
+    let mut store = store;
+    let deadline = Instant::now() + Duration::from_millis(CLOSE_WAIT_MS);
+    loop {
+        match Arc::try_unwrap(store) {
+            Ok(store) => return store.close().context("closing the archive"),
+            Err(shared) if Instant::now() < deadline => {
+                store = shared;
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            Err(_) => bail!("the archive is still in use after {CLOSE_WAIT_MS} ms; not closed cleanly (restart recovers)"),
+        }
     }
-    while !stop.load(Ordering::Relaxed) {
-        std::thread::sleep(Duration::from_millis(200));
+}
+
+/// Completes on SIGTERM or SIGINT.
+async fn shutdown_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = match signal(SignalKind::terminate()) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("permafrost: cannot watch SIGTERM ({e}); stop with SIGINT");
+            let _ = tokio::signal::ctrl_c().await;
+            return;
+        }
+    };
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = tokio::signal::ctrl_c() => {}
     }
-    eprintln!("permafrost: stopping, closing the grid");
-    engine.close().context("closing the grid")
 }

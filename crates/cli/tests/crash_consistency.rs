@@ -25,7 +25,18 @@ fn binary() -> &'static str {
 
 fn init_grid(dir: &Path, mode: WriteMode) {
     let status = Command::new(binary())
-        .args(["grid", "init", "--layout", "8x6:4+1", "--disk-size", "12MiB", "--spin-up-ms", "2", "--idle-timeout-ms", "200"])
+        .args([
+            "grid",
+            "init",
+            "--layout",
+            "8x6:4+1",
+            "--disk-size",
+            "12MiB",
+            "--spin-up-ms",
+            "2",
+            "--idle-timeout-ms",
+            "200",
+        ])
         .arg("--mode")
         .arg(mode.to_string())
         .arg("--dir")
@@ -36,9 +47,17 @@ fn init_grid(dir: &Path, mode: WriteMode) {
 }
 
 /// One crash: start a soak writer, kill -9 it after `kill_after`, return the commits it printed.
-fn soak_and_kill(dir: &Path, mode: WriteMode, seed: u64, start: u64, kill_after: Duration) -> Vec<(usize, u64, u64)> {
+fn soak_and_kill(
+    dir: &Path,
+    mode: WriteMode,
+    seed: u64,
+    start: u64,
+    kill_after: Duration,
+) -> Vec<(usize, u64, u64)> {
     let mut child = Command::new(binary())
-        .args(["grid", "soak", "--writes", "10000", "--chunk", "64KiB", "--region", "128KiB"])
+        .args([
+            "grid", "soak", "--writes", "10000", "--chunk", "64KiB", "--region", "128KiB",
+        ])
         .arg("--dir")
         .arg(dir)
         .arg("--mode")
@@ -58,7 +77,11 @@ fn soak_and_kill(dir: &Path, mode: WriteMode, seed: u64, start: u64, kill_after:
             let Ok(line) = line else { break };
             let fields: Vec<&str> = line.split_whitespace().collect();
             if fields.len() == 4 && fields[0] == "committed" {
-                let commit = (fields[1].parse().unwrap(), fields[2].parse().unwrap(), fields[3].parse().unwrap());
+                let commit = (
+                    fields[1].parse().unwrap(),
+                    fields[2].parse().unwrap(),
+                    fields[3].parse().unwrap(),
+                );
                 if sender.send(commit).is_err() {
                     break;
                 }
@@ -71,7 +94,12 @@ fn soak_and_kill(dir: &Path, mode: WriteMode, seed: u64, start: u64, kill_after:
     let status = child.wait().expect("wait for soak writer");
     reader.join().expect("reader thread");
     let mut stderr = String::new();
-    child.stderr.take().unwrap().read_to_string(&mut stderr).ok();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .ok();
     assert!(
         status.code().is_none() || status.success(),
         "soak writer failed on its own (not killed): {status:?}\n{stderr}"
@@ -90,18 +118,28 @@ fn crash_mode(mode: WriteMode, crashes: usize, seed: u64) {
         let start = crash as u64 * REGION_BYTES;
         let kill_after = Duration::from_millis(rng.gen_range(20..400));
         let commits = soak_and_kill(&dir, mode, run_seed, start, kill_after);
-        committed.extend(commits.into_iter().map(|(bucket, offset, len)| (run_seed, bucket, offset, len)));
+        committed.extend(
+            commits
+                .into_iter()
+                .map(|(bucket, offset, len)| (run_seed, bucket, offset, len)),
+        );
 
         // Restart: open replays the journal. Every committed chunk so far must read back exact.
-        let engine = Engine::open(&dir).unwrap_or_else(|e| panic!("mode {mode} crash {crash} (seed {seed}): open failed: {e}"));
+        let engine = Engine::open(&dir).unwrap_or_else(|e| {
+            panic!("mode {mode} crash {crash} (seed {seed}): open failed: {e}")
+        });
         for &(run_seed, bucket, offset, len) in &committed {
             let mut got = vec![0u8; len as usize];
-            let mut promise = engine
-                .read(bucket, offset, len)
-                .unwrap_or_else(|e| panic!("mode {mode} crash {crash} (seed {seed}): read bucket {bucket} @ {offset}: {e}"));
-            promise
-                .read_exact(&mut got)
-                .unwrap_or_else(|e| panic!("mode {mode} crash {crash} (seed {seed}): read bucket {bucket} @ {offset}: {e}"));
+            let mut promise = engine.read(bucket, offset, len).unwrap_or_else(|e| {
+                panic!(
+                    "mode {mode} crash {crash} (seed {seed}): read bucket {bucket} @ {offset}: {e}"
+                )
+            });
+            promise.read_exact(&mut got).unwrap_or_else(|e| {
+                panic!(
+                    "mode {mode} crash {crash} (seed {seed}): read bucket {bucket} @ {offset}: {e}"
+                )
+            });
             let want = pattern::pattern_bytes(run_seed, bucket, offset, len as usize);
             assert!(got == want, "mode {mode} crash {crash} (seed {seed}): committed chunk bucket {bucket} @ {offset} differs after replay");
         }
@@ -113,12 +151,22 @@ fn crash_mode(mode: WriteMode, crashes: usize, seed: u64) {
         );
         engine.close().unwrap();
     }
-    assert!(committed.len() > crashes, "the writer committed too little to mean anything: {}", committed.len());
-    println!("mode {mode}: {crashes} SIGKILLs, {} committed chunks verified after replay", committed.len());
+    assert!(
+        committed.len() > crashes,
+        "the writer committed too little to mean anything: {}",
+        committed.len()
+    );
+    println!(
+        "mode {mode}: {crashes} SIGKILLs, {} committed chunks verified after replay",
+        committed.len()
+    );
 }
 
 fn crashes() -> usize {
-    std::env::var("PERMAFROST_CRASHES").ok().and_then(|v| v.parse().ok()).unwrap_or(CRASHES_PER_MODE)
+    std::env::var("PERMAFROST_CRASHES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(CRASHES_PER_MODE)
 }
 
 #[test]

@@ -50,21 +50,35 @@ fn create_filled_grid(dir: &Path, mode: WriteMode, seed: u64) {
         promise.commit().unwrap();
     }
     engine.flush().unwrap();
-    assert!(engine.verify_parity(&|_, _| {}).unwrap().mismatches.is_empty(), "parity wrong right after filling");
+    assert!(
+        engine
+            .verify_parity(&|_, _| {})
+            .unwrap()
+            .mismatches
+            .is_empty(),
+        "parity wrong right after filling"
+    );
     engine.close().unwrap();
 }
 
 fn read_bucket(engine: &Engine, bucket: usize) -> Vec<u8> {
     let mut got = vec![0u8; BYTES_PER_BUCKET as usize];
-    let mut promise = engine.read(bucket, 0, BYTES_PER_BUCKET).unwrap_or_else(|e| panic!("open read of bucket {bucket}: {e}"));
-    promise.read_exact(&mut got).unwrap_or_else(|e| panic!("read of bucket {bucket}: {e}"));
+    let mut promise = engine
+        .read(bucket, 0, BYTES_PER_BUCKET)
+        .unwrap_or_else(|e| panic!("open read of bucket {bucket}: {e}"));
+    promise
+        .read_exact(&mut got)
+        .unwrap_or_else(|e| panic!("read of bucket {bucket}: {e}"));
     got
 }
 
 fn assert_all_buckets(engine: &Engine, seed: u64, context: &str) {
     for bucket in 0..engine.buckets() {
         let want = pattern::pattern_bytes(seed, bucket, 0, BYTES_PER_BUCKET as usize);
-        assert!(read_bucket(engine, bucket) == want, "{context}: bucket {bucket} differs");
+        assert!(
+            read_bucket(engine, bucket) == want,
+            "{context}: bucket {bucket} differs"
+        );
     }
 }
 
@@ -79,7 +93,10 @@ impl Snapshot {
         for name in ["journal.sqlite", "journal.sqlite-wal", "journal.sqlite-shm"] {
             paths.push(dir.join(name));
         }
-        let files = paths.into_iter().filter_map(|p| std::fs::read(&p).ok().map(|bytes| (p, bytes))).collect();
+        let files = paths
+            .into_iter()
+            .filter_map(|p| std::fs::read(&p).ok().map(|bytes| (p, bytes)))
+            .collect();
         Snapshot { files }
     }
     fn restore(&self, dir: &Path) {
@@ -104,39 +121,58 @@ fn fault_mode(mode: WriteMode, seed: u64) {
         let failed: Vec<usize> = all.choose_multiple(&mut rng, count).copied().collect();
         let faults: Vec<Fault> = failed
             .iter()
-            .map(|_| [Fault::Deleted, Fault::Zeroed, Fault::FailAll, Fault::Eio][rng.gen_range(0..4)])
+            .map(|_| {
+                [Fault::Deleted, Fault::Zeroed, Fault::FailAll, Fault::Eio][rng.gen_range(0..4)]
+            })
             .collect();
-        let context = format!("mode {mode}, set {set} (seed {seed:#x}): disks {failed:?} faults {faults:?}");
+        let context =
+            format!("mode {mode}, set {set} (seed {seed:#x}): disks {failed:?} faults {faults:?}");
         let snapshot = Snapshot::take(&dir, &failed);
 
         // Faults on the files, before the engine opens them.
         for (&disk, fault) in failed.iter().zip(&faults) {
             match fault {
                 Fault::Deleted => std::fs::remove_file(disk_path(&dir, disk)).unwrap(),
-                Fault::Zeroed => std::fs::write(disk_path(&dir, disk), vec![0u8; DISK_BYTES as usize]).unwrap(),
+                Fault::Zeroed => {
+                    std::fs::write(disk_path(&dir, disk), vec![0u8; DISK_BYTES as usize]).unwrap()
+                }
                 Fault::FailAll | Fault::Eio => {}
             }
         }
         // Faults on the I/O path, through FaultyDisk wrappers.
         let handles: Arc<Mutex<Vec<(usize, FaultHandle)>>> = Arc::default();
         let handles_in = Arc::clone(&handles);
-        let io_faults: Vec<(usize, Fault)> =
-            failed.iter().copied().zip(faults.iter().copied()).filter(|(_, f)| matches!(f, Fault::FailAll | Fault::Eio)).collect();
+        let io_faults: Vec<(usize, Fault)> = failed
+            .iter()
+            .copied()
+            .zip(faults.iter().copied())
+            .filter(|(_, f)| matches!(f, Fault::FailAll | Fault::Eio))
+            .collect();
         let options = OpenOptions {
-            wrap_disk: Some(Box::new(move |index: usize, disk: Arc<dyn Disk>| -> Arc<dyn Disk> {
-                let (faulty, handle) = FaultyDisk::new(disk);
-                handles_in.lock().push((index, handle));
-                Arc::new(faulty)
-            })),
+            wrap_disk: Some(Box::new(
+                move |index: usize, disk: Arc<dyn Disk>| -> Arc<dyn Disk> {
+                    let (faulty, handle) = FaultyDisk::new(disk);
+                    handles_in.lock().push((index, handle));
+                    Arc::new(faulty)
+                },
+            )),
             ..OpenOptions::default()
         };
-        let engine = Engine::open_with(&dir, options).unwrap_or_else(|e| panic!("{context}: open: {e}"));
+        let engine =
+            Engine::open_with(&dir, options).unwrap_or_else(|e| panic!("{context}: open: {e}"));
         for (disk, fault) in &io_faults {
             let handles = handles.lock();
-            let handle = &handles.iter().find(|(i, _)| i == disk).expect("every disk is wrapped").1;
+            let handle = &handles
+                .iter()
+                .find(|(i, _)| i == disk)
+                .expect("every disk is wrapped")
+                .1;
             match fault {
                 Fault::FailAll => handle.fail_disk(),
-                Fault::Eio => handle.eio_range(permafrost_engine::HEADER_BYTES, DISK_BYTES - permafrost_engine::HEADER_BYTES),
+                Fault::Eio => handle.eio_range(
+                    permafrost_engine::HEADER_BYTES,
+                    DISK_BYTES - permafrost_engine::HEADER_BYTES,
+                ),
                 _ => unreachable!(),
             }
         }
@@ -150,15 +186,25 @@ fn fault_mode(mode: WriteMode, seed: u64) {
             }
             for &disk in &failed {
                 engine.fail_disk(disk).unwrap();
-                engine.replace_disk(disk, None).unwrap_or_else(|e| panic!("{context}: replace {disk}: {e}"));
+                engine
+                    .replace_disk(disk, None)
+                    .unwrap_or_else(|e| panic!("{context}: replace {disk}: {e}"));
             }
             for &disk in &failed {
-                engine.rebuild(disk, &|_, _| {}).unwrap_or_else(|e| panic!("{context}: rebuild {disk}: {e}"));
+                engine
+                    .rebuild(disk, &|_, _| {})
+                    .unwrap_or_else(|e| panic!("{context}: rebuild {disk}: {e}"));
             }
             let parity = engine.verify_parity(&|_, _| {}).unwrap();
-            assert!(parity.mismatches.is_empty(), "{context}: verify-parity after rebuild: {:?}", parity.mismatches);
+            assert!(
+                parity.mismatches.is_empty(),
+                "{context}: verify-parity after rebuild: {:?}",
+                parity.mismatches
+            );
             for disk in 0..disks {
-                let report = engine.scrub(disk, 0, engine.bucket_capacity_bytes()).unwrap();
+                let report = engine
+                    .scrub(disk, 0, engine.bucket_capacity_bytes())
+                    .unwrap();
                 assert!(
                     report.unrecoverable.is_empty() && report.blocks_repaired == 0,
                     "{context}: scrub of disk {disk} after rebuild: {report:?}"
@@ -210,17 +256,30 @@ fn flipped_bits_are_repaired_by_idr_without_waking_other_disks() {
     std::fs::write(&path, &bytes).unwrap();
 
     let engine = Engine::open(&dir).unwrap();
-    let before: Vec<u64> = (0..48).map(|d| engine.status().unwrap().disks[d].power.spin_ups).collect();
+    let before: Vec<u64> = (0..48)
+        .map(|d| engine.status().unwrap().disks[d].power.spin_ups)
+        .collect();
     let want = pattern::pattern_bytes(seed, bucket, 0, BYTES_PER_BUCKET as usize);
-    assert!(read_bucket(&engine, bucket) == want, "corrupted bucket did not read back exact");
-    let after: Vec<u64> = (0..48).map(|d| engine.status().unwrap().disks[d].power.spin_ups).collect();
+    assert!(
+        read_bucket(&engine, bucket) == want,
+        "corrupted bucket did not read back exact"
+    );
+    let after: Vec<u64> = (0..48)
+        .map(|d| engine.status().unwrap().disks[d].power.spin_ups)
+        .collect();
     for d in 0..48 {
         if d != disk {
-            assert_eq!(before[d], after[d], "disk {d} was spun up to repair a bit flip on disk {disk}");
+            assert_eq!(
+                before[d], after[d],
+                "disk {d} was spun up to repair a bit flip on disk {disk}"
+            );
         }
     }
     engine.close().unwrap();
     // The repair was written back: the file no longer holds the flipped bits.
     let repaired = std::fs::read(&path).unwrap();
-    assert_ne!(repaired, bytes, "IDR repaired the data but did not write it back");
+    assert_ne!(
+        repaired, bytes,
+        "IDR repaired the data but did not write it back"
+    );
 }

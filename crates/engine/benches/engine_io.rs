@@ -133,7 +133,9 @@ fn write_range(
     mode: WriteMode,
 ) -> f64 {
     let started = Instant::now();
-    let mut promise = engine.write(bucket, offset, len, mode).expect("write promise");
+    let mut promise = engine
+        .write(bucket, offset, len, mode)
+        .expect("write promise");
     let mut done = 0u64;
     while done < len {
         let n = (len - done).min(buf.len as u64) as usize;
@@ -204,7 +206,8 @@ fn main() {
 
     let load_before = load_average();
     let mut rows = Vec::new();
-    let raw_seconds = raw_direct_write_seconds(&scratch, &buf, user_bytes).expect("raw O_DIRECT write");
+    let raw_seconds =
+        raw_direct_write_seconds(&scratch, &buf, user_bytes).expect("raw O_DIRECT write");
     rows.push(Row {
         case: "raw O_DIRECT write, one file".into(),
         user_bytes,
@@ -222,7 +225,10 @@ fn main() {
     {
         // Own bucket and region per mode: data disk and the shared parity disks are fresh there.
         let (bucket, offset) = (hpg0[i], i as u64 * user_bytes);
-        for (what, data, model) in [("append, fresh space", &buf, 4.0), ("overwrite (RMW)", &buf2, 8.0)] {
+        for (what, data, model) in [
+            ("append, fresh space", &buf, 4.0),
+            ("overwrite (RMW)", &buf2, 8.0),
+        ] {
             engine.reset_io_stats();
             let commit_seconds = write_range(&engine, bucket, offset, user_bytes, data, mode);
             let flush_started = Instant::now();
@@ -245,13 +251,27 @@ fn main() {
     // Merged: the same range on every data disk of hPG 0, already written (full read-modify-write).
     let merged_offset = 3 * user_bytes;
     for &bucket in &hpg0 {
-        write_range(&engine, bucket, merged_offset, merged_bytes, &buf, WriteMode::Delayed);
+        write_range(
+            &engine,
+            bucket,
+            merged_offset,
+            merged_bytes,
+            &buf,
+            WriteMode::Delayed,
+        );
     }
     engine.flush().expect("flush");
     engine.reset_io_stats();
     let started = Instant::now();
     for &bucket in &hpg0 {
-        write_range(&engine, bucket, merged_offset, merged_bytes, &buf2, WriteMode::Delayed);
+        write_range(
+            &engine,
+            bucket,
+            merged_offset,
+            merged_bytes,
+            &buf2,
+            WriteMode::Delayed,
+        );
     }
     let commit_seconds = started.elapsed().as_secs_f64();
     engine.flush().expect("flush");
@@ -259,7 +279,10 @@ fn main() {
     let merged_user = merged_bytes * hpg0.len() as u64;
     let (read, written, physical) = amplification(&engine, merged_user);
     rows.push(Row {
-        case: format!("delayed overwrite of one range on all {} data disks of an hPG, merged", hpg0.len()),
+        case: format!(
+            "delayed overwrite of one range on all {} data disks of an hPG, merged",
+            hpg0.len()
+        ),
         user_bytes: merged_user,
         seconds,
         commit_seconds,
@@ -271,7 +294,11 @@ fn main() {
     });
     let load_after = load_average();
     let report = engine.verify_parity(&|_, _| {}).expect("verify parity");
-    assert_eq!(report.mismatches.len(), 0, "parity must verify after the benchmark");
+    assert_eq!(
+        report.mismatches.len(),
+        0,
+        "parity must verify after the benchmark"
+    );
     engine.close().expect("close");
     let _ = std::fs::remove_dir_all(&grid_dir);
 
@@ -279,7 +306,7 @@ fn main() {
     println!("\nwrite throughput and I/O amplification, grid {layout}, load average {load_before} → {load_after}");
     println!(
         "{:<72} {:>8} {:>8} {:>8} {:>6} {:>6} {:>6} {:>8} {:>6} {:>6} {:>7}",
-        "case", "MiB", "MB/s", "commit", "÷raw", "read", "write", "r+w", "model", "thesis", "phys", 
+        "case", "MiB", "MB/s", "commit", "÷raw", "read", "write", "r+w", "model", "thesis", "phys",
     );
     let mut json_rows = Vec::new();
     for r in &rows {
@@ -315,7 +342,11 @@ fn main() {
     );
     for r in &rows[1..] {
         let mb_s = r.user_bytes as f64 / r.seconds / 1e6;
-        println!("device efficiency {:<60} {:.2}", r.case, mb_s * r.physical / raw_mb_s);
+        println!(
+            "device efficiency {:<60} {:.2}",
+            r.case,
+            mb_s * r.physical / raw_mb_s
+        );
     }
     if let Some(path) = args.json {
         let doc = serde_json::json!({
@@ -323,6 +354,7 @@ fn main() {
             "raw_mb_per_s": raw_mb_s, "rows": json_rows,
         });
         let mut file = File::create(&path).expect("create the JSON output");
-        writeln!(file, "{}", serde_json::to_string_pretty(&doc).unwrap()).expect("write the JSON output");
+        writeln!(file, "{}", serde_json::to_string_pretty(&doc).unwrap())
+            .expect("write the JSON output");
     }
 }

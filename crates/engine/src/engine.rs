@@ -31,6 +31,9 @@ pub(crate) const JOURNAL_FILE: &str = "journal.sqlite";
 const IO_ERRORS_MAX: u32 = 3;
 /// Poll interval of the background threads.
 const POLL_MS: u64 = 20;
+/// Largest range one reconstruction works on: its memory is this times (2 + disks rebuilt on the way), whatever
+/// the recovery chunk (a 64 MiB chunk with 3 failed disks costs ~20 MiB, not ~400 MiB).
+const RECONSTRUCT_PIECE_BYTES_MAX: u64 = 4 << 20;
 
 /// Wraps each disk as it is opened (tests insert `FaultyDisk` here): `(disk index, disk) -> disk`.
 pub type WrapDisk = Box<dyn Fn(usize, Arc<dyn Disk>) -> Arc<dyn Disk> + Send + Sync>;
@@ -146,6 +149,8 @@ pub(crate) struct Shared {
     wake: Condvar,
     wake_mutex: Mutex<()>,
     scrub_queue: Mutex<VecDeque<usize>>,
+    /// The caller's disk wrapper, applied to replacement disks too.
+    wrap_disk: Option<WrapDisk>,
 }
 
 /// An open grid. Cheap to share by reference across threads (`&Engine` is `Send + Sync`).
@@ -233,7 +238,18 @@ impl Engine {
     /// opened as *failed*; a disk of another grid, at a wrong position or of a wrong size is an error), replay
     /// the journal, start the background threads.
     pub fn open_with(dir: impl AsRef<Path>, options: OpenOptions) -> Result<Engine> {
-        let dir = dir.as_ref().to_path_buf();
+        Engine::open_inner(dir.as_ref(), options, false)
+    }
+
+    /// Test hook: [`Engine::open_with`] with the background threads paused from the start (as after
+    /// [`Engine::pause_background`]`(true)`), so a simulation decides when recovery and drains run.
+    #[doc(hidden)]
+    pub fn open_paused(dir: impl AsRef<Path>, options: OpenOptions) -> Result<Engine> {
+        Engine::open_inner(dir.as_ref(), options, true)
+    }
+
+    fn open_inner(dir: &Path, options: OpenOptions, paused: bool) -> Result<Engine> {
+        let dir = dir.to_path_buf();
         let config = GridConfig::load(&dir)?;
         let geometry = Geometry::new(config.layout).map_err(|e| Error::Config(e.to_string()))?;
         let n = geometry.disks();
@@ -365,8 +381,10 @@ impl Engine {
             wake: Condvar::new(),
             wake_mutex: Mutex::new(()),
             scrub_queue: Mutex::new(VecDeque::new()),
+            wrap_disk: options.wrap_disk,
             config: RwLock::new(config),
         });
+        shared.paused.store(paused, Ordering::SeqCst);
         for index in newly_failed {
             shared
                 .journal
@@ -533,9 +551,15 @@ impl Engine {
         let mut report = RecoveryReport::default();
         for disk in 0..self.shared.geometry.disks() {
             if !self.shared.is_failed(disk) {
-                let r = self.shared.recover_disk(disk, &|_, _| {})?;
-                report.bytes_recovered += r.bytes_recovered;
-                report.unrecoverable.extend(r.unrecoverable);
+                match self.shared.recover_disk(disk, &|_, _| {}) {
+                    Ok(r) => {
+                        report.bytes_recovered += r.bytes_recovered;
+                        report.unrecoverable.extend(r.unrecoverable);
+                    }
+                    // The disk failed on the way: it will be rebuilt; the other disks still need recovery.
+                    Err(_) if self.shared.is_failed(disk) => {}
+                    Err(e) => return Err(e),
+                }
             }
         }
         Ok(report)
@@ -545,8 +569,8 @@ impl Engine {
     /// space; ranges IDR cannot repair become defect (recovered from the grid in the background).
     pub fn scrub(&self, disk: usize, offset: u64, len: u64) -> Result<ScrubReport> {
         self.shared.check_disk(disk)?;
-        if offset % 4096 != 0
-            || len % 4096 != 0
+        if !offset.is_multiple_of(4096)
+            || !len.is_multiple_of(4096)
             || offset.saturating_add(len) > self.shared.logical_bytes
         {
             return Err(Error::InvalidArgument(format!(
@@ -721,9 +745,11 @@ fn open_backend(
     let header = match DiskHeader::read(disk.as_ref()) {
         Ok(Some(h)) => h,
         Ok(None) => {
-            return Err(header_error(
-                "no valid permafrost disk header: not a disk of this grid".into(),
-            ))
+            // Blank or damaged header: a wiped or swapped-in blank disk. Its data is gone, so run it as
+            // failed (reconstructed on read, rebuilt after `replace_disk`). A *valid* header of another
+            // grid or position is refused below: that is a cabling mistake, not a failure.
+            tracing::warn!("disk {index} ({name}) has no valid permafrost header (blank or wiped), running it as failed");
+            return Ok(None);
         }
         Err(e) => {
             tracing::warn!("disk {index} ({name}): header unreadable, running it as failed: {e}");
@@ -804,7 +830,7 @@ impl Shared {
                 self.geometry.buckets()
             )));
         }
-        if offset % 4096 != 0 {
+        if !offset.is_multiple_of(4096) {
             return Err(Error::InvalidArgument(format!(
                 "offset {offset} is not a multiple of 4096"
             )));
@@ -954,6 +980,19 @@ impl Shared {
             .collect()
     }
 
+    /// Stripe units covered by the pending deltas of `disk` (its true content may be non-zero there even where
+    /// its written map is empty).
+    fn pending_delta_units(&self, disk: usize) -> RangeSet {
+        let mut units = RangeSet::new();
+        for delta in self.deltas.pending_of(disk) {
+            units.insert(
+                delta.offset / self.stripe_bytes,
+                delta.end().div_ceil(self.stripe_bytes),
+            );
+        }
+        units
+    }
+
     fn set_scrub_row(&self, disk: usize, row: ScrubRow) -> Result<()> {
         self.journal.batch(|b| b.set_scrub(disk, row))?;
         self.maps.lock().scrub[disk] = row;
@@ -970,8 +1009,9 @@ impl Shared {
             maps.failed[disk] = true;
         }
         tracing::warn!("disk {disk} marked failed: {reason}");
-        // A failed parity disk will be recomputed from its members: it no longer owes any delta.
-        let _drain = self.drain_mutexes[disk].lock();
+        // A failed parity disk will be recomputed from its members: it no longer owes any delta. No drain mutex
+        // here: this runs inside a drain of `disk` (an I/O error there) and inside reconstructions that hold
+        // range locks a drain waits for; completing a delta is idempotent, so a concurrent drain is harmless.
         for delta in self.deltas.pending_of(disk) {
             self.complete_delta(&delta, disk)?;
         }
@@ -1026,15 +1066,26 @@ impl Shared {
         let mut bad = Vec::new();
         for &(s, e) in parts {
             let part = &mut buf[(s - offset) as usize..(e - offset) as usize];
-            match slot.idr.read(s, part) {
-                Ok(_) => {
+            // Zeros in a written stripe may be damage (see `untrusted_zero_stripes`); a stripe with an
+            // unverifiable part is reconstructed whole.
+            let checked = match slot.idr.read(s, part) {
+                Ok(report) => {
                     self.counters[disk]
                         .logical_read
                         .fetch_add(e - s, Ordering::Relaxed);
+                    self.untrusted_zero_stripes(&slot, s, part, report.check_blocks_repaired > 0)
                 }
                 Err(IdrError::Unrecoverable { ranges }) => {
-                    bad.extend(ranges.into_iter().map(|(o, l)| (o, o + l)))
+                    for (o, l) in ranges {
+                        let (rs, re) = self.stripe_range(o, o + l);
+                        bad.push((rs.max(s), re.min(e)));
+                    }
+                    self.untrusted_zero_stripes(&slot, s, part, true)
                 }
+                Err(e) => Err(e),
+            };
+            match checked {
+                Ok(untrusted) => bad.extend(untrusted),
                 Err(e) => {
                     self.note_error(disk, &e);
                     return Err(if self.is_failed(disk) {
@@ -1050,6 +1101,42 @@ impl Shared {
         } else {
             Err(ReadFail::Ranges(bad))
         }
+    }
+
+    /// Stripes of `[offset, offset + data.len())` (just read from `slot`, inside the written map) whose all-zero
+    /// blocks cannot be trusted, clipped to the range. IDR returns zeros without complaint for a stripe that is
+    /// physically never written (zeroed in place, a blank disk swapped in), and verifies an all-zero iPG by parity
+    /// alone when both check blocks are lost (a zeroed stripe with one flipped bit). So a stripe holding an
+    /// all-zero 4 KiB block is damaged when `distrust` (the read repaired check blocks or failed elsewhere, which
+    /// may have erased the evidence) or when a scrub of that one stripe finds it never written, unverifiable or
+    /// with repaired check blocks. Data without zero blocks costs nothing extra. The caller holds a lock on them.
+    fn untrusted_zero_stripes(
+        &self,
+        slot: &DiskSlot,
+        offset: u64,
+        data: &[u8],
+        distrust: bool,
+    ) -> std::result::Result<Vec<(u64, u64)>, IdrError> {
+        let end = offset + data.len() as u64;
+        let mut untrusted = Vec::new();
+        let mut stripe = align_down(offset, self.stripe_bytes);
+        while stripe < end {
+            let (from, to) = (stripe.max(offset), (stripe + self.stripe_bytes).min(end));
+            let bytes = &data[(from - offset) as usize..(to - offset) as usize];
+            if has_zero_block(bytes) && (distrust || self.stripe_suspect(slot, stripe)?) {
+                untrusted.push((from, to));
+            }
+            stripe += self.stripe_bytes;
+        }
+        Ok(untrusted)
+    }
+
+    /// A scrub of one stripe finds it never written, unverifiable in part, or with check blocks to repair.
+    fn stripe_suspect(&self, slot: &DiskSlot, stripe: u64) -> std::result::Result<bool, IdrError> {
+        let report = slot.idr.scrub(stripe, self.stripe_bytes)?;
+        Ok(report.stripes_never_written > 0
+            || !report.unrecoverable.is_empty()
+            || report.check_blocks_repaired > 0)
     }
 
     /// The true content of `disk` over the range: defect ranges fail, parity disks get the snapshot's overlay.
@@ -1162,6 +1249,43 @@ impl Shared {
         })
     }
 
+    /// [`Shared::reconstruct`] into `out`, in pieces of at most [`RECONSTRUCT_PIECE_BYTES_MAX`] (memory stays a few
+    /// pieces whatever the range), falling back to one stripe at a time where a piece is unrecoverable as a whole
+    /// (damage on other disks in different stripes). `offset` is stripe aligned; locks as for `reconstruct`.
+    fn reconstruct_into(
+        &self,
+        target: usize,
+        offset: u64,
+        out: &mut [u8],
+        snapshot: &Snapshot,
+    ) -> Result<()> {
+        let end = offset + out.len() as u64;
+        let piece_max =
+            align_down(RECONSTRUCT_PIECE_BYTES_MAX, self.stripe_bytes).max(self.stripe_bytes);
+        let mut at = offset;
+        while at < end {
+            let to = (at + piece_max).min(end);
+            let piece = &mut out[(at - offset) as usize..(to - offset) as usize];
+            match self.reconstruct(target, at, to - at, snapshot) {
+                Ok(data) => piece.copy_from_slice(&data),
+                Err(Error::Unrecoverable { .. }) if to - at > self.stripe_bytes => {
+                    let mut stripe = at;
+                    while stripe < to {
+                        let stripe_end = (stripe + self.stripe_bytes).min(to);
+                        let data =
+                            self.reconstruct(target, stripe, stripe_end - stripe, snapshot)?;
+                        piece[(stripe - at) as usize..(stripe_end - at) as usize]
+                            .copy_from_slice(&data);
+                        stripe = stripe_end;
+                    }
+                }
+                Err(e) => return Err(e),
+            }
+            at = to;
+        }
+        Ok(())
+    }
+
     /// Read the true content of `disk` over a chunk for a reader: the disk itself where it can, the grid where it
     /// cannot (then the damaged ranges are queued as defect for the background recovery).
     pub(crate) fn read_chunk(&self, disk: usize, offset: u64, buf: &mut [u8]) -> Result<()> {
@@ -1216,11 +1340,7 @@ impl Shared {
         let targets = self.geometry.parity_targets(disk);
         let parities = [targets.hp, targets.vp, targets.vhp];
         let reservation = if mode == WriteMode::Delayed {
-            Some(
-                self.deltas
-                    .reserve(data.len() as u64, &|| self.stopped())
-                    .ok_or(Error::Closed)?,
-            )
+            Some(self.reserve_delta(data.len() as u64)?)
         } else {
             None
         };
@@ -1295,6 +1415,23 @@ impl Shared {
         )))
     }
 
+    /// Room for a delta of `bytes` in the cache. The drain threads make room; while they are paused (test hook)
+    /// the writer drains itself (it holds no lock here), so a full cache never blocks a writer forever.
+    fn reserve_delta(&self, bytes: u64) -> Result<crate::delta::Reservation<'_>> {
+        loop {
+            let paused = || self.stopped() || self.paused.load(Ordering::SeqCst);
+            if let Some(reservation) = self.deltas.reserve(bytes, &paused) {
+                return Ok(reservation);
+            }
+            if self.stopped() {
+                return Err(Error::Closed);
+            }
+            for disk in self.deltas.disks_with_pending() {
+                self.drain(disk)?;
+            }
+        }
+    }
+
     /// Write the data disk's new content over the row's range (crash hooks included).
     fn write_data(&self, w: &ChunkWrite) -> Result<()> {
         let disk = w.row.disks[0];
@@ -1329,7 +1466,9 @@ impl Shared {
             return Ok(false);
         }
         if !self.defects_in(parity, start, end).is_empty() {
-            // Recovery recomputes it from the members, which already include this write.
+            // Recovery recomputes it from the members, which already include this write. The whole range: a
+            // defect over part of it must not leave the rest without this write's delta.
+            self.add_defect(parity, start, end)?;
             return Ok(false);
         }
         let mut buf = vec![0u8; w.row.length as usize];
@@ -1569,6 +1708,21 @@ impl Shared {
                 return Err(Error::Closed);
             }
             let _lock = self.lock(vec![RangeLock::exclusive(disk, start, end)]);
+            // Under the lock, only what the disk still owes: a delta completed meanwhile (the disk failed and
+            // was replaced, its range recomputed from the members) must not be applied on top.
+            let list: Vec<Arc<Delta>> = list
+                .into_iter()
+                .filter(|d| self.deltas.pending_disks_of(d.txn_id).contains(&disk))
+                .collect();
+            if list.is_empty() {
+                continue;
+            }
+            if self.is_failed(disk) {
+                for d in &list {
+                    self.complete_delta(d, disk)?;
+                }
+                continue;
+            }
             let written_before = self.written_parts(disk, start, end);
             self.journal_with_written(&[disk], start, end, |b| {
                 for d in &list {
@@ -1673,53 +1827,40 @@ impl Shared {
         Ok(())
     }
 
-    /// Settle one unfinished row. `at_open`: replay (delayed deltas may be re-queued).
+    /// Settle one unfinished row. `at_open`: replay (delayed deltas may be re-queued). Every defect is journaled
+    /// before the row's marks change or the row is deleted, so a crash while settling (replay simply runs again)
+    /// loses none of them.
     fn settle_row(&self, row: &PromiseRow, at_open: bool) -> Result<()> {
         let (start, end) = (row.offset, row.offset + row.length);
         let disk = row.disks[0];
         let data_finished = row.finishes[0] != 0;
-        let mut parity_defects: Vec<usize> = Vec::new();
+        let unfinished_parities: Vec<usize> = PARITY_SLOTS
+            .iter()
+            .filter(|&&s| row.finishes[s as usize] == 0)
+            .map(|&s| row.disks[s as usize])
+            .collect();
+        let add_parity_defects = |parities: &[usize]| -> Result<()> {
+            for &p in parities {
+                if !self.is_failed(p) {
+                    self.add_defect(p, start, end)?;
+                }
+            }
+            Ok(())
+        };
         if !data_finished {
             let direct = row.mode == WriteMode::Direct;
+            if direct {
+                // Parity was written at the same time as the data: recompute it from the members.
+                add_parity_defects(&unfinished_parities)?;
+            }
             if row.data_was_unwritten {
                 // Back to never-written: reads as zeros again.
-                let mut maps = self.maps.lock();
-                let mut set = maps.written[disk].clone();
-                set.remove(start / self.stripe_bytes, end.div_ceil(self.stripe_bytes));
-                self.journal.batch(|b| {
-                    b.sync_ranges(
-                        RangeTable::Written,
-                        disk,
-                        &set,
-                        start / self.stripe_bytes,
-                        end.div_ceil(self.stripe_bytes),
-                    )
-                })?;
-                maps.written[disk] = set;
+                self.unmark_written(disk, start, end)?;
             } else if direct {
-                // Parity was written at the same time: take the data as it reads, recompute the parities.
-                if !self.is_failed(disk) {
-                    if let Err(e) = self
-                        .slot(disk)
-                        .idr
-                        .reencode(start, row.length)
-                        .and_then(|_| self.slot(disk).idr.sync())
-                    {
-                        self.note_error(disk, &e);
-                        self.add_defect(disk, start, end)?;
-                    }
-                }
+                self.settle_direct_data(disk, start, end)?;
             } else {
                 // Parity untouched: it still describes the old data.
                 self.add_defect(disk, start, end)?;
-            }
-            if direct {
-                parity_defects.extend(
-                    PARITY_SLOTS
-                        .iter()
-                        .filter(|&&s| row.finishes[s as usize] == 0)
-                        .map(|&s| row.disks[s as usize]),
-                );
             }
             self.journal.batch(|b| b.delete_promise(row.txn_id))?;
             self.deltas
@@ -1736,6 +1877,7 @@ impl Shared {
                 .read_file(row.txn_id)
                 .map_err(|e| Error::Io(format!("cannot read delta {}: {e}", row.txn_id)))?;
             let mut requeue = Vec::new();
+            let mut parity_defects = Vec::new();
             for &s in &owed {
                 let p = row.disks[s as usize];
                 if row.starts[s as usize] == 0 && delta.is_some() && !self.is_failed(p) {
@@ -1744,6 +1886,7 @@ impl Shared {
                     parity_defects.push(p);
                 }
             }
+            add_parity_defects(&parity_defects)?;
             if requeue.is_empty() {
                 self.finish_txn(row.txn_id)?;
             } else {
@@ -1771,18 +1914,65 @@ impl Shared {
                 );
             }
         } else {
-            parity_defects.extend(
-                PARITY_SLOTS
-                    .iter()
-                    .filter(|&&s| row.finishes[s as usize] == 0)
-                    .map(|&s| row.disks[s as usize]),
-            );
+            add_parity_defects(&unfinished_parities)?;
             self.finish_txn(row.txn_id)?;
         }
-        for p in parity_defects {
-            if !self.is_failed(p) {
-                self.add_defect(p, start, end)?;
+        Ok(())
+    }
+
+    /// Remove `[start, end)` (bytes, stripe aligned) from the written map of `disk`.
+    fn unmark_written(&self, disk: usize, start: u64, end: u64) -> Result<()> {
+        let (lo, hi) = (start / self.stripe_bytes, end.div_ceil(self.stripe_bytes));
+        let mut maps = self.maps.lock();
+        let mut set = maps.written[disk].clone();
+        set.remove(lo, hi);
+        self.journal
+            .batch(|b| b.sync_ranges(RangeTable::Written, disk, &set, lo, hi))?;
+        maps.written[disk] = set;
+        Ok(())
+    }
+
+    /// The data disk of an interrupted direct write (its parities are being recomputed): keep each stripe as it
+    /// is where it verifies (all old or all new); re-encode a stripe that does not, taking its blocks as they
+    /// read (the write hole the thesis accepts); a stripe the write never reached and that was never written
+    /// before leaves the written map (it reads as zeros, as before).
+    fn settle_direct_data(&self, disk: usize, start: u64, end: u64) -> Result<()> {
+        if self.is_failed(disk) {
+            return Ok(());
+        }
+        let slot = self.slot(disk);
+        let mut buf = vec![0u8; self.stripe_bytes as usize];
+        let mut stripe = start;
+        while stripe < end {
+            let stripe_end = stripe + self.stripe_bytes;
+            let outcome = slot
+                .idr
+                .scrub(stripe, self.stripe_bytes)
+                .and_then(|report| {
+                    if report.stripes_never_written > 0 {
+                        return Ok(Some(true));
+                    }
+                    match slot.idr.read(stripe, &mut buf) {
+                        Ok(_) => Ok(None),
+                        Err(IdrError::Unrecoverable { .. }) => {
+                            slot.idr.reencode(stripe, self.stripe_bytes)?;
+                            slot.idr.sync()?;
+                            Ok(Some(false))
+                        }
+                        Err(e) => Err(e),
+                    }
+                });
+            match outcome {
+                Ok(Some(true)) => self.unmark_written(disk, stripe, stripe_end)?,
+                Ok(_) => {}
+                Err(e) => {
+                    self.note_error(disk, &e);
+                    if !self.is_failed(disk) {
+                        self.add_defect(disk, stripe, stripe_end)?;
+                    }
+                }
             }
+            stripe = stripe_end;
         }
         Ok(())
     }
@@ -1795,6 +1985,7 @@ impl Shared {
         let chunk = self.config.read().recovery_chunk_bytes_max;
         let mut at = start;
         let mut recovered = 0;
+        let mut unrecoverable = None;
         while at < end {
             let to = (at + chunk).min(end);
             let _lock = self.lock_all(disk, true, at, to);
@@ -1805,23 +1996,43 @@ impl Shared {
                 });
             }
             let snapshot = self.deltas.snapshot(self.geometry.parity_disks());
-            let mut data = self.reconstruct(disk, at, to - at, &snapshot)?;
-            // On-disk content = true content XOR what is still pending for this disk.
-            snapshot.overlay(disk, at, &mut data);
-            self.journal_with_written(&[disk], at, to, |_| Ok(()))?;
-            let slot = self.slot(disk);
-            if let Err(e) = slot.idr.write(at, &data).and_then(|_| slot.idr.sync()) {
-                self.note_error(disk, &e);
-                return Err(Error::Idr(e));
+            let piece_max =
+                align_down(RECONSTRUCT_PIECE_BYTES_MAX, self.stripe_bytes).max(self.stripe_bytes);
+            let mut piece = at;
+            while piece < to {
+                let piece_end = (piece + piece_max).min(to);
+                let mut data = vec![0u8; (piece_end - piece) as usize];
+                match self.reconstruct_into(disk, piece, &mut data, &snapshot) {
+                    Ok(()) => {}
+                    Err(e @ Error::Unrecoverable { .. }) => {
+                        // Recover what can be; this piece stays defect.
+                        unrecoverable.get_or_insert(e);
+                        piece = piece_end;
+                        continue;
+                    }
+                    Err(e) => return Err(e),
+                }
+                // On-disk content = true content XOR what is still pending for this disk.
+                snapshot.overlay(disk, piece, &mut data);
+                self.journal_with_written(&[disk], piece, piece_end, |_| Ok(()))?;
+                let slot = self.slot(disk);
+                if let Err(e) = slot.idr.write(piece, &data).and_then(|_| slot.idr.sync()) {
+                    self.note_error(disk, &e);
+                    return Err(Error::Idr(e));
+                }
+                self.counters[disk]
+                    .logical_written
+                    .fetch_add(data.len() as u64, Ordering::Relaxed);
+                self.remove_defect(disk, piece, piece_end)?;
+                recovered += piece_end - piece;
+                piece = piece_end;
             }
-            self.counters[disk]
-                .logical_written
-                .fetch_add(data.len() as u64, Ordering::Relaxed);
-            self.remove_defect(disk, at, to)?;
-            recovered += to - at;
             at = to;
         }
-        Ok(recovered)
+        match unrecoverable {
+            Some(e) => Err(e),
+            None => Ok(recovered),
+        }
     }
 
     fn recover_disk(&self, disk: usize, progress: &dyn Fn(u64, u64)) -> Result<RecoveryReport> {
@@ -1836,7 +2047,11 @@ impl Shared {
             let e = e.min(s + chunk);
             match self.recover_range(disk, s, e) {
                 Ok(n) => report.bytes_recovered += n,
-                Err(Error::Unrecoverable { .. }) => report.unrecoverable.push((disk, s, e - s)),
+                // Not from the grid now, or not onto this disk (a write error): the range stays defect and the
+                // other ranges are still worth recovering. Only a failed disk or the journal stops the run.
+                Err(Error::Unrecoverable { .. }) | Err(Error::Idr(_)) if !self.is_failed(disk) => {
+                    report.unrecoverable.push((disk, s, e - s))
+                }
                 Err(err) => return Err(err),
             }
             cursor = e;
@@ -1890,6 +2105,9 @@ impl Shared {
     fn replace_disk(&self, disk: usize, spec: Option<DiskSpec>) -> Result<()> {
         self.check_disk(disk)?;
         self.mark_failed(disk, "being replaced")?;
+        // No I/O of `disk` in flight while its slot and maps change: writers, drains, recoveries and readers all
+        // hold a range lock of the disk while they use it.
+        let _lock = self.lock(vec![RangeLock::exclusive(disk, 0, self.logical_bytes)]);
         let mut config = self.config.read().clone();
         if let Some(spec) = spec {
             config.disks[disk] = spec;
@@ -1906,6 +2124,11 @@ impl Shared {
                 Arc::new(FileDisk::create_or_replace(&path, *capacity_bytes)?)
             }
             DiskSpec::Block { .. } => Arc::new(BlockDisk::open(&path)?),
+        };
+        // The same wrapper as the disks opened with the grid (tests inject faults into replacements too).
+        let backend = match &self.wrap_disk {
+            Some(wrap) => wrap(disk, backend),
+            None => backend,
         };
         let header = DiskHeader::new(
             config.grid_id,
@@ -1936,9 +2159,22 @@ impl Shared {
         config.save(&self.dir)?;
         *self.config.write() = config;
         // Everything the disk must hold becomes defect: its own written ranges and, for a parity disk, those of
-        // the members of the group it protects.
+        // the members of the group it protects — where they were written *or* have pending deltas (an hP member
+        // of a column holds data where only a delta not yet drained says so).
+        let mut units = RangeSet::new();
+        for group in self.geometry.groups_of(disk) {
+            if self.geometry.group_parity(group) == disk {
+                for &m in self.geometry.group_members(group) {
+                    for (s, e) in self.pending_delta_units(m).iter() {
+                        units.insert(s, e);
+                    }
+                }
+            }
+        }
         let mut maps = self.maps.lock();
-        let mut units = maps.written[disk].clone();
+        for (s, e) in maps.written[disk].iter() {
+            units.insert(s, e);
+        }
         for group in self.geometry.groups_of(disk) {
             if self.geometry.group_parity(group) == disk {
                 for &m in self.geometry.group_members(group) {
@@ -1985,8 +2221,9 @@ impl Shared {
             let mut at = s;
             while at < e {
                 let to = (at + chunk).min(e);
-                let _lock = self.lock(vec![RangeLock::shared(disk, at, to)]);
-                match self.slot(disk).idr.scrub(at, to - at) {
+                let lock = self.lock(vec![RangeLock::shared(disk, at, to)]);
+                let slot = self.slot(disk);
+                match self.scrub_stripes(&slot, at, to) {
                     Ok(report) => {
                         self.counters[disk]
                             .logical_read
@@ -1995,7 +2232,7 @@ impl Shared {
                         total.stripes_never_written += report.stripes_never_written;
                         total.blocks_repaired += report.blocks_repaired;
                         total.check_blocks_repaired += report.check_blocks_repaired;
-                        drop(_lock);
+                        drop(lock);
                         for &(o, l) in &report.unrecoverable {
                             self.add_defect(disk, o, o + l)?;
                         }
@@ -2003,11 +2240,55 @@ impl Shared {
                     }
                     Err(e) => {
                         self.note_error(disk, &e);
+                        if self.is_failed(disk) {
+                            return Err(Error::DiskFailed {
+                                disk,
+                                message: format!("failed during the scrub: {e}"),
+                            });
+                        }
                         return Err(Error::Idr(e));
                     }
                 }
                 at = to;
             }
+        }
+        Ok(total)
+    }
+
+    /// `IdrDisk::scrub` of `[at, to)` (written stripes), one stripe at a time so that damage IDR accepts is found:
+    /// a stripe that is never written, or that needed repairs and holds an all-zero block (see
+    /// `untrusted_zero_stripes`), is reported unrecoverable as a whole.
+    fn scrub_stripes(
+        &self,
+        slot: &DiskSlot,
+        at: u64,
+        to: u64,
+    ) -> std::result::Result<ScrubReport, IdrError> {
+        let mut total = ScrubReport::default();
+        let mut buf = vec![0u8; self.stripe_bytes as usize];
+        let mut stripe = at;
+        while stripe < to {
+            let report = slot.idr.scrub(stripe, self.stripe_bytes)?;
+            total.bytes_verified += report.bytes_verified;
+            total.stripes_never_written += report.stripes_never_written;
+            total.blocks_repaired += report.blocks_repaired;
+            total.check_blocks_repaired += report.check_blocks_repaired;
+            let suspect = report.stripes_never_written > 0
+                || !report.unrecoverable.is_empty()
+                || report.check_blocks_repaired > 0;
+            let untrusted = suspect
+                && match slot.idr.read(stripe, &mut buf) {
+                    Ok(_) | Err(IdrError::Unrecoverable { .. }) => {
+                        report.stripes_never_written > 0 || has_zero_block(&buf)
+                    }
+                    Err(e) => return Err(e),
+                };
+            if untrusted {
+                total.unrecoverable.push((stripe, self.stripe_bytes));
+            } else {
+                total.unrecoverable.extend(report.unrecoverable);
+            }
+            stripe += self.stripe_bytes;
         }
         Ok(total)
     }
@@ -2060,6 +2341,12 @@ impl Shared {
         let groups: Vec<_> = self.geometry.groups().collect();
         // Ranges to check per group: where any member (parity included) was ever written.
         let mut work: Vec<(permafrost_grid::GroupId, RangeSet)> = Vec::new();
+        let pending: HashMap<usize, RangeSet> = self
+            .geometry
+            .parity_disks()
+            .iter()
+            .map(|&p| (p, self.pending_delta_units(p)))
+            .collect();
         {
             let maps = self.maps.lock();
             for &g in &groups {
@@ -2068,9 +2355,13 @@ impl Shared {
                     report.groups_skipped += 1;
                     continue;
                 }
+                // Where any member (parity included) was written or has pending deltas.
                 let mut units = RangeSet::new();
                 for &m in members {
-                    for (s, e) in maps.written[m].iter() {
+                    let ranges = maps.written[m]
+                        .iter()
+                        .chain(pending.get(&m).into_iter().flat_map(|p| p.iter()));
+                    for (s, e) in ranges {
                         units.insert(s, e);
                     }
                 }
@@ -2103,17 +2394,26 @@ impl Shared {
                             .collect(),
                     );
                     let snapshot = self.deltas.snapshot(self.geometry.parity_disks());
-                    let _guards = self.power.acquire_many(members).ok();
                     let mut acc = vec![0u8; len];
                     let mut buf = vec![0u8; len];
                     let mut expected = vec![0u8; len];
-                    for &m in members {
-                        let target = if m == parity { &mut expected } else { &mut buf };
-                        if self.read_true(m, at, target, &snapshot).is_err() {
-                            // Unreadable member: reconstruct it through the grid.
-                            let data = self.reconstruct(m, at, to - at, &snapshot)?;
-                            target.copy_from_slice(&data);
+                    let mut unreadable = Vec::new();
+                    {
+                        let _guards = self.power.acquire_many(members).ok();
+                        for &m in members {
+                            let target = if m == parity { &mut expected } else { &mut buf };
+                            if self.read_true(m, at, target, &snapshot).is_err() {
+                                unreadable.push(m);
+                            } else if m != parity {
+                                permafrost_idr::xor_into(&mut acc, &buf);
+                            }
                         }
+                    }
+                    // Unreadable members are reconstructed through the grid, with the group's power guards
+                    // dropped: the reconstruction acquires its own set (never acquire while holding guards).
+                    for m in unreadable {
+                        let target = if m == parity { &mut expected } else { &mut buf };
+                        self.reconstruct_into(m, at, target, &snapshot)?;
                         if m != parity {
                             permafrost_idr::xor_into(&mut acc, &buf);
                         }
@@ -2155,6 +2455,21 @@ struct ChunkWrite {
     delta_offset: u64,
     /// Written parts of the range on each of the four disks before this chunk marked it written.
     written_before: [Vec<(u64, u64)>; 4],
+}
+
+/// True when some 4 KiB block of `bytes` (4 KiB aligned) is all zeros.
+fn has_zero_block(bytes: &[u8]) -> bool {
+    bytes.chunks(4096).any(is_zero)
+}
+
+/// True when every byte is zero (64 bytes at a time, which the compiler vectorises).
+fn is_zero(bytes: &[u8]) -> bool {
+    let chunks = bytes.chunks_exact(64);
+    let tail = chunks.remainder();
+    chunks
+        .into_iter()
+        .all(|c| c.iter().fold(0u8, |acc, &b| acc | b) == 0)
+        && tail.iter().all(|&b| b == 0)
 }
 
 /// Slot of `disk` among a promise's four disks.

@@ -12,7 +12,10 @@
 //!   true content is its on-disk content XOR its pending deltas (the delta cache), and a never-written range reads
 //!   as zeros (the written map). It holds whenever no lock is held on the range, and after replay.
 //! - A read returns the bytes last committed, or an error: never wrong bytes. A disk range that cannot be read or
-//!   verified is reconstructed from the grid (smaller intact group first, then a peeling plan).
+//!   verified is reconstructed from the grid (smaller intact group first, then a peeling plan). Zeros inside the
+//!   written map are trusted only where IDR verified them with their check blocks (a zeroed stripe or a blank disk
+//!   is damage, not data).
+//! - Memory is bounded: a reconstruction works on at most 4 MiB at a time whatever the recovery chunk.
 //! - An acknowledged `commit()` survives a crash: direct and serialized writes have data and parity durable;
 //!   delayed writes have data and the parity delta durable.
 //! - Locks: a lock set is acquired atomically (no hold-and-wait); power guards are taken only after range locks.

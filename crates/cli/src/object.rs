@@ -1,0 +1,721 @@
+//! Objects from the command line: `put`, `get`, `ls`, `rm`, `stat`, `mb`, `rb`, `status`, `verify`, `salvage`.
+//!
+//! Two ways to reach an archive, chosen per command:
+//! - **`--endpoint URL`** (or `PERMAFROST_ENDPOINT`): talk S3 to a running `permafrost serve`, signing every
+//!   request with AWS Signature V4 (presigned URLs). Credentials come from `--access-key`/`--secret-key`, else
+//!   `PERMAFROST_ROOT_USER`/`PERMAFROST_ROOT_PASSWORD`, else `DATA/credentials`.
+//! - **`--data-dir DIR`** (default `./permafrost-data`): open the store directly, in this process. Only one
+//!   process may have a data directory open: the CLI holds an exclusive `flock` on `DATA/.lock` for as long as it
+//!   has the store open and refuses with "a server is running on DIR" when another process holds it.
+//!
+//! Invariants: `get` into a file writes `FILE.permafrost-partial` and renames it only once every byte arrived
+//! verified, so a failed download never leaves a file that looks complete; `verify` exits non-zero when any
+//! object fails to read back verified; `salvage` never opens the catalog (it works when the catalog is lost).
+//! Results go to stdout (`--json` for scripts), progress bars and errors to stderr.
+
+mod local;
+mod remote;
+
+pub(crate) use local::{load_config, CONFIG_FILE};
+
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use serde::Serialize;
+
+use crate::units::format_bytes;
+
+/// Where the archive is: a data directory opened in this process, or a running server.
+#[derive(Args, Clone, Debug)]
+pub struct Target {
+    /// Data directory of the archive, opened directly (the server must be stopped).
+    #[arg(long, default_value = "./permafrost-data")]
+    data_dir: PathBuf,
+    /// S3 endpoint of a running server, e.g. http://127.0.0.1:9000 [env: PERMAFROST_ENDPOINT].
+    #[arg(long)]
+    endpoint: Option<String>,
+    /// Access key for --endpoint [env: PERMAFROST_ROOT_USER; else DATA/credentials].
+    #[arg(long)]
+    access_key: Option<String>,
+    /// Secret key for --endpoint [env: PERMAFROST_ROOT_PASSWORD; else DATA/credentials].
+    #[arg(long)]
+    secret_key: Option<String>,
+    /// Region named in request signatures.
+    #[arg(long, default_value = "us-east-1")]
+    region: String,
+    /// Print machine-readable JSON on stdout (and no progress bars).
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct PutArgs {
+    /// File to upload, or `-` for standard input.
+    file: PathBuf,
+    /// Destination: `bucket/key` or `s3://bucket/key` (a key ending in `/` gets the file's name appended).
+    destination: String,
+    /// The file is already compressed (`zstd` or `lz4`): it is stored exactly as sent.
+    #[arg(long, default_value = "identity")]
+    content_encoding: String,
+    /// Decoded length in bytes of a pre-compressed file (required with --content-encoding zstd|lz4).
+    #[arg(long)]
+    decoded_length: Option<u64>,
+    /// Content type recorded with the object.
+    #[arg(long)]
+    content_type: Option<String>,
+    /// User metadata `NAME=VALUE` (repeatable), returned as `x-amz-meta-NAME`.
+    #[arg(long = "meta", value_name = "NAME=VALUE")]
+    metadata: Vec<String>,
+    /// Return only once the object is persisted on the grid (all extents and parity durable).
+    #[arg(long)]
+    wait_persisted: bool,
+    /// Give up waiting for persistence after this many seconds (exit 1).
+    #[arg(long, default_value_t = 600)]
+    wait_timeout_s: u64,
+    #[command(flatten)]
+    target: Target,
+}
+
+#[derive(Args, Debug)]
+pub struct GetArgs {
+    /// Source: `bucket/key` or `s3://bucket/key`.
+    source: String,
+    /// Output file, or `-` for standard output (default: the key's last component in the current directory).
+    output: Option<PathBuf>,
+    /// Only these bytes: `FIRST-LAST` (inclusive), `FIRST-` or `-SUFFIX_LENGTH`.
+    #[arg(long, allow_hyphen_values = true)]
+    range: Option<String>,
+    #[command(flatten)]
+    target: Target,
+}
+
+#[derive(Args, Debug)]
+pub struct LsArgs {
+    /// `bucket` or `bucket/prefix` (nothing: list the buckets).
+    path: Option<String>,
+    /// List every key under the prefix instead of rolling sub-"directories" into prefixes.
+    #[arg(long, short)]
+    recursive: bool,
+    #[command(flatten)]
+    target: Target,
+}
+
+#[derive(Args, Debug)]
+pub struct KeyArgs {
+    /// `bucket/key` or `s3://bucket/key`.
+    object: String,
+    #[command(flatten)]
+    target: Target,
+}
+
+#[derive(Args, Debug)]
+pub struct BucketArgs {
+    /// Bucket name (3–63 characters of a-z, 0-9, '.', '-').
+    bucket: String,
+    /// Compression of uploads that arrive uncompressed (`zstd`, `lz4`, `none`; `mb` with --data-dir only).
+    #[arg(long)]
+    compression: Option<String>,
+    #[command(flatten)]
+    target: Target,
+}
+
+#[derive(Args, Debug)]
+pub struct StatusArgs {
+    #[command(flatten)]
+    target: Target,
+}
+
+#[derive(Args, Debug)]
+pub struct VerifyArgs {
+    #[command(flatten)]
+    target: Target,
+}
+
+#[derive(Args, Debug)]
+pub struct SalvageArgs {
+    /// The data disk to salvage: its grid bucket number or its disk name (e.g. `disk-03`), read through the
+    /// grid (parity reconstruction included). Not needed with --image.
+    disk: Option<String>,
+    /// Directory the objects are written to (`OUT/<bucket>/<key>`, metadata in `OUT/_sidecars/`).
+    #[arg(long)]
+    out: PathBuf,
+    /// Read a raw data-disk image (a file-backed disk or a block device) instead: no grid, no catalog.
+    #[arg(long)]
+    image: Option<PathBuf>,
+    #[command(flatten)]
+    target: Target,
+}
+
+/// What `stat` and `put` report about an object.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct ObjectStat {
+    pub bucket: String,
+    pub key: String,
+    pub size_bytes: u64,
+    pub etag: String,
+    pub content_encoding: String,
+    pub content_type: Option<String>,
+    pub last_modified: String,
+    /// `cached`, `placed`, `persisting`, `persisted` (None when the server does not say).
+    pub state: Option<String>,
+    pub user_metadata: Vec<(String, String)>,
+    /// Local only: stored form size, dataset, content id, grid bucket and extents.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stored_bytes: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dataset: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub content_id: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub grid_bucket: Option<u32>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub extents: Vec<ExtentStat>,
+}
+
+/// Where part of an object's stored bytes live on the grid.
+#[derive(Debug, Clone, Serialize)]
+pub struct ExtentStat {
+    pub extent_id: i64,
+    pub grid_bucket: u32,
+    /// Byte offset of the extent in the grid bucket.
+    pub offset: u64,
+    /// Offset of this object's bytes inside the extent's payload, and their length.
+    pub offset_in_payload: u64,
+    pub length_bytes: u64,
+    /// `content` or `pack`.
+    pub kind: String,
+}
+
+/// One listed object.
+#[derive(Debug, Clone, Serialize)]
+pub struct Listed {
+    pub key: String,
+    pub size_bytes: u64,
+    pub etag: String,
+    pub last_modified: String,
+}
+
+/// A listing: objects and common prefixes ("directories").
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Listing {
+    pub objects: Vec<Listed>,
+    pub prefixes: Vec<String>,
+}
+
+/// What a put sends besides the bytes.
+#[derive(Debug, Clone, Default)]
+pub struct PutRequest {
+    pub content_encoding: String,
+    pub decoded_length: Option<u64>,
+    pub content_type: Option<String>,
+    pub user_metadata: Vec<(String, String)>,
+}
+
+/// An inclusive byte range as S3 takes it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Range {
+    FromTo(u64, u64),
+    From(u64),
+    Suffix(u64),
+}
+
+impl Range {
+    fn parse(text: &str) -> Result<Range> {
+        let bad = || {
+            anyhow::anyhow!(
+                "range {text:?}: use FIRST-LAST, FIRST- or -SUFFIX_LENGTH (bytes, inclusive)"
+            )
+        };
+        let text = text.trim().trim_start_matches("bytes=");
+        let (first, last) = text.split_once('-').ok_or_else(bad)?;
+        let number = |s: &str| s.trim().parse::<u64>().map_err(|_| bad());
+        match (first.trim().is_empty(), last.trim().is_empty()) {
+            (false, false) => {
+                let (a, b) = (number(first)?, number(last)?);
+                if a > b {
+                    return Err(bad());
+                }
+                Ok(Range::FromTo(a, b))
+            }
+            (false, true) => Ok(Range::From(number(first)?)),
+            (true, false) => Ok(Range::Suffix(number(last)?)),
+            (true, true) => Err(bad()),
+        }
+    }
+
+    /// The value of an HTTP `Range` header.
+    fn header(self) -> String {
+        match self {
+            Range::FromTo(a, b) => format!("bytes={a}-{b}"),
+            Range::From(a) => format!("bytes={a}-"),
+            Range::Suffix(n) => format!("bytes=-{n}"),
+        }
+    }
+}
+
+/// The operations both ways of reaching an archive offer.
+trait Archive {
+    fn put(
+        &self,
+        bucket: &str,
+        key: &str,
+        body: Body,
+        request: &PutRequest,
+        json: bool,
+    ) -> Result<ObjectStat>;
+    /// Copy the object (or a range of it) to `sink`; returns the bytes written.
+    fn get(
+        &self,
+        bucket: &str,
+        key: &str,
+        range: Option<Range>,
+        sink: &mut dyn Write,
+        json: bool,
+    ) -> Result<u64>;
+    fn list(&self, bucket: &str, prefix: &str, recursive: bool) -> Result<Listing>;
+    fn list_buckets(&self) -> Result<Vec<String>>;
+    fn remove(&self, bucket: &str, key: &str) -> Result<()>;
+    fn stat(&self, bucket: &str, key: &str) -> Result<ObjectStat>;
+    fn make_bucket(&self, bucket: &str, compression: Option<&str>) -> Result<()>;
+    fn remove_bucket(&self, bucket: &str) -> Result<()>;
+    /// Wait until the object is persisted; `Ok(false)` after `timeout`.
+    fn wait_persisted(&self, bucket: &str, key: &str, timeout: Duration) -> Result<bool>;
+}
+
+/// The bytes of a put: a file (its length known) or standard input.
+pub enum Body {
+    File { file: std::fs::File, len_bytes: u64 },
+    Stdin,
+}
+
+impl Body {
+    fn open(path: &Path) -> Result<Body> {
+        if path == Path::new("-") {
+            return Ok(Body::Stdin);
+        }
+        let file =
+            std::fs::File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
+        let meta = file
+            .metadata()
+            .with_context(|| format!("cannot stat {}", path.display()))?;
+        if !meta.is_file() {
+            bail!("{} is not a regular file", path.display());
+        }
+        Ok(Body::File {
+            file,
+            len_bytes: meta.len(),
+        })
+    }
+
+    /// Length when known before reading.
+    fn len_bytes(&self) -> Option<u64> {
+        match self {
+            Body::File { len_bytes, .. } => Some(*len_bytes),
+            Body::Stdin => None,
+        }
+    }
+
+    fn into_reader(self) -> Box<dyn Read> {
+        match self {
+            Body::File { file, .. } => Box::new(file),
+            Body::Stdin => Box::new(std::io::stdin().lock()),
+        }
+    }
+}
+
+fn connect(target: &Target) -> Result<Box<dyn Archive>> {
+    let endpoint = target.endpoint.clone().or_else(|| {
+        std::env::var("PERMAFROST_ENDPOINT")
+            .ok()
+            .filter(|e| !e.is_empty())
+    });
+    match endpoint {
+        Some(endpoint) => Ok(Box::new(remote::Remote::connect(&endpoint, target)?)),
+        None => Ok(Box::new(local::Local::open(&target.data_dir)?)),
+    }
+}
+
+/// `bucket/key` or `s3://bucket/key` → (bucket, key); the key may be empty when `key_required` is false.
+fn split_path(text: &str, key_required: bool) -> Result<(String, String)> {
+    let path = text.strip_prefix("s3://").unwrap_or(text);
+    let (bucket, key) = path.split_once('/').unwrap_or((path, ""));
+    if bucket.is_empty() {
+        bail!("{text:?} names no bucket: use bucket/key or s3://bucket/key");
+    }
+    if key_required && key.is_empty() {
+        bail!("{text:?} names no key: use bucket/key or s3://bucket/key");
+    }
+    Ok((bucket.to_string(), key.to_string()))
+}
+
+fn print_json(value: &impl Serialize) -> Result<()> {
+    println!("{}", serde_json::to_string_pretty(value)?);
+    Ok(())
+}
+
+pub fn put(args: PutArgs) -> Result<()> {
+    let (bucket, mut key) = split_path(&args.destination, true)?;
+    if key.ends_with('/') {
+        let name = args
+            .file
+            .file_name()
+            .filter(|_| args.file != Path::new("-"))
+            .with_context(|| {
+                format!(
+                    "{} ends with '/' but the source has no file name",
+                    args.destination
+                )
+            })?;
+        key.push_str(&name.to_string_lossy());
+    }
+    let mut user_metadata = Vec::new();
+    for pair in &args.metadata {
+        let (name, value) = pair
+            .split_once('=')
+            .with_context(|| format!("--meta {pair:?}: use NAME=VALUE"))?;
+        user_metadata.push((name.trim().to_ascii_lowercase(), value.to_string()));
+    }
+    let encoding = args.content_encoding.to_ascii_lowercase();
+    if !["identity", "zstd", "lz4"].contains(&encoding.as_str()) {
+        bail!("--content-encoding {encoding:?}: use identity, zstd or lz4");
+    }
+    if encoding != "identity" && args.decoded_length.is_none() {
+        bail!("--content-encoding {encoding} needs --decoded-length (the size of the data once decoded)");
+    }
+    let request = PutRequest {
+        content_encoding: encoding,
+        decoded_length: args.decoded_length,
+        content_type: args.content_type.clone(),
+        user_metadata,
+    };
+    let body = Body::open(&args.file)?;
+    let archive = connect(&args.target)?;
+    let mut stat = archive.put(&bucket, &key, body, &request, args.target.json)?;
+    if args.wait_persisted {
+        let timeout = Duration::from_secs(args.wait_timeout_s);
+        if !archive.wait_persisted(&bucket, &key, timeout)? {
+            bail!(
+                "{bucket}/{key} is stored but not persisted after {} s",
+                args.wait_timeout_s
+            );
+        }
+        stat = archive.stat(&bucket, &key)?;
+    }
+    if args.target.json {
+        print_json(&stat)
+    } else {
+        println!(
+            "{bucket}/{key}: {} ({} bytes), etag {}, {}",
+            format_bytes(stat.size_bytes),
+            stat.size_bytes,
+            stat.etag,
+            stat.state.as_deref().unwrap_or("stored")
+        );
+        Ok(())
+    }
+}
+
+pub fn get(args: GetArgs) -> Result<()> {
+    let (bucket, key) = split_path(&args.source, true)?;
+    let range = args.range.as_deref().map(Range::parse).transpose()?;
+    let archive = connect(&args.target)?;
+    let output = args.output.clone().unwrap_or_else(|| {
+        PathBuf::from(key.rsplit('/').find(|c| !c.is_empty()).unwrap_or("object"))
+    });
+    let quiet = args.target.json;
+    let bytes = if output == Path::new("-") {
+        let stdout = std::io::stdout();
+        let mut sink = std::io::BufWriter::with_capacity(1 << 20, stdout.lock());
+        let n = archive.get(&bucket, &key, range, &mut sink, true)?;
+        sink.flush().context("writing to standard output")?;
+        n
+    } else {
+        let mut partial = output.clone().into_os_string();
+        partial.push(".permafrost-partial");
+        let partial = PathBuf::from(partial);
+        let result = (|| -> Result<u64> {
+            let file = std::fs::File::create(&partial)
+                .with_context(|| format!("cannot create {}", partial.display()))?;
+            let mut sink = std::io::BufWriter::with_capacity(1 << 20, file);
+            let n = archive.get(&bucket, &key, range, &mut sink, quiet)?;
+            let file = sink
+                .into_inner()
+                .map_err(|e| e.into_error())
+                .with_context(|| format!("writing {}", partial.display()))?;
+            file.sync_all()
+                .with_context(|| format!("syncing {}", partial.display()))?;
+            std::fs::rename(&partial, &output).with_context(|| {
+                format!(
+                    "cannot rename {} to {}",
+                    partial.display(),
+                    output.display()
+                )
+            })?;
+            Ok(n)
+        })();
+        if result.is_err() {
+            let _ = std::fs::remove_file(&partial);
+        }
+        result?
+    };
+    if args.target.json {
+        print_json(
+            &serde_json::json!({ "bucket": bucket, "key": key, "bytes": bytes, "output": output }),
+        )
+    } else {
+        if output != Path::new("-") {
+            eprintln!(
+                "{bucket}/{key} → {}: {} ({bytes} bytes)",
+                output.display(),
+                format_bytes(bytes)
+            );
+        }
+        Ok(())
+    }
+}
+
+pub fn ls(args: LsArgs) -> Result<()> {
+    let archive = connect(&args.target)?;
+    let Some(path) = args.path.as_deref() else {
+        let buckets = archive.list_buckets()?;
+        if args.target.json {
+            return print_json(&serde_json::json!({ "buckets": buckets }));
+        }
+        for bucket in buckets {
+            println!("{bucket}/");
+        }
+        return Ok(());
+    };
+    let (bucket, prefix) = split_path(path, false)?;
+    let listing = archive.list(&bucket, &prefix, args.recursive)?;
+    if args.target.json {
+        return print_json(&listing);
+    }
+    for prefix in &listing.prefixes {
+        println!("{:>12}  {:<20}  {prefix}", "PRE", "");
+    }
+    for object in &listing.objects {
+        println!(
+            "{:>12}  {:<20}  {}",
+            object.size_bytes, object.last_modified, object.key
+        );
+    }
+    Ok(())
+}
+
+pub fn rm(args: KeyArgs) -> Result<()> {
+    let (bucket, key) = split_path(&args.object, true)?;
+    let archive = connect(&args.target)?;
+    // S3 deletes of a missing key succeed; a person asking to remove one wants to know.
+    archive.stat(&bucket, &key)?;
+    archive.remove(&bucket, &key)?;
+    if args.target.json {
+        print_json(&serde_json::json!({ "removed": format!("{bucket}/{key}") }))
+    } else {
+        println!("removed {bucket}/{key}");
+        Ok(())
+    }
+}
+
+pub fn stat(args: KeyArgs) -> Result<()> {
+    let (bucket, key) = split_path(&args.object, true)?;
+    let archive = connect(&args.target)?;
+    let stat = archive.stat(&bucket, &key)?;
+    if args.target.json {
+        return print_json(&stat);
+    }
+    println!("object        {}/{}", stat.bucket, stat.key);
+    println!(
+        "size          {} ({} bytes)",
+        format_bytes(stat.size_bytes),
+        stat.size_bytes
+    );
+    if let Some(stored) = stat.stored_bytes {
+        println!("stored        {} ({stored} bytes)", format_bytes(stored));
+    }
+    println!("etag          {}", stat.etag);
+    println!("encoding      {}", stat.content_encoding);
+    if let Some(t) = &stat.content_type {
+        println!("content type  {t}");
+    }
+    println!("modified      {}", stat.last_modified);
+    println!(
+        "state         {}",
+        stat.state
+            .as_deref()
+            .unwrap_or("(not reported by the server)")
+    );
+    for (name, value) in &stat.user_metadata {
+        println!("meta          {name}={value}");
+    }
+    if let Some(d) = &stat.dataset {
+        println!("dataset       {d}");
+    }
+    if let Some(c) = &stat.content_id {
+        println!("content       {c}");
+    }
+    if let Some(g) = stat.grid_bucket {
+        println!("grid bucket   {g}");
+    }
+    for e in &stat.extents {
+        println!(
+            "extent        #{} ({}) grid bucket {} at {}: {} bytes at payload offset {}",
+            e.extent_id, e.kind, e.grid_bucket, e.offset, e.length_bytes, e.offset_in_payload
+        );
+    }
+    Ok(())
+}
+
+pub fn mb(args: BucketArgs) -> Result<()> {
+    let archive = connect(&args.target)?;
+    archive.make_bucket(&args.bucket, args.compression.as_deref())?;
+    if args.target.json {
+        print_json(&serde_json::json!({ "created": args.bucket }))
+    } else {
+        println!("created bucket {}", args.bucket);
+        Ok(())
+    }
+}
+
+pub fn rb(args: BucketArgs) -> Result<()> {
+    let archive = connect(&args.target)?;
+    archive.remove_bucket(&args.bucket)?;
+    if args.target.json {
+        print_json(&serde_json::json!({ "removed": args.bucket }))
+    } else {
+        println!("removed bucket {}", args.bucket);
+        Ok(())
+    }
+}
+
+pub fn status(args: StatusArgs) -> Result<()> {
+    if let Some(endpoint) = remote_endpoint(&args.target) {
+        return remote::Remote::connect(&endpoint, &args.target)?.status(args.target.json);
+    }
+    local::Local::open(&args.target.data_dir)?.status(args.target.json)
+}
+
+pub fn verify(args: VerifyArgs) -> Result<()> {
+    if let Some(endpoint) = remote_endpoint(&args.target) {
+        return remote::Remote::connect(&endpoint, &args.target)?.verify(args.target.json);
+    }
+    local::Local::open(&args.target.data_dir)?.verify(args.target.json)
+}
+
+pub fn salvage(args: SalvageArgs) -> Result<()> {
+    if let Some(image) = &args.image {
+        return local::salvage_image(image, &args.out, args.target.json);
+    }
+    if remote_endpoint(&args.target).is_some() {
+        bail!("salvage reads disks: run it on the server's machine with --data-dir (server stopped) or --image");
+    }
+    let disk = args.disk.as_deref().context(
+        "name the data disk to salvage (grid bucket number or disk name), or pass --image FILE",
+    )?;
+    local::salvage_disk(&args.target.data_dir, disk, &args.out, args.target.json)
+}
+
+fn remote_endpoint(target: &Target) -> Option<String> {
+    target.endpoint.clone().or_else(|| {
+        std::env::var("PERMAFROST_ENDPOINT")
+            .ok()
+            .filter(|e| !e.is_empty())
+    })
+}
+
+/// Lock file of a data directory: whoever has the archive open holds an exclusive `flock` on it.
+pub(crate) const LOCK_FILE: &str = ".lock";
+
+/// Take the data directory's exclusive lock (`flock` on `DATA/.lock`, held until the file is dropped), or fail
+/// naming the server that holds it. `permafrost serve` takes the same lock for as long as it runs.
+pub(crate) fn lock_data_dir(data_dir: &Path) -> Result<std::fs::File> {
+    if !data_dir.is_dir() {
+        bail!(
+            "no archive at {}: start `permafrost serve --data-dir {}` once to create one, or pass --endpoint URL to reach a running server",
+            data_dir.display(),
+            data_dir.display()
+        );
+    }
+    let path = data_dir.join(LOCK_FILE);
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .with_context(|| format!("cannot open the lock file {}", path.display()))?;
+    match file.try_lock() {
+        Ok(()) => Ok(file),
+        Err(std::fs::TryLockError::WouldBlock) => bail!(
+            "a server is running on {} (or another permafrost command has it open: {} is locked); use --endpoint http://127.0.0.1:9000 (or the server's address), or stop the server",
+            data_dir.display(),
+            path.display()
+        ),
+        Err(std::fs::TryLockError::Error(e)) => Err(e).with_context(|| format!("cannot lock {}", path.display())),
+    }
+}
+
+/// A bar counting objects, drawn only for people (a terminal on stderr, no `--json`).
+fn count_bar(message: &str, json: bool) -> indicatif::ProgressBar {
+    let bar = if json || !std::io::IsTerminal::is_terminal(&std::io::stderr()) {
+        indicatif::ProgressBar::hidden()
+    } else {
+        indicatif::ProgressBar::new(0)
+    };
+    bar.set_style(
+        indicatif::ProgressStyle::with_template(
+            "{msg:>12} [{bar:40}] {pos}/{len} objects eta {eta}",
+        )
+        .expect("progress template")
+        .progress_chars("=> "),
+    );
+    bar.set_message(message.to_string());
+    bar
+}
+
+/// Milliseconds since the epoch as `YYYY-MM-DDTHH:MM:SSZ`.
+fn format_time_ms(ms: u64) -> String {
+    match jiff::Timestamp::from_millisecond(ms as i64) {
+        Ok(t) => t.strftime("%Y-%m-%dT%H:%M:%SZ").to_string(),
+        Err(_) => ms.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_split_into_bucket_and_key() {
+        assert_eq!(
+            split_path("s3://b1/a/b.txt", true).unwrap(),
+            ("b1".into(), "a/b.txt".into())
+        );
+        assert_eq!(
+            split_path("b1/a/", false).unwrap(),
+            ("b1".into(), "a/".into())
+        );
+        assert_eq!(
+            split_path("b1", false).unwrap(),
+            ("b1".into(), String::new())
+        );
+        assert!(split_path("b1", true)
+            .unwrap_err()
+            .to_string()
+            .contains("names no key"));
+        assert!(split_path("/k", true).is_err());
+    }
+
+    #[test]
+    fn ranges_parse_like_http_ranges() {
+        assert_eq!(Range::parse("0-99").unwrap(), Range::FromTo(0, 99));
+        assert_eq!(Range::parse("100-").unwrap(), Range::From(100));
+        assert_eq!(Range::parse("-5").unwrap(), Range::Suffix(5));
+        assert_eq!(Range::parse("bytes=3-4").unwrap().header(), "bytes=3-4");
+        assert!(Range::parse("9-3").is_err());
+        assert!(Range::parse("-").is_err());
+        assert!(Range::parse("abc").is_err());
+    }
+}

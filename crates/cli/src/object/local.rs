@@ -1,0 +1,634 @@
+//! The archive opened in this process: `permafrost_store::Store` on a data directory, under an exclusive lock.
+
+use std::fs::File;
+use std::io::{self, Read, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use permafrost_catalog::{
+    Catalog, ContentState, ExtentKind, ListQuery, SqliteCatalog, SqliteOptions,
+};
+use permafrost_disk::power::PowerState;
+use permafrost_engine::Engine;
+use permafrost_grid::Role;
+use permafrost_store::{BucketSettings, ByteRange, ObjectInfo, PutOptions, Store, StoreConfig};
+use serde::Serialize;
+
+use super::{
+    format_time_ms, lock_data_dir, print_json, Archive, Body, ExtentStat, Listed, Listing,
+    ObjectStat, PutRequest, Range,
+};
+use crate::progress::bytes_bar;
+use crate::units::format_bytes;
+
+/// The configuration file of a data directory (optional; missing fields take their defaults): the
+/// `StoreConfig` in a `[store]` table (or at the top level) next to the server's `[server]` table.
+pub const CONFIG_FILE: &str = "permafrost.toml";
+/// Bytes moved per read/write of a transfer.
+const TRANSFER_BUFFER_BYTES: usize = 1 << 20;
+/// Bytes the salvage reader fetches from the grid per read.
+const SALVAGE_WINDOW_BYTES: usize = 4 << 20;
+/// Listing page size.
+const LIST_PAGE_KEYS: usize = 1000;
+
+/// An archive opened in this process. Dropping it closes the store, then releases the lock.
+pub struct Local {
+    store: Option<Store>,
+    data_dir: PathBuf,
+    _lock: File,
+}
+
+/// The store configuration of a data directory (`DATA/permafrost.toml`), defaults when there is none.
+pub fn load_config(data_dir: &Path) -> Result<StoreConfig> {
+    let path = data_dir.join(CONFIG_FILE);
+    let text = match std::fs::read_to_string(&path) {
+        Ok(text) => text,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(StoreConfig::default()),
+        Err(e) => return Err(e).with_context(|| format!("cannot read {}", path.display())),
+    };
+    let table: toml::Table =
+        toml::from_str(&text).with_context(|| format!("{} is not valid TOML", path.display()))?;
+    let config: StoreConfig = match table.get("store") {
+        Some(store) => store.clone().try_into(),
+        None => {
+            // The store's fields at the top level, next to the server's own table.
+            let mut table = table;
+            table.remove("server");
+            toml::Value::Table(table).try_into()
+        }
+    }
+    .with_context(|| format!("{}: invalid store configuration", path.display()))?;
+    Ok(config)
+}
+
+impl Local {
+    /// Lock and open the data directory.
+    pub fn open(data_dir: &Path) -> Result<Local> {
+        let lock = lock_data_dir(data_dir)?;
+        let config = load_config(data_dir)?;
+        let store = Store::open(data_dir, config)
+            .with_context(|| format!("cannot open the archive in {}", data_dir.display()))?;
+        Ok(Local {
+            store: Some(store),
+            data_dir: data_dir.to_path_buf(),
+            _lock: lock,
+        })
+    }
+
+    fn store(&self) -> &Store {
+        self.store.as_ref().expect("the store is open until drop")
+    }
+
+    /// `permafrost status`: disks per power state, cache fill, bytes waiting per grid bucket, energy, contents.
+    pub fn status(&self, json: bool) -> Result<()> {
+        let report = self.store().status()?;
+        let mut disks = DiskCounts::default();
+        let mut joules = 0.0;
+        for disk in &report.engine.disks {
+            disks.total += 1;
+            match disk.power_state {
+                PowerState::Off => disks.off += 1,
+                PowerState::SpinningUp => disks.spinning_up += 1,
+                PowerState::Idle => disks.idle += 1,
+                PowerState::Active => disks.active += 1,
+            }
+            disks.failed += disk.failed as usize;
+            joules += disk.power.joules;
+        }
+        let contents: Vec<StateCount> = report
+            .catalog
+            .contents_by_state
+            .iter()
+            .map(|(state, count, bytes)| StateCount {
+                state: state.as_str().to_string(),
+                contents: *count,
+                stored_bytes: *bytes,
+            })
+            .collect();
+        let summary = StatusSummary {
+            data_dir: self.data_dir.display().to_string(),
+            layout: report.engine.layout.clone(),
+            disks,
+            cache_used_bytes: report.cache_used_bytes,
+            cache_capacity_bytes: report.cache_capacity_bytes,
+            waiting_bytes_per_grid_bucket: report
+                .waiting_bytes_per_grid_bucket
+                .iter()
+                .map(|&(grid_bucket, bytes)| GridBytes { grid_bucket, bytes })
+                .collect(),
+            used_bytes_per_grid_bucket: report
+                .used_bytes_per_grid_bucket
+                .iter()
+                .map(|&(grid_bucket, bytes)| GridBytes { grid_bucket, bytes })
+                .collect(),
+            contents,
+            buckets: report.catalog.buckets,
+            objects: report.catalog.objects,
+            extents: report.catalog.extents,
+            pack_extents: report.catalog.pack_extents,
+            energy_kwh: joules / 3.6e6,
+            energy_scope: "since this process opened the archive (the engine keeps no energy counters across restarts)",
+            last_background_error: report.last_background_error.clone(),
+            detail: &report,
+        };
+        if json {
+            return print_json(&summary);
+        }
+        let d = &summary.disks;
+        println!("archive   {} (grid {})", summary.data_dir, summary.layout);
+        println!(
+            "disks     {}: {} off, {} spinning up, {} idle, {} active{}",
+            d.total,
+            d.off,
+            d.spinning_up,
+            d.idle,
+            d.active,
+            if d.failed > 0 {
+                format!(", {} FAILED", d.failed)
+            } else {
+                String::new()
+            }
+        );
+        let fill =
+            100.0 * summary.cache_used_bytes as f64 / summary.cache_capacity_bytes.max(1) as f64;
+        println!(
+            "cache     {} of {} ({fill:.1} %)",
+            format_bytes(summary.cache_used_bytes),
+            format_bytes(summary.cache_capacity_bytes)
+        );
+        if summary.waiting_bytes_per_grid_bucket.is_empty() {
+            println!("waiting   nothing: every object is persisted");
+        }
+        for w in &summary.waiting_bytes_per_grid_bucket {
+            println!(
+                "waiting   grid bucket {}: {}",
+                w.grid_bucket,
+                format_bytes(w.bytes)
+            );
+        }
+        for c in &summary.contents {
+            println!(
+                "contents  {:<10} {:>8}  {}",
+                c.state,
+                c.contents,
+                format_bytes(c.stored_bytes)
+            );
+        }
+        println!(
+            "catalog   {} buckets, {} objects, {} extents ({} packs)",
+            summary.buckets, summary.objects, summary.extents, summary.pack_extents
+        );
+        println!(
+            "energy    {:.6} kWh {}",
+            summary.energy_kwh, summary.energy_scope
+        );
+        if let Some(e) = &summary.last_background_error {
+            println!("error     {e}");
+        }
+        Ok(())
+    }
+
+    /// `permafrost verify`: re-read every object against its hashes; an error when any fails.
+    pub fn verify(&self, json: bool) -> Result<()> {
+        let bar = super::count_bar("verify", json);
+        let report = self.store().verify(&mut |p| {
+            bar.set_length(p.objects_total);
+            bar.set_position(p.objects_checked);
+        })?;
+        bar.finish_and_clear();
+        if json {
+            print_json(&report)?;
+        } else {
+            for error in &report.errors {
+                println!("FAILED  {error}");
+            }
+            println!(
+                "verified {} objects, {}: {} failed",
+                report.objects_checked,
+                format_bytes(report.bytes_checked),
+                report.errors.len()
+            );
+        }
+        if !report.errors.is_empty() {
+            bail!(
+                "{} of {} objects did not read back verified",
+                report.errors.len(),
+                report.objects_checked
+            );
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Local {
+    fn drop(&mut self) {
+        if let Some(store) = self.store.take() {
+            if let Err(e) = store.close() {
+                eprintln!("permafrost: closing the archive: {e}");
+            }
+        }
+    }
+}
+
+#[derive(Debug, Default, Serialize)]
+struct DiskCounts {
+    total: usize,
+    off: usize,
+    spinning_up: usize,
+    idle: usize,
+    active: usize,
+    failed: usize,
+}
+
+#[derive(Debug, Serialize)]
+struct GridBytes {
+    grid_bucket: u32,
+    bytes: u64,
+}
+
+#[derive(Debug, Serialize)]
+struct StateCount {
+    state: String,
+    contents: u64,
+    stored_bytes: u64,
+}
+
+#[derive(Serialize)]
+struct StatusSummary<'a> {
+    data_dir: String,
+    layout: String,
+    disks: DiskCounts,
+    cache_used_bytes: u64,
+    cache_capacity_bytes: u64,
+    waiting_bytes_per_grid_bucket: Vec<GridBytes>,
+    used_bytes_per_grid_bucket: Vec<GridBytes>,
+    contents: Vec<StateCount>,
+    buckets: u64,
+    objects: u64,
+    extents: u64,
+    pack_extents: u64,
+    energy_kwh: f64,
+    energy_scope: &'static str,
+    last_background_error: Option<String>,
+    /// The store's full report (per-disk power, I/O and scrub state, catalog counters).
+    detail: &'a permafrost_store::StatusReport,
+}
+
+fn stat_of(info: &ObjectInfo) -> ObjectStat {
+    ObjectStat {
+        bucket: info.bucket.clone(),
+        key: info.key.clone(),
+        size_bytes: info.size_bytes,
+        etag: info.etag.clone(),
+        content_encoding: info.content_encoding.as_str().to_string(),
+        content_type: info.content_type.clone(),
+        last_modified: format_time_ms(info.last_modified_ms),
+        state: Some(info.state.as_str().to_string()),
+        user_metadata: info.user_metadata.clone(),
+        stored_bytes: Some(info.stored_bytes),
+        dataset: Some(info.dataset.clone()),
+        content_id: Some(info.content_id.clone()),
+        grid_bucket: info.grid_bucket,
+        extents: Vec::new(),
+    }
+}
+
+fn byte_range(range: Range) -> ByteRange {
+    match range {
+        Range::FromTo(a, b) => ByteRange::FromTo(a, b),
+        Range::From(a) => ByteRange::From(a),
+        Range::Suffix(n) => ByteRange::Suffix(n),
+    }
+}
+
+impl Archive for Local {
+    fn put(
+        &self,
+        bucket: &str,
+        key: &str,
+        body: Body,
+        request: &PutRequest,
+        json: bool,
+    ) -> Result<ObjectStat> {
+        let options = PutOptions {
+            content_encoding: request
+                .content_encoding
+                .parse()
+                .map_err(|e: String| anyhow::anyhow!(e))?,
+            decoded_length: request.decoded_length,
+            user_metadata: request.user_metadata.clone(),
+            content_type: request.content_type.clone(),
+            ..Default::default()
+        };
+        let bar = bytes_bar("put", json);
+        if let Some(len) = body.len_bytes() {
+            bar.set_length(len);
+        }
+        let mut handle = self.store().begin_put(bucket, key, options)?;
+        let mut reader = body.into_reader();
+        let mut buffer = vec![0u8; TRANSFER_BUFFER_BYTES];
+        loop {
+            let n = match reader.read(&mut buffer) {
+                Ok(0) => break,
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e).context("reading the upload"),
+            };
+            handle.write(&buffer[..n])?;
+            bar.inc(n as u64);
+        }
+        let info = handle.finish()?;
+        bar.finish_and_clear();
+        Ok(stat_of(&info))
+    }
+
+    fn get(
+        &self,
+        bucket: &str,
+        key: &str,
+        range: Option<Range>,
+        sink: &mut dyn Write,
+        json: bool,
+    ) -> Result<u64> {
+        let (_, mut reader) = self
+            .store()
+            .open_object(bucket, key, range.map(byte_range), None)?;
+        let bar = bytes_bar("get", json);
+        bar.set_length(reader.len());
+        let mut buffer = vec![0u8; TRANSFER_BUFFER_BYTES];
+        let mut total = 0u64;
+        loop {
+            let n = match reader.read(&mut buffer) {
+                Ok(0) => break,
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => bail!("reading {bucket}/{key}: {e}"),
+            };
+            sink.write_all(&buffer[..n])
+                .context("writing the download")?;
+            total += n as u64;
+            bar.inc(n as u64);
+        }
+        bar.finish_and_clear();
+        Ok(total)
+    }
+
+    fn list(&self, bucket: &str, prefix: &str, recursive: bool) -> Result<Listing> {
+        self.store().head_bucket(bucket)?;
+        let mut listing = Listing::default();
+        let mut start_after = None;
+        loop {
+            let page = self.store().list_objects(
+                bucket,
+                &ListQuery {
+                    prefix: prefix.to_string(),
+                    delimiter: (!recursive).then(|| "/".to_string()),
+                    start_after: start_after.take(),
+                    max_keys: LIST_PAGE_KEYS,
+                },
+            )?;
+            listing.prefixes.extend(page.common_prefixes);
+            listing
+                .objects
+                .extend(page.objects.into_iter().map(|o| Listed {
+                    key: o.key,
+                    size_bytes: o.size_bytes,
+                    etag: o.etag,
+                    last_modified: format_time_ms(o.last_modified_ms),
+                }));
+            if !page.is_truncated {
+                return Ok(listing);
+            }
+            start_after = Some(
+                page.next_start_after
+                    .context("a truncated listing page has no resume key")?,
+            );
+        }
+    }
+
+    fn list_buckets(&self) -> Result<Vec<String>> {
+        Ok(self
+            .store()
+            .list_buckets()?
+            .into_iter()
+            .map(|b| b.name)
+            .collect())
+    }
+
+    fn remove(&self, bucket: &str, key: &str) -> Result<()> {
+        Ok(self.store().delete_object(bucket, key)?)
+    }
+
+    fn stat(&self, bucket: &str, key: &str) -> Result<ObjectStat> {
+        let info = self.store().head_object(bucket, key)?;
+        let mut stat = stat_of(&info);
+        // Extents are the catalog's: read them through a second, read-only use of the catalog file.
+        let catalog = SqliteCatalog::open_with(
+            &self.data_dir.join("catalog.sqlite"),
+            SqliteOptions { durable: false },
+        )?;
+        if let Some((_, content)) = catalog.get_object(bucket, key)? {
+            stat.extents = catalog
+                .segments(&content.id)?
+                .into_iter()
+                .map(|s| ExtentStat {
+                    extent_id: s.extent.extent_id,
+                    grid_bucket: s.extent.grid_bucket,
+                    offset: s.extent.offset,
+                    offset_in_payload: s.segment.offset_in_payload,
+                    length_bytes: s.segment.length_bytes,
+                    kind: match s.extent.kind {
+                        ExtentKind::Content => "content",
+                        ExtentKind::Pack => "pack",
+                    }
+                    .to_string(),
+                })
+                .collect();
+        }
+        Ok(stat)
+    }
+
+    fn make_bucket(&self, bucket: &str, compression: Option<&str>) -> Result<()> {
+        let mut settings = BucketSettings::default();
+        if let Some(c) = compression {
+            settings.compression = c.parse().map_err(|e: String| anyhow::anyhow!(e))?;
+        }
+        Ok(self.store().create_bucket(bucket, settings)?)
+    }
+
+    fn remove_bucket(&self, bucket: &str) -> Result<()> {
+        Ok(self.store().delete_bucket(bucket)?)
+    }
+
+    fn wait_persisted(&self, bucket: &str, key: &str, timeout: Duration) -> Result<bool> {
+        // This process is the archive's only user: persist what waits now instead of waiting for the watchdog.
+        if self.store().head_object(bucket, key)?.state != ContentState::Persisted {
+            self.store().persist_now()?;
+        }
+        Ok(self.store().wait_persisted(bucket, key, timeout)?)
+    }
+}
+
+/// A seekable reader over one grid bucket, read through the engine in windows of `SALVAGE_WINDOW_BYTES`.
+struct GridBucketReader<'a> {
+    engine: &'a Engine,
+    grid_bucket: usize,
+    len_bytes: u64,
+    pos: u64,
+    window: Vec<u8>,
+    window_start: u64,
+    window_len: usize,
+}
+
+impl Read for GridBucketReader<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        if self.pos >= self.len_bytes || buf.is_empty() {
+            return Ok(0);
+        }
+        let in_window =
+            self.pos >= self.window_start && self.pos < self.window_start + self.window_len as u64;
+        if !in_window {
+            let start = self.pos / 4096 * 4096;
+            let len = ((self.len_bytes - start) as usize).min(SALVAGE_WINDOW_BYTES);
+            let mut promise = self
+                .engine
+                .read(self.grid_bucket, start, len as u64)
+                .map_err(io::Error::other)?;
+            promise.read_exact(&mut self.window[..len])?;
+            self.window_start = start;
+            self.window_len = len;
+        }
+        let at = (self.pos - self.window_start) as usize;
+        let n = buf.len().min(self.window_len - at);
+        buf[..n].copy_from_slice(&self.window[at..at + n]);
+        self.pos += n as u64;
+        Ok(n)
+    }
+}
+
+impl Seek for GridBucketReader<'_> {
+    fn seek(&mut self, to: SeekFrom) -> io::Result<u64> {
+        let target = match to {
+            SeekFrom::Start(p) => p as i128,
+            SeekFrom::Current(d) => self.pos as i128 + d as i128,
+            SeekFrom::End(d) => self.len_bytes as i128 + d as i128,
+        };
+        if target < 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "seek before the start",
+            ));
+        }
+        self.pos = target as u64;
+        Ok(self.pos)
+    }
+}
+
+/// The grid bucket a `salvage` argument names: a bucket number or a data disk's name.
+fn grid_bucket_of(engine: &Engine, disk: &str) -> Result<usize> {
+    if let Ok(n) = disk.parse::<usize>() {
+        if n >= engine.buckets() {
+            bail!(
+                "grid bucket {n} does not exist: the grid has buckets 0 to {}",
+                engine.buckets() - 1
+            );
+        }
+        return Ok(n);
+    }
+    let status = engine.status()?;
+    let found = status
+        .disks
+        .iter()
+        .find(|d| d.name == disk || Path::new(&d.name).file_stem().is_some_and(|s| s == disk));
+    match found {
+        Some(d) => match d.role {
+            Role::Data { bucket } => Ok(bucket),
+            other => bail!("disk {disk} is a parity disk ({other:?}); salvage reads data disks"),
+        },
+        None => bail!(
+            "no disk named {disk:?}; data disks: {}",
+            status
+                .disks
+                .iter()
+                .filter(|d| matches!(d.role, Role::Data { .. }))
+                .map(|d| d.name.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    }
+}
+
+/// `permafrost salvage DISK`: rebuild the objects of one data disk through the grid, without the catalog.
+pub fn salvage_disk(data_dir: &Path, disk: &str, out: &Path, json: bool) -> Result<()> {
+    let _lock = lock_data_dir(data_dir)?;
+    let config = load_config(data_dir)?;
+    let grid_dir = data_dir.join("grid");
+    let engine = Engine::open_with(
+        &grid_dir,
+        permafrost_engine::OpenOptions {
+            power_profile: config.power_profile.clone(),
+            ..Default::default()
+        },
+    )
+    .with_context(|| format!("cannot open the grid in {}", grid_dir.display()))?;
+    let grid_bucket = grid_bucket_of(&engine, disk)?;
+    let len_bytes = engine.bucket_capacity_bytes();
+    let reader = GridBucketReader {
+        engine: &engine,
+        grid_bucket,
+        len_bytes,
+        pos: 0,
+        window: vec![0; SALVAGE_WINDOW_BYTES],
+        window_start: 0,
+        window_len: 0,
+    };
+    let bar = bytes_bar("salvage", json);
+    bar.set_length(len_bytes);
+    let report = permafrost_format::salvage_objects(reader, len_bytes, out, &mut |p| {
+        bar.set_position(p.scanned_bytes)
+    })
+    .with_context(|| format!("salvaging grid bucket {grid_bucket}"))?;
+    bar.finish_and_clear();
+    engine.close().context("closing the grid")?;
+    print_salvage(&format!("grid bucket {grid_bucket}"), out, &report, json)
+}
+
+/// `permafrost salvage --image FILE`: rebuild the objects of a raw data-disk image: no grid, no catalog.
+pub fn salvage_image(image: &Path, out: &Path, json: bool) -> Result<()> {
+    let bar = bytes_bar("salvage", json);
+    let report = permafrost_store::salvage_disk_image(image, out, &mut |p| {
+        bar.set_length(p.image_bytes);
+        bar.set_position(p.scanned_bytes);
+    })?;
+    bar.finish_and_clear();
+    print_salvage(&image.display().to_string(), out, &report, json)
+}
+
+fn print_salvage(
+    source: &str,
+    out: &Path,
+    report: &permafrost_store::SalvageReport,
+    json: bool,
+) -> Result<()> {
+    if json {
+        return print_json(report);
+    }
+    for d in &report.damaged_extents {
+        println!("damaged extent     {d}");
+    }
+    for i in &report.incomplete_objects {
+        println!("incomplete object  {i}");
+    }
+    println!(
+        "salvaged {} objects ({}) from {source} into {}: {} extents found, {} damaged, {} incomplete objects, {} superseded",
+        report.objects_recovered,
+        format_bytes(report.bytes_recovered),
+        out.display(),
+        report.extents_found,
+        report.damaged_extents.len(),
+        report.incomplete_objects.len(),
+        report.superseded_objects
+    );
+    Ok(())
+}

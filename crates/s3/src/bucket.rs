@@ -1,0 +1,71 @@
+//! Bucket operations: ListBuckets, CreateBucket, DeleteBucket, HeadBucket, GetBucketLocation.
+
+use std::sync::Arc;
+
+use permafrost_store::{BucketSettings, Store};
+use s3s::dto::*;
+use s3s::{S3Request, S3Response, S3Result};
+
+use crate::bridge::blocking;
+use crate::common::{owner, timestamp};
+
+pub(crate) async fn list_buckets(
+    store: &Arc<Store>,
+    _req: S3Request<ListBucketsInput>,
+) -> S3Result<S3Response<ListBucketsOutput>> {
+    let store = Arc::clone(store);
+    let records = blocking(move || store.list_buckets()).await?;
+    let buckets = records
+        .into_iter()
+        .map(|b| Bucket {
+            name: Some(b.name),
+            creation_date: Some(timestamp(b.created_ms)),
+            bucket_region: None,
+        })
+        .collect();
+    Ok(S3Response::new(ListBucketsOutput {
+        buckets: Some(buckets),
+        owner: Some(owner()),
+        ..Default::default()
+    }))
+}
+
+pub(crate) async fn create_bucket(
+    store: &Arc<Store>,
+    req: S3Request<CreateBucketInput>,
+) -> S3Result<S3Response<CreateBucketOutput>> {
+    let store = Arc::clone(store);
+    let name = req.input.bucket.clone();
+    blocking(move || store.create_bucket(&name, BucketSettings::default())).await?;
+    Ok(S3Response::new(CreateBucketOutput {
+        location: Some(format!("/{}", req.input.bucket)),
+    }))
+}
+
+pub(crate) async fn delete_bucket(
+    store: &Arc<Store>,
+    req: S3Request<DeleteBucketInput>,
+) -> S3Result<S3Response<DeleteBucketOutput>> {
+    let store = Arc::clone(store);
+    blocking(move || store.delete_bucket(&req.input.bucket)).await?;
+    Ok(S3Response::new(DeleteBucketOutput {}))
+}
+
+pub(crate) async fn head_bucket(
+    store: &Arc<Store>,
+    req: S3Request<HeadBucketInput>,
+) -> S3Result<S3Response<HeadBucketOutput>> {
+    let store = Arc::clone(store);
+    blocking(move || store.head_bucket(&req.input.bucket)).await?;
+    Ok(S3Response::new(HeadBucketOutput::default()))
+}
+
+pub(crate) async fn get_bucket_location(
+    store: &Arc<Store>,
+    req: S3Request<GetBucketLocationInput>,
+) -> S3Result<S3Response<GetBucketLocationOutput>> {
+    let store = Arc::clone(store);
+    blocking(move || store.head_bucket(&req.input.bucket)).await?;
+    // No location constraint: us-east-1, which is what S3 clients assume by default.
+    Ok(S3Response::new(GetBucketLocationOutput::default()))
+}

@@ -1,0 +1,52 @@
+//! # permafrost-s3: the S3 API of permafrost
+//!
+//! **Job.** Speak S3 over HTTP to unmodified clients (boto3, the AWS CLI, rclone, SDKs) on top of the blocking
+//! object store (`permafrost-store`, `docs/store.md`). The protocol (request parsing, XML, AWS Signature V4 in
+//! headers, presigned URLs and `aws-chunked` bodies) is the `s3s` crate's; this crate maps S3 operations to the
+//! store, one module per family of operations: [`bucket`](crate) (ListBuckets, CreateBucket, DeleteBucket,
+//! HeadBucket, GetBucketLocation), `put`, `get` (GetObject with ranges, HeadObject), `list` (ListObjectsV2,
+//! ListObjects), `multipart`, `copy`, `delete` (DeleteObject, DeleteObjects); store errors become S3 errors in
+//! one place (`error`), trailing checksums are checked in `checksum`, and `bridge` moves bodies between the
+//! async server and the blocking store.
+//!
+//! **Guarantees.**
+//! - A PUT (or part, or completion) is answered `200` only after the store acknowledged it durable; a request
+//!   that fails or is cut off (bad signature, wrong `Content-MD5`/`x-amz-checksum-*`, client gone, server
+//!   killed) leaves nothing visible.
+//! - Memory per request is bounded: bodies move in pieces through channels of [`BODY_PIECES_IN_FLIGHT`]
+//!   entries (GET pieces are [`READ_PIECE_BYTES`]); a 10 GiB object never sits in RAM.
+//! - `503 SlowDown` when the write-back cache stays full for the store's `cache_wait_ms_max`.
+//! - HEAD, LIST, DELETE and COPY touch only the catalog (no disk spins up).
+//! - HEAD and GET show the persistence state (`cached`, `placed`, `persisting`, `persisted`) in the response
+//!   header [`STATE_HEADER`] (`x-permafrost-state`; not an `x-amz-meta-*` header, so it never leaks into user
+//!   metadata when a client copies an object's metadata).
+//! - Paths under [`RESERVED_PREFIX`] (`/_permafrost/`) are the service's own; `GET /_permafrost/health`
+//!   answers `200 {"status":"ok"}` without authentication.
+//!
+//! **Pre-compressed objects.** A PUT with `Content-Encoding: zstd` (or `lz4`) and
+//! `x-amz-meta-permafrost-decoded-length: N` is stored as sent. A GET whose `Accept-Encoding` names that
+//! encoding gets the stored bytes with `Content-Encoding`; any other GET gets the decoded bytes, and ranges
+//! apply to the representation returned.
+//!
+//! **Not here.** Virtual-hosted-style addressing (path style only), versioning, ACLs and policies (one root
+//! user), SigV2, object lock, tagging.
+
+mod auth;
+mod bridge;
+mod bucket;
+mod checksum;
+mod common;
+mod copy;
+mod delete;
+mod error;
+mod get;
+mod list;
+mod multipart;
+mod put;
+mod server;
+mod service;
+
+pub use auth::Credentials;
+pub use bridge::{BODY_PIECES_IN_FLIGHT, READ_PIECE_BYTES};
+pub use common::STATE_HEADER;
+pub use server::{s3_service, serve, DRAIN_TIMEOUT_MS, HEALTH_PATH, RESERVED_PREFIX};

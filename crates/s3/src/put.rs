@@ -1,0 +1,95 @@
+//! PutObject: the body streams into the store's write-back cache (see `bridge::upload`); the object becomes
+//! visible only when the store acknowledged it durable.
+//!
+//! Pre-compressed uploads: `Content-Encoding: zstd` or `lz4` with the decoded length in
+//! `x-amz-meta-permafrost-decoded-length` are stored exactly as sent. Other content encodings (`aws-chunked`
+//! is the signing layer's and already removed, `gzip`, …) are not interpreted: the bytes are stored and
+//! returned as received. (The store keeps no `Content-Encoding` for them, so GET does not repeat it.)
+
+use std::sync::Arc;
+
+use permafrost_store::{Encoding, PutOptions, Store};
+use s3s::dto::*;
+use s3s::{S3Request, S3Response, S3Result};
+
+use crate::bridge::upload;
+use crate::checksum::{self, TrailerChecksum};
+use crate::common::{etag, metadata_pairs};
+
+/// The encoding the store should know of, from a `Content-Encoding` header: `zstd` or `lz4` (alone, or after
+/// `aws-chunked`); anything else is identity.
+pub(crate) fn store_encoding(content_encoding: Option<&str>) -> Encoding {
+    let Some(value) = content_encoding else {
+        return Encoding::Identity;
+    };
+    let codings: Vec<String> = value
+        .split(',')
+        .map(|c| c.trim().to_ascii_lowercase())
+        .filter(|c| !c.is_empty() && c != "aws-chunked")
+        .collect();
+    match codings.as_slice() {
+        [one] if one == "zstd" => Encoding::Zstd,
+        [one] if one == "lz4" => Encoding::Lz4,
+        _ => Encoding::Identity,
+    }
+}
+
+pub(crate) async fn put_object(
+    store: &Arc<Store>,
+    req: S3Request<PutObjectInput>,
+) -> S3Result<S3Response<PutObjectOutput>> {
+    let trailer = TrailerChecksum::from_request(&req.headers)?;
+    let input = req.input;
+    let user_metadata = metadata_pairs(input.metadata);
+    let content_encoding = store_encoding(input.content_encoding.as_deref());
+    let echo = PutObjectOutput {
+        checksum_crc32: input.checksum_crc32.clone(),
+        checksum_crc32c: input.checksum_crc32c.clone(),
+        checksum_sha1: input.checksum_sha1.clone(),
+        checksum_sha256: input.checksum_sha256.clone(),
+        ..Default::default()
+    };
+    let options = PutOptions {
+        content_encoding,
+        decoded_length: None,
+        user_metadata,
+        content_type: input.content_type.map(|m| m.to_string()),
+        expected: checksum::from_headers(
+            input.content_md5,
+            input.checksum_crc32,
+            input.checksum_crc32c,
+            input.checksum_sha1,
+            input.checksum_sha256,
+        ),
+    };
+    let store = Arc::clone(store);
+    let (bucket, key) = (input.bucket, input.key);
+    let info = upload(
+        input.body,
+        move || store.begin_put(&bucket, &key, options),
+        trailer,
+        req.trailing_headers,
+    )
+    .await?;
+    Ok(S3Response::new(PutObjectOutput {
+        e_tag: Some(etag(&info.etag)),
+        size: i64::try_from(info.size_bytes).ok(),
+        ..echo
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_zstd_and_lz4_alone_are_stored_as_sent() {
+        assert_eq!(store_encoding(None), Encoding::Identity);
+        assert_eq!(store_encoding(Some("zstd")), Encoding::Zstd);
+        assert_eq!(store_encoding(Some("LZ4")), Encoding::Lz4);
+        assert_eq!(store_encoding(Some("aws-chunked, zstd")), Encoding::Zstd);
+        assert_eq!(store_encoding(Some("gzip")), Encoding::Identity);
+        assert_eq!(store_encoding(Some("gzip, zstd")), Encoding::Identity);
+        assert_eq!(store_encoding(Some("aws-chunked")), Encoding::Identity);
+    }
+}
