@@ -11,21 +11,22 @@ pub fn parse_bytes(text: &str) -> Result<u64, String> {
     let number: f64 = number
         .parse()
         .map_err(|_| format!("'{text}' is not a size (try 4096, 64MiB, 4TB)"))?;
-    let factor: f64 =
-        match suffix.trim() {
-            "" | "B" => 1.0,
-            "K" | "KiB" | "k" => 1024.0,
-            "M" | "MiB" => 1024f64.powi(2),
-            "G" | "GiB" => 1024f64.powi(3),
-            "T" | "TiB" => 1024f64.powi(4),
-            "kB" | "KB" => 1e3,
-            "MB" => 1e6,
-            "GB" => 1e9,
-            "TB" => 1e12,
-            other => return Err(format!(
+    let factor: f64 = match suffix.trim() {
+        "" | "B" => 1.0,
+        "K" | "KiB" | "k" => 1024.0,
+        "M" | "MiB" => 1024f64.powi(2),
+        "G" | "GiB" => 1024f64.powi(3),
+        "T" | "TiB" => 1024f64.powi(4),
+        "kB" | "KB" => 1e3,
+        "MB" => 1e6,
+        "GB" => 1e9,
+        "TB" => 1e12,
+        other => {
+            return Err(format!(
                 "unknown size unit '{other}' in '{text}' (use KiB, MiB, GiB, TiB, kB, MB, GB, TB)"
-            )),
-        };
+            ))
+        }
+    };
     let bytes = number * factor;
     if !bytes.is_finite() || bytes < 0.0 || bytes > u64::MAX as f64 {
         return Err(format!("size '{text}' is out of range"));

@@ -1,0 +1,110 @@
+//! Bad input fails with a clear message naming what was wrong, through the real binary:
+//! an invalid layout, a missing disk (runs degraded), a disk of the wrong size, a corrupt journal.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+fn permafrost(args: &[&str], dir: &Path) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_permafrost"))
+        .args(args)
+        .arg("--dir")
+        .arg(dir)
+        .output()
+        .expect("run permafrost")
+}
+
+fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+fn init(dir: &Path) {
+    let output = permafrost(
+        &[
+            "grid",
+            "init",
+            "--layout",
+            "8x6:4+1",
+            "--disk-size",
+            "8MiB",
+            "--spin-up-ms",
+            "1",
+            "--idle-timeout-ms",
+            "100",
+        ],
+        dir,
+    );
+    assert!(output.status.success(), "init failed: {}", stderr(&output));
+}
+
+#[test]
+fn an_invalid_layout_is_refused_with_the_rule_it_breaks() {
+    let temp = tempfile::tempdir().unwrap();
+    let output = permafrost(
+        &["grid", "init", "--layout", "4x6:4+1", "--disk-size", "8MiB"],
+        &temp.path().join("g"),
+    );
+    assert!(!output.status.success());
+    let message = stderr(&output);
+    assert!(
+        message.contains("4x6:4+1") && message.contains("hn + hk"),
+        "unclear error: {message}"
+    );
+    assert!(!message.contains("panicked"), "{message}");
+}
+
+#[test]
+fn a_missing_disk_runs_degraded_and_a_wrong_size_disk_is_named() {
+    let temp = tempfile::tempdir().unwrap();
+    let dir = temp.path().join("g");
+    init(&dir);
+    std::fs::remove_file(dir.join("disks/disk-07.img")).unwrap();
+    let output = permafrost(&["grid", "status", "--json"], &dir);
+    assert!(
+        output.status.success(),
+        "a missing disk must not stop the grid: {}",
+        stderr(&output)
+    );
+    let status: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(
+        status["disks"][7]["failed"], true,
+        "the missing disk is reported failed"
+    );
+
+    std::fs::write(dir.join("disks/disk-07.img"), vec![0u8; 4 << 20]).unwrap();
+    let output = permafrost(&["grid", "status"], &dir);
+    assert!(
+        !output.status.success(),
+        "a wrong-size disk must be refused"
+    );
+    let message = stderr(&output);
+    assert!(
+        message.contains("disk-07.img") && message.contains("size"),
+        "unclear error: {message}"
+    );
+}
+
+#[test]
+fn a_corrupt_journal_is_reported_not_a_crash() {
+    let temp = tempfile::tempdir().unwrap();
+    let dir = temp.path().join("g");
+    init(&dir);
+    for name in ["journal.sqlite-wal", "journal.sqlite-shm"] {
+        let _ = std::fs::remove_file(dir.join(name));
+    }
+    std::fs::write(
+        dir.join("journal.sqlite"),
+        b"this is not a journal, it was overwritten by mistake".repeat(200),
+    )
+    .unwrap();
+    let output = permafrost(&["grid", "status"], &dir);
+    assert!(
+        !output.status.success(),
+        "a corrupt journal must not be used"
+    );
+    let message = stderr(&output);
+    assert!(
+        message.contains("journal"),
+        "the error must name the journal: {message}"
+    );
+    assert!(!message.contains("panicked"), "{message}");
+}
