@@ -47,7 +47,7 @@ pub use permafrost_catalog::{
 pub use permafrost_engine::WriteMode;
 pub use put::{Checksums, PutHandle, PutOptions};
 pub use read::ObjectReader;
-pub use salvage::{salvage_disk_image, SalvageProgress, SalvageReport};
+pub use salvage::{salvage_disk_image, salvage_through_engine, SalvageProgress, SalvageReport};
 pub use store::{
     ByteRange, MultipartUpload, ObjectInfo, PartInfo, ReplaceMetadata, StatusReport, Store,
     VerifyProgress, VerifyReport, DECODED_LENGTH_META,

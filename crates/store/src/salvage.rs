@@ -79,7 +79,7 @@ impl<F: FnMut(u64, &mut [u8]) -> io::Result<()>> Seek for WindowReader<F> {
 
 /// Salvage grid bucket `grid_bucket` read through the engine (reconstructing from parity where the disk is
 /// failed or damaged). Never-written ranges read as zeros without touching the disk.
-pub(crate) fn salvage_through_engine(
+pub fn salvage_through_engine(
     engine: &Engine,
     grid_bucket: usize,
     out_dir: &Path,

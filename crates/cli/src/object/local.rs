@@ -1,7 +1,7 @@
 //! The archive opened in this process: `permafrost_store::Store` on a data directory, under an exclusive lock.
 
 use std::fs::File;
-use std::io::{self, Read, Seek, SeekFrom, Write};
+use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -27,8 +27,6 @@ use crate::units::format_bytes;
 pub const CONFIG_FILE: &str = "permafrost.toml";
 /// Bytes moved per read/write of a transfer.
 const TRANSFER_BUFFER_BYTES: usize = 1 << 20;
-/// Bytes the salvage reader fetches from the grid per read.
-const SALVAGE_WINDOW_BYTES: usize = 4 << 20;
 /// Listing page size.
 const LIST_PAGE_KEYS: usize = 1000;
 
@@ -470,61 +468,6 @@ impl Archive for Local {
     }
 }
 
-/// A seekable reader over one grid bucket, read through the engine in windows of `SALVAGE_WINDOW_BYTES`.
-struct GridBucketReader<'a> {
-    engine: &'a Engine,
-    grid_bucket: usize,
-    len_bytes: u64,
-    pos: u64,
-    window: Vec<u8>,
-    window_start: u64,
-    window_len: usize,
-}
-
-impl Read for GridBucketReader<'_> {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        if self.pos >= self.len_bytes || buf.is_empty() {
-            return Ok(0);
-        }
-        let in_window =
-            self.pos >= self.window_start && self.pos < self.window_start + self.window_len as u64;
-        if !in_window {
-            let start = self.pos / 4096 * 4096;
-            let len = ((self.len_bytes - start) as usize).min(SALVAGE_WINDOW_BYTES);
-            let mut promise = self
-                .engine
-                .read(self.grid_bucket, start, len as u64)
-                .map_err(io::Error::other)?;
-            promise.read_exact(&mut self.window[..len])?;
-            self.window_start = start;
-            self.window_len = len;
-        }
-        let at = (self.pos - self.window_start) as usize;
-        let n = buf.len().min(self.window_len - at);
-        buf[..n].copy_from_slice(&self.window[at..at + n]);
-        self.pos += n as u64;
-        Ok(n)
-    }
-}
-
-impl Seek for GridBucketReader<'_> {
-    fn seek(&mut self, to: SeekFrom) -> io::Result<u64> {
-        let target = match to {
-            SeekFrom::Start(p) => p as i128,
-            SeekFrom::Current(d) => self.pos as i128 + d as i128,
-            SeekFrom::End(d) => self.len_bytes as i128 + d as i128,
-        };
-        if target < 0 {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                "seek before the start",
-            ));
-        }
-        self.pos = target as u64;
-        Ok(self.pos)
-    }
-}
-
 /// The grid bucket a `salvage` argument names: a bucket number or a data disk's name.
 fn grid_bucket_of(engine: &Engine, disk: &str) -> Result<usize> {
     if let Ok(n) = disk.parse::<usize>() {
@@ -574,18 +517,9 @@ pub fn salvage_disk(data_dir: &Path, disk: &str, out: &Path, json: bool) -> Resu
     .with_context(|| format!("cannot open the grid in {}", grid_dir.display()))?;
     let grid_bucket = grid_bucket_of(&engine, disk)?;
     let len_bytes = engine.bucket_capacity_bytes();
-    let reader = GridBucketReader {
-        engine: &engine,
-        grid_bucket,
-        len_bytes,
-        pos: 0,
-        window: vec![0; SALVAGE_WINDOW_BYTES],
-        window_start: 0,
-        window_len: 0,
-    };
     let bar = bytes_bar("salvage", json);
     bar.set_length(len_bytes);
-    let report = permafrost_format::salvage_objects(reader, len_bytes, out, &mut |p| {
+    let report = permafrost_store::salvage_through_engine(&engine, grid_bucket, out, &mut |p| {
         bar.set_position(p.scanned_bytes)
     })
     .with_context(|| format!("salvaging grid bucket {grid_bucket}"))?;
