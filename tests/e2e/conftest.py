@@ -2,7 +2,7 @@
 data directory with millisecond disk power timings, and unmodified S3 clients pointed at it.
 
 The binary: $PERMAFROST_BIN, else $CARGO_TARGET_DIR/debug/permafrost, else <repo>/target/debug/permafrost
-(built with `cargo build -p permafrost` when missing).
+(built with `cargo build -p permafrost --profile test` when missing).
 """
 
 import os
@@ -69,7 +69,7 @@ def binary() -> Path:
     target = Path(os.environ.get("CARGO_TARGET_DIR", REPO / "target"))
     path = target / "debug" / "permafrost"
     if not path.exists():
-        subprocess.run(["cargo", "build", "-p", "permafrost"], cwd=REPO, check=True)
+        subprocess.run(["cargo", "build", "-p", "permafrost", "--profile", "test"], cwd=REPO, check=True)
     return path
 
 

@@ -3,7 +3,7 @@
 mod common;
 
 use std::collections::{BTreeSet, HashMap};
-use std::io::{Read, Write};
+use std::io::Read;
 use std::time::Duration;
 
 use base64::Engine as _;
@@ -703,35 +703,54 @@ fn bad_input_gets_the_right_error_and_stores_nothing() {
 
 #[test]
 fn a_full_cache_slows_writers_down_instead_of_failing_them_silently() {
+    // A writer that waits while persistence frees space gets through: the second 12 MiB object only fits
+    // in the 16 MiB cache once the first one has been persisted and evicted, which the waiting writer
+    // triggers itself (the watchdog of the test configuration never fires on its own).
     let dir = tempfile::tempdir().unwrap();
-    let mut config = config();
-    config.cache_bytes_max = 16 << 20;
-    config.cache_wait_ms_max = 200;
-    let store = Store::open(dir.path(), config).unwrap();
-    store
-        .create_bucket(
-            "full",
-            BucketSettings {
-                compression: Compression::None,
-                ..Default::default()
-            },
-        )
-        .unwrap();
+    let mut waiting = config();
+    waiting.cache_bytes_max = 16 << 20;
+    waiting.cache_wait_ms_max = 30_000;
+    let store = Store::open(dir.path(), waiting).unwrap();
+    let settings = || BucketSettings {
+        compression: Compression::None,
+        ..Default::default()
+    };
+    store.create_bucket("full", settings()).unwrap();
     put(&store, "full", "first", &data(1, 12 << 20, false));
+    put(&store, "full", "second", &data(2, 12 << 20, false));
+    assert_ne!(
+        store.head_object("full", "first").unwrap().state,
+        ContentState::Cached,
+        "the writer's wait persisted the first object"
+    );
+    assert_eq!(get(&store, "full", "first"), data(1, 12 << 20, false));
+    assert_eq!(get(&store, "full", "second"), data(2, 12 << 20, false));
+    drop(store);
+
+    // A writer whose upload cannot fit even in an empty cache waits the configured time, then fails with
+    // SlowDown, and nothing of it is stored.
+    let dir = tempfile::tempdir().unwrap();
+    let mut impatient = config();
+    impatient.cache_bytes_max = 16 << 20;
+    impatient.cache_wait_ms_max = 200;
+    let store = Store::open(dir.path(), impatient).unwrap();
+    store.create_bucket("full", settings()).unwrap();
     let mut h = store
-        .begin_put("full", "second", PutOptions::default())
+        .begin_put("full", "huge", PutOptions::default())
         .unwrap();
     let started = std::time::Instant::now();
-    let result = (0..12).try_for_each(|i| h.write(&data(100 + i, 1 << 20, false)));
+    let result = (0..20).try_for_each(|i| h.write(&data(100 + i, 1 << 20, false)));
     assert!(matches!(result, Err(StoreError::SlowDown(_))), "{result:?}");
     assert!(
         started.elapsed() >= Duration::from_millis(200),
         "it waited for space first"
     );
     drop(h);
-    // Once the first object is persisted, its cache space can be reclaimed and writes go through.
-    store.persist_now().unwrap();
-    put(&store, "full", "second", &data(2, 12 << 20, false));
-    assert_eq!(get(&store, "full", "first"), data(1, 12 << 20, false));
-    let _ = std::io::sink().flush();
+    assert!(matches!(
+        store.head_object("full", "huge"),
+        Err(StoreError::NoSuchKey { .. })
+    ));
+    // The space of the failed upload is given back: a normal object fits again.
+    put(&store, "full", "after", &data(3, 12 << 20, false));
+    assert_eq!(get(&store, "full", "after"), data(3, 12 << 20, false));
 }
