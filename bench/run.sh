@@ -10,6 +10,8 @@
 #   --scratch   where grids and copies go (default /tmp/permafrost-bench); must allow O_DIRECT (ext4, xfs)
 #   --repeat    read / dd pairs measured (default 3; the median is reported)
 #   --skip-idr  skip benchmark 1 (the IDR compute bench)
+#   --s3        run the benchmarks of issue 3 instead (the S3 service: bench/s3.py, with --quick its quick
+#               variant; further arguments after `--` go to bench/s3.py)
 # Environment: CARGO_TARGET_DIR (default /work/target-bench); PERMAFROST_BIN=path uses that binary instead of
 # building `permafrost` in release mode.
 # Raw numbers go to bench/out/<UTC timestamp>/ (gitignored); the summary is printed and saved as summary.txt.
@@ -20,13 +22,17 @@ QUICK=0
 SCRATCH=/tmp/permafrost-bench
 REPEAT=3
 SKIP_IDR=0
+S3=0
+S3_ARGS=()
 while [[ $# -gt 0 ]]; do
     case "$1" in
         --quick) QUICK=1 ;;
         --scratch) SCRATCH="$2"; shift ;;
         --repeat) REPEAT="$2"; shift ;;
         --skip-idr) SKIP_IDR=1 ;;
-        -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
+        --s3) S3=1 ;;
+        --) shift; S3_ARGS=("$@"); break ;;
+        -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
         *) echo "unknown argument: $1 (see --help)" >&2; exit 64 ;;
     esac
     shift
@@ -34,6 +40,12 @@ done
 
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-/work/target-bench}"
+if [[ $S3 == 1 ]]; then
+    S3_FLAGS=()
+    [[ $QUICK == 1 ]] && S3_FLAGS+=(--quick)
+    [[ -n ${PERMAFROST_BIN:-} ]] && S3_FLAGS+=(--bin "$PERMAFROST_BIN")
+    exec "$ROOT/.venv/bin/python" "$ROOT/bench/s3.py" "${S3_FLAGS[@]}" "${S3_ARGS[@]}"
+fi
 OUT="$ROOT/bench/out/$(date -u +%Y%m%dT%H%M%SZ)"
 mkdir -p "$OUT" "$SCRATCH"
 SUMMARY="$OUT/summary.txt"

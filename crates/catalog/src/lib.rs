@@ -11,6 +11,11 @@
 //! change together (a put replaces an object and moves a reference, a persist records extents, segments and a
 //! state), the method does all of it or nothing.
 //!
+//! **Durability.** A durable [`SqliteCatalog`] returns from a method only once its change, and every change the
+//! method observed, survives a crash or power loss; concurrent callers share WAL syncs (group commit, see the
+//! `sqlite` module). A failed sync is reported as [`CatalogError::Sync`] and the catalog then acknowledges
+//! nothing more until it is reopened.
+//!
 //! **Invariants.**
 //! - `contents.refcount` = number of `objects` rows referencing the content (checked by [`Catalog::check`]).
 //! - A content with `refcount = 0` carries `unreferenced_since_ms`; only such contents are garbage-collected.
@@ -56,6 +61,12 @@ pub enum CatalogError {
     },
     #[error("catalog: {0}")]
     Corrupt(String),
+    /// Syncing the catalog's files failed: the changes of the call may or may not survive a crash.
+    #[error("catalog sync of {path} failed, the change may not be durable: {source}")]
+    Sync {
+        path: String,
+        source: std::io::Error,
+    },
 }
 
 /// Result of catalog operations.

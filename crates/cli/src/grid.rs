@@ -7,6 +7,7 @@ use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
+use permafrost_disk::power::PowerControl;
 use permafrost_engine::{DiskSpec, Engine, GridConfig, WriteMode};
 use permafrost_grid::Layout;
 
@@ -63,6 +64,11 @@ pub struct InitArgs {
     /// Block devices in grid order, one per position (repeat the flag).
     #[arg(long)]
     device: Vec<PathBuf>,
+    /// What spins the --device drives down and up: simulated (default: only the power model runs), hdparm
+    /// (`hdparm -y` standby), scsi (`sg_start` START STOP UNIT) or ses:ENCLOSURE:SLOT (`sg_ses` slot power).
+    /// Once for all drives, or once per --device in the same order.
+    #[arg(long, requires = "device")]
+    power_control: Vec<PowerControl>,
     /// Default write mode: direct, serialized or delayed.
     #[arg(long, default_value = "serialized")]
     mode: WriteMode,
@@ -143,6 +149,9 @@ pub struct ReplaceArgs {
     /// The new block device; without it a fresh file replaces a file-backed disk.
     #[arg(long)]
     device: Option<PathBuf>,
+    /// What spins the new drive down and up (see `grid init --power-control`) [default: the replaced drive's].
+    #[arg(long, requires = "device")]
+    power_control: Option<PowerControl>,
 }
 
 #[derive(Args)]
@@ -196,7 +205,14 @@ pub fn run(command: GridCommand) -> Result<()> {
         }
         GridCommand::Replace(args) => {
             let engine = open(&args.dir)?;
-            let spec = args.device.map(|path| DiskSpec::Block { path });
+            let previous_control = match engine.config().disks.get(args.disk) {
+                Some(DiskSpec::Block { power_control, .. }) => power_control.clone(),
+                _ => PowerControl::Simulated,
+            };
+            let spec = args.device.map(|path| DiskSpec::Block {
+                path,
+                power_control: args.power_control.unwrap_or(previous_control),
+            });
             engine.replace_disk(args.disk, spec)?;
             eprintln!(
                 "disk {} replaced; run `permafrost grid rebuild --dir {} --disk {}`",
@@ -238,10 +254,23 @@ fn init(args: InitArgs) -> Result<()> {
                     args.device.len()
                 );
             }
+            let controls = match args.power_control.len() {
+                0 => vec![PowerControl::Simulated; args.device.len()],
+                1 => vec![args.power_control[0].clone(); args.device.len()],
+                n if n == args.device.len() => args.power_control.clone(),
+                n => bail!(
+                    "{n} --power-control for {} --device: give one for all drives or one per drive",
+                    args.device.len()
+                ),
+            };
             let disks = args
                 .device
                 .iter()
-                .map(|path| DiskSpec::Block { path: path.clone() })
+                .zip(controls)
+                .map(|(path, power_control)| DiskSpec::Block {
+                    path: path.clone(),
+                    power_control,
+                })
                 .collect();
             GridConfig::new(args.layout, disks)
         }

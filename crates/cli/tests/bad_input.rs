@@ -1,5 +1,6 @@
 //! Bad input fails with a clear message naming what was wrong, through the real binary:
-//! an invalid layout, a missing disk (runs degraded), a disk of the wrong size, a corrupt journal.
+//! an invalid layout, a missing disk (runs degraded), a disk of the wrong size, a corrupt journal, a bad power
+//! control.
 
 use std::path::Path;
 use std::process::{Command, Output};
@@ -107,4 +108,31 @@ fn a_corrupt_journal_is_reported_not_a_crash() {
         "the error must name the journal: {message}"
     );
     assert!(!message.contains("panicked"), "{message}");
+}
+
+#[test]
+fn a_bad_power_control_is_refused_before_any_drive_is_touched() {
+    let temp = tempfile::tempdir().unwrap();
+    let dir = temp.path().join("g");
+    let mut args = vec!["grid", "init", "--layout", "8x6:4+1"];
+    for _ in 0..48 {
+        args.extend(["--device", "/dev/null"]);
+    }
+    let mut unknown = args.clone();
+    unknown.extend(["--power-control", "smart"]);
+    let message = stderr(&permafrost(&unknown, &dir));
+    assert!(
+        message.contains("unknown power control \"smart\""),
+        "unclear error: {message}"
+    );
+    let mut two = args.clone();
+    two.extend(["--power-control", "hdparm", "--power-control", "scsi"]);
+    let output = permafrost(&two, &dir);
+    assert!(!output.status.success());
+    let message = stderr(&output);
+    assert!(
+        message.contains("2 --power-control for 48 --device"),
+        "unclear error: {message}"
+    );
+    assert!(!dir.join("grid.toml").exists(), "nothing was created");
 }

@@ -2,7 +2,9 @@
 
 use std::path::{Path, PathBuf};
 
-use permafrost_disk::power::PowerProfile;
+use std::sync::Arc;
+
+use permafrost_disk::power::{PowerControl, PowerController, PowerProfile, SimulatedPower};
 use permafrost_grid::Layout;
 use permafrost_idr::IdrConfig;
 use serde::{Deserialize, Serialize};
@@ -74,20 +76,36 @@ impl std::str::FromStr for WriteMode {
 pub enum DiskSpec {
     /// A sparse file (relative paths are relative to the grid directory), created by `Engine::create`.
     File { path: PathBuf, capacity_bytes: u64 },
-    /// A block device (its size is the device's size).
-    Block { path: PathBuf },
+    /// A block device (its size is the device's size), with what controls its motor (simulated unless the
+    /// operator configured a real controller: `hdparm`, SCSI START STOP UNIT or SES slot power).
+    Block {
+        path: PathBuf,
+        #[serde(default)]
+        power_control: PowerControl,
+    },
 }
 
 impl DiskSpec {
     /// The path, resolved against the grid directory.
     pub fn resolved_path(&self, dir: &Path) -> PathBuf {
         let path = match self {
-            DiskSpec::File { path, .. } | DiskSpec::Block { path } => path,
+            DiskSpec::File { path, .. } | DiskSpec::Block { path, .. } => path,
         };
         if path.is_absolute() {
             path.clone()
         } else {
             dir.join(path)
+        }
+    }
+
+    /// The controller of this disk's motor: simulated for files; for a block device the configured one, which
+    /// fails here with a clear message when its tool is not installed.
+    pub fn power_controller(&self, dir: &Path) -> Result<Arc<dyn PowerController>> {
+        match self {
+            DiskSpec::File { .. } => Ok(Arc::new(SimulatedPower)),
+            DiskSpec::Block { power_control, .. } => power_control
+                .controller(&self.resolved_path(dir))
+                .map_err(|e| Error::Config(e.to_string())),
         }
     }
 }
@@ -223,5 +241,41 @@ impl GridConfig {
             .and_then(|d| d.sync_all())
             .map_err(io)?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn block_disks_are_simulated_unless_a_controller_is_configured() {
+        // A grid.toml written before power control existed still reads, as simulated.
+        let old: DiskSpec = toml::from_str("kind = \"block\"\npath = \"/dev/sdb\"\n").unwrap();
+        assert_eq!(
+            old,
+            DiskSpec::Block {
+                path: PathBuf::from("/dev/sdb"),
+                power_control: PowerControl::Simulated,
+            }
+        );
+        let ses = DiskSpec::Block {
+            path: PathBuf::from("/dev/disk/by-id/ata-X"),
+            power_control: PowerControl::SesSlot {
+                enclosure: PathBuf::from("/dev/sg7"),
+                slot: 4,
+            },
+        };
+        let text = toml::to_string(&ses).unwrap();
+        assert_eq!(toml::from_str::<DiskSpec>(&text).unwrap(), ses, "{text}");
+        let file = DiskSpec::File {
+            path: PathBuf::from("disk-00"),
+            capacity_bytes: 1 << 30,
+        };
+        assert!(file
+            .power_controller(Path::new("/grid"))
+            .unwrap()
+            .describe()
+            .contains("simulated"));
     }
 }

@@ -128,7 +128,8 @@ pub struct PowerManager {
 struct Inner {
     profile: PowerProfile,
     clock: Arc<dyn Clock>,
-    controllers: Vec<Arc<dyn PowerController>>,
+    /// One per disk; replaced when a disk is ([`PowerManager::set_controller`]).
+    controllers: RwLock<Vec<Arc<dyn PowerController>>>,
     state: Mutex<State>,
     /// Notified whenever a guard drops, a disk turns off or the queue moves.
     changed: Condvar,
@@ -225,7 +226,7 @@ impl PowerManager {
         let inner = Arc::new(Inner {
             profile,
             clock,
-            controllers,
+            controllers: RwLock::new(controllers),
             state: Mutex::new(State {
                 disks,
                 spinning_max,
@@ -251,7 +252,7 @@ impl PowerManager {
 
     /// Number of disks managed.
     pub fn n_disks(&self) -> usize {
-        self.inner.controllers.len()
+        self.inner.controllers.read().len()
     }
 
     /// The profile every disk's model runs.
@@ -405,9 +406,10 @@ impl PowerManager {
 
         for &disk in &spun_up {
             tracing::debug!(disk, "spinning up");
-            if let Err(e) = inner.controllers[disk].spin_up() {
+            let controller = inner.controller(disk);
+            if let Err(e) = controller.spin_up() {
                 // The I/O that follows reports the drive's real state; note it here.
-                tracing::warn!(disk, controller = %inner.controllers[disk].describe(), "spin-up failed: {e}");
+                tracing::warn!(disk, controller = %controller.describe(), "spin-up failed: {e}");
                 inner.state.lock().controller_errors += 1;
             }
         }
@@ -473,7 +475,15 @@ impl PowerManager {
     /// # Panics
     /// If `disk >= n_disks()`.
     pub fn describe_controller(&self, disk: usize) -> String {
-        self.inner.controllers[disk].describe()
+        self.inner.controller(disk).describe()
+    }
+
+    /// Control `disk` with `controller` from now on (the disk was replaced by another drive).
+    ///
+    /// # Panics
+    /// If `disk >= n_disks()`.
+    pub fn set_controller(&self, disk: usize, controller: Arc<dyn PowerController>) {
+        self.inner.controllers.write()[disk] = controller;
     }
 
     fn peek(&self, disk: usize) -> PowerModel {
@@ -495,6 +505,10 @@ impl Drop for PowerManager {
 }
 
 impl Inner {
+    fn controller(&self, disk: usize) -> Arc<dyn PowerController> {
+        self.controllers.read()[disk].clone()
+    }
+
     /// Bring every model to now and spin down the drives whose model turned
     /// Off (idle timeout or eviction). Controller calls happen with the lock
     /// released. Returns the time at which nothing was left to do.
@@ -516,8 +530,9 @@ impl Inner {
                 let mut failures = 0;
                 for &disk in &victims {
                     tracing::debug!(disk, "spinning down");
-                    if let Err(e) = self.controllers[disk].spin_down() {
-                        tracing::warn!(disk, controller = %self.controllers[disk].describe(), "spin-down failed: {e}");
+                    let controller = self.controller(disk);
+                    if let Err(e) = controller.spin_down() {
+                        tracing::warn!(disk, controller = %controller.describe(), "spin-down failed: {e}");
                         failures += 1;
                     }
                 }

@@ -6,7 +6,8 @@
 //!   time. It never sleeps and never reads a clock itself.
 //! - [`PowerController`] is what physically changes a drive's state:
 //!   [`SimulatedPower`] (file-backed disks have no motor: nothing happens, only
-//!   the model runs), [`HdparmPower`] and [`ScsiStartStopPower`] for real drives.
+//!   the model runs), [`HdparmPower`], [`ScsiStartStopPower`] and [`SesSlotPower`] for real drives,
+//!   chosen per disk by the configuration value [`PowerControl`].
 //! - [`PowerManager`] runs one model per disk against a [`Clock`], enforces the
 //!   budget of disks spinning at once (queueing spin-ups FIFO), spins disks down
 //!   after their idle timeout, and hands out [`ActivityGuard`]s that keep a disk
@@ -22,7 +23,9 @@ mod controller;
 mod manager;
 mod model;
 
-pub use controller::{HdparmPower, PowerController, ScsiStartStopPower, SimulatedPower};
+pub use controller::{
+    HdparmPower, PowerControl, PowerController, ScsiStartStopPower, SesSlotPower, SimulatedPower,
+};
 pub use manager::{
     ActivityGuard, Clock, ManualClock, PowerError, PowerManager, PoweredDisk, SystemClock,
 };
