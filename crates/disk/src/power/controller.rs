@@ -480,9 +480,19 @@ mod tests {
                 slot: 4
             })
         );
-        for bad in ["", "ses", "ses:/dev/sg7", "ses::4", "ses:/dev/sg7:x", "smart"] {
+        for bad in [
+            "",
+            "ses",
+            "ses:/dev/sg7",
+            "ses::4",
+            "ses:/dev/sg7:x",
+            "smart",
+        ] {
             let err = bad.parse::<PowerControl>().unwrap_err();
-            assert!(err.contains("expected simulated, hdparm, scsi"), "{bad}: {err}");
+            assert!(
+                err.contains("expected simulated, hdparm, scsi"),
+                "{bad}: {err}"
+            );
         }
         assert!(PowerControl::Simulated
             .controller(Path::new("/dev/x"))
