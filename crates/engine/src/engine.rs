@@ -257,7 +257,12 @@ impl Engine {
             .power_profile
             .clone()
             .unwrap_or_else(|| config.power.clone());
-        let power = PowerManager::simulated(profile, n, config.spinning_max)?;
+        let controllers = config
+            .disks
+            .iter()
+            .map(|spec| spec.power_controller(&dir))
+            .collect::<Result<Vec<_>>>()?;
+        let power = PowerManager::new(profile, n, config.spinning_max, controllers)?;
         let journal = Journal::open(&dir.join(JOURNAL_FILE))?;
         let version = journal.schema_version()?;
         if version != crate::journal::SCHEMA_VERSION {
@@ -1061,7 +1066,9 @@ impl Shared {
             return Err(ReadFail::Failed);
         }
         let end = offset + buf.len() as u64;
-        buf.fill(0);
+        // Outside the written parts the disk reads as zeros; inside, IDR overwrites every byte (verified data, or
+        // zeros where it cannot verify), so a reused buffer's old bytes never show and only the gaps are cleared.
+        zero_outside(buf, offset, parts);
         let slot = self.slot(disk);
         let mut bad = Vec::new();
         for &(s, e) in parts {
@@ -2114,6 +2121,7 @@ impl Shared {
         }
         let spec = config.disks[disk].clone();
         let path = spec.resolved_path(&self.dir);
+        let controller = spec.power_controller(&self.dir)?;
         let backend: Arc<dyn Disk> = match &spec {
             DiskSpec::File { capacity_bytes, .. } => {
                 if let Some(parent) = path.parent() {
@@ -2158,6 +2166,7 @@ impl Shared {
         }
         config.save(&self.dir)?;
         *self.config.write() = config;
+        self.power.set_controller(disk, controller);
         // Everything the disk must hold becomes defect: its own written ranges and, for a parity disk, those of
         // the members of the group it protects — where they were written *or* have pending deltas (an hP member
         // of a column holds data where only a delta not yet drained says so).
@@ -2458,6 +2467,21 @@ struct ChunkWrite {
 }
 
 /// True when some 4 KiB block of `bytes` (4 KiB aligned) is all zeros.
+/// Zero the bytes of `buf` (holding `[offset, offset + buf.len())`) outside every range of `parts` (inside the
+/// buffer's range, possibly overlapping). With parts in ascending order exactly those; out of order, every
+/// uncovered byte and maybe some covered ones (which the caller overwrites anyway).
+fn zero_outside(buf: &mut [u8], offset: u64, parts: &[(u64, u64)]) {
+    let end = offset + buf.len() as u64;
+    let mut at = offset;
+    for &(s, e) in parts {
+        if s > at {
+            buf[(at - offset) as usize..(s.min(end) - offset) as usize].fill(0);
+        }
+        at = at.max(e.min(end));
+    }
+    buf[(at - offset) as usize..].fill(0);
+}
+
 fn has_zero_block(bytes: &[u8]) -> bool {
     bytes.chunks(4096).any(is_zero)
 }
@@ -2498,4 +2522,31 @@ fn needed_steps(
     }
     out.reverse();
     out
+}
+
+#[cfg(test)]
+mod zero_outside_tests {
+    use super::zero_outside;
+
+    #[test]
+    fn zero_outside_clears_every_byte_no_part_covers() {
+        // Buffer of 10 bytes at offset 100; parts ascending and overlapping.
+        let mut buf = [7u8; 10];
+        zero_outside(&mut buf, 100, &[(101, 103), (102, 104), (106, 108)]);
+        assert_eq!(buf, [0, 7, 7, 7, 0, 0, 7, 7, 0, 0]);
+        // Out of order: still no uncovered byte is left.
+        let mut buf = [7u8; 10];
+        zero_outside(&mut buf, 100, &[(106, 108), (101, 103)]);
+        for (i, &b) in buf.iter().enumerate() {
+            assert!(
+                b == 0 || (1..3).contains(&i) || (6..8).contains(&i),
+                "byte {i}"
+            );
+        }
+        let mut all = [7u8; 4];
+        zero_outside(&mut all, 0, &[(0, 4)]);
+        assert_eq!(all, [7; 4]);
+        zero_outside(&mut all, 0, &[]);
+        assert_eq!(all, [0; 4]);
+    }
 }

@@ -6,6 +6,8 @@ use std::sync::mpsc::{sync_channel, Receiver};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
+use parking_lot::Mutex;
+
 use crate::engine::Shared;
 use crate::{Error, Result, WriteMode};
 
@@ -136,57 +138,133 @@ impl io::Write for WritePromise {
     }
 }
 
-/// A forward-only read of one bucket range, implementing [`std::io::Read`]. A read-ahead thread keeps
-/// `readahead_chunks` chunks in flight. A range that cannot be read or reconstructed ends the stream with an
-/// error; it never yields wrong bytes.
+/// A forward-only read of one bucket range, implementing [`std::io::Read`].
+///
+/// `readahead_chunks` read-ahead threads read and verify chunks at the same time (chunk `k` by thread
+/// `k mod readahead_chunks`), so the disk read of one chunk overlaps the verification of another, and hand them
+/// to the reader in order. Each chunk goes through the engine's chunk read whole (check-on-read, IDR repair,
+/// reconstruction from the grid): the reader only ever sees verified bytes. A range that cannot be read or
+/// reconstructed ends the stream with an error; it never yields wrong bytes, and a stream never ends short.
+///
+/// Memory is bounded: a thread holds one chunk (being read, or waiting for the reader to take it) and the reader
+/// one, so at most `readahead_chunks + 1` chunk buffers exist; the reader hands each one back for reuse.
 pub struct ReadPromise {
-    rx: Option<Receiver<Result<Vec<u8>>>>,
+    /// One rendezvous channel per read-ahead thread; chunk `k` comes from `chunks[k % chunks.len()]`.
+    chunks: Vec<Receiver<Result<Vec<u8>>>>,
+    /// Index of the next chunk to receive.
+    next_chunk: usize,
+    /// Bytes of the range not yet received.
+    remaining_bytes: u64,
     current: Vec<u8>,
     pos: usize,
+    /// Chunk buffers the reader is done with, for the threads to reuse (at most `readahead_chunks + 1`).
+    spare: Arc<Mutex<Vec<Vec<u8>>>>,
     stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<()>>,
+    threads: Vec<JoinHandle<()>>,
     error: Option<String>,
+}
+
+/// Chunk `k` of `[offset, end)`: chunks are aligned to `chunk_bytes_max` in the logical space, so the first may
+/// be short. `None` past the end.
+fn chunk_range(offset: u64, end: u64, chunk_bytes_max: u64, k: u64) -> Option<(u64, u64)> {
+    let first_boundary = (offset / chunk_bytes_max + 1) * chunk_bytes_max;
+    let from = if k == 0 {
+        offset
+    } else {
+        first_boundary + (k - 1) * chunk_bytes_max
+    };
+    (from < end).then(|| (from, chunk_end(from, end, chunk_bytes_max)))
 }
 
 impl ReadPromise {
     pub(crate) fn new(shared: Arc<Shared>, disk: usize, offset: u64, len: u64) -> ReadPromise {
-        let (tx, rx) = sync_channel(shared.readahead_chunks());
+        let threads_count = shared.readahead_chunks();
+        let chunk_max = shared.chunk_bytes_max();
+        let end = offset + len;
         let stop = Arc::new(AtomicBool::new(false));
-        let stop_reader = Arc::clone(&stop);
-        let thread = std::thread::Builder::new()
-            .name(format!("permafrost-read-{disk}"))
-            .spawn(move || {
-                let chunk_max = shared.chunk_bytes_max();
-                let end = offset + len;
-                let mut at = offset;
-                while at < end && !stop_reader.load(Ordering::SeqCst) {
-                    if shared.stopped() {
-                        let _ = tx.send(Err(Error::Closed));
-                        return;
+        let spare = Arc::new(Mutex::new(Vec::with_capacity(threads_count + 1)));
+        let mut chunks = Vec::with_capacity(threads_count);
+        let mut threads = Vec::with_capacity(threads_count);
+        for first in 0..threads_count {
+            // Rendezvous: a finished chunk waits in its thread until the reader takes it.
+            let (tx, rx) = sync_channel(0);
+            chunks.push(rx);
+            let shared = Arc::clone(&shared);
+            let stop = Arc::clone(&stop);
+            let spare = Arc::clone(&spare);
+            let thread = std::thread::Builder::new()
+                .name(format!("permafrost-read-{disk}"))
+                .spawn(move || {
+                    let mut k = first as u64;
+                    while let Some((from, to)) = chunk_range(offset, end, chunk_max, k) {
+                        if stop.load(Ordering::SeqCst) {
+                            return;
+                        }
+                        if shared.stopped() {
+                            let _ = tx.send(Err(Error::Closed));
+                            return;
+                        }
+                        let want = (to - from) as usize;
+                        let mut buf: Vec<u8> = spare.lock().pop().unwrap_or_default();
+                        // Every byte is overwritten by the read: a reused buffer's old bytes never show.
+                        buf.resize(want.div_ceil(4096) * 4096, 0);
+                        let result = shared.read_chunk(disk, from, &mut buf).map(|()| {
+                            buf.truncate(want);
+                            buf
+                        });
+                        let failed = result.is_err();
+                        if tx.send(result).is_err() || failed {
+                            return;
+                        }
+                        k += threads_count as u64;
                     }
-                    let to = chunk_end(at, end, chunk_max);
-                    let want = (to - at) as usize;
-                    let mut buf = vec![0u8; want.div_ceil(4096) * 4096];
-                    let result = shared.read_chunk(disk, at, &mut buf).map(|()| {
-                        buf.truncate(want);
-                        buf
-                    });
-                    let failed = result.is_err();
-                    if tx.send(result).is_err() || failed {
-                        return;
-                    }
-                    at = to;
-                }
-            })
-            .expect("spawn a read-ahead thread");
+                })
+                .expect("spawn a read-ahead thread");
+            threads.push(thread);
+        }
         ReadPromise {
-            rx: Some(rx),
+            chunks,
+            next_chunk: 0,
+            remaining_bytes: len,
             current: Vec::new(),
             pos: 0,
+            spare,
             stop,
-            thread: Some(thread),
+            threads,
             error: None,
         }
+    }
+
+    /// Make the next chunk current. False at the end of the range.
+    fn next(&mut self) -> io::Result<bool> {
+        if self.remaining_bytes == 0 {
+            return Ok(false);
+        }
+        let rx = &self.chunks[self.next_chunk % self.chunks.len()];
+        let chunk = match rx.recv() {
+            Ok(Ok(chunk)) => chunk,
+            Ok(Err(e)) => {
+                self.error = Some(e.to_string());
+                return Err(io::Error::other(e));
+            }
+            Err(_) => {
+                let message = format!(
+                    "a read-ahead thread ended with {} bytes of the range not read",
+                    self.remaining_bytes
+                );
+                self.error = Some(message.clone());
+                return Err(io::Error::other(message));
+            }
+        };
+        self.next_chunk += 1;
+        self.remaining_bytes -= chunk.len() as u64;
+        let done = std::mem::replace(&mut self.current, chunk);
+        self.pos = 0;
+        let mut spare = self.spare.lock();
+        if done.capacity() > 0 && spare.len() <= self.chunks.len() {
+            spare.push(done);
+        }
+        Ok(true)
     }
 }
 
@@ -196,20 +274,8 @@ impl io::Read for ReadPromise {
             return Err(io::Error::other(e.clone()));
         }
         while self.pos == self.current.len() {
-            let Some(rx) = &self.rx else { return Ok(0) };
-            match rx.recv() {
-                Ok(Ok(chunk)) => {
-                    self.current = chunk;
-                    self.pos = 0;
-                }
-                Ok(Err(e)) => {
-                    self.error = Some(e.to_string());
-                    return Err(io::Error::other(e));
-                }
-                Err(_) => {
-                    self.rx = None;
-                    return Ok(0);
-                }
+            if !self.next()? {
+                return Ok(0);
             }
         }
         let n = out.len().min(self.current.len() - self.pos);
@@ -222,8 +288,8 @@ impl io::Read for ReadPromise {
 impl Drop for ReadPromise {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::SeqCst);
-        self.rx = None; // unblocks a read-ahead thread waiting to send
-        if let Some(t) = self.thread.take() {
+        self.chunks.clear(); // unblocks read-ahead threads waiting to send
+        for t in self.threads.drain(..) {
             let _ = t.join();
         }
     }
