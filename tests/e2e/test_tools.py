@@ -4,8 +4,6 @@ import filecmp
 import os
 import subprocess
 
-import pytest
-
 from conftest import tool
 
 
@@ -47,15 +45,16 @@ def test_aws_cli_cp_sync_ls_rm(server, s3, bucket, tool_env, tmp_path):
     assert "Contents" not in s3.list_objects_v2(Bucket=bucket)
 
 
-@pytest.mark.xfail(reason="known issue: botocore (awscli 1.x) sends `Expect: 100-continue` with an empty PUT; hyper "
-                   "answers 200 without a 100 (correct HTTP), botocore then mis-reads the next response on that "
-                   "pooled connection (multipart part without ETag). Needs a 100 Continue for empty bodies.",
-                   strict=False)
 def test_aws_cli_sync_of_an_empty_file_next_to_a_multipart_file(server, bucket, tool_env, tmp_path):
+    # The AWS CLI's bundled botocore keeps the status line of a final answer to an `Expect: 100-continue`
+    # request (an empty PUT gets no 100) on its pooled connection and replays it for the next such request;
+    # the server closes those connections (crates/s3 server.rs). A stale connection shows as a read timeout or a
+    # part without ETag; with one attempt per request, either fails the sync instead of being retried away.
     aws = [tool("aws"), "--endpoint-url", server.endpoint]
     src = tmp_path / "src"
     make_tree(src, {"empty": 0, "big.bin": 20 << 20})
-    run(aws + ["--cli-read-timeout", "10", "s3", "sync", str(src), f"s3://{bucket}/tree"], tool_env)
+    env = dict(tool_env, AWS_MAX_ATTEMPTS="1")
+    run(aws + ["--cli-read-timeout", "10", "s3", "sync", str(src), f"s3://{bucket}/tree"], env)
 
 
 def test_aws_cli_copies_an_empty_file(server, s3, bucket, tool_env, tmp_path):

@@ -345,7 +345,7 @@ pub struct ContentRecord {
     pub stored_form: StoredForm,
     /// The chunk index of a `Chunked` content (serialized by the format crate), empty otherwise.
     pub chunk_index: Vec<u8>,
-    /// MD5 of the bytes as received.
+    /// MD5 of the bytes as received (for a multipart content: the MD5 of its parts' MD5s, the ETag's digest).
     pub md5: [u8; 16],
     pub state: ContentState,
     pub refcount: u64,
@@ -618,9 +618,9 @@ pub trait Catalog: Send + Sync {
     fn touch_content(&self, id: &ContentId, now_ms: u64) -> Result<()>;
     /// Persisted contents with a cache file, least recently used first, at most `limit`.
     fn eviction_candidates(&self, limit: usize) -> Result<Vec<ContentRecord>>;
-    /// Drop the cache file of a persisted content (returns the work item deleting the file), `None` when the
-    /// content is not persisted or has no cache file.
-    fn evict_content(&self, id: &ContentId) -> Result<Option<WorkItem>>;
+    /// Drop the cache files of these persisted contents in one transaction: one work item deleting the file per
+    /// content that is persisted and has a cache file (others are skipped), with the content it belonged to.
+    fn evict_contents(&self, ids: &[ContentId]) -> Result<Vec<(ContentId, WorkItem)>>;
     /// Bytes waiting (state `Placed`) per grid bucket.
     fn outstanding(&self) -> Result<Vec<Outstanding>>;
     /// `Persisting` → `Persisted` for these contents.

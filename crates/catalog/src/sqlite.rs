@@ -1095,24 +1095,25 @@ impl Catalog for SqliteCatalog {
         })
     }
 
-    fn evict_content(&self, id: &ContentId) -> Result<Option<WorkItem>> {
+    fn evict_contents(&self, ids: &[ContentId]) -> Result<Vec<(ContentId, WorkItem)>> {
         self.write(|tx| {
-            let key = id.to_key();
-            let path: Option<String> = tx
-                .prepare_cached(
-                    "SELECT cache_path FROM contents WHERE content = ?1 AND state = 'persisted'",
-                )?
-                .query_row(params![&key[..]], |r| r.get(0))
-                .optional()?
-                .flatten();
-            let Some(path) = path else { return Ok(None) };
-            tx.prepare_cached("UPDATE contents SET cache_path = NULL WHERE content = ?1")?
-                .execute(params![&key[..]])?;
-            Ok(Some(add_work(
-                tx,
-                WorkKind::DeleteCacheFile { path },
-                now_ms(),
-            )?))
+            let now = now_ms();
+            let mut evicted = Vec::with_capacity(ids.len());
+            for id in ids {
+                let key = id.to_key();
+                let path: Option<String> = tx
+                    .prepare_cached(
+                        "SELECT cache_path FROM contents WHERE content = ?1 AND state = 'persisted'",
+                    )?
+                    .query_row(params![&key[..]], |r| r.get(0))
+                    .optional()?
+                    .flatten();
+                let Some(path) = path else { continue };
+                tx.prepare_cached("UPDATE contents SET cache_path = NULL WHERE content = ?1")?
+                    .execute(params![&key[..]])?;
+                evicted.push((*id, add_work(tx, WorkKind::DeleteCacheFile { path }, now)?));
+            }
+            Ok(evicted)
         })
     }
 

@@ -410,7 +410,10 @@ fn eviction_candidates_are_persisted_contents_in_lru_order() {
         .map(|c| c.id)
         .collect();
     assert_eq!(order, vec![cid(2), cid(3), cid(1)]);
-    let work = c.evict_content(&cid(2)).unwrap().unwrap();
+    let mut evicted = c.evict_contents(&[cid(2)]).unwrap();
+    assert_eq!(evicted.len(), 1);
+    let (id, work) = evicted.pop().unwrap();
+    assert_eq!(id, cid(2));
     assert_eq!(
         work.kind,
         WorkKind::DeleteCacheFile {
@@ -423,7 +426,10 @@ fn eviction_candidates_are_persisted_contents_in_lru_order() {
         .unwrap()
         .cache_path
         .is_none());
-    assert!(c.evict_content(&cid(2)).unwrap().is_none());
+    assert!(
+        c.evict_contents(&[cid(2)]).unwrap().is_empty(),
+        "no cache file left"
+    );
     assert_eq!(c.pending_work().unwrap().len(), 1);
     c.finish_work(&[work.id]).unwrap();
     assert!(c.pending_work().unwrap().is_empty());

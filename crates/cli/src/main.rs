@@ -73,9 +73,17 @@ enum SimCommand {
     Cache(permafrost_sim_cache::cli::CacheArgs),
 }
 
+/// The log filter unless `PERMAFROST_LOG` sets one: warnings and errors, but not s3s's error-level line for
+/// every failed S3 operation (`s3s::ops`: a 404 or a refused signature is the client's business, and a busy
+/// server would flood its log). Server errors (5xx) stay visible: s3s logs them again as responses
+/// (`s3s::service`), and permafrost logs the cause of its own internal errors.
+const LOG_FILTER_DEFAULT: &str = "warn,s3s::ops=off";
+
 fn main() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("PERMAFROST_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(LOG_FILTER_DEFAULT));
     tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::from_env("PERMAFROST_LOG"))
+        .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .init();
     let cli = Cli::parse();

@@ -162,7 +162,8 @@ pub struct ObjectStat {
     /// `cached`, `placed`, `persisting`, `persisted` (None when the server does not say).
     pub state: Option<String>,
     pub user_metadata: Vec<(String, String)>,
-    /// Local only: stored form size, dataset, content id, grid bucket and extents.
+    /// Local only: stored form size, dataset, content id and extents (the grid bucket also remotely, from the
+    /// server's `x-permafrost-grid-bucket` header).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub stored_bytes: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -354,6 +355,61 @@ fn split_path(text: &str, key_required: bool) -> Result<(String, String)> {
 fn print_json(value: &impl Serialize) -> Result<()> {
     println!("{}", serde_json::to_string_pretty(value)?);
     Ok(())
+}
+
+/// `permafrost status` for people: the same lines whether the summary came from the store opened here or from a
+/// server's status endpoint.
+fn print_status(summary: &permafrost_store::StatusSummary) {
+    let d = &summary.disks;
+    println!("archive   {} (grid {})", summary.data_dir, summary.layout);
+    println!(
+        "disks     {}: {} off, {} spinning up, {} idle, {} active{}",
+        d.total,
+        d.off,
+        d.spinning_up,
+        d.idle,
+        d.active,
+        if d.failed > 0 {
+            format!(", {} FAILED", d.failed)
+        } else {
+            String::new()
+        }
+    );
+    let fill = 100.0 * summary.cache_used_bytes as f64 / summary.cache_capacity_bytes.max(1) as f64;
+    println!(
+        "cache     {} of {} ({fill:.1} %)",
+        format_bytes(summary.cache_used_bytes),
+        format_bytes(summary.cache_capacity_bytes)
+    );
+    if summary.waiting_bytes_per_grid_bucket.is_empty() {
+        println!("waiting   nothing: every object is persisted");
+    }
+    for w in &summary.waiting_bytes_per_grid_bucket {
+        println!(
+            "waiting   grid bucket {}: {}",
+            w.grid_bucket,
+            format_bytes(w.bytes)
+        );
+    }
+    for c in &summary.contents {
+        println!(
+            "contents  {:<10} {:>8}  {}",
+            c.state,
+            c.contents,
+            format_bytes(c.stored_bytes)
+        );
+    }
+    println!(
+        "catalog   {} buckets, {} objects, {} extents ({} packs)",
+        summary.buckets, summary.objects, summary.extents, summary.pack_extents
+    );
+    println!(
+        "energy    {:.6} kWh {}",
+        summary.energy_kwh, summary.energy_scope
+    );
+    if let Some(e) = &summary.last_background_error {
+        println!("error     {e}");
+    }
 }
 
 pub fn put(args: PutArgs) -> Result<()> {

@@ -29,6 +29,13 @@ use rand::Rng;
 use crate::object::{load_config, lock_data_dir, CONFIG_FILE};
 use crate::units::{format_bytes, parse_bytes};
 
+/// `eprintln!` that never panics: a server must not die because whoever started it closed its stderr.
+macro_rules! note {
+    ($($arg:tt)*) => {{
+        let _ = writeln!(std::io::stderr(), $($arg)*);
+    }};
+}
+
 /// The credentials file in the data directory.
 pub const CREDENTIALS_FILE: &str = "credentials";
 /// Address the S3 endpoint listens on unless told otherwise.
@@ -251,9 +258,9 @@ pub fn run(args: ServeArgs) -> Result<()> {
         }
         config.validate().context("the configuration")?;
         write_durable(&config_path, &config_text(&listen, &config)?)?;
-        eprintln!("permafrost: wrote {}", config_path.display());
+        note!("permafrost: wrote {}", config_path.display());
     } else if args.disk_size.is_some() || args.cache_size.is_some() {
-        eprintln!(
+        note!(
             "permafrost: --disk-size and --cache-size apply on first start only; edit {} instead",
             config_path.display()
         );
@@ -271,7 +278,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
         .join(permafrost_engine::CONFIG_FILE)
         .exists();
     if new_grid {
-        eprintln!(
+        note!(
             "permafrost: creating the embedded default in {}: grid {}, sparse file-backed disks of {}, cache of {}",
             data_dir.display(),
             config.grid.layout,
@@ -282,7 +289,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
     let started = Instant::now();
     let store = Store::open(data_dir, config)
         .with_context(|| format!("cannot open the archive in {}", data_dir.display()))?;
-    eprintln!(
+    note!(
         "permafrost: archive open in {} ms: grid {}, {} buckets of {}",
         started.elapsed().as_millis(),
         store.engine().config().layout,
@@ -301,12 +308,12 @@ pub fn run(args: ServeArgs) -> Result<()> {
             .await
             .with_context(|| format!("cannot listen on {listen}"))?;
         let address: SocketAddr = listener.local_addr().context("the listening address")?;
-        eprintln!("permafrost: S3 endpoint http://{address}");
-        eprintln!(
+        note!("permafrost: S3 endpoint http://{address}");
+        note!(
             "permafrost: access key {} ({credentials_source})",
             credentials.access_key
         );
-        eprintln!(
+        note!(
             "permafrost: health http://{address}{}",
             permafrost_s3::HEALTH_PATH
         );
@@ -314,7 +321,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
             .await
             .context("serving S3")
     });
-    eprintln!("permafrost: stopping, closing the archive");
+    note!("permafrost: stopping, closing the archive");
     runtime.shutdown_timeout(Duration::from_millis(CLOSE_WAIT_MS));
     served?;
     let mut store = store;
@@ -337,7 +344,7 @@ async fn shutdown_signal() {
     let mut term = match signal(SignalKind::terminate()) {
         Ok(s) => s,
         Err(e) => {
-            eprintln!("permafrost: cannot watch SIGTERM ({e}); stop with SIGINT");
+            note!("permafrost: cannot watch SIGTERM ({e}); stop with SIGINT");
             let _ = tokio::signal::ctrl_c().await;
             return;
         }

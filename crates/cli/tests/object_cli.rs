@@ -721,15 +721,19 @@ fn objects_round_trip_through_a_running_server() {
         .unwrap();
     let stderr = std::io::BufReader::new(child.stderr.take().unwrap());
     let server = Server(child);
-    let mut endpoint = None;
-    for line in stderr.lines() {
-        let line = line.unwrap();
-        if let Some(url) = line.split("S3 endpoint ").nth(1) {
-            endpoint = Some(url.split_whitespace().next().unwrap().to_string());
-            break;
+    // Read the server's log on a thread for as long as it runs (a pipe nobody reads fills up), passing on the
+    // endpoint it announces.
+    let (endpoint_tx, endpoint_rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in stderr.lines().map_while(Result::ok) {
+            if let Some(url) = line.split("S3 endpoint ").nth(1) {
+                let _ = endpoint_tx.send(url.split_whitespace().next().unwrap_or("").to_string());
+            }
         }
-    }
-    let endpoint = endpoint.expect("the server prints its endpoint");
+    });
+    let endpoint = endpoint_rx
+        .recv_timeout(std::time::Duration::from_secs(120))
+        .expect("the server prints its endpoint");
     // Credentials come from DATA/credentials (the server generated them).
     let remote = |args: &[&'static str]| with_endpoint(args, &endpoint);
     let body = data(9, 2_500_000);

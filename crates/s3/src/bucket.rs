@@ -4,8 +4,9 @@ use std::sync::Arc;
 
 use permafrost_store::{BucketSettings, Store};
 use s3s::dto::*;
-use s3s::{S3Request, S3Response, S3Result};
+use s3s::{S3Error, S3ErrorCode, S3Request, S3Response, S3Result};
 
+use crate::admin::creatable_bucket_name;
 use crate::bridge::blocking;
 use crate::common::{owner, timestamp};
 
@@ -34,6 +35,12 @@ pub(crate) async fn create_bucket(
     store: &Arc<Store>,
     req: S3Request<CreateBucketInput>,
 ) -> S3Result<S3Response<CreateBucketOutput>> {
+    if !creatable_bucket_name(&req.input.bucket) {
+        return Err(S3Error::with_message(
+            S3ErrorCode::InvalidBucketName,
+            format!("invalid bucket name {:?}", req.input.bucket),
+        ));
+    }
     let store = Arc::clone(store);
     let name = req.input.bucket.clone();
     blocking(move || store.create_bucket(&name, BucketSettings::default())).await?;

@@ -10,6 +10,10 @@ use s3s::dto::{ETag, Metadata, Owner, Timestamp};
 /// `persisting` or `persisted` (every extent and all parity on the grid).
 pub const STATE_HEADER: &str = "x-permafrost-state";
 
+/// The response header that shows, on HEAD and GET, the grid bucket an object's content is placed on, once
+/// chosen (absent while the object is only `cached`).
+pub const GRID_BUCKET_HEADER: &str = "x-permafrost-grid-bucket";
+
 /// Owner id and display name of everything (one root user).
 pub(crate) const OWNER_ID: &str = "permafrost";
 
@@ -61,6 +65,9 @@ pub(crate) fn object_headers(info: &ObjectInfo) -> HeaderMap {
         STATE_HEADER,
         HeaderValue::from_static(state_name(info.state)),
     );
+    if let Some(grid_bucket) = info.grid_bucket {
+        headers.insert(GRID_BUCKET_HEADER, HeaderValue::from(grid_bucket));
+    }
     headers
 }
 

@@ -20,8 +20,11 @@
 //! - HEAD and GET show the persistence state (`cached`, `placed`, `persisting`, `persisted`) in the response
 //!   header [`STATE_HEADER`] (`x-permafrost-state`; not an `x-amz-meta-*` header, so it never leaks into user
 //!   metadata when a client copies an object's metadata).
-//! - Paths under [`RESERVED_PREFIX`] (`/_permafrost/`) are the service's own; `GET /_permafrost/health`
-//!   answers `200 {"status":"ok"}` without authentication.
+//! - Once an object's grid bucket is chosen, HEAD and GET show it in [`GRID_BUCKET_HEADER`]
+//!   (`x-permafrost-grid-bucket`).
+//! - Paths under [`RESERVED_PREFIX`] (`/_permafrost/`) are the service's own admin API (`admin`: status,
+//!   persist, cache eviction, garbage collection), signed like S3 requests; `GET /_permafrost/health`
+//!   answers `200 {"status":"ok"}` without authentication. No bucket can be named `_permafrost`.
 //!
 //! **Pre-compressed objects.** A PUT with `Content-Encoding: zstd` (or `lz4`) and
 //! `x-amz-meta-permafrost-decoded-length: N` is stored as sent. A GET whose `Accept-Encoding` names that
@@ -31,6 +34,7 @@
 //! **Not here.** Virtual-hosted-style addressing (path style only), versioning, ACLs and policies (one root
 //! user), SigV2, object lock, tagging.
 
+mod admin;
 mod auth;
 mod bridge;
 mod bucket;
@@ -46,7 +50,8 @@ mod put;
 mod server;
 mod service;
 
+pub use admin::{EVICT_PATH, GC_PATH, HEALTH_PATH, PERSIST_PATH, RESERVED_PREFIX, STATUS_PATH};
 pub use auth::Credentials;
 pub use bridge::{BODY_PIECES_IN_FLIGHT, READ_PIECE_BYTES};
-pub use common::STATE_HEADER;
-pub use server::{s3_service, serve, DRAIN_TIMEOUT_MS, HEALTH_PATH, RESERVED_PREFIX};
+pub use common::{GRID_BUCKET_HEADER, STATE_HEADER};
+pub use server::{s3_service, serve, DRAIN_TIMEOUT_MS};

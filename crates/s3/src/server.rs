@@ -1,12 +1,11 @@
-//! The HTTP server: hyper (HTTP/1.1) in front of s3s, with the service's own endpoints under
-//! [`RESERVED_PREFIX`] routed before s3s, and a graceful shutdown.
+//! The HTTP server: hyper (HTTP/1.1) in front of s3s (with the service's own endpoints under
+//! [`crate::RESERVED_PREFIX`] as its custom route, `admin`), and a graceful shutdown.
 
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
-use http::{Method, Request, Response, StatusCode};
+use http::{HeaderMap, HeaderValue, Request, Response};
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 use hyper_util::server::graceful::GracefulShutdown;
@@ -15,46 +14,69 @@ use s3s::service::{S3Service, S3ServiceBuilder};
 use s3s::{Body, HttpError};
 use tokio::net::TcpListener;
 
+use crate::admin::{AdminRoute, ReservedNameValidation};
 use crate::auth::{Credentials, RootAuth};
 use crate::service::PermafrostS3;
-
-/// Paths under this prefix belong to the service itself (`_permafrost` is not a valid bucket name).
-pub const RESERVED_PREFIX: &str = "/_permafrost/";
-/// `GET` answers `200 {"status":"ok"}` while the server accepts requests (no authentication).
-pub const HEALTH_PATH: &str = "/_permafrost/health";
 
 /// How long a shutdown waits for requests in flight before it closes their connections.
 pub const DRAIN_TIMEOUT_MS: u64 = 30_000;
 
 /// The S3 service (s3s) over `store`, checking signatures against `credentials`.
 pub fn s3_service(store: Arc<Store>, credentials: Credentials) -> S3Service {
-    let mut builder = S3ServiceBuilder::new(PermafrostS3 { store });
+    let mut builder = S3ServiceBuilder::new(PermafrostS3 {
+        store: Arc::clone(&store),
+    });
     builder.set_auth(RootAuth::new(credentials));
+    builder.set_route(AdminRoute { store });
+    builder.set_validation(ReservedNameValidation);
     builder.build()
 }
 
-fn is_reserved(path: &str) -> bool {
-    path == RESERVED_PREFIX.trim_end_matches('/') || path.starts_with(RESERVED_PREFIX)
+/// Whether a request announced `Expect: 100-continue`.
+fn expects_continue(headers: &HeaderMap) -> bool {
+    headers
+        .get(http::header::EXPECT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.trim().eq_ignore_ascii_case("100-continue"))
 }
 
-fn json(status: StatusCode, body: &str) -> Response<Body> {
-    let mut response = Response::new(Body::from(Bytes::from(body.to_owned())));
-    *response.status_mut() = status;
-    response.headers_mut().insert(
-        http::header::CONTENT_TYPE,
-        http::HeaderValue::from_static("application/json"),
-    );
-    response
-}
-
-/// The service's own endpoints.
-fn reserved(request: &Request<Incoming>) -> Response<Body> {
-    match (request.method(), request.uri().path()) {
-        (&Method::GET | &Method::HEAD, HEALTH_PATH) => {
-            json(StatusCode::OK, "{\"status\":\"ok\"}\n")
-        }
-        _ => json(StatusCode::NOT_FOUND, "{\"error\":\"no such endpoint\"}\n"),
+/// Whether a request declares no body (`Content-Length: 0`, or neither a length nor a transfer coding).
+fn declares_no_body(headers: &HeaderMap) -> bool {
+    match headers.get(http::header::CONTENT_LENGTH) {
+        Some(v) => v.as_bytes() == b"0",
+        None => !headers.contains_key(http::header::TRANSFER_ENCODING),
     }
+}
+
+/// One request through s3s.
+///
+/// Answered with `Connection: close`:
+/// - a request with `Expect: 100-continue` and no body (hyper sends no `100 Continue` then). The AWS CLI's
+///   bundled botocore (1.4x) keeps the final status line of such an answer on its pooled connection and replays
+///   it for the next `Expect` request there (PUT of an empty file, then an UploadPart): it then reads the real
+///   status line as a header, finds no `Content-Length` or `ETag`, and waits for the connection to close (a
+///   read timeout, then a retry, or a part without ETag). A closed connection resets that state.
+/// - a request with a body that failed (`SlowDown`, a bad digest, …): the body may be partly unread (or, with
+///   `Expect`, never sent), and the client must not reuse a connection whose state it cannot know.
+///
+/// A fresh connection costs one TCP handshake.
+async fn handle(s3: S3Service, request: Request<Incoming>) -> Result<Response<Body>, HttpError> {
+    let (method, path) = (request.method().clone(), request.uri().path().to_owned());
+    let expects_continue = expects_continue(request.headers());
+    let no_body = declares_no_body(request.headers());
+    let mut response = s3.call(request.map(Body::from)).await?;
+    let status = response.status();
+    let body_maybe_unread = !no_body && !status.is_success();
+    if (expects_continue && no_body) || body_maybe_unread {
+        response
+            .headers_mut()
+            .insert(http::header::CONNECTION, HeaderValue::from_static("close"));
+    }
+    // s3s logs server errors itself (target `s3s::service`); client errors are the client's business.
+    if status.is_client_error() {
+        tracing::debug!("{method} {path}: {status}");
+    }
+    Ok(response)
 }
 
 /// Serve S3 on `listener` until `shutdown` completes; then stop accepting, let requests in flight finish (up to
@@ -86,13 +108,7 @@ pub async fn serve(
                 };
                 let s3 = s3.clone();
                 let service = hyper::service::service_fn(move |request: Request<Incoming>| {
-                    let s3 = s3.clone();
-                    async move {
-                        if is_reserved(request.uri().path()) {
-                            return Ok::<_, HttpError>(reserved(&request));
-                        }
-                        s3.call(request.map(Body::from)).await
-                    }
+                    handle(s3.clone(), request)
                 });
                 let connection = graceful.watch(http.serve_connection(TokioIo::new(stream), service));
                 tokio::spawn(async move {
@@ -118,12 +134,28 @@ pub async fn serve(
 mod tests {
     use super::*;
 
+    fn headers(pairs: &[(&'static str, &'static str)]) -> HeaderMap {
+        pairs
+            .iter()
+            .map(|(n, v)| {
+                (
+                    http::header::HeaderName::from_static(n),
+                    HeaderValue::from_static(v),
+                )
+            })
+            .collect()
+    }
+
     #[test]
-    fn the_reserved_prefix_is_not_a_bucket_path() {
-        assert!(is_reserved("/_permafrost/health"));
-        assert!(is_reserved("/_permafrost"));
-        assert!(is_reserved("/_permafrost/admin/x"));
-        assert!(!is_reserved("/_permafrostx"));
-        assert!(!is_reserved("/bucket/_permafrost/health"));
+    fn expect_continue_and_an_empty_body_are_recognised() {
+        assert!(expects_continue(&headers(&[("expect", "100-Continue")])));
+        assert!(!expects_continue(&headers(&[])));
+        assert!(declares_no_body(&headers(&[("content-length", "0")])));
+        assert!(declares_no_body(&headers(&[])));
+        assert!(!declares_no_body(&headers(&[("content-length", "10")])));
+        assert!(!declares_no_body(&headers(&[(
+            "transfer-encoding",
+            "chunked"
+        )])));
     }
 }

@@ -12,6 +12,15 @@ use crate::Result;
 /// Contents examined per catalog query.
 const GC_BATCH: usize = 256;
 
+/// What one garbage collection removed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct GcReport {
+    /// Unreferenced contents deleted.
+    pub contents_removed: u64,
+    /// Their stored bytes (cache files and grid extents given back).
+    pub freed_bytes: u64,
+}
+
 /// The collector thread: every `gc_interval_ms`, remove contents unreferenced for longer than `gc_grace_ms`.
 pub(crate) fn gc_loop(inner: &Inner) {
     let mut last = std::time::Instant::now();
@@ -27,15 +36,15 @@ pub(crate) fn gc_loop(inner: &Inner) {
 }
 
 /// Remove unreferenced contents (after the grace period unless `ignore_grace`): their segments, the extents no
-/// longer used (ranges back to the free lists) and their cache files. Returns the contents removed.
-pub(crate) fn collect(inner: &Inner, ignore_grace: bool) -> Result<u64> {
+/// longer used (ranges back to the free lists) and their cache files.
+pub(crate) fn collect(inner: &Inner, ignore_grace: bool) -> Result<GcReport> {
     let _guard = inner.persister.work_lock.lock();
     let cutoff = if ignore_grace {
         u64::MAX
     } else {
         permafrost_catalog::now_ms().saturating_sub(inner.config.gc_grace_ms)
     };
-    let mut removed = 0;
+    let mut report = GcReport::default();
     let mut seen = HashSet::new();
     loop {
         let candidates = inner.catalog.gc_candidates(cutoff, GC_BATCH + seen.len())?;
@@ -44,11 +53,12 @@ pub(crate) fn collect(inner: &Inner, ignore_grace: bool) -> Result<u64> {
             .filter(|id| seen.insert(*id))
             .collect();
         if fresh.is_empty() {
-            return Ok(removed);
+            return Ok(report);
         }
         for id in fresh {
             let outcome = inner.catalog.gc_content(&id)?;
-            removed += outcome.contents_removed;
+            report.contents_removed += outcome.contents_removed;
+            report.freed_bytes += outcome.stored_bytes_removed;
             inner.run_work(outcome.work);
         }
     }

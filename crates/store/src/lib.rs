@@ -11,7 +11,8 @@
 //! ```text
 //! DATA/catalog.sqlite     the catalog (permafrost-catalog, docs/catalog.md)
 //! DATA/cache/contents/    one file per cached content (its stored bytes)
-//! DATA/cache/parts/       multipart parts (raw bytes)
+//! DATA/cache/parts/       multipart parts: `<uuid>.chunked` (stored chunks, chunk index, index length) when the
+//!                         bucket compresses, else the raw bytes received
 //! DATA/cache/tmp/         uploads in progress (removed on restart)
 //! DATA/grid/              the engine's directory (grid.toml, journal, disks)
 //! ```
@@ -38,8 +39,10 @@ mod put;
 mod read;
 mod salvage;
 mod store;
+mod summary;
 
 pub use config::{GridSetup, StoreConfig};
+pub use gc::GcReport;
 pub use permafrost_catalog::{
     BucketRecord, BucketSettings, Compression, ContentState, Encoding, ListPage, ListQuery,
     ObjectRecord, StoredForm,
@@ -52,6 +55,7 @@ pub use store::{
     ByteRange, MultipartUpload, ObjectInfo, PartInfo, ReplaceMetadata, StatusReport, Store,
     VerifyProgress, VerifyReport, DECODED_LENGTH_META,
 };
+pub use summary::{DiskCounts, GridBytes, StateCount, StatusSummary, ENERGY_SCOPE};
 
 /// Errors of the store. Each variant maps to one S3 error code (its name) in `crates/s3`.
 #[derive(Debug, thiserror::Error)]

@@ -1,14 +1,29 @@
-//! Multipart uploads (S3 semantics): parts live in the cache as raw files; completing concatenates them through
-//! the ordinary put pipeline (hashing, compression, content addressing) into one content.
+//! Multipart uploads (S3 semantics). Each part goes through the put pipeline when it arrives (its MD5 is its
+//! ETag; it is cut into chunks and compressed with the bucket's algorithm, the chunk index at the end of its
+//! file, or kept raw when the bucket does not compress or the upload is pre-compressed). Completing concatenates
+//! the parts' stored bytes into one content file (`copy_file_range`, a reflink where the file system can) and
+//! joins their chunk indexes; it computes only the content id (BLAKE3 of the received bytes, decoding the
+//! chunks): nothing is compressed twice and the object's MD5 is not computed (the ETag is the MD5 of the part
+//! MD5s, which is also recorded as the content's MD5). Crash safety is that of a put: the content is written
+//! to `tmp/`, made durable, renamed, then committed with the object in one catalog transaction; the parts are
+//! removed after the commit.
 
-use std::io::Read;
+use std::fs::File;
+use std::io::{Read, Seek, SeekFrom};
 use std::sync::Arc;
 
 use md5::Digest as _;
-use permafrost_catalog::UploadRecord;
+use permafrost_catalog::{
+    Compression, ContentId, Encoding, NewContent, ObjectRecord, PartRecord, StoredForm,
+    UploadRecord,
+};
+use permafrost_format::{decode_chunk, Algorithm, ChunkEntry, ChunkIndex};
 
-use crate::put::{Checksums, PutHandle, PutOptions, Target};
-use crate::store::{hex, validate_key, MultipartUpload, ObjectInfo, PartInfo, Store};
+use crate::cache::{Cache, CONTENTS_DIR, TMP_DIR};
+use crate::put::{as_sent_index, Checksums, PutHandle, PutOptions, Target, CHUNKED_PART_SUFFIX};
+use crate::store::{
+    hex, validate_key, Inner, MultipartUpload, ObjectInfo, PartInfo, Store, DECODED_LENGTH_META,
+};
 use crate::{io_error, Result, StoreError};
 
 /// Smallest part except the last (S3's rule).
@@ -18,6 +33,231 @@ pub const PART_NUMBER_MAX: u32 = 10_000;
 
 fn unquote(etag: &str) -> &str {
     etag.trim().trim_matches('"')
+}
+
+fn upload_options(upload: &UploadRecord) -> Result<PutOptions> {
+    serde_json::from_str(&upload.options)
+        .map_err(|e| StoreError::Internal(format!("upload {} options: {e}", upload.upload_id)))
+}
+
+/// A part's stored bytes: the first `stored_bytes` of its file, in chunks described by `index` for a chunked
+/// part (raw bytes otherwise).
+struct StoredPart {
+    file: File,
+    stored_bytes: u64,
+    index: Option<ChunkIndex>,
+}
+
+fn open_part(inner: &Inner, part: &PartRecord) -> Result<StoredPart> {
+    let path = inner.cache.absolute(&part.cache_path);
+    let damaged =
+        |why: String| StoreError::Internal(format!("part file {}: {why}", path.display()));
+    let mut file = File::open(&path)
+        .map_err(|e| io_error(format!("cannot open part {}", path.display()), e))?;
+    let file_bytes = file
+        .metadata()
+        .map_err(|e| io_error(format!("cannot read part {}", path.display()), e))?
+        .len();
+    if !part.cache_path.ends_with(CHUNKED_PART_SUFFIX) {
+        if file_bytes != part.size_bytes {
+            return Err(damaged(format!(
+                "{file_bytes} bytes, the catalog says {}",
+                part.size_bytes
+            )));
+        }
+        return Ok(StoredPart {
+            file,
+            stored_bytes: file_bytes,
+            index: None,
+        });
+    }
+    let mut read_at = |offset: u64, len: u64| -> Result<Vec<u8>> {
+        let mut out = vec![0u8; len as usize];
+        file.seek(SeekFrom::Start(offset))
+            .and_then(|_| file.read_exact(&mut out))
+            .map_err(|e| io_error(format!("cannot read part {}", path.display()), e))?;
+        Ok(out)
+    };
+    if file_bytes < 4 {
+        return Err(damaged(format!(
+            "{file_bytes} bytes, too short for a chunk index"
+        )));
+    }
+    let index_len = u32::from_le_bytes(read_at(file_bytes - 4, 4)?.try_into().expect("4 bytes"));
+    let index_len = u64::from(index_len);
+    if index_len + 4 > file_bytes {
+        return Err(damaged(format!(
+            "a chunk index of {index_len} bytes in {file_bytes}"
+        )));
+    }
+    let blob = read_at(file_bytes - 4 - index_len, index_len)?;
+    let (index, used) = ChunkIndex::decode(&blob).map_err(|e| damaged(e.to_string()))?;
+    let stored_bytes = file_bytes - 4 - index_len;
+    if used as u64 != index_len
+        || index.stored_len() != stored_bytes
+        || index.logical_len() != part.size_bytes
+    {
+        return Err(damaged(format!(
+            "its chunk index ({} stored, {} logical bytes) does not match the file ({stored_bytes} stored) or the catalog ({} bytes)",
+            index.stored_len(),
+            index.logical_len(),
+            part.size_bytes
+        )));
+    }
+    Ok(StoredPart {
+        file,
+        stored_bytes,
+        index: Some(index),
+    })
+}
+
+/// Make the content of a completed upload from its parts and commit `object` (its content, size and time are
+/// filled in here). The stored bytes of the parts are concatenated as they are (`copy_file_range`: a reflink
+/// where the file system can); only the BLAKE3 of the received bytes is computed, decoding compressed chunks.
+fn assemble(
+    inner: &Arc<Inner>,
+    chosen: &[PartRecord],
+    options: &PutOptions,
+    mut object: ObjectRecord,
+    md5_of_md5s: [u8; 16],
+) -> Result<ObjectInfo> {
+    let encoding = options.content_encoding;
+    let chunked = chosen
+        .iter()
+        .any(|p| p.cache_path.ends_with(CHUNKED_PART_SUFFIX));
+    if encoding != Encoding::Identity && chunked {
+        return Err(StoreError::Internal(
+            "a pre-compressed upload has a part stored in chunks".into(),
+        ));
+    }
+    let raw_chunk_bytes = u64::from(inner.config.chunk_bytes);
+    // Cache space for the content, reserved part by part: the parts already hold it (their files are removed
+    // once the object is committed), so it is taken beyond the limit if need be.
+    let mut reserved_bytes = 0u64;
+    let tmp_path = Cache::new_path(TMP_DIR);
+    let result = (|| -> Result<(ContentId, u64, StoredForm, Vec<u8>)> {
+        let tmp_absolute = inner.cache.absolute(&tmp_path);
+        let mut content = File::create(&tmp_absolute)
+            .map_err(|e| io_error(format!("cannot create {}", tmp_absolute.display()), e))?;
+        let write_error = |e| io_error(format!("cannot write {}", tmp_absolute.display()), e);
+        let mut blake3 = blake3::Hasher::new();
+        let mut entries: Vec<ChunkEntry> = Vec::new();
+        let (mut logical_bytes, mut stored_offset) = (0u64, 0u64);
+        let mut buf = Vec::new();
+        let mut decoded = Vec::new();
+        // One part file open at a time (an upload may have 10,000 parts).
+        for record in chosen {
+            let mut part = open_part(inner, record)?;
+            inner.cache.force_reserve(part.stored_bytes);
+            reserved_bytes += part.stored_bytes;
+            part.file
+                .seek(SeekFrom::Start(0))
+                .map_err(|e| io_error("cannot read a part", e))?;
+            let read_error = |e| io_error("cannot read a part", e);
+            match &part.index {
+                Some(index) => {
+                    for e in index.entries() {
+                        buf.resize(e.stored_len as usize, 0);
+                        part.file.read_exact(&mut buf).map_err(read_error)?;
+                        decode_chunk(e, &buf, &mut decoded)?;
+                        blake3.update(&decoded);
+                        entries.push(ChunkEntry {
+                            logical_offset: logical_bytes + e.logical_offset,
+                            stored_offset: stored_offset + e.stored_offset,
+                            ..*e
+                        });
+                    }
+                }
+                None => {
+                    let mut offset = 0;
+                    buf.resize(raw_chunk_bytes as usize, 0);
+                    while offset < part.stored_bytes {
+                        let len = (part.stored_bytes - offset).min(raw_chunk_bytes);
+                        part.file
+                            .read_exact(&mut buf[..len as usize])
+                            .map_err(read_error)?;
+                        blake3.update(&buf[..len as usize]);
+                        if chunked {
+                            entries.push(ChunkEntry {
+                                logical_offset: logical_bytes + offset,
+                                logical_len: len,
+                                stored_offset: stored_offset + offset,
+                                stored_len: len,
+                                algorithm: Algorithm::None,
+                            });
+                        }
+                        offset += len;
+                    }
+                }
+            }
+            part.file
+                .seek(SeekFrom::Start(0))
+                .map_err(|e| io_error("cannot read a part", e))?;
+            let copied = std::io::copy(&mut (&part.file).take(part.stored_bytes), &mut content)
+                .map_err(write_error)?;
+            if copied != part.stored_bytes {
+                return Err(StoreError::Internal(format!(
+                    "a part shrank while it was assembled ({copied} of {} bytes)",
+                    part.stored_bytes
+                )));
+            }
+            logical_bytes += part
+                .index
+                .as_ref()
+                .map_or(part.stored_bytes, |i| i.logical_len());
+            stored_offset += part.stored_bytes;
+        }
+        inner.cache.sync_file(&content, &tmp_absolute)?;
+        drop(content);
+        let (stored_form, index_blob, logical_bytes) = if encoding != Encoding::Identity {
+            let decoded = options.decoded_length()?.ok_or_else(|| {
+                StoreError::InvalidArgument(format!(
+                    "Content-Encoding {encoding} needs the decoded length in x-amz-meta-{DECODED_LENGTH_META}"
+                ))
+            })?;
+            let index = as_sent_index(encoding, decoded, &tmp_absolute)?;
+            (StoredForm::AsSent, index, decoded)
+        } else if chunked {
+            let index = ChunkIndex::from_entries(entries)?;
+            (StoredForm::Chunked, index.encode(), logical_bytes)
+        } else {
+            (StoredForm::Raw, Vec::new(), logical_bytes)
+        };
+        let id = ContentId {
+            hash: *blake3.finalize().as_bytes(),
+            encoding,
+        };
+        Ok((id, logical_bytes, stored_form, index_blob))
+    })();
+    let (id, logical_bytes, stored_form, chunk_index) = match result {
+        Ok(r) => r,
+        Err(e) => {
+            let _ = inner.cache.remove(&tmp_path);
+            inner.cache.release(reserved_bytes);
+            return Err(e);
+        }
+    };
+    let stored_bytes = reserved_bytes;
+    let path = Cache::new_path(CONTENTS_DIR);
+    if let Err(e) = inner.cache.rename_durable(&tmp_path, &path) {
+        let _ = inner.cache.remove(&tmp_path);
+        inner.cache.release(stored_bytes);
+        return Err(e);
+    }
+    object.content = id;
+    object.size_bytes = logical_bytes;
+    object.last_modified_ms = permafrost_catalog::now_ms();
+    let content = NewContent {
+        id,
+        logical_bytes,
+        stored_bytes,
+        stored_form,
+        chunk_index,
+        // The content's MD5 is that of the part MD5s (the ETag's): the whole object's MD5 is not computed.
+        md5: md5_of_md5s,
+        cache_path: path,
+    };
+    inner.commit_put(&object, &content)
 }
 
 impl Store {
@@ -59,11 +299,17 @@ impl Store {
             )));
         }
         let upload = self.upload(upload_id)?;
+        let compression = if upload_options(&upload)?.content_encoding == Encoding::Identity {
+            self.head_bucket(&upload.bucket)?.settings.compression
+        } else {
+            Compression::None
+        };
         let target = Target::Part {
             upload_id: upload_id.to_string(),
             part_number,
             bucket: upload.bucket,
             key: upload.key,
+            compression,
         };
         let options = PutOptions {
             expected,
@@ -117,46 +363,30 @@ impl Store {
             }
             chosen.push(part.clone());
         }
-        let mut options: PutOptions = serde_json::from_str(&upload.options)
-            .map_err(|e| StoreError::Internal(format!("upload {upload_id} options: {e}")))?;
-        options.expected = Checksums::default();
+        let options = upload_options(&upload)?;
         let mut md5_of_md5s = md5::Md5::new();
         for p in &chosen {
             md5_of_md5s.update(p.md5);
         }
-        let etag = format!("\"{}-{}\"", hex(&md5_of_md5s.finalize()), chosen.len());
+        let md5_of_md5s: [u8; 16] = md5_of_md5s.finalize().into();
         let inner = self.inner();
-        let record = self.head_bucket(&upload.bucket)?;
-        let target = Target::Object {
+        self.head_bucket(&upload.bucket)?;
+        let object = ObjectRecord {
             bucket: upload.bucket.clone(),
             key: upload.key.clone(),
+            content: ContentId {
+                hash: [0; 32],
+                encoding: options.content_encoding,
+            },
+            size_bytes: 0,
+            etag: format!("\"{}-{}\"", hex(&md5_of_md5s), chosen.len()),
+            last_modified_ms: 0,
+            content_type: options.content_type.clone(),
+            user_metadata: options.user_metadata.clone(),
+            checksums: Vec::new(),
             dataset: inner.dataset_of(&upload.bucket, &upload.key),
-            compression: record.settings.compression,
-            etag: Some(etag),
         };
-        let mut handle = PutHandle::begin(
-            Arc::clone(inner),
-            target,
-            options,
-            self.config().chunk_bytes,
-        )?;
-        handle.preallocate(chosen.iter().map(|p| p.size_bytes).sum());
-        let mut buf = vec![0u8; 1 << 20];
-        for p in &chosen {
-            let path = inner.cache.absolute(&p.cache_path);
-            let mut file = std::fs::File::open(&path)
-                .map_err(|e| io_error(format!("cannot open part {}", path.display()), e))?;
-            loop {
-                let n = file
-                    .read(&mut buf)
-                    .map_err(|e| io_error(format!("cannot read part {}", path.display()), e))?;
-                if n == 0 {
-                    break;
-                }
-                handle.write(&buf[..n])?;
-            }
-        }
-        let info = handle.finish()?;
+        let info = assemble(inner, &chosen, &options, object, md5_of_md5s)?;
         let work = inner.catalog.remove_upload(upload_id)?;
         inner.run_work(work);
         Ok(info)
@@ -206,5 +436,182 @@ impl Store {
                 created_ms: u.created_ms,
             })
             .collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{BucketSettings, ByteRange, GridSetup, StoreConfig};
+
+    fn store(dir: &std::path::Path) -> Store {
+        let config = StoreConfig {
+            cache_bytes_max: 64 << 20,
+            fsync: false,
+            grid: GridSetup {
+                layout: "4x4:2+1".into(),
+                disk_capacity_bytes: 32 << 20,
+                spinning_max: 16,
+            },
+            power_profile: Some(permafrost_disk::power::PowerProfile::for_tests()),
+            ..StoreConfig::default()
+        };
+        Store::open(dir, config).unwrap()
+    }
+
+    #[test]
+    fn a_single_put_deduplicated_with_a_multipart_object_keeps_its_md5_etag() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = store(dir.path());
+        store
+            .create_bucket("dedup", BucketSettings::default())
+            .unwrap();
+        let body: Vec<u8> = (0..(6u32 << 20)).map(|i| (i % 251) as u8).collect();
+        let (first, second) = body.split_at(PART_BYTES_MIN as usize);
+        let id = store
+            .create_multipart("dedup", "multi", PutOptions::default())
+            .unwrap();
+        let mut etags = Vec::new();
+        for (n, part) in [(1u32, first), (2, second)] {
+            let mut h = store.upload_part(&id, n, Checksums::default()).unwrap();
+            h.write(part).unwrap();
+            etags.push((n, h.finish().unwrap().etag));
+        }
+        let multi = store.complete_multipart(&id, &etags).unwrap();
+        assert!(multi.etag.ends_with("-2\""), "{}", multi.etag);
+        let single = store
+            .put_object("dedup", "single", PutOptions::default(), &body)
+            .unwrap();
+        assert_eq!(
+            single.etag,
+            format!("\"{}\"", hex(&md5::Md5::digest(&body)))
+        );
+        assert_eq!(
+            store.head_object("dedup", "multi").unwrap().etag,
+            multi.etag
+        );
+        assert_eq!(
+            store
+                .status()
+                .unwrap()
+                .catalog
+                .contents_by_state
+                .iter()
+                .map(|(_, n, _)| n)
+                .sum::<u64>(),
+            1
+        );
+    }
+
+    fn read(store: &Store, bucket: &str, key: &str, range: Option<ByteRange>) -> Vec<u8> {
+        let (_, mut reader) = store.open_object(bucket, key, range, None).unwrap();
+        let mut out = Vec::new();
+        reader.read_to_end(&mut out).unwrap();
+        out
+    }
+
+    /// Compressible, incompressible (not a multiple of the chunk size) and a short last part.
+    fn mixed_parts() -> Vec<Vec<u8>> {
+        let text: Vec<u8> = (0..(5 << 20) + 1000)
+            .map(|i| b"permafrost "[i % 11])
+            .collect();
+        let mut noise = vec![0u8; (5 << 20) + 4097];
+        let mut x = 0x9E37_79B9_7F4A_7C15u64;
+        for b in &mut noise {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            *b = x as u8;
+        }
+        vec![text, noise, b"tail".to_vec()]
+    }
+
+    #[test]
+    fn compressible_parts_are_stored_compressed_when_they_arrive() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = store(dir.path());
+        store
+            .create_bucket("squeeze", BucketSettings::default())
+            .unwrap();
+        let id = store
+            .create_multipart("squeeze", "k", PutOptions::default())
+            .unwrap();
+        let mut h = store.upload_part(&id, 1, Checksums::default()).unwrap();
+        h.write(&mixed_parts()[0]).unwrap();
+        let info = h.finish().unwrap();
+        assert_eq!(info.size_bytes, (5 << 20) + 1000);
+        assert_eq!(
+            store.list_parts(&id).unwrap()[0].size_bytes,
+            (5 << 20) + 1000
+        );
+        let used = store.status().unwrap().cache_used_bytes;
+        assert!(
+            used < 1 << 20,
+            "a part of repeated text uses {used} bytes of cache"
+        );
+    }
+
+    #[test]
+    fn a_multipart_object_is_the_concatenation_of_its_parts_across_a_restart() {
+        for compression in [Compression::Zstd, Compression::Lz4, Compression::None] {
+            let dir = tempfile::tempdir().unwrap();
+            let parts = mixed_parts();
+            let whole = parts.concat();
+            let id = {
+                let store = store(dir.path());
+                let settings = BucketSettings {
+                    compression,
+                    ..BucketSettings::default()
+                };
+                store.create_bucket("joined", settings).unwrap();
+                let id = store
+                    .create_multipart("joined", "k", PutOptions::default())
+                    .unwrap();
+                for (n, part) in (1u32..).zip(&parts) {
+                    let mut h = store.upload_part(&id, n, Checksums::default()).unwrap();
+                    h.write(part).unwrap();
+                    h.finish().unwrap();
+                }
+                id
+            };
+            // Parts survive a restart; completion then assembles them.
+            let store = store(dir.path());
+            let etags: Vec<_> = store
+                .list_parts(&id)
+                .unwrap()
+                .into_iter()
+                .map(|p| (p.part_number, p.etag))
+                .collect();
+            let info = store.complete_multipart(&id, &etags).unwrap();
+            assert_eq!(info.size_bytes, whole.len() as u64);
+            assert_eq!(
+                info.content_id,
+                format!("{}:identity", blake3::hash(&whole).to_hex()),
+                "{compression:?}"
+            );
+            assert_eq!(read(&store, "joined", "k", None), whole, "{compression:?}");
+            let boundary = parts[0].len() as u64;
+            let range = ByteRange::FromTo(boundary - 10, boundary + 10);
+            assert_eq!(
+                read(&store, "joined", "k", Some(range)),
+                whole[boundary as usize - 10..=boundary as usize + 10]
+            );
+            // The parts' files are gone: the cache holds the content alone.
+            assert_eq!(store.status().unwrap().cache_used_bytes, info.stored_bytes);
+            assert_eq!(
+                std::fs::read_dir(dir.path().join("cache/parts"))
+                    .unwrap()
+                    .count(),
+                0
+            );
+            // The same bytes put at once are the same content.
+            let single = store
+                .put_object("joined", "again", PutOptions::default(), &whole)
+                .unwrap();
+            assert_eq!(single.content_id, info.content_id);
+            store.persist_now().unwrap();
+            store.evict_cache().unwrap();
+            assert_eq!(read(&store, "joined", "k", None), whole, "{compression:?}");
+        }
     }
 }

@@ -3,6 +3,7 @@
 
 use std::fs::File;
 use std::io::{BufWriter, Write};
+use std::path::Path;
 use std::sync::Arc;
 
 use base64::Engine as _;
@@ -191,6 +192,25 @@ impl Expected {
     }
 }
 
+/// The chunk index of pre-compressed bytes stored as sent in `path` (zstd frames, when they can be indexed;
+/// empty otherwise), after checking that the frames decode to the `decoded` bytes announced.
+pub(crate) fn as_sent_index(encoding: Encoding, decoded: u64, path: &Path) -> Result<Vec<u8>> {
+    if encoding != Encoding::Zstd {
+        return Ok(Vec::new());
+    }
+    let f = File::open(path).map_err(|e| io_error("cannot reread the upload", e))?;
+    let Some(index) = permafrost_format::index_zstd_frames(std::io::BufReader::new(f))? else {
+        return Ok(Vec::new());
+    };
+    if index.logical_len() != decoded {
+        return Err(StoreError::InvalidArgument(format!(
+            "x-amz-meta-{DECODED_LENGTH_META} says {decoded} bytes but the zstd frames decode to {}",
+            index.logical_len()
+        )));
+    }
+    Ok(index.encode())
+}
+
 /// A file sink counting the bytes written.
 struct CountingFile {
     inner: BufWriter<File>,
@@ -220,15 +240,21 @@ pub(crate) enum Target {
         key: String,
         dataset: String,
         compression: Compression,
-        etag: Option<String>,
     },
     Part {
         upload_id: String,
         part_number: u32,
         bucket: String,
         key: String,
+        /// Chunks are compressed as they arrive (`None` for pre-compressed uploads, stored as sent).
+        compression: Compression,
     },
 }
+
+/// Name suffix of a part stored in chunks (its file: the stored chunks, then the chunk index, then the index's
+/// length as u32 little endian). Other parts are the raw bytes received. Completion concatenates the stored
+/// bytes of the parts, so no byte is compressed twice.
+pub(crate) const CHUNKED_PART_SUFFIX: &str = ".chunked";
 
 /// An upload in progress. [`PutHandle::write`] the body, then [`PutHandle::finish`] (or
 /// [`PutHandle::abort`]; dropping the handle aborts).
@@ -271,17 +297,19 @@ impl PutHandle {
             inner: BufWriter::with_capacity(FILE_BUFFER_BYTES, file),
             written_bytes: 0,
         };
-        let algorithm = match &target {
+        let compression = match &target {
             Target::Object { compression, .. }
                 if options.content_encoding == Encoding::Identity =>
             {
-                match compression {
-                    Compression::Zstd => Some(Algorithm::Zstd),
-                    Compression::Lz4 => Some(Algorithm::Lz4),
-                    Compression::None => None,
-                }
+                *compression
             }
-            _ => None,
+            Target::Part { compression, .. } => *compression,
+            Target::Object { .. } => Compression::None,
+        };
+        let algorithm = match compression {
+            Compression::Zstd => Some(Algorithm::Zstd),
+            Compression::Lz4 => Some(Algorithm::Lz4),
+            Compression::None => None,
         };
         let sink = match algorithm {
             Some(a) => Sink::Chunked(ChunkEncoder::new(file, a, chunk_bytes)?),
@@ -299,13 +327,6 @@ impl PutHandle {
             received_bytes: 0,
             reserved_bytes: 0,
         })
-    }
-
-    /// Reserve `bytes` of cache space up front, beyond the limit if need be (assembling a multipart object
-    /// from parts the cache already holds must not wait for space).
-    pub(crate) fn preallocate(&mut self, bytes: u64) {
-        self.inner.cache.force_reserve(bytes);
-        self.reserved_bytes += bytes;
     }
 
     /// Bytes received so far.
@@ -386,8 +407,15 @@ impl PutHandle {
             }
             Sink::Plain(file) => (None, file),
         };
+        if let (Target::Part { .. }, Some(index)) = (&self.target, &chunk_index) {
+            let blob = index.encode();
+            file.write_all(&blob)
+                .and_then(|()| file.write_all(&(blob.len() as u32).to_le_bytes()))
+                .map_err(|e| io_error("cannot write to the cache", e))?;
+        }
         file.flush()
             .map_err(|e| io_error("cannot write to the cache", e))?;
+        // The file's length (with a part's chunk index).
         let stored_bytes = file.written_bytes;
         let file = file
             .inner
@@ -396,8 +424,14 @@ impl PutHandle {
         let tmp_absolute = self.inner.cache.absolute(&self.tmp_path);
         self.inner.cache.sync_file(&file, &tmp_absolute)?;
         drop(file);
-        // Stored bytes never exceed received bytes (raw chunks are stored as received): shrink the reservation.
-        assert!(stored_bytes <= self.received_bytes.max(self.reserved_bytes));
+        // Stored bytes never exceed received bytes (raw chunks are stored as received) but a part's chunk index
+        // may: reserve it, then shrink the reservation to the file.
+        if stored_bytes > self.reserved_bytes {
+            self.inner
+                .cache
+                .force_reserve(stored_bytes - self.reserved_bytes);
+            self.reserved_bytes = stored_bytes;
+        }
         let md5: [u8; 16] = self.md5.clone().finalize().into();
         let checksums = self
             .expected
@@ -413,15 +447,19 @@ impl PutHandle {
                 part_number,
                 bucket,
                 key,
+                ..
             } => {
-                let path = Cache::new_path(PARTS_DIR);
+                let mut path = Cache::new_path(PARTS_DIR);
+                if chunk_index.is_some() {
+                    path.push_str(CHUNKED_PART_SUFFIX);
+                }
                 self.inner.cache.rename_durable(&self.tmp_path, &path)?;
                 self.inner.cache.release(self.reserved_bytes - stored_bytes);
                 self.reserved_bytes = 0;
                 let part = PartRecord {
                     upload_id: upload_id.clone(),
                     part_number: *part_number,
-                    size_bytes: stored_bytes,
+                    size_bytes: self.received_bytes,
                     md5,
                     cache_path: path.clone(),
                     created_ms: now,
@@ -437,7 +475,7 @@ impl PutHandle {
                 Ok(ObjectInfo::part(
                     bucket,
                     key,
-                    stored_bytes,
+                    self.received_bytes,
                     etag_of(&md5),
                     now,
                 ))
@@ -446,7 +484,6 @@ impl PutHandle {
                 bucket,
                 key,
                 dataset,
-                etag,
                 ..
             } => {
                 let encoding = self.options.content_encoding;
@@ -459,26 +496,8 @@ impl PutHandle {
                     }
                     (_, _) => {
                         let decoded = self.options.decoded_length()?.expect("checked at begin");
-                        let frames = if encoding == Encoding::Zstd {
-                            let f = File::open(&tmp_absolute)
-                                .map_err(|e| io_error("cannot reread the upload", e))?;
-                            permafrost_format::index_zstd_frames(std::io::BufReader::new(f))?
-                        } else {
-                            None
-                        };
-                        if let Some(index) = &frames {
-                            if index.logical_len() != decoded {
-                                return Err(StoreError::InvalidArgument(format!(
-                                    "x-amz-meta-{DECODED_LENGTH_META} says {decoded} bytes but the zstd frames decode to {}",
-                                    index.logical_len()
-                                )));
-                            }
-                        }
-                        (
-                            StoredForm::AsSent,
-                            frames.map(|i| i.encode()).unwrap_or_default(),
-                            decoded,
-                        )
+                        let index = as_sent_index(encoding, decoded, &tmp_absolute)?;
+                        (StoredForm::AsSent, index, decoded)
                     }
                 };
                 let id = ContentId { hash, encoding };
@@ -491,7 +510,7 @@ impl PutHandle {
                     key: key.clone(),
                     content: id,
                     size_bytes: logical_bytes,
-                    etag: etag.clone().unwrap_or_else(|| etag_of(&md5)),
+                    etag: etag_of(&md5),
                     last_modified_ms: now,
                     content_type: self.options.content_type.clone(),
                     user_metadata: self.options.user_metadata.clone(),

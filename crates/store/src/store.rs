@@ -346,15 +346,27 @@ impl Inner {
             if candidates.is_empty() {
                 break;
             }
-            for content in candidates {
-                if let Some(work) = self.catalog.evict_content(&content.id)? {
-                    self.run_work(vec![work]);
-                    freed += content.stored_bytes;
-                }
-                if freed >= bytes {
-                    break;
+            // Least recently used first, just enough of them (one transaction and one batch of deletions).
+            let mut wanted = 0;
+            let batch: Vec<ContentId> = candidates
+                .iter()
+                .take_while(|c| {
+                    let take = freed + wanted < bytes;
+                    wanted += c.stored_bytes;
+                    take
+                })
+                .map(|c| c.id)
+                .collect();
+            let evicted = self.catalog.evict_contents(&batch)?;
+            if evicted.is_empty() {
+                break;
+            }
+            for (id, _) in &evicted {
+                if let Some(c) = candidates.iter().find(|c| c.id == *id) {
+                    freed += c.stored_bytes;
                 }
             }
+            self.run_work(evicted.into_iter().map(|(_, work)| work).collect());
         }
         Ok(freed)
     }
@@ -585,7 +597,6 @@ impl Store {
             key: key.to_string(),
             dataset: self.inner.dataset_of(bucket, key),
             compression: record.settings.compression,
-            etag: None,
         };
         PutHandle::begin(
             Arc::clone(&self.inner),
@@ -735,6 +746,11 @@ impl Store {
     /// Run the garbage collector now (`ignore_grace`: collect unreferenced contents regardless of their age).
     /// Returns the number of contents removed.
     pub fn gc_now(&self, ignore_grace: bool) -> Result<u64> {
+        Ok(self.collect_garbage(ignore_grace)?.contents_removed)
+    }
+
+    /// [`Store::gc_now`], reporting the stored bytes freed too.
+    pub fn collect_garbage(&self, ignore_grace: bool) -> Result<crate::GcReport> {
         crate::gc::collect(&self.inner, ignore_grace)
     }
 

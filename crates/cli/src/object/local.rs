@@ -9,15 +9,13 @@ use anyhow::{bail, Context, Result};
 use permafrost_catalog::{
     Catalog, ContentState, ExtentKind, ListQuery, SqliteCatalog, SqliteOptions,
 };
-use permafrost_disk::power::PowerState;
 use permafrost_engine::Engine;
 use permafrost_grid::Role;
 use permafrost_store::{BucketSettings, ByteRange, ObjectInfo, PutOptions, Store, StoreConfig};
-use serde::Serialize;
 
 use super::{
-    format_time_ms, lock_data_dir, print_json, Archive, Body, ExtentStat, Listed, Listing,
-    ObjectStat, PutRequest, Range,
+    format_time_ms, lock_data_dir, print_json, print_status, Archive, Body, ExtentStat, Listed,
+    Listing, ObjectStat, PutRequest, Range,
 };
 use crate::progress::bytes_bar;
 use crate::units::format_bytes;
@@ -80,110 +78,11 @@ impl Local {
 
     /// `permafrost status`: disks per power state, cache fill, bytes waiting per grid bucket, energy, contents.
     pub fn status(&self, json: bool) -> Result<()> {
-        let report = self.store().status()?;
-        let mut disks = DiskCounts::default();
-        let mut joules = 0.0;
-        for disk in &report.engine.disks {
-            disks.total += 1;
-            match disk.power_state {
-                PowerState::Off => disks.off += 1,
-                PowerState::SpinningUp => disks.spinning_up += 1,
-                PowerState::Idle => disks.idle += 1,
-                PowerState::Active => disks.active += 1,
-            }
-            disks.failed += disk.failed as usize;
-            joules += disk.power.joules;
-        }
-        let contents: Vec<StateCount> = report
-            .catalog
-            .contents_by_state
-            .iter()
-            .map(|(state, count, bytes)| StateCount {
-                state: state.as_str().to_string(),
-                contents: *count,
-                stored_bytes: *bytes,
-            })
-            .collect();
-        let summary = StatusSummary {
-            data_dir: self.data_dir.display().to_string(),
-            layout: report.engine.layout.clone(),
-            disks,
-            cache_used_bytes: report.cache_used_bytes,
-            cache_capacity_bytes: report.cache_capacity_bytes,
-            waiting_bytes_per_grid_bucket: report
-                .waiting_bytes_per_grid_bucket
-                .iter()
-                .map(|&(grid_bucket, bytes)| GridBytes { grid_bucket, bytes })
-                .collect(),
-            used_bytes_per_grid_bucket: report
-                .used_bytes_per_grid_bucket
-                .iter()
-                .map(|&(grid_bucket, bytes)| GridBytes { grid_bucket, bytes })
-                .collect(),
-            contents,
-            buckets: report.catalog.buckets,
-            objects: report.catalog.objects,
-            extents: report.catalog.extents,
-            pack_extents: report.catalog.pack_extents,
-            energy_kwh: joules / 3.6e6,
-            energy_scope: "since this process opened the archive (the engine keeps no energy counters across restarts)",
-            last_background_error: report.last_background_error.clone(),
-            detail: &report,
-        };
+        let summary = self.store().summary()?;
         if json {
             return print_json(&summary);
         }
-        let d = &summary.disks;
-        println!("archive   {} (grid {})", summary.data_dir, summary.layout);
-        println!(
-            "disks     {}: {} off, {} spinning up, {} idle, {} active{}",
-            d.total,
-            d.off,
-            d.spinning_up,
-            d.idle,
-            d.active,
-            if d.failed > 0 {
-                format!(", {} FAILED", d.failed)
-            } else {
-                String::new()
-            }
-        );
-        let fill =
-            100.0 * summary.cache_used_bytes as f64 / summary.cache_capacity_bytes.max(1) as f64;
-        println!(
-            "cache     {} of {} ({fill:.1} %)",
-            format_bytes(summary.cache_used_bytes),
-            format_bytes(summary.cache_capacity_bytes)
-        );
-        if summary.waiting_bytes_per_grid_bucket.is_empty() {
-            println!("waiting   nothing: every object is persisted");
-        }
-        for w in &summary.waiting_bytes_per_grid_bucket {
-            println!(
-                "waiting   grid bucket {}: {}",
-                w.grid_bucket,
-                format_bytes(w.bytes)
-            );
-        }
-        for c in &summary.contents {
-            println!(
-                "contents  {:<10} {:>8}  {}",
-                c.state,
-                c.contents,
-                format_bytes(c.stored_bytes)
-            );
-        }
-        println!(
-            "catalog   {} buckets, {} objects, {} extents ({} packs)",
-            summary.buckets, summary.objects, summary.extents, summary.pack_extents
-        );
-        println!(
-            "energy    {:.6} kWh {}",
-            summary.energy_kwh, summary.energy_scope
-        );
-        if let Some(e) = &summary.last_background_error {
-            println!("error     {e}");
-        }
+        print_status(&summary);
         Ok(())
     }
 
@@ -227,50 +126,6 @@ impl Drop for Local {
             }
         }
     }
-}
-
-#[derive(Debug, Default, Serialize)]
-struct DiskCounts {
-    total: usize,
-    off: usize,
-    spinning_up: usize,
-    idle: usize,
-    active: usize,
-    failed: usize,
-}
-
-#[derive(Debug, Serialize)]
-struct GridBytes {
-    grid_bucket: u32,
-    bytes: u64,
-}
-
-#[derive(Debug, Serialize)]
-struct StateCount {
-    state: String,
-    contents: u64,
-    stored_bytes: u64,
-}
-
-#[derive(Serialize)]
-struct StatusSummary<'a> {
-    data_dir: String,
-    layout: String,
-    disks: DiskCounts,
-    cache_used_bytes: u64,
-    cache_capacity_bytes: u64,
-    waiting_bytes_per_grid_bucket: Vec<GridBytes>,
-    used_bytes_per_grid_bucket: Vec<GridBytes>,
-    contents: Vec<StateCount>,
-    buckets: u64,
-    objects: u64,
-    extents: u64,
-    pack_extents: u64,
-    energy_kwh: f64,
-    energy_scope: &'static str,
-    last_background_error: Option<String>,
-    /// The store's full report (per-disk power, I/O and scrub state, catalog counters).
-    detail: &'a permafrost_store::StatusReport,
 }
 
 fn stat_of(info: &ObjectInfo) -> ObjectStat {

@@ -12,7 +12,9 @@ use rusty_s3::actions::{
 use rusty_s3::{Bucket, Credentials, Method, S3Action, UrlStyle};
 use url::Url;
 
-use super::{print_json, Archive, Body, Listed, Listing, ObjectStat, PutRequest, Range, Target};
+use super::{
+    print_json, print_status, Archive, Body, Listed, Listing, ObjectStat, PutRequest, Range, Target,
+};
 use crate::progress::bytes_bar;
 use crate::units::format_bytes;
 
@@ -25,9 +27,9 @@ const ERROR_BODY_BYTES_MAX: u64 = 64 << 10;
 /// Largest listing or status response read from the server.
 const RESPONSE_BYTES_MAX: u64 = 64 << 20;
 /// Headers that may carry the persistence state of an object.
-const STATE_HEADERS: [&str; 2] = ["x-amz-meta-permafrost-state", "x-permafrost-state"];
+const STATE_HEADERS: [&str; 2] = ["x-amz-meta-permafrost-state", permafrost_s3::STATE_HEADER];
 /// The server's own status endpoint.
-const STATUS_PATH: &str = "/_permafrost/status";
+const STATUS_PATH: &str = permafrost_s3::STATUS_PATH;
 
 /// A running server.
 pub struct Remote {
@@ -237,17 +239,18 @@ impl Remote {
             .take(RESPONSE_BYTES_MAX)
             .read_to_string(&mut text)
             .context("reading the status")?;
-        match serde_json::from_str::<serde_json::Value>(&text) {
-            Ok(value) if json => print_json(&value),
-            Ok(value) => {
-                println!("{}", serde_json::to_string_pretty(&value)?);
-                Ok(())
-            }
-            Err(_) => {
-                println!("{text}");
-                Ok(())
-            }
+        if json {
+            // The server's document as it is (with `detail`, pretty-printed like `permafrost status --json` on
+            // a data directory).
+            serde_json::from_str::<serde_json::Value>(&text)
+                .with_context(|| format!("the status from {} is not JSON", self.endpoint))?;
+            println!("{}", text.trim_end());
+            return Ok(());
         }
+        let summary: permafrost_store::StatusSummary = serde_json::from_str(&text)
+            .with_context(|| format!("the status from {} has an unknown shape", self.endpoint))?;
+        print_status(&summary);
+        Ok(())
     }
 
     /// `permafrost verify` through S3: read every object back (the server checks its hashes on the way out) and
@@ -391,6 +394,7 @@ fn header_stat(bucket: &str, key: &str, response: &ureq::Response) -> ObjectStat
         content_type: header("content-type"),
         last_modified: header("last-modified").unwrap_or_default(),
         state: STATE_HEADERS.iter().find_map(|h| header(h)),
+        grid_bucket: header(permafrost_s3::GRID_BUCKET_HEADER).and_then(|v| v.parse().ok()),
         user_metadata,
         ..Default::default()
     }
@@ -626,7 +630,7 @@ impl Archive for Remote {
                 Some(_) => {}
                 None => bail!(
                     "the server does not report persistence states (no {} header); --wait-persisted needs it",
-                    STATE_HEADERS[0]
+                    STATE_HEADERS[1]
                 ),
             }
             if Instant::now() >= deadline {

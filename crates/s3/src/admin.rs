@@ -1,0 +1,256 @@
+//! The service's own endpoints under [`RESERVED_PREFIX`] (`/_permafrost/`), as an s3s custom route: requests
+//! are parsed and their signatures checked by s3s exactly like S3 requests, then answered here in JSON.
+//!
+//! | request                                   | answer                                          |
+//! |-------------------------------------------|-------------------------------------------------|
+//! | `GET /_permafrost/health` (no signature)  | `{"status":"ok"}`                               |
+//! | `GET /_permafrost/status`                 | the store's [`StatusSummary`]                   |
+//! | `POST /_permafrost/persist`               | persist everything waiting: `{"persisted":true}`|
+//! | `POST /_permafrost/cache/evict`           | `{"evicted_bytes":N}`                           |
+//! | `POST /_permafrost/gc[?ignore_grace=true]`| `{"freed_bytes":N,"contents_removed":M}`        |
+//!
+//! Everything but health needs a valid signature of the root user (else the usual S3 `403` XML errors); an
+//! unknown path is `404` (signed or not; a wrong signature is still `403`), a known path with another method
+//! `405`, both in JSON.
+//!
+//! s3s checks the bucket name of the path (`_permafrost`) before it asks the route: [`ReservedNameValidation`]
+//! accepts that one name besides the AWS rules, and CreateBucket refuses it (`InvalidBucketName`, `bucket`).
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::{HeaderValue, Method, StatusCode};
+use permafrost_store::{StatusSummary, Store, StoreError};
+use s3s::route::S3Route;
+use s3s::validation::{AwsNameValidation, NameValidation};
+use s3s::{Body, S3Request, S3Response, S3Result};
+use serde::Serialize;
+
+/// Paths under this prefix belong to the service itself (`_permafrost` is not a valid bucket name).
+pub const RESERVED_PREFIX: &str = "/_permafrost/";
+/// The bucket name s3s sees in the paths under [`RESERVED_PREFIX`]; no S3 bucket may have it.
+pub(crate) const RESERVED_BUCKET: &str = "_permafrost";
+/// `GET` answers `200 {"status":"ok"}` while the server accepts requests (no authentication).
+pub const HEALTH_PATH: &str = "/_permafrost/health";
+/// `GET`: the store's [`StatusSummary`] (what `permafrost status --json` prints).
+pub const STATUS_PATH: &str = "/_permafrost/status";
+/// `POST`: persist everything waiting in the cache now, and wait until it is persisted.
+pub const PERSIST_PATH: &str = "/_permafrost/persist";
+/// `POST`: evict every persisted content from the cache.
+pub const EVICT_PATH: &str = "/_permafrost/cache/evict";
+/// `POST`, optionally `?ignore_grace=true`: collect unreferenced contents now.
+pub const GC_PATH: &str = "/_permafrost/gc";
+
+/// Every admin endpoint.
+const ENDPOINTS: [&str; 5] = [HEALTH_PATH, STATUS_PATH, PERSIST_PATH, EVICT_PATH, GC_PATH];
+
+/// Bucket names: the AWS rules, plus [`RESERVED_BUCKET`] so that the admin paths reach the route.
+pub(crate) struct ReservedNameValidation;
+
+impl NameValidation for ReservedNameValidation {
+    fn validate_bucket_name(&self, name: &str) -> bool {
+        name == RESERVED_BUCKET || AwsNameValidation::new().validate_bucket_name(name)
+    }
+}
+
+/// A name a client may give a new bucket (the AWS rules; never [`RESERVED_BUCKET`]).
+pub(crate) fn creatable_bucket_name(name: &str) -> bool {
+    name != RESERVED_BUCKET && AwsNameValidation::new().validate_bucket_name(name)
+}
+
+/// Whether a request path is one of the service's own (`/_permafrost/` followed by something). The bucket
+/// paths `/_permafrost` and `/_permafrost/` stay S3's, so CreateBucket of that name is refused as S3 does.
+pub(crate) fn is_admin_path(path: &str) -> bool {
+    path.len() > RESERVED_PREFIX.len() && path.starts_with(RESERVED_PREFIX)
+}
+
+/// The admin endpoints over one store.
+pub(crate) struct AdminRoute {
+    pub(crate) store: Arc<Store>,
+}
+
+fn json_response(status: StatusCode, value: &impl Serialize) -> S3Response<Body> {
+    // Pretty, as `permafrost status --json` prints it (the remote client prints the server's text as is).
+    let mut text = serde_json::to_vec_pretty(value).unwrap_or_else(|e| {
+        format!("{{\"error\":\"cannot serialize the answer: {e}\"}}").into_bytes()
+    });
+    text.push(b'\n');
+    let mut response = S3Response::with_status(Body::from(Bytes::from(text)), status);
+    response.headers.insert(
+        http::header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    response
+}
+
+fn json_error(status: StatusCode, message: impl Into<String>) -> S3Response<Body> {
+    json_response(
+        status,
+        &serde_json::json!({ "error": status.canonical_reason().unwrap_or("error"), "message": message.into() }),
+    )
+}
+
+/// A store error as JSON, with the HTTP status of its S3 code (`500` for internal errors, logged).
+fn store_error(error: StoreError) -> S3Response<Body> {
+    let s3 = crate::error::s3_error(error);
+    let status = s3
+        .status_code()
+        .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    json_response(
+        status,
+        &serde_json::json!({ "error": s3.code().as_str(), "message": s3.message().unwrap_or("") }),
+    )
+}
+
+/// Run a blocking store call and answer its result as JSON.
+async fn run<T, F>(f: F) -> S3Response<Body>
+where
+    T: Serialize + Send + 'static,
+    F: FnOnce() -> Result<T, StoreError> + Send + 'static,
+{
+    match tokio::task::spawn_blocking(f).await {
+        Ok(Ok(value)) => json_response(StatusCode::OK, &value),
+        Ok(Err(e)) => store_error(e),
+        Err(e) => store_error(StoreError::Internal(format!("admin task failed: {e}"))),
+    }
+}
+
+/// `ignore_grace` of a gc request (`true`/`false`/`1`/`0`, default false); other query parameters (the
+/// signature's, in presigned URLs) are ignored.
+fn ignore_grace(query: Option<&str>) -> Result<bool, String> {
+    let mut value = false;
+    for pair in query.unwrap_or("").split('&') {
+        let (name, v) = pair.split_once('=').unwrap_or((pair, ""));
+        if name == "ignore_grace" {
+            value = match v {
+                "true" | "1" | "" => true,
+                "false" | "0" => false,
+                other => return Err(format!("ignore_grace={other}: expected true or false")),
+            };
+        }
+    }
+    Ok(value)
+}
+
+#[derive(Serialize)]
+struct Persisted {
+    persisted: bool,
+}
+
+#[derive(Serialize)]
+struct Evicted {
+    evicted_bytes: u64,
+}
+
+#[async_trait::async_trait]
+impl S3Route for AdminRoute {
+    fn is_match(
+        &self,
+        _method: &Method,
+        uri: &http::Uri,
+        _headers: &http::HeaderMap,
+        _extensions: &mut http::Extensions,
+    ) -> bool {
+        is_admin_path(uri.path())
+    }
+
+    /// Health needs no signature, and neither does learning that a path is no endpoint (`404`); the
+    /// endpoints need the root user's (a request with a wrong signature never gets here: s3s refuses it).
+    async fn check_access(&self, req: &mut S3Request<Body>) -> S3Result<()> {
+        let path = req.uri.path();
+        let public = path == HEALTH_PATH || !ENDPOINTS.contains(&path);
+        match req.credentials {
+            Some(_) => Ok(()),
+            None if public => Ok(()),
+            None => Err(s3s::s3_error!(AccessDenied, "Signature is required")),
+        }
+    }
+
+    async fn call(&self, req: S3Request<Body>) -> S3Result<S3Response<Body>> {
+        let path = req.uri.path();
+        let method = &req.method;
+        let store = Arc::clone(&self.store);
+        let allowed = match path {
+            HEALTH_PATH | STATUS_PATH => "GET, HEAD",
+            PERSIST_PATH | EVICT_PATH | GC_PATH => "POST",
+            _ => {
+                return Ok(json_error(
+                    StatusCode::NOT_FOUND,
+                    format!("no such endpoint: {path}"),
+                ))
+            }
+        };
+        let response = match (method, path) {
+            (&Method::GET | &Method::HEAD, HEALTH_PATH) => {
+                json_response(StatusCode::OK, &serde_json::json!({ "status": "ok" }))
+            }
+            (&Method::GET | &Method::HEAD, STATUS_PATH) => {
+                run(move || -> Result<StatusSummary, StoreError> { store.summary() }).await
+            }
+            (&Method::POST, PERSIST_PATH) => {
+                run(move || store.persist_now().map(|()| Persisted { persisted: true })).await
+            }
+            (&Method::POST, EVICT_PATH) => {
+                run(move || {
+                    store
+                        .evict_cache()
+                        .map(|evicted_bytes| Evicted { evicted_bytes })
+                })
+                .await
+            }
+            (&Method::POST, GC_PATH) => match ignore_grace(req.uri.query()) {
+                Ok(ignore) => run(move || store.collect_garbage(ignore)).await,
+                Err(message) => json_error(StatusCode::BAD_REQUEST, message),
+            },
+            _ => {
+                let mut r = json_error(
+                    StatusCode::METHOD_NOT_ALLOWED,
+                    format!("{method} {path}: use {allowed}"),
+                );
+                r.headers
+                    .insert(http::header::ALLOW, HeaderValue::from_static(allowed));
+                r
+            }
+        };
+        Ok(response)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn admin_paths_are_under_the_reserved_prefix_but_not_the_bucket_itself() {
+        assert!(is_admin_path("/_permafrost/health"));
+        assert!(is_admin_path("/_permafrost/cache/evict"));
+        assert!(is_admin_path("/_permafrost/x"));
+        assert!(!is_admin_path("/_permafrost"));
+        assert!(!is_admin_path("/_permafrost/"));
+        assert!(!is_admin_path("/_permafrostx/status"));
+        assert!(!is_admin_path("/bucket/_permafrost/health"));
+    }
+
+    #[test]
+    fn the_reserved_name_passes_validation_but_cannot_be_created() {
+        let v = ReservedNameValidation;
+        assert!(v.validate_bucket_name("_permafrost"));
+        assert!(v.validate_bucket_name("my-bucket"));
+        assert!(!v.validate_bucket_name("_other"));
+        assert!(!v.validate_bucket_name("Upper"));
+        assert!(!creatable_bucket_name("_permafrost"));
+        assert!(creatable_bucket_name("my-bucket"));
+    }
+
+    #[test]
+    fn ignore_grace_is_read_from_the_query_among_signature_parameters() {
+        assert_eq!(ignore_grace(None), Ok(false));
+        assert_eq!(ignore_grace(Some("ignore_grace=true")), Ok(true));
+        assert_eq!(
+            ignore_grace(Some("X-Amz-Algorithm=AWS4-HMAC-SHA256&ignore_grace=1")),
+            Ok(true)
+        );
+        assert_eq!(ignore_grace(Some("ignore_grace=false")), Ok(false));
+        assert!(ignore_grace(Some("ignore_grace=maybe")).is_err());
+    }
+}
