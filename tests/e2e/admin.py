@@ -16,23 +16,26 @@ STATUS_PATH = "/_permafrost/status"
 PERSIST_PATH = "/_permafrost/persist"
 EVICT_PATH = "/_permafrost/cache/evict"
 GC_PATH = "/_permafrost/gc"
+BUCKETS_PREFIX = "/_permafrost/buckets/"
 GRID_BUCKET_HEADER = "x-permafrost-grid-bucket"
 STATE_HEADER = "x-permafrost-state"
+STORED_BYTES_HEADER = "x-permafrost-stored-bytes"
 
 
 def admin(endpoint: str, method: str, path: str, access_key: str = ACCESS_KEY, secret_key: str = SECRET_KEY,
-          timeout_s: float = 300) -> requests.Response:
+          body: bytes = b"", timeout_s: float = 300) -> requests.Response:
     """One admin request, signed with AWS Signature V4 (service s3, us-east-1) like an S3 request."""
-    req = AWSRequest(method=method, url=endpoint + path, data=b"")
+    req = AWSRequest(method=method, url=endpoint + path, data=body)
     S3SigV4Auth(Credentials(access_key, secret_key), "s3", "us-east-1").add_auth(req)
-    return requests.request(method, endpoint + path, headers=dict(req.headers.items()), data=b"",
+    return requests.request(method, endpoint + path, headers=dict(req.headers.items()), data=body,
                             timeout=timeout_s)
 
 
-def admin_json(endpoint: str, method: str, path: str) -> dict:
+def admin_json(endpoint: str, method: str, path: str, body: bytes = b"") -> dict:
     """An admin request that must succeed; its JSON body."""
-    r = admin(endpoint, method, path)
+    r = admin(endpoint, method, path, body=body)
     assert r.status_code == 200, f"{method} {path}: {r.status_code} {r.text[:500]}"
+    assert r.headers["content-type"] == "application/json", r.headers
     return r.json()
 
 

@@ -8,32 +8,11 @@ import xml.etree.ElementTree as ET
 
 import pytest
 import requests
-from botocore.auth import S3SigV4Auth
-from botocore.awsrequest import AWSRequest
-from botocore.credentials import Credentials
 from botocore.exceptions import ClientError
 
+from admin import (EVICT_PATH, GC_PATH, GRID_BUCKET_HEADER, PERSIST_PATH, STATE_HEADER, STATUS_PATH, admin,
+                   admin_json)
 from conftest import ACCESS_KEY, HEALTH_PATH, SECRET_KEY, binary
-
-STATUS_PATH = "/_permafrost/status"
-PERSIST_PATH = "/_permafrost/persist"
-EVICT_PATH = "/_permafrost/cache/evict"
-GC_PATH = "/_permafrost/gc"
-STATE_HEADER = "x-permafrost-state"
-GRID_BUCKET_HEADER = "x-permafrost-grid-bucket"
-
-
-def admin(endpoint, method, path, access_key=ACCESS_KEY, secret_key=SECRET_KEY):
-    req = AWSRequest(method=method, url=endpoint + path, data=b"")
-    S3SigV4Auth(Credentials(access_key, secret_key), "s3", "us-east-1").add_auth(req)
-    return requests.request(method, endpoint + path, headers=dict(req.headers.items()), data=b"", timeout=300)
-
-
-def admin_json(endpoint, method, path):
-    r = admin(endpoint, method, path)
-    assert r.status_code == 200, f"{method} {path}: {r.status_code} {r.text[:500]}"
-    assert r.headers["content-type"] == "application/json"
-    return r.json()
 
 
 def s3_error_code(response):

@@ -284,26 +284,17 @@ impl std::str::FromStr for Compression {
     }
 }
 
-/// Per-S3-bucket settings.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// Per-S3-bucket settings. `None` everywhere means "the store's default" (its configuration), so changing a
+/// default later changes every bucket that never chose.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct BucketSettings {
-    /// Compression of uploads that arrive uncompressed.
-    pub compression: Compression,
+    /// Compression of uploads that arrive uncompressed; `None` = the store's default.
+    pub compression: Option<Compression>,
     /// Placement strategy name (`permafrost_policy::placement_names()`); `None` = the store's default.
     pub placement: Option<String>,
     /// Engine write mode name (`direct`, `serialized`, `delayed`); `None` = the store's default.
     pub write_mode: Option<String>,
-}
-
-impl Default for BucketSettings {
-    fn default() -> Self {
-        BucketSettings {
-            compression: Compression::Zstd,
-            placement: None,
-            write_mode: None,
-        }
-    }
 }
 
 /// One S3 bucket.
@@ -575,6 +566,8 @@ pub trait Catalog: Send + Sync {
     /// Deletes an empty bucket (no objects, no uploads in progress).
     fn delete_bucket(&self, name: &str) -> Result<()>;
     fn get_bucket(&self, name: &str) -> Result<Option<BucketRecord>>;
+    /// Replace a bucket's settings (they apply to uploads from now on).
+    fn set_bucket_settings(&self, name: &str, settings: &BucketSettings) -> Result<()>;
     fn list_buckets(&self) -> Result<Vec<BucketRecord>>;
 
     // ---- objects

@@ -842,6 +842,22 @@ impl Catalog for SqliteCatalog {
         .transpose()
     }
 
+    fn set_bucket_settings(&self, name: &str, settings: &BucketSettings) -> Result<()> {
+        let text = serde_json::to_string(settings).expect("settings serialize");
+        self.write_with(|tx| {
+            let changed = tx
+                .execute(
+                    "UPDATE buckets SET settings = ?2 WHERE name = ?1",
+                    params![name, text],
+                )
+                .map_err(|e| self.db_error(e))?;
+            if changed == 0 {
+                return Err(CatalogError::NoSuchBucket(name.to_string()));
+            }
+            Ok(())
+        })
+    }
+
     fn list_buckets(&self) -> Result<Vec<BucketRecord>> {
         let rows = self.read(|c| {
             c.prepare_cached("SELECT name, created_ms, settings FROM buckets ORDER BY name")?

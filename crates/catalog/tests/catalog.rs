@@ -80,15 +80,26 @@ fn put_round_trips_every_field() {
     c.create_bucket(
         "b",
         &BucketSettings {
-            compression: Compression::Lz4,
+            compression: Some(Compression::Lz4),
             ..Default::default()
         },
     )
     .unwrap();
     assert_eq!(
         c.get_bucket("b").unwrap().unwrap().settings.compression,
-        Compression::Lz4
+        Some(Compression::Lz4)
     );
+    let changed = BucketSettings {
+        compression: Some(Compression::None),
+        placement: Some("round-robin".into()),
+        write_mode: None,
+    };
+    c.set_bucket_settings("b", &changed).unwrap();
+    assert_eq!(c.get_bucket("b").unwrap().unwrap().settings, changed);
+    assert!(matches!(
+        c.set_bucket_settings("nobucket", &changed),
+        Err(CatalogError::NoSuchBucket(_))
+    ));
     let outcome = put(&c, "b", "dir/ünïcode key", 7);
     assert!(!outcome.deduplicated);
     let (o, content) = c.get_object("b", "dir/ünïcode key").unwrap().unwrap();

@@ -246,33 +246,7 @@ fn init(args: InitArgs) -> Result<()> {
     let mut config = match (args.disk_size, args.device.is_empty()) {
         (Some(size), true) => GridConfig::with_file_disks(args.layout, size),
         (None, false) => {
-            if args.device.len() != args.layout.disks() {
-                bail!(
-                    "layout {} has {} disks but {} --device were given",
-                    args.layout,
-                    args.layout.disks(),
-                    args.device.len()
-                );
-            }
-            let controls = match args.power_control.len() {
-                0 => vec![PowerControl::Simulated; args.device.len()],
-                1 => vec![args.power_control[0].clone(); args.device.len()],
-                n if n == args.device.len() => args.power_control.clone(),
-                n => bail!(
-                    "{n} --power-control for {} --device: give one for all drives or one per drive",
-                    args.device.len()
-                ),
-            };
-            let disks = args
-                .device
-                .iter()
-                .zip(controls)
-                .map(|(path, power_control)| DiskSpec::Block {
-                    path: path.clone(),
-                    power_control,
-                })
-                .collect();
-            GridConfig::new(args.layout, disks)
+            GridConfig::with_block_devices(args.layout, &args.device, &args.power_control)?
         }
         (Some(_), false) => bail!(
             "give either --disk-size (file-backed disks) or --device (block devices), not both"

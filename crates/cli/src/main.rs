@@ -53,8 +53,10 @@ enum Command {
     Rm(object::KeyArgs),
     /// Show what the archive knows of bucket/key: size, etag, encoding, persistence state, extents.
     Stat(object::KeyArgs),
-    /// Make a bucket.
-    Mb(object::BucketArgs),
+    /// Make a bucket, optionally with its settings (compression, placement, write mode).
+    Mb(object::SettingsArgs),
+    /// Show a bucket's settings, or change them (for uploads from now on).
+    Settings(object::SettingsArgs),
     /// Remove an empty bucket.
     Rb(object::BucketArgs),
     /// Disks per power state, cache fill, bytes waiting per grid bucket, energy, contents per state.
@@ -101,6 +103,7 @@ fn main() {
         Command::Rm(args) => object::rm(args),
         Command::Stat(args) => object::stat(args),
         Command::Mb(args) => object::mb(args),
+        Command::Settings(args) => object::settings(args),
         Command::Rb(args) => object::rb(args),
         Command::Status(args) => object::status(args),
         Command::Verify(args) => object::verify(args),

@@ -27,6 +27,7 @@ use clap::Args;
 use serde::Serialize;
 
 use crate::units::format_bytes;
+use permafrost_store::{BucketSettings, BucketSettingsReport};
 
 /// Where the archive is: a data directory opened in this process, or a running server.
 #[derive(Args, Clone, Debug)]
@@ -115,11 +116,65 @@ pub struct KeyArgs {
 pub struct BucketArgs {
     /// Bucket name (3–63 characters of a-z, 0-9, '.', '-').
     bucket: String,
-    /// Compression of uploads that arrive uncompressed (`zstd`, `lz4`, `none`; `mb` with --data-dir only).
-    #[arg(long)]
-    compression: Option<String>,
     #[command(flatten)]
     target: Target,
+}
+
+/// A bucket and changes to its settings.
+#[derive(Args, Debug)]
+pub struct SettingsArgs {
+    /// Bucket name (3–63 characters of a-z, 0-9, '.', '-').
+    bucket: String,
+    /// Compression of uploads that arrive uncompressed: `zstd`, `lz4`, `none`, or `default` (the server's).
+    #[arg(long)]
+    compression: Option<String>,
+    /// Placement strategy of the bucket's datasets (`dataset-affinity`, `random`, `round-robin`, `least-full`),
+    /// or `default`.
+    #[arg(long)]
+    placement: Option<String>,
+    /// Engine write mode of its persistence: `serialized`, `direct`, `delayed`, or `default`.
+    #[arg(long)]
+    write_mode: Option<String>,
+    #[command(flatten)]
+    target: Target,
+}
+
+impl SettingsArgs {
+    fn changes_anything(&self) -> bool {
+        self.compression.is_some() || self.placement.is_some() || self.write_mode.is_some()
+    }
+
+    /// `chosen` with the changes asked for, checked here so that a typo fails before anything changes.
+    fn apply(&self, mut chosen: BucketSettings) -> Result<BucketSettings> {
+        fn value<T>(
+            flag: &Option<String>,
+            current: Option<T>,
+            parse: impl Fn(&str) -> Result<T>,
+        ) -> Result<Option<T>> {
+            match flag.as_deref() {
+                None => Ok(current),
+                Some("default") => Ok(None),
+                Some(text) => parse(text).map(Some),
+            }
+        }
+        chosen.compression = value(&self.compression, chosen.compression, |t| {
+            t.parse()
+                .map_err(|e: String| anyhow::anyhow!("--compression: {e}"))
+        })?;
+        chosen.placement = value(&self.placement, chosen.placement, |t| {
+            let known = permafrost_policy::placement_names();
+            if !known.contains(&t) {
+                bail!("--placement {t:?} is unknown; known: {}", known.join(", "));
+            }
+            Ok(t.to_string())
+        })?;
+        chosen.write_mode = value(&self.write_mode, chosen.write_mode, |t| {
+            t.parse::<permafrost_store::WriteMode>()
+                .map_err(|e| anyhow::anyhow!("--write-mode: {e}"))?;
+            Ok(t.to_string())
+        })?;
+        Ok(chosen)
+    }
 }
 
 #[derive(Args, Debug)]
@@ -280,7 +335,13 @@ trait Archive {
     fn list_buckets(&self) -> Result<Vec<String>>;
     fn remove(&self, bucket: &str, key: &str) -> Result<()>;
     fn stat(&self, bucket: &str, key: &str) -> Result<ObjectStat>;
-    fn make_bucket(&self, bucket: &str, compression: Option<&str>) -> Result<()>;
+    fn make_bucket(&self, bucket: &str) -> Result<()>;
+    /// The bucket's settings; with `change`, after replacing them.
+    fn bucket_settings(
+        &self,
+        bucket: &str,
+        change: Option<BucketSettings>,
+    ) -> Result<BucketSettingsReport>;
     fn remove_bucket(&self, bucket: &str) -> Result<()>;
     /// Wait until the object is persisted; `Ok(false)` after `timeout`.
     fn wait_persisted(&self, bucket: &str, key: &str, timeout: Duration) -> Result<bool>;
@@ -625,15 +686,68 @@ pub fn stat(args: KeyArgs) -> Result<()> {
     Ok(())
 }
 
-pub fn mb(args: BucketArgs) -> Result<()> {
+/// `mb BUCKET [settings]`: create the bucket, then apply the settings given.
+pub fn mb(args: SettingsArgs) -> Result<()> {
+    // Check the flags before anything is created.
+    let chosen = args.apply(BucketSettings::default())?;
     let archive = connect(&args.target)?;
-    archive.make_bucket(&args.bucket, args.compression.as_deref())?;
+    archive.make_bucket(&args.bucket)?;
+    let report = if args.changes_anything() {
+        archive.bucket_settings(&args.bucket, Some(chosen))?
+    } else {
+        archive.bucket_settings(&args.bucket, None)?
+    };
     if args.target.json {
-        print_json(&serde_json::json!({ "created": args.bucket }))
+        print_json(&serde_json::json!({ "created": args.bucket, "settings": report }))
     } else {
         println!("created bucket {}", args.bucket);
+        print_settings(&report);
         Ok(())
     }
+}
+
+/// `settings BUCKET [changes]`: show a bucket's settings, changing those given first.
+pub fn settings(args: SettingsArgs) -> Result<()> {
+    let archive = connect(&args.target)?;
+    let report = if args.changes_anything() {
+        let current = archive.bucket_settings(&args.bucket, None)?;
+        archive.bucket_settings(&args.bucket, Some(args.apply(current.chosen)?))?
+    } else {
+        archive.bucket_settings(&args.bucket, None)?
+    };
+    if args.target.json {
+        print_json(&report)
+    } else {
+        print_settings(&report);
+        Ok(())
+    }
+}
+
+fn print_settings(report: &BucketSettingsReport) {
+    let show = |chosen: bool, effective: String| {
+        if chosen {
+            effective
+        } else {
+            format!("{effective} (default)")
+        }
+    };
+    let e = &report.effective;
+    let c = &report.chosen;
+    println!(
+        "compression {}",
+        show(
+            c.compression.is_some(),
+            format!("{:?}", e.compression).to_lowercase()
+        )
+    );
+    println!(
+        "placement   {}",
+        show(c.placement.is_some(), e.placement.clone())
+    );
+    println!(
+        "write mode  {}",
+        show(c.write_mode.is_some(), e.write_mode.to_string())
+    );
 }
 
 pub fn rb(args: BucketArgs) -> Result<()> {

@@ -103,7 +103,8 @@ fn config_text(listen: &str, config: &StoreConfig) -> Result<String> {
 listen = "{listen}"
 
 # The object store (docs/store.md):
-#   cache_bytes_max           upper bound of the write-back cache (DATA/cache) — put it on flash
+#   cache_dir                 the write-back cache: put it on flash (relative to the data directory)
+#   cache_bytes_max           upper bound of the write-back cache
 #   cache_wait_ms_max         how long an upload waits for cache space before 503 SlowDown
 #   pack_threshold_bytes      smaller objects are packed into shared extents per dataset
 #   extent_bytes_max          largest extent on the grid (also the size of a pack)
@@ -111,13 +112,18 @@ listen = "{listen}"
 #   gc_grace_ms               unreferenced contents are kept this long before garbage collection
 #   write_mode                engine write mode: serialized | delayed | direct
 #   dataset_prefix_depth      key components after the bucket that make a dataset (kept on one grid bucket)
-#   default_compression       zstd | lz4 | none for new buckets
+#   default_compression       zstd | lz4 | none for buckets that did not choose (`permafrost settings`)
+#   default_placement         placement strategy of buckets that did not choose: dataset-affinity | random |
+#                             round-robin | least-full
 #   fsync                     false only for benchmarks: a crash may then lose acknowledged data
 #   [store.watchdog]          when cached data is persisted (SPEC idea 6): max_age_ms, byte thresholds
 #   [store.grid]              the grid created on first start (ignored once DATA/grid exists):
-#                             layout XxY:hn+hk, disk_capacity_bytes (sparse files), spinning_max
+#                             layout XxY:hn+hk, spinning_max, and either disk_capacity_bytes (sparse files)
+#                             or devices = ["/dev/disk/by-id/…", …] (one block device per position, in
+#                             grid order) with power_control = ["hdparm"] (one for all, or one per device;
+#                             simulated | hdparm | scsi | ses:ENCLOSURE:SLOT)
 #   [store.power_profile]     optional: disk power timings (spin_up_ms, idle_timeout_ms, watts_*)
-# Real disks and a separate flash cache device: see README ("Real disks").
+# Real disks and a separate flash cache device: see README ("Real disks and a flash cache").
 [store]
 {store}"#
     ))

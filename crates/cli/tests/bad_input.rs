@@ -131,7 +131,7 @@ fn a_bad_power_control_is_refused_before_any_drive_is_touched() {
     assert!(!output.status.success());
     let message = stderr(&output);
     assert!(
-        message.contains("2 --power-control for 48 --device"),
+        message.contains("2 power controls for 48 devices"),
         "unclear error: {message}"
     );
     assert!(!dir.join("grid.toml").exists(), "nothing was created");

@@ -172,6 +172,42 @@ impl GridConfig {
         GridConfig::new(layout, disks)
     }
 
+    /// Block devices in grid order, one per position, and what spins them down and up: `controls` holds one
+    /// entry for every drive, one per drive (same order), or none (simulated: only the power model runs).
+    pub fn with_block_devices(
+        layout: Layout,
+        devices: &[PathBuf],
+        controls: &[PowerControl],
+    ) -> Result<GridConfig> {
+        if devices.len() != layout.disks() {
+            return Err(Error::Config(format!(
+                "layout {layout} has {} disks but {} devices were given",
+                layout.disks(),
+                devices.len()
+            )));
+        }
+        let control_of = |i: usize| match controls.len() {
+            0 => Ok(PowerControl::Simulated),
+            1 => Ok(controls[0].clone()),
+            n if n == devices.len() => Ok(controls[i].clone()),
+            n => Err(Error::Config(format!(
+                "{n} power controls for {} devices: give one for all drives or one per drive",
+                devices.len()
+            ))),
+        };
+        let disks = devices
+            .iter()
+            .enumerate()
+            .map(|(i, path)| {
+                Ok(DiskSpec::Block {
+                    path: path.clone(),
+                    power_control: control_of(i)?,
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(GridConfig::new(layout, disks))
+    }
+
     /// Check values that would make the engine misbehave.
     pub fn validate(&self) -> Result<()> {
         let bad = |msg: String| Err(Error::Config(msg));

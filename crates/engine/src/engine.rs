@@ -214,6 +214,22 @@ impl Engine {
                 }
                 DiskSpec::Block { .. } => Arc::new(BlockDisk::open(&path)?),
             };
+            // Never claim a drive of a grid: its data would be lost silently. A blank (or wiped) drive is fine.
+            // (File disks are this directory's own: without its grid.toml, they are leftovers of a create
+            // that did not finish.)
+            let is_block = matches!(spec, DiskSpec::Block { .. });
+            if let (true, Ok(Some(existing))) = (is_block, DiskHeader::read(disk.as_ref())) {
+                return Err(Error::Header {
+                    disk: index,
+                    name: path.display().to_string(),
+                    message: format!(
+                        "already holds disk {} of grid {}; wipe its first {} bytes to reuse it",
+                        existing.disk_index,
+                        existing.grid_id,
+                        crate::HEADER_BYTES
+                    ),
+                });
+            }
             DiskHeader::new(
                 config.grid_id,
                 &geometry,

@@ -8,6 +8,12 @@
 //! | `POST /_permafrost/persist`               | persist everything waiting: `{"persisted":true}`|
 //! | `POST /_permafrost/cache/evict`           | `{"evicted_bytes":N}`                           |
 //! | `POST /_permafrost/gc[?ignore_grace=true]`| `{"freed_bytes":N,"contents_removed":M}`        |
+//! | `GET /_permafrost/buckets/NAME`           | the bucket's settings, chosen and in effect     |
+//! | `PUT /_permafrost/buckets/NAME`           | replace them (JSON body, see below); as GET     |
+//!
+//! Bucket settings (`PUT` body, every field optional, absent or `null` = the server's default):
+//! `{"compression": "zstd"|"lz4"|"none", "placement": "dataset-affinity"|…, "write_mode": "serialized"|…}`.
+//! They apply to uploads from then on.
 //!
 //! Everything but health needs a valid signature of the root user (else the usual S3 `403` XML errors); an
 //! unknown path is `404` (signed or not; a wrong signature is still `403`), a known path with another method
@@ -20,7 +26,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use http::{HeaderValue, Method, StatusCode};
-use permafrost_store::{StatusSummary, Store, StoreError};
+use permafrost_store::{BucketSettings, Compression, StatusSummary, Store, StoreError};
 use s3s::route::S3Route;
 use s3s::validation::{AwsNameValidation, NameValidation};
 use s3s::{Body, S3Request, S3Response, S3Result};
@@ -41,8 +47,20 @@ pub const EVICT_PATH: &str = "/_permafrost/cache/evict";
 /// `POST`, optionally `?ignore_grace=true`: collect unreferenced contents now.
 pub const GC_PATH: &str = "/_permafrost/gc";
 
-/// Every admin endpoint.
+/// `GET`/`PUT` `BUCKETS_PREFIX` + bucket name: a bucket's settings.
+pub const BUCKETS_PREFIX: &str = "/_permafrost/buckets/";
+
+/// Every admin endpoint with a fixed path (the bucket settings are under [`BUCKETS_PREFIX`]).
 const ENDPOINTS: [&str; 5] = [HEALTH_PATH, STATUS_PATH, PERSIST_PATH, EVICT_PATH, GC_PATH];
+
+/// Largest settings body accepted.
+const SETTINGS_BODY_BYTES_MAX: usize = 64 << 10;
+
+/// The bucket named by a settings path (`None` for other paths).
+fn settings_bucket(path: &str) -> Option<&str> {
+    path.strip_prefix(BUCKETS_PREFIX)
+        .filter(|name| !name.is_empty() && !name.contains('/'))
+}
 
 /// Bucket names: the AWS rules, plus [`RESERVED_BUCKET`] so that the admin paths reach the route.
 pub(crate) struct ReservedNameValidation;
@@ -158,7 +176,8 @@ impl S3Route for AdminRoute {
     /// endpoints need the root user's (a request with a wrong signature never gets here: s3s refuses it).
     async fn check_access(&self, req: &mut S3Request<Body>) -> S3Result<()> {
         let path = req.uri.path();
-        let public = path == HEALTH_PATH || !ENDPOINTS.contains(&path);
+        let endpoint = ENDPOINTS.contains(&path) || settings_bucket(path).is_some();
+        let public = path == HEALTH_PATH || !endpoint;
         match req.credentials {
             Some(_) => Ok(()),
             None if public => Ok(()),
@@ -167,6 +186,10 @@ impl S3Route for AdminRoute {
     }
 
     async fn call(&self, req: S3Request<Body>) -> S3Result<S3Response<Body>> {
+        if let Some(bucket) = settings_bucket(req.uri.path()) {
+            let bucket = bucket.to_owned();
+            return Ok(self.bucket_settings(req, bucket).await);
+        }
         let path = req.uri.path();
         let method = &req.method;
         let store = Arc::clone(&self.store);
@@ -202,17 +225,67 @@ impl S3Route for AdminRoute {
                 Ok(ignore) => run(move || store.collect_garbage(ignore)).await,
                 Err(message) => json_error(StatusCode::BAD_REQUEST, message),
             },
-            _ => {
-                let mut r = json_error(
-                    StatusCode::METHOD_NOT_ALLOWED,
-                    format!("{method} {path}: use {allowed}"),
-                );
-                r.headers
-                    .insert(http::header::ALLOW, HeaderValue::from_static(allowed));
-                r
-            }
+            _ => method_not_allowed(method, path, allowed),
         };
         Ok(response)
+    }
+}
+
+fn method_not_allowed(method: &Method, path: &str, allowed: &'static str) -> S3Response<Body> {
+    let mut r = json_error(
+        StatusCode::METHOD_NOT_ALLOWED,
+        format!("{method} {path}: use {allowed}"),
+    );
+    r.headers
+        .insert(http::header::ALLOW, HeaderValue::from_static(allowed));
+    r
+}
+
+/// The body of a settings `PUT`: a misspelt field is an error, not a silently ignored wish.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SettingsBody {
+    #[serde(default)]
+    compression: Option<Compression>,
+    #[serde(default)]
+    placement: Option<String>,
+    #[serde(default)]
+    write_mode: Option<String>,
+}
+
+impl AdminRoute {
+    /// `GET`/`PUT /_permafrost/buckets/NAME`.
+    async fn bucket_settings(&self, mut req: S3Request<Body>, bucket: String) -> S3Response<Body> {
+        let store = Arc::clone(&self.store);
+        match req.method {
+            Method::GET | Method::HEAD => run(move || store.bucket_settings(&bucket)).await,
+            Method::PUT => {
+                let body = match req.input.store_all_limited(SETTINGS_BODY_BYTES_MAX).await {
+                    Ok(body) => body,
+                    Err(e) => {
+                        return json_error(
+                            StatusCode::BAD_REQUEST,
+                            format!("cannot read the settings body: {e}"),
+                        )
+                    }
+                };
+                let settings = match serde_json::from_slice::<SettingsBody>(&body) {
+                    Ok(b) => BucketSettings {
+                        compression: b.compression,
+                        placement: b.placement,
+                        write_mode: b.write_mode,
+                    },
+                    Err(e) => {
+                        return json_error(
+                            StatusCode::BAD_REQUEST,
+                            format!("bucket settings: {e} (expected {{\"compression\": \"zstd\"|\"lz4\"|\"none\", \"placement\": NAME, \"write_mode\": MODE}})"),
+                        )
+                    }
+                };
+                run(move || store.set_bucket_settings(&bucket, settings)).await
+            }
+            ref method => method_not_allowed(method, req.uri.path(), "GET, HEAD, PUT"),
+        }
     }
 }
 
@@ -229,6 +302,17 @@ mod tests {
         assert!(!is_admin_path("/_permafrost/"));
         assert!(!is_admin_path("/_permafrostx/status"));
         assert!(!is_admin_path("/bucket/_permafrost/health"));
+    }
+
+    #[test]
+    fn settings_paths_name_one_bucket() {
+        assert_eq!(
+            settings_bucket("/_permafrost/buckets/photos"),
+            Some("photos")
+        );
+        assert_eq!(settings_bucket("/_permafrost/buckets/"), None);
+        assert_eq!(settings_bucket("/_permafrost/buckets/a/b"), None);
+        assert_eq!(settings_bucket("/_permafrost/status"), None);
     }
 
     #[test]

@@ -14,6 +14,10 @@ pub const STATE_HEADER: &str = "x-permafrost-state";
 /// chosen (absent while the object is only `cached`).
 pub const GRID_BUCKET_HEADER: &str = "x-permafrost-grid-bucket";
 
+/// The response header that shows, on HEAD and GET, how many bytes the object's content takes in storage
+/// (after compression; before the grid's parity and IDR).
+pub const STORED_BYTES_HEADER: &str = "x-permafrost-stored-bytes";
+
 /// Owner id and display name of everything (one root user).
 pub(crate) const OWNER_ID: &str = "permafrost";
 
@@ -68,6 +72,7 @@ pub(crate) fn object_headers(info: &ObjectInfo) -> HeaderMap {
     if let Some(grid_bucket) = info.grid_bucket {
         headers.insert(GRID_BUCKET_HEADER, HeaderValue::from(grid_bucket));
     }
+    headers.insert(STORED_BYTES_HEADER, HeaderValue::from(info.stored_bytes));
     headers
 }
 

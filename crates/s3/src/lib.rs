@@ -21,9 +21,10 @@
 //!   header [`STATE_HEADER`] (`x-permafrost-state`; not an `x-amz-meta-*` header, so it never leaks into user
 //!   metadata when a client copies an object's metadata).
 //! - Once an object's grid bucket is chosen, HEAD and GET show it in [`GRID_BUCKET_HEADER`]
-//!   (`x-permafrost-grid-bucket`).
+//!   (`x-permafrost-grid-bucket`); they always show the stored size (after compression) in
+//!   [`STORED_BYTES_HEADER`] (`x-permafrost-stored-bytes`).
 //! - Paths under [`RESERVED_PREFIX`] (`/_permafrost/`) are the service's own admin API (`admin`: status,
-//!   persist, cache eviction, garbage collection), signed like S3 requests; `GET /_permafrost/health`
+//!   persist, cache eviction, garbage collection, bucket settings), signed like S3 requests; `GET /_permafrost/health`
 //!   answers `200 {"status":"ok"}` without authentication. No bucket can be named `_permafrost`.
 //!
 //! **Pre-compressed objects.** A PUT with `Content-Encoding: zstd` (or `lz4`) and
@@ -50,8 +51,10 @@ mod put;
 mod server;
 mod service;
 
-pub use admin::{EVICT_PATH, GC_PATH, HEALTH_PATH, PERSIST_PATH, RESERVED_PREFIX, STATUS_PATH};
+pub use admin::{
+    BUCKETS_PREFIX, EVICT_PATH, GC_PATH, HEALTH_PATH, PERSIST_PATH, RESERVED_PREFIX, STATUS_PATH,
+};
 pub use auth::Credentials;
 pub use bridge::{BODY_PIECES_IN_FLIGHT, READ_PIECE_BYTES};
-pub use common::{GRID_BUCKET_HEADER, STATE_HEADER};
+pub use common::{GRID_BUCKET_HEADER, STATE_HEADER, STORED_BYTES_HEADER};
 pub use server::{s3_service, serve, DRAIN_TIMEOUT_MS};

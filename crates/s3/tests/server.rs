@@ -38,6 +38,7 @@ fn config() -> StoreConfig {
             layout: "4x4:2+1".into(),
             disk_capacity_bytes: 96 << 20,
             spinning_max: 16,
+            ..GridSetup::default()
         },
         power_profile: Some(PowerProfile::for_tests()),
         ..StoreConfig::default()

@@ -1,8 +1,11 @@
 //! `StoreConfig`: everything the store needs to know, serde-loadable (TOML in the data directory).
 
 use permafrost_catalog::Compression;
-use permafrost_disk::power::PowerProfile;
-use permafrost_engine::WriteMode;
+use std::path::PathBuf;
+
+use permafrost_disk::power::{PowerControl, PowerProfile};
+use permafrost_engine::{GridConfig, WriteMode};
+use permafrost_grid::Layout;
 use permafrost_policy::WatchdogConfig;
 use serde::{Deserialize, Serialize};
 
@@ -18,6 +21,12 @@ pub struct GridSetup {
     pub disk_capacity_bytes: u64,
     /// At most this many disks spin at once.
     pub spinning_max: usize,
+    /// Block devices, one per grid position in order (e.g. `/dev/disk/by-id/…`); empty = sparse files of
+    /// `disk_capacity_bytes` in `DATA/grid/disks/`.
+    pub devices: Vec<PathBuf>,
+    /// What spins the devices down and up: `simulated`, `hdparm`, `scsi` or `ses:ENCLOSURE:SLOT`; one entry
+    /// for all devices or one per device (empty = simulated).
+    pub power_control: Vec<String>,
 }
 
 impl Default for GridSetup {
@@ -26,7 +35,37 @@ impl Default for GridSetup {
             layout: "8x6:4+1".into(),
             disk_capacity_bytes: 16 << 30,
             spinning_max: 12,
+            devices: Vec::new(),
+            power_control: Vec::new(),
         }
+    }
+}
+
+impl GridSetup {
+    /// The engine configuration of a new grid.
+    pub fn grid_config(&self) -> Result<GridConfig> {
+        let bad =
+            |m: String| StoreError::InvalidArgument(format!("configuration [store.grid]: {m}"));
+        let layout: Layout = self
+            .layout
+            .parse()
+            .map_err(|e| bad(format!("layout {:?}: {e}", self.layout)))?;
+        let mut grid = if self.devices.is_empty() {
+            GridConfig::with_file_disks(layout, self.disk_capacity_bytes)
+        } else {
+            let controls = self
+                .power_control
+                .iter()
+                .map(|c| {
+                    c.parse::<PowerControl>()
+                        .map_err(|e| bad(format!("power_control: {e}")))
+                })
+                .collect::<Result<Vec<_>>>()?;
+            GridConfig::with_block_devices(layout, &self.devices, &controls)
+                .map_err(|e| bad(e.to_string()))?
+        };
+        grid.spinning_max = self.spinning_max;
+        Ok(grid)
     }
 }
 
@@ -34,6 +73,8 @@ impl Default for GridSetup {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct StoreConfig {
+    /// Directory of the write-back cache (put it on flash); relative paths are relative to the data directory.
+    pub cache_dir: PathBuf,
     /// Upper bound of the cache directory's content (stored bytes of cached contents, parts and uploads in
     /// progress).
     pub cache_bytes_max: u64,
@@ -73,6 +114,7 @@ pub struct StoreConfig {
 impl Default for StoreConfig {
     fn default() -> Self {
         StoreConfig {
+            cache_dir: PathBuf::from("cache"),
             cache_bytes_max: 8 << 30,
             cache_wait_ms_max: 10_000,
             watchdog: WatchdogConfig::default(),

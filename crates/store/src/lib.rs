@@ -52,8 +52,8 @@ pub use put::{Checksums, PutHandle, PutOptions};
 pub use read::ObjectReader;
 pub use salvage::{salvage_disk_image, salvage_through_engine, SalvageProgress, SalvageReport};
 pub use store::{
-    ByteRange, MultipartUpload, ObjectInfo, PartInfo, ReplaceMetadata, StatusReport, Store,
-    VerifyProgress, VerifyReport, DECODED_LENGTH_META,
+    BucketSettingsReport, ByteRange, EffectiveSettings, MultipartUpload, ObjectInfo, PartInfo,
+    ReplaceMetadata, StatusReport, Store, VerifyProgress, VerifyReport, DECODED_LENGTH_META,
 };
 pub use summary::{DiskCounts, GridBytes, StateCount, StatusSummary, ENERGY_SCOPE};
 

@@ -300,7 +300,7 @@ impl Store {
         }
         let upload = self.upload(upload_id)?;
         let compression = if upload_options(&upload)?.content_encoding == Encoding::Identity {
-            self.head_bucket(&upload.bucket)?.settings.compression
+            self.bucket_settings(&upload.bucket)?.effective.compression
         } else {
             Compression::None
         };
@@ -452,6 +452,7 @@ mod tests {
                 layout: "4x4:2+1".into(),
                 disk_capacity_bytes: 32 << 20,
                 spinning_max: 16,
+                ..GridSetup::default()
             },
             power_profile: Some(permafrost_disk::power::PowerProfile::for_tests()),
             ..StoreConfig::default()
@@ -560,7 +561,7 @@ mod tests {
             let id = {
                 let store = store(dir.path());
                 let settings = BucketSettings {
-                    compression,
+                    compression: Some(compression),
                     ..BucketSettings::default()
                 };
                 store.create_bucket("joined", settings).unwrap();

@@ -66,7 +66,7 @@ impl Persister {
     pub fn remember_datasets(&self, inner: &Inner) -> Result<()> {
         for dataset in inner.catalog.datasets()? {
             if let Some(grid_bucket) = dataset.grid_bucket {
-                let name = strategy_name(inner, &dataset.bucket);
+                let name = inner.settings_of(&dataset.bucket).placement;
                 let mut placements = self.placements.lock();
                 let strategy = self.strategy(&mut placements, &name)?;
                 let object = ObjectToPlace {
@@ -92,16 +92,6 @@ impl Persister {
         }
         Ok(placements.get_mut(name).expect("inserted above"))
     }
-}
-
-fn strategy_name(inner: &Inner, bucket: &str) -> String {
-    inner
-        .catalog
-        .get_bucket(bucket)
-        .ok()
-        .flatten()
-        .and_then(|b| b.settings.placement)
-        .unwrap_or_else(|| inner.config.default_placement.clone())
 }
 
 fn bucket_of_dataset(dataset: &str) -> &str {
@@ -219,7 +209,7 @@ pub(crate) fn place_cached(inner: &Inner) -> Result<usize> {
                 continue; // deleted before placement: the collector takes it
             }
             let bucket = bucket_of_dataset(&content.dataset);
-            let name = strategy_name(inner, bucket);
+            let name = inner.settings_of(bucket).placement;
             let size_bytes = footprint_bytes(&content);
             let object = ObjectToPlace {
                 s3_bucket: bucket,
@@ -392,7 +382,7 @@ pub(crate) fn persist_grid_bucket(inner: &Inner, grid_bucket: u32) -> Result<()>
                 (Some(object), Some(_)) => {
                     let manifest = manifest_of(&content, &object)?;
                     let record_len = manifest.encode()?.len();
-                    let mode = inner.write_mode_of(&object.bucket);
+                    let mode = inner.settings_of(&object.bucket).write_mode;
                     ready.push(Ready {
                         content,
                         manifest,

@@ -9,12 +9,11 @@ use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
 use permafrost_catalog::{
-    BucketRecord, BucketSettings, Catalog, CatalogStats, ContentId, ContentRecord, ContentState,
-    Encoding, ListPage, ListQuery, NewContent, ObjectRecord, SqliteCatalog, SqliteOptions,
-    WorkItem, WorkKind,
+    BucketRecord, BucketSettings, Catalog, CatalogStats, Compression, ContentId, ContentRecord,
+    ContentState, Encoding, ListPage, ListQuery, NewContent, ObjectRecord, SqliteCatalog,
+    SqliteOptions, WorkItem, WorkKind,
 };
-use permafrost_engine::{Engine, GridConfig, GridStatus, OpenOptions, WriteMode};
-use permafrost_grid::Layout;
+use permafrost_engine::{Engine, GridStatus, OpenOptions, WriteMode};
 
 use crate::cache::Cache;
 use crate::persist::Persister;
@@ -173,6 +172,23 @@ pub struct VerifyReport {
     pub bytes_checked: u64,
     /// `bucket/key: error` of every object that did not read back verified.
     pub errors: Vec<String>,
+}
+
+/// What a bucket's uploads get: its [`BucketSettings`] with the store's defaults filled in.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct EffectiveSettings {
+    pub compression: Compression,
+    /// Placement strategy name (`permafrost_policy::placement_names()`).
+    pub placement: String,
+    pub write_mode: WriteMode,
+}
+
+/// A bucket's settings as chosen (`None` = the default) and as in effect.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct BucketSettingsReport {
+    pub bucket: String,
+    pub chosen: BucketSettings,
+    pub effective: EffectiveSettings,
 }
 
 /// The store's state for `permafrost status` and the admin API.
@@ -385,15 +401,35 @@ impl Inner {
         *woken = false;
     }
 
-    /// The write mode for contents of `bucket`.
-    pub fn write_mode_of(&self, bucket: &str) -> WriteMode {
-        self.catalog
+    /// A bucket's settings with the store's defaults filled in. A bucket that is gone (deleted while its data
+    /// waits) gets the defaults.
+    pub fn settings_of(&self, bucket: &str) -> EffectiveSettings {
+        let explicit = self
+            .catalog
             .get_bucket(bucket)
             .ok()
             .flatten()
-            .and_then(|b| b.settings.write_mode)
-            .and_then(|m| m.parse().ok())
-            .unwrap_or(self.config.write_mode)
+            .map(|b| b.settings)
+            .unwrap_or_default();
+        self.resolve_settings(&explicit)
+    }
+
+    /// `settings` with the store's defaults filled in.
+    pub fn resolve_settings(&self, settings: &BucketSettings) -> EffectiveSettings {
+        EffectiveSettings {
+            compression: settings
+                .compression
+                .unwrap_or(self.config.default_compression),
+            placement: settings
+                .placement
+                .clone()
+                .unwrap_or_else(|| self.config.default_placement.clone()),
+            write_mode: settings
+                .write_mode
+                .as_deref()
+                .and_then(|m| m.parse().ok())
+                .unwrap_or(self.config.write_mode),
+        }
     }
 
     /// The dataset id of a key: the bucket plus the first `dataset_prefix_depth` components of the key's
@@ -419,6 +455,19 @@ pub struct Store {
     inner: Arc<Inner>,
     threads: Mutex<Vec<JoinHandle<()>>>,
     data_dir: PathBuf,
+}
+
+/// Placement and write mode names must be known (compression is parsed already).
+fn validate_settings(settings: &BucketSettings) -> Result<()> {
+    if let Some(p) = &settings.placement {
+        permafrost_policy::placement_by_name(p, &Default::default())
+            .map_err(|e| StoreError::InvalidArgument(e.to_string()))?;
+    }
+    if let Some(m) = &settings.write_mode {
+        m.parse::<WriteMode>()
+            .map_err(StoreError::InvalidArgument)?;
+    }
+    Ok(())
 }
 
 fn validate_bucket_name(name: &str) -> Result<()> {
@@ -471,7 +520,7 @@ impl Store {
             },
         )?;
         let cache = Cache::open(
-            &data_dir.join("cache"),
+            &data_dir.join(&config.cache_dir),
             config.cache_bytes_max,
             config.fsync,
         )?;
@@ -485,11 +534,7 @@ impl Store {
                 },
             )?
         } else {
-            let layout: Layout = config.grid.layout.parse().map_err(|e| {
-                StoreError::InvalidArgument(format!("grid layout {:?}: {e}", config.grid.layout))
-            })?;
-            let mut grid = GridConfig::with_file_disks(layout, config.grid.disk_capacity_bytes);
-            grid.spinning_max = config.grid.spinning_max;
+            let mut grid = config.grid.grid_config()?;
             grid.write_mode_default = config.write_mode;
             if let Some(p) = &config.power_profile {
                 grid.power = p.clone();
@@ -555,18 +600,34 @@ impl Store {
 
     // ---------------------------------------------------------------- buckets
 
-    /// Create an S3 bucket. Unknown placement or write mode names are `InvalidArgument`.
+    /// Create an S3 bucket (`BucketSettings::default()`: the store's defaults). Unknown placement or write mode
+    /// names are `InvalidArgument`.
     pub fn create_bucket(&self, name: &str, settings: BucketSettings) -> Result<()> {
         validate_bucket_name(name)?;
-        if let Some(p) = &settings.placement {
-            permafrost_policy::placement_by_name(p, &Default::default())
-                .map_err(|e| StoreError::InvalidArgument(e.to_string()))?;
-        }
-        if let Some(m) = &settings.write_mode {
-            m.parse::<WriteMode>()
-                .map_err(StoreError::InvalidArgument)?;
-        }
+        validate_settings(&settings)?;
         Ok(self.inner.catalog.create_bucket(name, &settings)?)
+    }
+
+    /// A bucket's settings, chosen and in effect.
+    pub fn bucket_settings(&self, name: &str) -> Result<BucketSettingsReport> {
+        let record = self.head_bucket(name)?;
+        Ok(BucketSettingsReport {
+            bucket: record.name,
+            effective: self.inner.resolve_settings(&record.settings),
+            chosen: record.settings,
+        })
+    }
+
+    /// Replace a bucket's settings; they apply to uploads from now on (stored data stays as it is: the first
+    /// placement is final, and each content records its own encoding).
+    pub fn set_bucket_settings(
+        &self,
+        name: &str,
+        settings: BucketSettings,
+    ) -> Result<BucketSettingsReport> {
+        validate_settings(&settings)?;
+        self.inner.catalog.set_bucket_settings(name, &settings)?;
+        self.bucket_settings(name)
     }
 
     /// Delete an empty S3 bucket.
@@ -596,7 +657,7 @@ impl Store {
             bucket: bucket.to_string(),
             key: key.to_string(),
             dataset: self.inner.dataset_of(bucket, key),
-            compression: record.settings.compression,
+            compression: self.inner.resolve_settings(&record.settings).compression,
         };
         PutHandle::begin(
             Arc::clone(&self.inner),

@@ -72,7 +72,7 @@ fn ranged_reads_return_the_requested_bytes_from_cache_and_grid() {
         .create_bucket(
             "raw",
             BucketSettings {
-                compression: Compression::None,
+                compression: Some(Compression::None),
                 ..Default::default()
             },
         )
@@ -117,7 +117,7 @@ fn a_damaged_cache_file_is_reported_not_returned() {
         .create_bucket(
             "dmg",
             BucketSettings {
-                compression: Compression::None,
+                compression: Some(Compression::None),
                 ..Default::default()
             },
         )

@@ -40,7 +40,7 @@ fn identical_content_under_ten_keys_is_stored_once_and_freed_after_the_last_dele
         .create_bucket(
             "dedup",
             BucketSettings {
-                compression: Compression::None,
+                compression: Some(Compression::None),
                 ..Default::default()
             },
         )
@@ -712,7 +712,7 @@ fn a_full_cache_slows_writers_down_instead_of_failing_them_silently() {
     waiting.cache_wait_ms_max = 30_000;
     let store = Store::open(dir.path(), waiting).unwrap();
     let settings = || BucketSettings {
-        compression: Compression::None,
+        compression: Some(Compression::None),
         ..Default::default()
     };
     store.create_bucket("full", settings()).unwrap();

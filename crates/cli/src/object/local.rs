@@ -11,7 +11,9 @@ use permafrost_catalog::{
 };
 use permafrost_engine::Engine;
 use permafrost_grid::Role;
-use permafrost_store::{BucketSettings, ByteRange, ObjectInfo, PutOptions, Store, StoreConfig};
+use permafrost_store::{
+    BucketSettings, BucketSettingsReport, ByteRange, ObjectInfo, PutOptions, Store, StoreConfig,
+};
 
 use super::{
     format_time_ms, lock_data_dir, print_json, print_status, Archive, Body, ExtentStat, Listed,
@@ -302,12 +304,21 @@ impl Archive for Local {
         Ok(stat)
     }
 
-    fn make_bucket(&self, bucket: &str, compression: Option<&str>) -> Result<()> {
-        let mut settings = BucketSettings::default();
-        if let Some(c) = compression {
-            settings.compression = c.parse().map_err(|e: String| anyhow::anyhow!(e))?;
-        }
-        Ok(self.store().create_bucket(bucket, settings)?)
+    fn make_bucket(&self, bucket: &str) -> Result<()> {
+        Ok(self
+            .store()
+            .create_bucket(bucket, BucketSettings::default())?)
+    }
+
+    fn bucket_settings(
+        &self,
+        bucket: &str,
+        change: Option<BucketSettings>,
+    ) -> Result<BucketSettingsReport> {
+        Ok(match change {
+            Some(settings) => self.store().set_bucket_settings(bucket, settings)?,
+            None => self.store().bucket_settings(bucket)?,
+        })
     }
 
     fn remove_bucket(&self, bucket: &str) -> Result<()> {

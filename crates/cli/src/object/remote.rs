@@ -12,6 +12,8 @@ use rusty_s3::actions::{
 use rusty_s3::{Bucket, Credentials, Method, S3Action, UrlStyle};
 use url::Url;
 
+use permafrost_store::{BucketSettings, BucketSettingsReport};
+
 use super::{
     print_json, print_status, Archive, Body, Listed, Listing, ObjectStat, PutRequest, Range, Target,
 };
@@ -158,12 +160,12 @@ impl Remote {
     }
 
     /// Sign a request to a path of the endpoint that is not a bucket (`/`, `/_permafrost/…`).
-    fn sign_path(&self, path: &str) -> Url {
+    fn sign_path(&self, method: Method, path: &str) -> Url {
         let mut url = self.endpoint.clone();
         url.set_path(path);
         rusty_s3::signing::sign(
             &jiff::Timestamp::now(),
-            Method::Get,
+            method,
             url,
             self.credentials.key(),
             self.credentials.secret(),
@@ -203,10 +205,20 @@ impl Remote {
                     .into_reader()
                     .take(ERROR_BODY_BYTES_MAX)
                     .read_to_string(&mut text);
-                let code = xml_values(&text, "Code").first().map(|c| unescape_xml(c));
+                // S3 errors are XML; the service's own endpoints answer JSON.
+                let json: Option<serde_json::Value> = serde_json::from_str(&text).ok();
+                let json_field = |name: &str| {
+                    json.as_ref()
+                        .and_then(|j| j.get(name)?.as_str().map(str::to_owned))
+                };
+                let code = xml_values(&text, "Code")
+                    .first()
+                    .map(|c| unescape_xml(c))
+                    .or_else(|| json_field("error"));
                 let message = xml_values(&text, "Message")
                     .first()
-                    .map(|m| unescape_xml(m));
+                    .map(|m| unescape_xml(m))
+                    .or_else(|| json_field("message"));
                 match (code, message) {
                     (Some(code), Some(message)) => bail!("{what}: {code}: {message}"),
                     (Some(code), None) => bail!("{what}: {code} (HTTP {status})"),
@@ -223,7 +235,7 @@ impl Remote {
 
     /// `permafrost status` through the server's status endpoint.
     pub fn status(&self, json: bool) -> Result<()> {
-        let url = self.sign_path(STATUS_PATH);
+        let url = self.sign_path(Method::Get, STATUS_PATH);
         let result = self.agent.request_url("GET", &url).call();
         if let Err(ureq::Error::Status(404, _)) = result {
             bail!(
@@ -395,6 +407,7 @@ fn header_stat(bucket: &str, key: &str, response: &ureq::Response) -> ObjectStat
         last_modified: header("last-modified").unwrap_or_default(),
         state: STATE_HEADERS.iter().find_map(|h| header(h)),
         grid_bucket: header(permafrost_s3::GRID_BUCKET_HEADER).and_then(|v| v.parse().ok()),
+        stored_bytes: header(permafrost_s3::STORED_BYTES_HEADER).and_then(|v| v.parse().ok()),
         user_metadata,
         ..Default::default()
     }
@@ -558,7 +571,7 @@ impl Archive for Remote {
     }
 
     fn list_buckets(&self) -> Result<Vec<String>> {
-        let url = self.sign_path("/");
+        let url = self.sign_path(Method::Get, "/");
         let response = self.send("list buckets", self.agent.request_url("GET", &url), None)?;
         let mut text = String::new();
         response
@@ -596,10 +609,7 @@ impl Archive for Remote {
         Ok(header_stat(bucket, key, &response))
     }
 
-    fn make_bucket(&self, bucket: &str, compression: Option<&str>) -> Result<()> {
-        if compression.is_some() {
-            bail!("--compression is a bucket setting of the data directory; set it with --data-dir (server stopped)");
-        }
+    fn make_bucket(&self, bucket: &str) -> Result<()> {
         let b = self.bucket(bucket)?;
         let url = CreateBucket::new(&b, &self.credentials).sign(SIGNATURE_VALID);
         self.send(
@@ -608,6 +618,38 @@ impl Archive for Remote {
             None,
         )?;
         Ok(())
+    }
+
+    fn bucket_settings(
+        &self,
+        bucket: &str,
+        change: Option<BucketSettings>,
+    ) -> Result<BucketSettingsReport> {
+        let path = format!("{}{bucket}", permafrost_s3::BUCKETS_PREFIX);
+        let what = format!("settings of {bucket}");
+        let result = match &change {
+            None => {
+                let url = self.sign_path(Method::Get, &path);
+                self.agent.request_url("GET", &url).call()
+            }
+            Some(settings) => {
+                let url = self.sign_path(Method::Put, &path);
+                let body = serde_json::to_string(settings)?;
+                self.agent
+                    .request_url("PUT", &url)
+                    .set("Content-Type", "application/json")
+                    .send_string(&body)
+            }
+        };
+        let response = self.check(&what, result)?;
+        let mut text = String::new();
+        response
+            .into_reader()
+            .take(RESPONSE_BYTES_MAX)
+            .read_to_string(&mut text)
+            .with_context(|| format!("reading the {what}"))?;
+        serde_json::from_str(&text)
+            .with_context(|| format!("the {what} from {} has an unknown shape", self.endpoint))
     }
 
     fn remove_bucket(&self, bucket: &str) -> Result<()> {
