@@ -396,6 +396,8 @@ pub struct NewExtent {
     pub object_id: [u8; 16],
     /// Extent number within the object.
     pub extent_no: u16,
+    /// Which copy of the object this extent belongs to (0: the only one on a single server).
+    pub replica_id: u8,
     pub kind: ExtentKind,
 }
 
@@ -409,6 +411,8 @@ pub struct ExtentRecord {
     pub payload_bytes: u64,
     pub object_id: [u8; 16],
     pub extent_no: u16,
+    /// Which copy of the object (as in the extent header).
+    pub replica_id: u8,
     pub kind: ExtentKind,
     /// False while the extent is being written (abandoned on restart).
     pub written: bool,

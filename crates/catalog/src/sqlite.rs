@@ -48,7 +48,7 @@ use crate::list::{list_with, prefix_successor};
 use crate::*;
 
 /// Schema version stored in `meta`.
-const SCHEMA_VERSION: u32 = 1;
+const SCHEMA_VERSION: u32 = 2;
 /// Reader connections kept open at most.
 const READERS_MAX: usize = 8;
 
@@ -140,7 +140,8 @@ CREATE TABLE IF NOT EXISTS extents (
     extent_no INTEGER NOT NULL,
     kind TEXT NOT NULL,
     written INTEGER NOT NULL,
-    blake3 BLOB
+    blake3 BLOB,
+    replica_id INTEGER NOT NULL
 );
 CREATE INDEX IF NOT EXISTS extents_by_place ON extents(grid_bucket, offset);
 CREATE INDEX IF NOT EXISTS extents_unwritten ON extents(extent_id) WHERE written = 0;
@@ -200,7 +201,7 @@ const CONTENT_COLUMNS: &str =
     "content, logical_bytes, stored_bytes, stored_form, chunk_index, md5, state, refcount, \
      dataset, grid_bucket, cache_path, created_ms, last_access_ms, unreferenced_since_ms";
 const EXTENT_COLUMNS: &str =
-    "extent_id, grid_bucket, offset, length_bytes, payload_bytes, object_id, extent_no, kind, written, blake3";
+    "extent_id, grid_bucket, offset, length_bytes, payload_bytes, object_id, extent_no, kind, written, blake3, replica_id";
 
 fn corrupt(what: impl std::fmt::Display) -> CatalogError {
     CatalogError::Corrupt(what.to_string())
@@ -297,6 +298,7 @@ fn extent_from_row(row: &Row, at: usize) -> rusqlite::Result<ExtentRecord> {
             .get::<_, Option<Vec<u8>>>(at + 9)?
             .map(|b| fixed(b, "extent blake3"))
             .transpose()?,
+        replica_id: row.get::<_, i64>(at + 10)? as u8,
     })
 }
 
@@ -1174,8 +1176,8 @@ impl Catalog for SqliteCatalog {
                 assert!(e.length_bytes > 0 && e.length_bytes % 4096 == 0, "extent length {} must be a multiple of 4096", e.length_bytes);
                 let offset = allocate(tx, grid_bucket, e.length_bytes, capacity_bytes)?;
                 tx.prepare_cached(
-                    "INSERT INTO extents (grid_bucket, offset, length_bytes, payload_bytes, object_id, extent_no, kind, written, blake3)
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 0, NULL)",
+                    "INSERT INTO extents (grid_bucket, offset, length_bytes, payload_bytes, object_id, extent_no, kind, written, blake3, replica_id)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 0, NULL, ?8)",
                 )
                 .and_then(|mut s| {
                     s.execute(params![
@@ -1185,7 +1187,8 @@ impl Catalog for SqliteCatalog {
                         e.payload_bytes as i64,
                         &e.object_id[..],
                         e.extent_no,
-                        kind_str(e.kind)
+                        kind_str(e.kind),
+                        e.replica_id
                     ])
                 })
                 .map_err(|err| self.db_error(err))?;
@@ -1197,6 +1200,7 @@ impl Catalog for SqliteCatalog {
                     payload_bytes: e.payload_bytes,
                     object_id: e.object_id,
                     extent_no: e.extent_no,
+                    replica_id: e.replica_id,
                     kind: e.kind,
                     written: false,
                     blake3: None,

@@ -270,6 +270,7 @@ fn extents_are_allocated_without_overlap_and_freed_ranges_are_reused() {
         payload_bytes: len - 100,
         object_id: [1; 16],
         extent_no: 0,
+        replica_id: (len / 4096) as u8,
         kind: ExtentKind::Content,
     };
     let e1 = c
@@ -283,7 +284,12 @@ fn extents_are_allocated_without_overlap_and_freed_ranges_are_reused() {
         c.get_content(&cid(1)).unwrap().unwrap().state,
         ContentState::Persisting
     );
-    assert_eq!(c.unwritten_extents().unwrap().len(), 2);
+    let unwritten = c.unwritten_extents().unwrap();
+    assert_eq!(
+        unwritten.iter().map(|e| e.replica_id).collect::<Vec<_>>(),
+        [2, 1],
+        "replica ids round-trip"
+    );
     let seg = |n, e: &ExtentRecord| SegmentRecord {
         content: cid(n),
         seq: 0,
@@ -361,6 +367,7 @@ fn a_pack_extent_is_freed_only_when_its_last_entry_dies() {
         payload_bytes: 400,
         object_id: [9; 16],
         extent_no: 0,
+        replica_id: 0,
         kind: ExtentKind::Pack,
     };
     let e = c.begin_extents(0, 1 << 20, &[pack], &ids).unwrap();
@@ -405,6 +412,7 @@ fn eviction_candidates_are_persisted_contents_in_lru_order() {
                     payload_bytes: 100,
                     object_id: [n; 16],
                     extent_no: 0,
+                    replica_id: 0,
                     kind: ExtentKind::Content,
                 }],
                 &[cid(n)],

@@ -485,6 +485,7 @@ fn new_extent(ready: &[Ready], unit: &Unit) -> NewExtent {
             payload_bytes: plan.payload_len as u64,
             object_id: ready[*i].content.id.object_id(),
             extent_no: plan.extent_id,
+            replica_id: 0,
             kind: ExtentKind::Content,
         },
         Unit::Pack {
@@ -496,6 +497,7 @@ fn new_extent(ready: &[Ready], unit: &Unit) -> NewExtent {
             payload_bytes: *payload_len as u64,
             object_id: pack_id.to_le_bytes(),
             extent_no: 0,
+            replica_id: 0,
             kind: ExtentKind::Pack,
         },
     }
@@ -650,7 +652,7 @@ fn write_unit(
             let payload = head.chain(BufReader::new(file).take(plan.stored_len));
             let header = ExtentHeader {
                 object_id: u128::from_le_bytes(record.object_id),
-                replica_id: 0,
+                replica_id: record.replica_id,
                 extent_id: plan.extent_id,
                 payload_len: plan.payload_len,
             };
@@ -700,7 +702,7 @@ fn write_unit(
                 .expect("spawn a pack writer");
             let header = ExtentHeader {
                 object_id: *pack_id,
-                replica_id: 0,
+                replica_id: record.replica_id,
                 extent_id: 0,
                 payload_len: *payload_len,
             };
