@@ -125,3 +125,16 @@ def test_cli_status_with_wrong_credentials_fails_clearly(server):
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 1
     assert "SignatureDoesNotMatch" in result.stderr, result.stderr
+
+
+def test_cli_put_waits_until_the_server_persisted_the_object(server, s3, bucket, tmp_path):
+    source = tmp_path / "scan.bin"
+    source.write_bytes(os.urandom(3_000_000))
+    env = dict(os.environ, PERMAFROST_ROOT_USER=ACCESS_KEY, PERMAFROST_ROOT_PASSWORD=SECRET_KEY)
+    result = subprocess.run([str(binary()), "put", str(source), f"{bucket}/runs/scan.bin", "--wait-persisted",
+                             "--wait-timeout-s", "60", "--json", "--endpoint", server.endpoint],
+                            env=env, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["state"] == "persisted", result.stdout
+    head = s3.head_object(Bucket=bucket, Key="runs/scan.bin")["ResponseMetadata"]["HTTPHeaders"]
+    assert head[STATE_HEADER] == "persisted" and GRID_BUCKET_HEADER in head
