@@ -176,6 +176,7 @@ fn a_disk_counts_against_the_budget_until_its_drive_is_powered_down() {
     assert_eq!(again, None);
     b.powered_down(0);
     assert_eq!(b.spinning(), 0);
+    assert_eq!(b.settle(20_001), Vec::<usize>::new());
     match b.try_acquire(&[1], &mut ticket, 20_001).unwrap() {
         Admission::Granted(grant) => assert_eq!(grant.spun_up, vec![1]),
         other => panic!("expected a grant, got {other:?}"),
@@ -232,6 +233,7 @@ fn sets_larger_than_the_budget_are_refused_and_leave_the_queue() {
     assert_eq!(acquire(&mut b, &[3, 0], &mut ticket, 1), None);
     assert!(ticket.is_some());
     b.set_budget(1).unwrap();
+    b.settle(2);
     assert!(matches!(
         b.try_acquire(&[3, 0], &mut ticket, 2),
         Err(PowerError::SetExceedsBudget {

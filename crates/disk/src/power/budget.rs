@@ -281,6 +281,10 @@ impl PowerBudget {
         ticket: &mut Option<Ticket>,
         now_ms: u64,
     ) -> Result<Admission, PowerError> {
+        debug_assert!(
+            self.disks.iter().all(|s| s.model.accounted_ms() >= now_ms),
+            "try_acquire at {now_ms} ms without settle({now_ms}) first"
+        );
         let mut set = disks.to_vec();
         set.sort_unstable();
         set.dedup();
