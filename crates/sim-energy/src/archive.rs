@@ -1,10 +1,10 @@
-//! One simulated archive: disks with their power models, a cache, the
+//! One simulated archive: disks with the server's power budget, a cache, the
 //! watchdog, a placement strategy, and a discrete-event loop on simulated time.
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap, HashMap, VecDeque};
 
-use permafrost_disk::power::{PowerModel, PowerState, PowerStats};
+use permafrost_disk::power::{Admission, Grant, PowerBudget, PowerState, PowerStats, Ticket};
 use permafrost_grid::{Geometry, Layout};
 use permafrost_policy::{
     BucketHealth, BucketView, CacheView, ObjectToPlace, Placement, TargetView, WatchdogPolicy,
@@ -47,7 +47,7 @@ pub struct SystemSpec {
 /// A place objects live: a grid bucket, a RAID array or a stripe set.
 struct Home {
     /// Disks a read of an object here runs on.
-    read_disks: Vec<u32>,
+    read_disks: Vec<usize>,
     /// Each read disk transfers `bytes / read_divisor`.
     read_divisor: u64,
     capacity_bytes: u64,
@@ -59,7 +59,7 @@ struct Home {
 /// or, in delayed mode, a parity disk with pending deltas.
 struct Target {
     /// Disks held together by a persist.
-    disks: Vec<u32>,
+    disks: Vec<usize>,
     /// Hold time of a persist of `b` bytes: `b · hold_factor / hold_divisor` at disk speed.
     hold_factor: u64,
     hold_divisor: u64,
@@ -117,7 +117,7 @@ enum JobKind {
 }
 
 struct Job {
-    disks: Vec<u32>,
+    disks: Vec<usize>,
     hold_ms: u64,
     kind: JobKind,
 }
@@ -146,7 +146,6 @@ struct Counters {
     cache_overflow_bytes: u64,
     placement_failures: u64,
     out_of_order_records: u64,
-    max_spinning: usize,
 }
 
 /// One archive under simulation. Feed it records in time order with
@@ -156,14 +155,17 @@ pub struct ArchiveSim {
     backend: Backend,
     disk_bytes_per_s: u64,
     cache_reads: bool,
+    /// The configured budget (`None`: as many as there are disks).
     budget: Option<usize>,
     check_invariants: bool,
     now_ms: u64,
     seq: u64,
     events: BinaryHeap<Reverse<(u64, u64, Event)>>,
-    models: Vec<PowerModel>,
+    /// The disks' power models and the budget: the server's own policy
+    /// (`PowerManager` runs the same type). Drives power down instantly here.
+    power: PowerBudget,
+    /// Per disk: when its last I/O ends (a disk serves its I/Os one by one).
     busy_until_ms: Vec<u64>,
-    last_used_ms: Vec<u64>,
     homes: Vec<Home>,
     targets: Vec<Target>,
     placement: Box<dyn Placement>,
@@ -181,7 +183,8 @@ pub struct ArchiveSim {
     lru_tick: u64,
     jobs: Vec<Option<Job>>,
     free_jobs: Vec<u32>,
-    queue: VecDeque<u32>,
+    /// Jobs waiting for budget, by their place in the power budget's queue.
+    waiting: HashMap<Ticket, u32>,
     latency: LatencyHistogram,
     counters: Counters,
     bucket_views: Vec<BucketView>,
@@ -209,7 +212,7 @@ impl ArchiveSim {
                     let p = geometry.parity_targets(d);
                     let parity = [p.hp, p.vp, p.vhp];
                     homes.push(Home {
-                        read_disks: vec![d as u32],
+                        read_disks: vec![d],
                         read_divisor: 1,
                         capacity_bytes: capacity,
                         used_bytes: 0,
@@ -219,11 +222,8 @@ impl ArchiveSim {
                         // Chunks are pipelined (thesis l. 1647: several write promises
                         // in flight), so each of the four disks writes the data once
                         // and all four are busy for about one transfer time.
-                        WriteMode::Serialized => (
-                            std::iter::once(d).chain(parity).map(|x| x as u32).collect(),
-                            1,
-                        ),
-                        WriteMode::Delayed => (vec![d as u32], 1),
+                        WriteMode::Serialized => (std::iter::once(d).chain(parity).collect(), 1),
+                        WriteMode::Delayed => (vec![d], 1),
                     };
                     targets.push(Target::new(target_disks, factor, 1));
                     if config.write_mode == WriteMode::Delayed {
@@ -237,7 +237,7 @@ impl ArchiveSim {
                     parity_disks.sort_unstable();
                     for pd in parity_disks {
                         parity_target.insert(pd, targets.len());
-                        targets.push(Target::new(vec![pd as u32], 1, 1));
+                        targets.push(Target::new(vec![pd], 1, 1));
                     }
                     for (bucket, target) in targets.iter_mut().enumerate().take(geometry.buckets())
                     {
@@ -269,9 +269,7 @@ impl ArchiveSim {
                 let sets = data_disks.div_ceil(n).max(1);
                 disks = sets * (n + k);
                 for s in 0..sets {
-                    let members: Vec<u32> = ((s * (n + k))..((s + 1) * (n + k)))
-                        .map(|d| d as u32)
-                        .collect();
+                    let members: Vec<usize> = ((s * (n + k))..((s + 1) * (n + k))).collect();
                     homes.push(Home {
                         read_disks: members.clone(),
                         read_divisor: n as u64,
@@ -286,6 +284,10 @@ impl ArchiveSim {
                 }
             }
         }
+        // Without a budget every disk may spin: a budget of all disks never
+        // makes a request wait.
+        let power = PowerBudget::new(profile, disks, budget.unwrap_or(disks).max(1), 0)
+            .map_err(|e| SimError::Config(e.to_string()))?;
         let mut sim = ArchiveSim {
             label: spec.label,
             backend: spec.backend,
@@ -296,11 +298,8 @@ impl ArchiveSim {
             now_ms: 0,
             seq: 0,
             events: BinaryHeap::new(),
-            models: (0..disks)
-                .map(|_| PowerModel::new(profile.clone(), 0))
-                .collect(),
+            power,
             busy_until_ms: vec![0; disks],
-            last_used_ms: vec![0; disks],
             homes,
             targets,
             placement: spec.placement,
@@ -318,7 +317,7 @@ impl ArchiveSim {
             lru_tick: 0,
             jobs: Vec::new(),
             free_jobs: Vec::new(),
-            queue: VecDeque::new(),
+            waiting: HashMap::new(),
             latency: LatencyHistogram::default(),
             counters: Counters::default(),
             bucket_views: Vec::new(),
@@ -326,9 +325,11 @@ impl ArchiveSim {
         };
         if matches!(sim.backend, Backend::Raid6AlwaysOn { .. }) {
             // Always on: every disk spins up at time 0 and never times out.
-            for d in 0..disks {
-                sim.models[d].begin_io(0);
-                sim.models[d].end_io(0);
+            let all: Vec<usize> = (0..disks).collect();
+            sim.acquire(&all, &mut None)
+                .expect("no budget: every disk may spin");
+            for d in all {
+                sim.power.release(d, 0);
             }
         }
         Ok(sim)
@@ -347,7 +348,23 @@ impl ArchiveSim {
 
     /// Power counters of every disk, as its model accrued them.
     pub fn disk_stats(&self) -> Vec<PowerStats> {
-        self.models.iter().map(PowerModel::stats).collect()
+        (0..self.power.n_disks())
+            .map(|d| self.power.model(d).stats())
+            .collect()
+    }
+
+    /// Where the placement strategy put the trace's object `object`: the index
+    /// of its home (for a grid, the grid bucket). `None` if the object is not
+    /// live (never written or read, deleted, or no home had room).
+    pub fn home_of(&self, object: u64) -> Option<usize> {
+        let slot = *self.ids.get(&object)?;
+        Some(self.objs[slot as usize].home as usize)
+    }
+
+    /// The disks' power models and budget: the type the server's
+    /// `PowerManager` runs, as this simulation drove it.
+    pub fn power(&self) -> &PowerBudget {
+        &self.power
     }
 
     /// Simulated time of the last processed event or record.
@@ -400,11 +417,12 @@ impl ArchiveSim {
     pub fn drain(&mut self) -> u64 {
         self.run_until(u64::MAX);
         let now = self.now_ms;
-        self.models
-            .iter_mut()
-            .filter_map(|m| {
-                m.advance(now);
-                m.next_transition_ms()
+        self.settle(now);
+        (0..self.power.n_disks())
+            .filter_map(|d| {
+                self.power
+                    .model(d)
+                    .next_transition_ms()
                     .filter(|&t| t < ALWAYS_ON_IDLE_TIMEOUT_MS)
             })
             .fold(now, u64::max)
@@ -414,20 +432,15 @@ impl ArchiveSim {
     /// and produce the report.
     pub fn finish(&mut self, end_ms: u64) -> SystemReport {
         let end_ms = end_ms.max(self.now_ms);
-        for m in &mut self.models {
-            m.advance(end_ms);
-        }
-        let mut power = PowerStats::default();
-        for m in &self.models {
-            power.add(&m.stats());
-        }
+        self.settle(end_ms);
+        let power = self.power.totals_at(end_ms);
         let c = &self.counters;
         SystemReport::new(
             self.label.clone(),
-            self.models.len(),
+            self.power.n_disks(),
             self.homes.iter().map(|h| h.capacity_bytes).sum(),
             power,
-            self.models[0].profile().clone(),
+            self.power.profile().clone(),
             crate::report::Activity {
                 reads: c.reads,
                 cache_hits: c.cache_hits,
@@ -441,7 +454,7 @@ impl ArchiveSim {
                 cache_overflow_bytes: c.cache_overflow_bytes,
                 placement_failures: c.placement_failures,
                 out_of_order_records: c.out_of_order_records,
-                max_spinning: c.max_spinning,
+                max_spinning: self.power.max_spinning_seen(),
                 budget_max_spinning: self.budget,
                 events: c.events,
             },
@@ -467,9 +480,8 @@ impl ArchiveSim {
             self.counters.events += 1;
             match event {
                 Event::IoEnd(d) => {
-                    self.models[d as usize].end_io(at);
-                    self.last_used_ms[d as usize] = at;
-                    if !self.queue.is_empty() {
+                    let idle = self.power.release(d as usize, at);
+                    if idle && !self.waiting.is_empty() {
                         self.serve_queue();
                     }
                 }
@@ -493,7 +505,8 @@ impl ArchiveSim {
             return;
         }
         let now = self.now_ms;
-        let on = self.spinning_at(now);
+        self.settle(now);
+        let on = self.power.spinning();
         if let Some(b) = self.budget {
             assert!(
                 on <= b,
@@ -503,20 +516,8 @@ impl ArchiveSim {
         }
     }
 
-    fn spinning_at(&mut self, now_ms: u64) -> usize {
-        self.models
-            .iter_mut()
-            .filter_map(|m| {
-                m.advance(now_ms);
-                (m.state() != PowerState::Off).then_some(())
-            })
-            .count()
-    }
-
-    fn is_on(&mut self, d: u32) -> bool {
-        let m = &mut self.models[d as usize];
-        m.advance(self.now_ms);
-        m.state() != PowerState::Off
+    fn is_on(&mut self, d: usize) -> bool {
+        self.power.state_at(d, self.now_ms) != PowerState::Off
     }
 
     // ---- jobs and the power budget ----
@@ -525,7 +526,38 @@ impl ArchiveSim {
         (u128::from(bytes) * 1000).div_ceil(u128::from(self.disk_bytes_per_s)) as u64
     }
 
+    /// Bring the power models to `now_ms`. The simulated drives have no motor
+    /// to stop: a disk whose model turned Off is powered down at once.
+    fn settle(&mut self, now_ms: u64) {
+        for disk in self.power.settle(now_ms) {
+            self.power.powered_down(disk);
+        }
+    }
+
+    /// What `PowerManager::acquire_many` does, without the sleeping: the fast
+    /// path for a new request; then (also each time a waiting one is retried)
+    /// settle, try, and after making room try again. `None`: wait (in the
+    /// budget's queue when `ticket` is set).
+    fn acquire(&mut self, disks: &[usize], ticket: &mut Option<Ticket>) -> Option<Grant> {
+        let now = self.now_ms;
+        if ticket.is_none() {
+            if let Some(grant) = self.power.acquire_on(disks, now) {
+                return Some(grant);
+            }
+        }
+        loop {
+            self.settle(now);
+            match self.power.try_acquire(disks, ticket, now) {
+                Ok(Admission::Granted(grant)) => return Some(grant),
+                Ok(Admission::MadeRoom) => continue,
+                Ok(Admission::Wait) => return None,
+                Err(e) => unreachable!("{}: {e} (checked at construction)", self.label),
+            }
+        }
+    }
+
     fn submit(&mut self, job: Job) {
+        let disks = job.disks.clone();
         let id = match self.free_jobs.pop() {
             Some(id) => {
                 self.jobs[id as usize] = Some(job);
@@ -536,61 +568,55 @@ impl ArchiveSim {
                 (self.jobs.len() - 1) as u32
             }
         };
-        // As PowerManager::acquire_many: a job whose disks are all on needs no
-        // budget and never queues; others wait in FIFO order.
-        let needs_spin_up = {
-            let disks = self.jobs[id as usize]
-                .as_ref()
-                .expect("just stored")
-                .disks
-                .clone();
-            disks.into_iter().any(|d| !self.is_on(d))
-        };
-        if self.budget.is_none() || !needs_spin_up {
-            self.start(id);
-        } else {
-            self.queue.push_back(id);
-            self.serve_queue();
+        let mut ticket = None;
+        match self.acquire(&disks, &mut ticket) {
+            Some(grant) => self.start(id, grant),
+            None => {
+                let ticket = ticket.expect("a job that waits has a place in the budget's queue");
+                self.waiting.insert(ticket, id);
+            }
         }
     }
 
-    /// Start queued jobs in order while the budget allows; turn Idle disks off
-    /// (least recently used first) to make room, as `PowerManager` does.
+    /// A disk went idle: retry the waiting jobs, as every waiting
+    /// `acquire_many` does when woken. Only the head of the queue may take
+    /// budget. A job behind it goes as soon as all its disks are on, which
+    /// only a grant that spun disks up can bring about: so the rest of the
+    /// queue is looked at after such a grant only, and before the new head
+    /// may turn their (then Active) disks off to make room.
     fn serve_queue(&mut self) {
-        let Some(budget) = self.budget else { return };
-        while let Some(&id) = self.queue.front() {
-            let now = self.now_ms;
-            let disks = self.jobs[id as usize]
-                .as_ref()
-                .expect("queued job")
-                .disks
-                .clone();
-            let off = disks.iter().filter(|&&d| !self.is_on(d)).count();
-            let mut free = budget.saturating_sub(self.spinning_at(now));
-            if off > free {
-                let mut idle: Vec<(u64, usize)> = (0..self.models.len())
-                    .filter(|&d| {
-                        self.models[d].state() == PowerState::Idle && !disks.contains(&(d as u32))
-                    })
-                    .map(|d| (self.last_used_ms[d], d))
-                    .collect();
-                idle.sort_unstable();
-                for (_, d) in idle.into_iter().take(off - free) {
-                    if self.models[d].spin_down(now) {
-                        free += 1;
+        while let Some(head) = self.power.queue_head() {
+            match self.retry(head) {
+                None => return,
+                Some(false) => {}
+                Some(true) => {
+                    let behind: Vec<Ticket> = self.power.waiting().skip(1).collect();
+                    for ticket in behind {
+                        self.retry(ticket);
                     }
                 }
             }
-            if off > free {
-                break;
-            }
-            self.queue.pop_front();
-            self.start(id);
         }
     }
 
-    fn start(&mut self, id: u32) {
-        let now = self.now_ms;
+    /// Try to start the job waiting with `ticket`. `Some(spun_up)` if it started.
+    fn retry(&mut self, ticket: Ticket) -> Option<bool> {
+        let id = self.waiting[&ticket];
+        let disks = self.jobs[id as usize]
+            .as_ref()
+            .expect("waiting job")
+            .disks
+            .clone();
+        let grant = self.acquire(&disks, &mut Some(ticket))?;
+        self.waiting.remove(&ticket);
+        let spun_up = !grant.spun_up.is_empty();
+        self.start(id, grant);
+        Some(spun_up)
+    }
+
+    /// Run a job whose disks were granted: its I/O starts when every disk is
+    /// ready and done with earlier I/O, and holds the disks for `hold_ms`.
+    fn start(&mut self, id: u32, grant: Grant) {
         let job = self.jobs[id as usize].as_ref().expect("job to start");
         let hold_ms = job.hold_ms.max(1);
         let disks = job.disks.clone();
@@ -598,25 +624,16 @@ impl ArchiveSim {
             JobKind::Read { arrival_ms, .. } => Some(arrival_ms),
             JobKind::Persist { .. } => None,
         };
-        let mut start_ms = now;
-        let mut spun_up = false;
-        for &d in &disks {
-            let m = &mut self.models[d as usize];
-            m.advance(now);
-            spun_up |= m.state() == PowerState::Off;
-            let ready = m.begin_io(now);
-            start_ms = start_ms.max(ready).max(self.busy_until_ms[d as usize]);
-        }
+        let start_ms = disks
+            .iter()
+            .map(|&d| self.busy_until_ms[d])
+            .fold(grant.ready_ms, u64::max);
         let end_ms = start_ms + hold_ms;
         for &d in &disks {
-            self.busy_until_ms[d as usize] = end_ms;
-            self.push(end_ms, Event::IoEnd(d));
+            self.busy_until_ms[d] = end_ms;
+            self.push(end_ms, Event::IoEnd(d as u32));
         }
         self.push(end_ms, Event::JobDone(id));
-        if spun_up {
-            let on = self.spinning_at(now);
-            self.counters.max_spinning = self.counters.max_spinning.max(on);
-        }
         if let Some(arrival_ms) = arrival_ms {
             self.latency.record(start_ms - arrival_ms);
         }
@@ -1014,7 +1031,7 @@ impl ArchiveSim {
 }
 
 impl Target {
-    fn new(disks: Vec<u32>, hold_factor: u64, hold_divisor: u64) -> Target {
+    fn new(disks: Vec<usize>, hold_factor: u64, hold_divisor: u64) -> Target {
         Target {
             disks,
             hold_factor,

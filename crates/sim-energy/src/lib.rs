@@ -8,19 +8,20 @@
 //! placement, an always-on RAID 6 (10+2) and a 12+4 erasure-coded store.
 //! `docs/energy.md` describes the model and its results.
 //!
-//! **Shared code, not a re-implementation.** Every disk is a
-//! [`permafrost_disk::power::PowerModel`] (the server's power model); the
-//! cache is persisted by [`permafrost_policy::WatchdogPolicy`] and objects are
-//! placed by a [`permafrost_policy::Placement`] from the same registry the
-//! server uses; the grid's parity targets come from
-//! [`permafrost_grid::Geometry`]. Reported energy, spin-ups and state hours are
-//! the sums of the power models' own counters.
+//! **Shared code, not a re-implementation.** The disks and their budget are a
+//! [`permafrost_disk::power::PowerBudget`], the type the server's
+//! `PowerManager` runs (one `PowerModel` per disk, the FIFO of spin-ups, which
+//! Idle disks to turn off to make room); the cache is persisted by
+//! [`permafrost_policy::WatchdogPolicy`] and objects are placed by a
+//! [`permafrost_policy::Placement`] from the same registry the server uses;
+//! the grid's parity targets come from [`permafrost_grid::Geometry`]. Reported
+//! energy, spin-ups and state hours are the sums of the power models' own
+//! counters.
 //!
 //! **Invariants.**
 //! - Deterministic: the same trace, configuration and seeds give the same report.
 //! - With a power budget, at most that many grid disks are on at any moment;
-//!   spin-ups wait in FIFO order and Idle disks are turned off to make room,
-//!   as `PowerManager` does in the server.
+//!   the budget's decisions are `PowerBudget`'s, as in the server.
 //! - Memory is bounded by the number of live objects (a few tens of bytes
 //!   each) plus the jobs in flight; latencies go to a fixed-size histogram.
 //!

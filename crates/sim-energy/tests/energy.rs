@@ -2,11 +2,11 @@
 
 use std::convert::Infallible;
 
-use permafrost_disk::power::{PowerState, PowerStats};
+use permafrost_disk::power::{Admission, Grant, PowerBudget, PowerState, PowerStats, Ticket};
 use permafrost_grid::{Geometry, Layout};
 use permafrost_policy::{
-    placement_by_name, placement_names, BucketView, ObjectToPlace, Placement, PlacementError,
-    WatchdogConfig,
+    placement_by_name, placement_names, BucketHealth, BucketView, ObjectToPlace, Placement,
+    PlacementError, WatchdogConfig,
 };
 use permafrost_sim_energy::{
     run, simulate, standard_systems, ArchiveSim, Backend, Report, SimConfig, SystemSpec, WriteMode,
@@ -141,7 +141,7 @@ fn deletes_and_renames_wake_no_disk() {
 }
 
 #[test]
-fn energy_adds_up_and_is_the_sum_of_the_power_models_counters() {
+fn energy_adds_up_and_every_spin_up_and_idle_timeout_is_accounted_in_full() {
     let config = SimConfig {
         cache_capacity_bytes: 64 << 30,
         ..SimConfig::default()
@@ -159,11 +159,27 @@ fn energy_adds_up_and_is_the_sum_of_the_power_models_counters() {
         for s in sim.disk_stats() {
             sum.add(&s);
         }
+        let p = &system.profile;
         assert_eq!(
-            system.power, sum,
-            "{}: the report is the models' counters",
+            sum.ms_in_state[PowerState::SpinningUp.index()],
+            sum.spin_ups * p.spin_up_ms,
+            "{}: every spin-up lasts exactly spin_up_ms",
             system.label
         );
+        if system.label.starts_with("raid6") {
+            assert_eq!(sum.ms_in_state[PowerState::Off.index()], 0, "always on");
+        } else {
+            // No budget, so nothing is turned off early: every time a disk was
+            // on ends with a full idle timeout (and the run lasts until it has).
+            assert!(
+                sum.ms_in_state[PowerState::Idle.index()] >= sum.spin_ups * p.idle_timeout_ms,
+                "{}",
+                system.label
+            );
+        }
+        if system.label.starts_with("erasure") {
+            assert_eq!(sum.spin_ups % 16, 0, "a 12+4 stripe set spins up as one");
+        }
         assert_eq!(system.spin_ups, sum.spin_ups);
         let by_state: f64 = PowerState::ALL
             .iter()
@@ -191,6 +207,7 @@ fn energy_adds_up_and_is_the_sum_of_the_power_models_counters() {
         raid.spin_ups, raid.disks as u64,
         "one spin-up per disk at the start"
     );
+    assert_eq!(raid.activity.max_spinning, raid.disks, "all on at once");
 }
 
 #[test]
@@ -372,4 +389,189 @@ fn dataset_affinity_saves_spin_ups_against_random_placement_on_datasets() {
         random.spin_ups
     );
     assert!(affinity.kwh < random.kwh);
+}
+
+/// What `ArchiveSim` (and each waiting `PowerManager::acquire_many`) does
+/// with the shared budget: settle (a simulated drive stops at once), try,
+/// and after making room try again. `None`: the request waits.
+fn admit(
+    budget: &mut PowerBudget,
+    disks: &[usize],
+    ticket: &mut Option<Ticket>,
+    now_ms: u64,
+) -> Option<Grant> {
+    loop {
+        for disk in budget.settle(now_ms) {
+            budget.powered_down(disk);
+        }
+        match budget.try_acquire(disks, ticket, now_ms).unwrap() {
+            Admission::Granted(grant) => return Some(grant),
+            Admission::MadeRoom => continue,
+            Admission::Wait => return None,
+        }
+    }
+}
+
+#[test]
+fn the_simulator_grants_and_accounts_power_with_the_disk_crates_budget() {
+    const GB: u64 = 1_000_000_000; // 10 s at 100 MB/s
+    let config = SimConfig {
+        write_mode: WriteMode::Delayed, // a persist needs 1 disk: a budget of 2 is allowed
+        budget_max_spinning: Some(2),
+        cache_reads: false,
+        ..SimConfig::default()
+    };
+    let spec = SystemSpec {
+        label: "grid".into(),
+        backend: Backend::Grid(layout()),
+        placement: placement_by_name("round-robin", &config.placement).unwrap(),
+    };
+    // Objects stored before the trace, placed on first sight: 1..=4 on buckets 0..=3.
+    let records = vec![
+        get(0, 1, GB, "b/o1"),
+        get(1_000, 2, 5 * GB, "b/o2"),
+        get(2_000, 3, GB, "b/o3"),
+        get(3_000, 4, GB, "b/o4"),
+        get(4_000, 3, GB, "b/o3"),
+    ];
+    let mut sim = ArchiveSim::new(&config, spec).unwrap();
+    sim.set_check_invariants(true);
+    let report = run(std::slice::from_mut(&mut sim), ok(records), "t").unwrap();
+    let system = &report.systems[0];
+
+    // The same requests, driven through the disk crate's PowerBudget directly.
+    let geometry = Geometry::new(layout()).unwrap();
+    let [d0, d1, d2, d3] = [0, 1, 2, 3].map(|b| geometry.bucket_disk(b));
+    let mut budget = PowerBudget::new(config.power.clone(), geometry.disks(), 2, 0).unwrap();
+    let g1 = admit(&mut budget, &[d0], &mut None, 0).unwrap();
+    let g2 = admit(&mut budget, &[d1], &mut None, 1_000).unwrap();
+    let (mut t3, mut t4, mut t5) = (None, None, None);
+    assert!(
+        admit(&mut budget, &[d2], &mut t3, 2_000).is_none(),
+        "budget full"
+    );
+    assert!(admit(&mut budget, &[d3], &mut t4, 3_000).is_none());
+    assert!(admit(&mut budget, &[d2], &mut t5, 4_000).is_none());
+    // 20 s: the first read ends; its disk is turned off for the head (o3).
+    assert!(budget.release(d0, 20_000));
+    let g3 = admit(&mut budget, &[d2], &mut t3, 20_000).unwrap();
+    // The second read of o3 waits behind o4, but its disk is now on: it goes.
+    let g5 = admit(&mut budget, &[d2], &mut t5, 20_000).unwrap();
+    assert!(admit(&mut budget, &[d3], &mut t4, 20_000).is_none());
+    // d2 serves o3 from 30 s to 40 s, then o3 again until 50 s; then o4 gets d2's place.
+    assert!(!budget.release(d2, 40_000));
+    assert!(budget.release(d2, 50_000));
+    let g4 = admit(&mut budget, &[d3], &mut t4, 50_000).unwrap();
+    assert!(budget.release(d1, 61_000));
+    assert!(budget.release(d3, 70_000));
+    let end_ms = 70_000 + config.power.idle_timeout_ms;
+    for disk in budget.settle(end_ms) {
+        budget.powered_down(disk);
+    }
+
+    let ready: Vec<u64> = [&g1, &g2, &g3, &g4, &g5].map(|g| g.ready_ms).to_vec();
+    assert_eq!(ready, [10_000, 11_000, 30_000, 60_000, 30_000]);
+    // Latency: until the data flows (the repeated read also waits for d2's first one).
+    let waits_ms = [10_000, 10_000, 28_000, 57_000, 40_000 - 4_000];
+    assert_eq!(
+        system.read_latency_mean_ms,
+        waits_ms.iter().sum::<u64>() as f64 / 5.0
+    );
+    assert_eq!(system.read_latency_max_ms, 57_000);
+    assert_eq!(report.duration_ms, end_ms);
+    assert_eq!(system.activity.max_spinning, budget.max_spinning_seen());
+    assert_eq!(
+        system.spin_ups, 4,
+        "with head-of-line blocking it would be 5"
+    );
+    let expected: Vec<PowerStats> = (0..geometry.disks())
+        .map(|d| budget.model(d).stats())
+        .collect();
+    let simulated = sim.disk_stats();
+    for (disk, (s, e)) in simulated.iter().zip(&expected).enumerate() {
+        assert_eq!(s.spin_ups, e.spin_ups, "disk {disk}");
+        assert_eq!(s.ms_in_state, e.ms_in_state, "disk {disk}");
+        assert!((s.joules - e.joules).abs() < 1e-6, "disk {disk}");
+    }
+    // d2 was turned off at 50 s to make room, without its idle timeout.
+    assert_eq!(simulated[d2].ms_in_state, [90_000, 10_000, 0, 20_000]);
+    // And the simulator's budget is that type, in the state the script reached.
+    let shared: &PowerBudget = sim.power();
+    assert_eq!(shared.budget(), 2);
+    assert_eq!(shared.queue_head(), None);
+}
+
+#[test]
+fn every_registered_placement_chooses_in_the_simulator_what_the_policy_crate_chooses() {
+    let config = SimConfig {
+        disk_capacity_bytes: 64 * MB, // buckets fill up: room and fill matter
+        ..SimConfig::default()
+    };
+    let geometry = Geometry::new(layout()).unwrap();
+    // 200 writes within 20 s (nothing is persisted yet, no disk is on): 1..16 MB each.
+    let writes: Vec<(u64, u64, String)> = (0..200u64)
+        .map(|i| {
+            let size = (1 + (i * 7_919) % 16) * MB;
+            (i, size, format!("ds{}/run{}/o{i}", i % 7, i % 3))
+        })
+        .collect();
+    for name in placement_names() {
+        let records: Vec<Record> = writes
+            .iter()
+            .map(|(i, size, path)| put(i * 100, *i, *size, path))
+            .collect();
+        let mut systems = standard_systems(&config, layout(), name).unwrap();
+        systems.truncate(1);
+        let mut sim = ArchiveSim::new(&config, systems.remove(0)).unwrap();
+        run(std::slice::from_mut(&mut sim), ok(records), "t").unwrap();
+
+        // The policy crate's strategy of that name, asked the same questions.
+        let mut strategy = placement_by_name(name, &config.placement).unwrap();
+        let mut views = vec![
+            BucketView {
+                capacity_bytes: config.disk_capacity_bytes,
+                used_bytes: 0,
+                waiting_bytes: 0,
+                spinning: false,
+                health: BucketHealth::Ok,
+            };
+            geometry.buckets()
+        ];
+        let mut expected = Vec::new();
+        for (_, size, path) in &writes {
+            let (bucket, key) = path.split_once('/').unwrap();
+            let object = ObjectToPlace {
+                s3_bucket: bucket,
+                key,
+                dataset: None,
+                size_bytes: *size,
+                tags: &[],
+                owner: "user-0",
+            };
+            let choice = strategy.place(&object, &views).ok();
+            if let Some(b) = choice {
+                views[b].waiting_bytes += size;
+            }
+            expected.push(choice);
+        }
+        let simulated: Vec<Option<usize>> = writes.iter().map(|(i, ..)| sim.home_of(*i)).collect();
+        assert_eq!(simulated, expected, "{name}");
+        let mut used: Vec<usize> = expected.iter().flatten().copied().collect();
+        used.sort_unstable();
+        used.dedup();
+        assert!(used.len() > 1, "{name}: a trivial sequence proves little");
+
+        // The store's configuration accepts the same name.
+        let store = permafrost_store::StoreConfig {
+            default_placement: name.to_string(),
+            ..Default::default()
+        };
+        assert!(store.validate().is_ok(), "store refuses {name}");
+    }
+    let unknown = permafrost_store::StoreConfig {
+        default_placement: "nearest".into(),
+        ..Default::default()
+    };
+    assert!(unknown.validate().is_err());
+    assert!(standard_systems(&config, layout(), "nearest").is_err());
 }

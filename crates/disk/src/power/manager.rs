@@ -1,9 +1,11 @@
 //! The power manager: one model per disk, a budget of spinning disks, idle spin-down.
 
-use super::{PowerController, PowerModel, PowerProfile, PowerState, PowerStats, SimulatedPower};
+use super::{
+    Admission, PowerBudget, PowerController, PowerError, PowerModel, PowerProfile, PowerState,
+    PowerStats, SimulatedPower,
+};
 use crate::{check_io, Disk, DiskError};
 use parking_lot::{Condvar, Mutex, MutexGuard, RwLock};
-use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -81,27 +83,13 @@ impl Clock for ManualClock {
     }
 }
 
-/// Errors of the power manager. All are caller errors, reported, never hung on.
-#[derive(Debug, thiserror::Error)]
-pub enum PowerError {
-    #[error("spinning budget must allow at least 1 disk, got {0}")]
-    InvalidBudget(usize),
-    #[error(
-        "{controllers} power controllers given for {n_disks} disks: need exactly one per disk"
-    )]
-    ControllerCount { controllers: usize, n_disks: usize },
-    #[error("invalid power profile: {0}")]
-    InvalidProfile(String),
-    #[error("disk {disk} does not exist: the power manager has {n_disks} disks")]
-    NoSuchDisk { disk: usize, n_disks: usize },
-    #[error("cannot keep {requested} disks spinning at once: the budget allows {budget}")]
-    SetExceedsBudget { requested: usize, budget: usize },
-}
-
 /// Called with a disk's index after it finished spinning up.
 type SpinUpHook = Arc<dyn Fn(usize) + Send + Sync>;
 
 /// Keeps N disks' power models against a clock, with a budget of spinning disks.
+/// The models and the budget policy are a [`PowerBudget`] (shared with the
+/// trace simulators); this type adds the lock, the controllers, real sleeping
+/// and the idle thread.
 ///
 /// - [`PowerManager::acquire`] / [`PowerManager::acquire_many`] return
 ///   [`ActivityGuard`]s: while any guard of a disk lives, the disk is on.
@@ -137,34 +125,10 @@ struct Inner {
 }
 
 struct State {
-    disks: Vec<Slot>,
-    spinning_max: usize,
-    max_spinning_seen: usize,
-    /// Tickets of acquires waiting for budget, served strictly in order.
-    queue: VecDeque<u64>,
-    next_ticket: u64,
+    /// The models, the queue and the budget policy.
+    budget: PowerBudget,
     controller_errors: u64,
     stopping: bool,
-}
-
-struct Slot {
-    model: PowerModel,
-    /// The controller was told to spin up and has not finished spinning down.
-    powered: bool,
-    /// A `spin_down` call is in flight (made outside the lock).
-    powering_down: bool,
-}
-
-impl Slot {
-    fn counts_as_spinning(&self) -> bool {
-        self.model.state() != PowerState::Off || self.powered
-    }
-}
-
-impl State {
-    fn spinning(&self) -> usize {
-        self.disks.iter().filter(|s| s.counts_as_spinning()).count()
-    }
 }
 
 impl PowerManager {
@@ -205,34 +169,19 @@ impl PowerManager {
         controllers: Vec<Arc<dyn PowerController>>,
         clock: Arc<dyn Clock>,
     ) -> Result<Arc<PowerManager>, PowerError> {
-        if spinning_max == 0 {
-            return Err(PowerError::InvalidBudget(spinning_max));
-        }
+        let budget = PowerBudget::new(profile.clone(), n_disks, spinning_max, clock.now_ms())?;
         if controllers.len() != n_disks {
             return Err(PowerError::ControllerCount {
                 controllers: controllers.len(),
                 n_disks,
             });
         }
-        profile.validate().map_err(PowerError::InvalidProfile)?;
-        let now_ms = clock.now_ms();
-        let disks = (0..n_disks)
-            .map(|_| Slot {
-                model: PowerModel::new(profile.clone(), now_ms),
-                powered: false,
-                powering_down: false,
-            })
-            .collect();
         let inner = Arc::new(Inner {
             profile,
             clock,
             controllers: RwLock::new(controllers),
             state: Mutex::new(State {
-                disks,
-                spinning_max,
-                max_spinning_seen: 0,
-                queue: VecDeque::new(),
-                next_ticket: 0,
+                budget,
                 controller_errors: 0,
                 stopping: false,
             }),
@@ -262,16 +211,13 @@ impl PowerManager {
 
     /// Current budget: the most disks that may spin at once.
     pub fn budget(&self) -> usize {
-        self.inner.state.lock().spinning_max
+        self.inner.state.lock().budget.budget()
     }
 
     /// Change the budget. Lowering it turns nothing off at once: new spin-ups
     /// wait until fewer than `spinning_max` disks spin.
     pub fn set_budget(&self, spinning_max: usize) -> Result<(), PowerError> {
-        if spinning_max == 0 {
-            return Err(PowerError::InvalidBudget(spinning_max));
-        }
-        self.inner.state.lock().spinning_max = spinning_max;
+        self.inner.state.lock().budget.set_budget(spinning_max)?;
         self.inner.changed.notify_all();
         Ok(())
     }
@@ -312,98 +258,35 @@ impl PowerManager {
             return Err(PowerError::NoSuchDisk { disk, n_disks });
         }
         let mut st = inner.state.lock();
-        if let [disk] = disks {
-            // Fast path for the common case: one disk that is already on and
-            // not due to turn off. Needs no budget and no settling of others.
-            let now_ms = inner.clock.now_ms();
-            let model = &mut st.disks[*disk].model;
-            let stays_on = match model.state() {
-                PowerState::Off => false,
-                PowerState::Idle => model
-                    .next_transition_ms()
-                    .is_some_and(|due_ms| due_ms > now_ms),
-                PowerState::SpinningUp | PowerState::Active => true,
-            };
-            if stays_on {
-                let ready_ms = model.begin_io(now_ms);
-                let guard = ActivityGuard {
-                    inner: inner.clone(),
-                    disk: *disk,
-                };
-                drop(st);
-                inner.sleep_until(ready_ms);
-                return Ok(vec![guard]);
-            }
+        // Fast path for the common case: disks that are already on and not due
+        // to turn off. Needs no budget and no settling of others.
+        if let Some(grant) = st.budget.acquire_on(disks, inner.clock.now_ms()) {
+            drop(st);
+            inner.sleep_until(grant.ready_ms);
+            return Ok(inner.guards(disks));
         }
-        let mut set = disks.to_vec();
-        set.sort_unstable();
-        set.dedup();
-        let mut ticket: Option<u64> = None;
-        let grant_ms = loop {
+        let mut ticket = None;
+        let grant = loop {
             let now_ms = inner.settle(&mut st);
-            if set.len() > st.spinning_max {
-                let budget = st.spinning_max;
-                inner.leave_queue(&mut st, ticket);
-                return Err(PowerError::SetExceedsBudget {
-                    requested: set.len(),
-                    budget,
-                });
-            }
-            let settling = set.iter().any(|&d| st.disks[d].powering_down);
-            let off: Vec<usize> = set
-                .iter()
-                .copied()
-                .filter(|&d| st.disks[d].model.state() == PowerState::Off)
-                .collect();
-            if !settling && off.is_empty() {
-                // Everything is on or spinning up: no budget needed, no queue.
-                inner.leave_queue(&mut st, ticket);
-                break now_ms;
-            }
-            if !settling {
-                let my_ticket = *ticket.get_or_insert_with(|| {
-                    let t = st.next_ticket;
-                    st.next_ticket += 1;
-                    st.queue.push_back(t);
-                    t
-                });
-                if st.queue.front() == Some(&my_ticket) {
-                    let free = st.spinning_max.saturating_sub(st.spinning());
-                    if off.len() <= free {
-                        inner.leave_queue(&mut st, ticket);
-                        break now_ms;
+            let queued = ticket.is_some();
+            match st.budget.try_acquire(disks, &mut ticket, now_ms) {
+                Ok(Admission::Granted(grant)) => break grant,
+                Ok(Admission::MadeRoom) => continue, // the next settle powers the victims down
+                Ok(Admission::Wait) => inner.wait(&mut st, now_ms),
+                Err(e) => {
+                    drop(st);
+                    if queued {
+                        inner.changed.notify_all(); // the queue moved
                     }
-                    if inner.evict_idle(&mut st, &set, off.len() - free, now_ms) > 0 {
-                        continue; // the next settle powers the victims down
-                    }
+                    return Err(e);
                 }
             }
-            inner.wait(&mut st, now_ms);
         };
-
-        // Grant: begin one I/O per requested entry at the settled time.
-        let mut spun_up = Vec::new();
-        let mut ready_ms = grant_ms;
-        for &disk in disks {
-            let slot = &mut st.disks[disk];
-            if slot.model.state() == PowerState::Off {
-                slot.powered = true;
-                spun_up.push(disk);
-            }
-            ready_ms = ready_ms.max(slot.model.begin_io(grant_ms));
-        }
-        let guards: Vec<ActivityGuard> = disks
-            .iter()
-            .map(|&disk| ActivityGuard {
-                inner: inner.clone(),
-                disk,
-            })
-            .collect();
-        let spinning = st.spinning();
-        st.max_spinning_seen = st.max_spinning_seen.max(spinning);
+        let guards = inner.guards(disks);
         drop(st);
         inner.changed.notify_all();
 
+        let spun_up = grant.spun_up;
         for &disk in &spun_up {
             tracing::debug!(disk, "spinning up");
             let controller = inner.controller(disk);
@@ -413,7 +296,7 @@ impl PowerManager {
                 inner.state.lock().controller_errors += 1;
             }
         }
-        inner.sleep_until(ready_ms);
+        inner.sleep_until(grant.ready_ms);
         if !spun_up.is_empty() {
             let hook = inner.on_spin_up.read().clone();
             if let Some(hook) = hook {
@@ -444,25 +327,18 @@ impl PowerManager {
     /// Counters of all disks summed, up to now.
     pub fn totals(&self) -> PowerStats {
         let now_ms = self.inner.clock.now_ms();
-        let st = self.inner.state.lock();
-        let mut totals = PowerStats::default();
-        for slot in &st.disks {
-            let mut model = slot.model.clone();
-            model.advance(now_ms);
-            totals.add(&model.stats());
-        }
-        totals
+        self.inner.state.lock().budget.totals_at(now_ms)
     }
 
     /// Disks counted against the budget now (on, spinning up, or still being
     /// powered down).
     pub fn spinning_now(&self) -> usize {
-        self.inner.state.lock().spinning()
+        self.inner.state.lock().budget.spinning()
     }
 
     /// The most disks ever counted against the budget at once.
     pub fn max_spinning_seen(&self) -> usize {
-        self.inner.state.lock().max_spinning_seen
+        self.inner.state.lock().budget.max_spinning_seen()
     }
 
     /// Controller `spin_up`/`spin_down` calls that returned an error.
@@ -488,9 +364,7 @@ impl PowerManager {
 
     fn peek(&self, disk: usize) -> PowerModel {
         let now_ms = self.inner.clock.now_ms();
-        let mut model = self.inner.state.lock().disks[disk].model.clone();
-        model.advance(now_ms);
-        model
+        self.inner.state.lock().budget.model_at(disk, now_ms)
     }
 }
 
@@ -509,20 +383,24 @@ impl Inner {
         self.controllers.read()[disk].clone()
     }
 
+    /// Guards for a granted request, one per entry of `disks`.
+    fn guards(self: &Arc<Self>, disks: &[usize]) -> Vec<ActivityGuard> {
+        disks
+            .iter()
+            .map(|&disk| ActivityGuard {
+                inner: self.clone(),
+                disk,
+            })
+            .collect()
+    }
+
     /// Bring every model to now and spin down the drives whose model turned
     /// Off (idle timeout or eviction). Controller calls happen with the lock
     /// released. Returns the time at which nothing was left to do.
     fn settle(&self, st: &mut MutexGuard<'_, State>) -> u64 {
         loop {
             let now_ms = self.clock.now_ms();
-            let mut victims = Vec::new();
-            for (disk, slot) in st.disks.iter_mut().enumerate() {
-                slot.model.advance(now_ms);
-                if slot.model.state() == PowerState::Off && slot.powered && !slot.powering_down {
-                    slot.powering_down = true;
-                    victims.push(disk);
-                }
-            }
+            let victims = st.budget.settle(now_ms);
             if victims.is_empty() {
                 return now_ms;
             }
@@ -540,51 +418,15 @@ impl Inner {
             });
             st.controller_errors += failures;
             for &disk in &victims {
-                let slot = &mut st.disks[disk];
-                slot.powering_down = false;
-                slot.powered = false;
+                st.budget.powered_down(disk);
             }
-            self.changed.notify_all();
-        }
-    }
-
-    /// Turn up to `want` Idle disks outside `keep` Off now, least recently used
-    /// first. Returns how many.
-    fn evict_idle(&self, st: &mut State, keep: &[usize], want: usize, now_ms: u64) -> usize {
-        let mut idle: Vec<(u64, usize)> = st
-            .disks
-            .iter()
-            .enumerate()
-            .filter(|(disk, slot)| {
-                slot.model.state() == PowerState::Idle && keep.binary_search(disk).is_err()
-            })
-            .map(|(disk, slot)| (slot.model.next_transition_ms().unwrap_or(0), disk))
-            .collect();
-        idle.sort_unstable();
-        let mut evicted = 0;
-        for &(_, disk) in idle.iter().take(want) {
-            if st.disks[disk].model.spin_down(now_ms) {
-                evicted += 1;
-            }
-        }
-        evicted
-    }
-
-    fn leave_queue(&self, st: &mut State, ticket: Option<u64>) {
-        if let Some(ticket) = ticket {
-            st.queue.retain(|&t| t != ticket);
             self.changed.notify_all();
         }
     }
 
     /// Wait for a change, or until the next model transition is due.
     fn wait(&self, st: &mut MutexGuard<'_, State>, now_ms: u64) {
-        let next_ms = st
-            .disks
-            .iter()
-            .filter_map(|s| s.model.next_transition_ms())
-            .min();
-        let timeout = match next_ms {
+        let timeout = match st.budget.next_transition_ms() {
             Some(due_ms) => self
                 .clock
                 .real_wait(due_ms.saturating_sub(now_ms).max(1))
@@ -609,12 +451,7 @@ impl Inner {
         let mut st = self.state.lock();
         while !st.stopping {
             let now_ms = self.settle(&mut st);
-            let next_ms = st
-                .disks
-                .iter()
-                .filter_map(|s| s.model.next_transition_ms())
-                .min();
-            let timeout = match next_ms {
+            let timeout = match st.budget.next_transition_ms() {
                 Some(due_ms) => self.clock.real_wait(due_ms.saturating_sub(now_ms).max(1)),
                 None => Duration::from_secs(1),
             };
@@ -642,9 +479,7 @@ impl Drop for ActivityGuard {
     fn drop(&mut self) {
         let mut st = self.inner.state.lock();
         let now_ms = self.inner.clock.now_ms();
-        let model = &mut st.disks[self.disk].model;
-        model.end_io(now_ms);
-        let last_guard = model.io_in_flight() == 0;
+        let last_guard = st.budget.release(self.disk, now_ms);
         drop(st);
         if last_guard {
             // The disk is now Idle: a new idle deadline for the background

@@ -8,25 +8,30 @@
 //!   [`SimulatedPower`] (file-backed disks have no motor: nothing happens, only
 //!   the model runs), [`HdparmPower`], [`ScsiStartStopPower`] and [`SesSlotPower`] for real drives,
 //!   chosen per disk by the configuration value [`PowerControl`].
-//! - [`PowerManager`] runs one model per disk against a [`Clock`], enforces the
-//!   budget of disks spinning at once (queueing spin-ups FIFO), spins disks down
-//!   after their idle timeout, and hands out [`ActivityGuard`]s that keep a disk
-//!   on. [`PoweredDisk`] wraps a [`crate::Disk`] so every I/O holds a guard.
+//! - [`PowerBudget`] is pure bookkeeping of N disks: their models, the budget
+//!   of disks spinning at once, the FIFO of requests waiting for it, and which
+//!   Idle disks to turn off to make room. Like the model it never sleeps and
+//!   never reads a clock; the server and the energy simulator both run it.
+//! - [`PowerManager`] is the server's: a [`PowerBudget`] behind a lock, driven
+//!   by a [`Clock`], calling the controllers, sleeping through spin-ups,
+//!   spinning disks down after their idle timeout (a background thread), and
+//!   handing out [`ActivityGuard`]s that keep a disk on. [`PoweredDisk`] wraps
+//!   a [`crate::Disk`] so every I/O holds a guard.
 //!
 //! Invariants: per disk, `Σ ms_in_state == now − start` and
-//! `joules == Σ ms_in_state[s] · watts[s] / 1000`; a manager never has more
+//! `joules == Σ ms_in_state[s] · watts[s] / 1000`; a budget never has more
 //! than its budget of disks spinning (state other than Off, or still being
 //! powered down) — the one exception is a budget lowered at run time, which
 //! takes effect as disks turn off. See `docs/power.md`.
 
+mod budget;
 mod controller;
 mod manager;
 mod model;
 
+pub use budget::{Admission, Grant, PowerBudget, PowerError, Ticket};
 pub use controller::{
     HdparmPower, PowerControl, PowerController, ScsiStartStopPower, SesSlotPower, SimulatedPower,
 };
-pub use manager::{
-    ActivityGuard, Clock, ManualClock, PowerError, PowerManager, PoweredDisk, SystemClock,
-};
+pub use manager::{ActivityGuard, Clock, ManualClock, PowerManager, PoweredDisk, SystemClock};
 pub use model::{PowerModel, PowerProfile, PowerState, PowerStats};
