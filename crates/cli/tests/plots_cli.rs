@@ -25,7 +25,10 @@ fn permafrost(args: &[&str]) -> String {
     );
     // Charts are drawn without complaints (usvg warns about degenerate shapes, e.g. zero-height bars).
     let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(!stderr.contains("WARN"), "permafrost {args:?} warned: {stderr}");
+    assert!(
+        !stderr.contains("WARN"),
+        "permafrost {args:?} warned: {stderr}"
+    );
     String::from_utf8(output.stdout).expect("stdout is UTF-8")
 }
 
