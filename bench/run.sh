@@ -12,6 +12,7 @@
 #   --skip-idr  skip benchmark 1 (the IDR compute bench)
 #   --s3        run the benchmarks of issue 3 instead (the S3 service: bench/s3.py, with --quick its quick
 #               variant; further arguments after `--` go to bench/s3.py)
+# The simulators of issue 4 (sim energy, sim cache on a 10 M-request trace) have their own script: bench/sim.sh.
 # Environment: CARGO_TARGET_DIR (default /work/target-bench); PERMAFROST_BIN=path uses that binary instead of
 # building `permafrost` in release mode.
 # Raw numbers go to bench/out/<UTC timestamp>/ (gitignored); the summary is printed and saved as summary.txt.
@@ -32,7 +33,7 @@ while [[ $# -gt 0 ]]; do
         --skip-idr) SKIP_IDR=1 ;;
         --s3) S3=1 ;;
         --) shift; S3_ARGS=("$@"); break ;;
-        -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
         *) echo "unknown argument: $1 (see --help)" >&2; exit 64 ;;
     esac
     shift

@@ -51,17 +51,50 @@ fn fatal_counts_equal_exhaustive_enumeration_for_six_failures() {
 }
 
 #[test]
-fn grid_mttdl_is_in_the_range_of_table_4_3_and_above_n_plus_2() {
-    let user = 10_240 * TIB as u128;
-    // (layout, Table 4.3 with IDR, disks; without IDR, disks)
-    for (layout, idr_mttdl, idr_disks, plain_mttdl, plain_disks) in [
-        ("8x8:6+1", 3.59e10, 3_648, 3.81e9, 3_456),
-        ("12x8:6+1", 3.58e10, 3_648, 3.80e9, 3_456),
+fn fatal_counts_of_table_4_3_grids_are_pinned() {
+    // (layout, fatal sets of 4, 5 and 6 disks, minimal fatal sets of 4 and 6): what the engine's
+    // geometry tolerates. The minimal 4-sets are the EP1/EP2 patterns (`fatal_pattern_count`,
+    // docs/plan.md's b); there is no minimal fatal set of 5, so the fatal 5-sets are exactly the
+    // fatal 4-sets plus any other disk (b · (d − 4)).
+    for (layout, disks, fatal, minimal) in [
+        ("8x8:6+1", 64, [588, 35_280, 1_049_944], [588, 12_824]),
+        ("12x8:6+1", 96, [678, 62_376, 2_850_372], [678, 15_636]),
     ] {
+        let grid = geometry(layout);
+        let counts = fatal::count(&grid, 6);
+        assert_eq!(counts.unrecoverable[..4], [0, 0, 0, 0], "{layout}");
+        assert_eq!(counts.unrecoverable[4..], fatal, "{layout}");
+        assert_eq!(
+            counts.minimal[4..],
+            [minimal[0], 0, minimal[1]],
+            "{layout}: minimal"
+        );
+        assert_eq!(fatal[0], grid.fatal_pattern_count(), "{layout}: b");
+        assert_eq!(fatal[1], fatal[0] * (disks - 4), "{layout}: 5-sets");
+    }
+}
+
+/// Table 4.3 (10 PB of user data) against what the model computes at depth 6: (layout, thesis
+/// with IDR, ours with IDR, disks; thesis without IDR, ours without IDR, disks).
+const TABLE_4_3: [(&str, f64, f64, u64, f64, f64, u64); 2] = [
+    (
+        "8x8:6+1", 3.59e10, 3.0335e11, 3_648, 3.81e9, 3.2217e10, 3_456,
+    ),
+    (
+        "12x8:6+1", 3.58e10, 3.9370e11, 3_648, 3.80e9, 4.1814e10, 3_456,
+    ),
+];
+
+#[test]
+fn grid_mttdl_of_table_4_3_layouts_is_pinned_and_about_ten_times_the_thesis() {
+    let user = 10_240 * TIB as u128;
+    for (layout, thesis_idr, ours_idr, idr_disks, thesis_plain, ours_plain, plain_disks) in
+        TABLE_4_3
+    {
         let layout: PlanLayout = layout.parse().unwrap();
-        for (idr, table, disks) in [
-            (true, idr_mttdl, idr_disks),
-            (false, plain_mttdl, plain_disks),
+        for (idr, thesis, ours, disks) in [
+            (true, thesis_idr, ours_idr, idr_disks),
+            (false, thesis_plain, ours_plain, plain_disks),
         ] {
             let plan = plan_system(
                 &layout,
@@ -70,16 +103,23 @@ fn grid_mttdl_is_in_the_range_of_table_4_3_and_above_n_plus_2() {
                 GridDepth::default(),
             )
             .unwrap();
+            // Disk counts agree with the table exactly.
             assert_eq!(plan.disks, disks, "{layout} idr={idr}");
-            let ratio = plan.mttdl_hours / table;
-            // Ours are about 11x the thesis's: its figures imply ~11x more fatal 4-sets than the
-            // engine's geometry has (see docs/plan.md). Guard that relation, not equality.
+            // The model's own figure, to 0.1 % (docs/plan.md's table): a change in the fatal-set
+            // counts or the chain moves it by more.
+            let drift = plan.mttdl_hours / ours - 1.0;
             assert!(
-                (3.0..30.0).contains(&ratio),
-                "{layout} idr={idr}: {:.3e} vs {table:.3e}",
+                drift.abs() < 0.001,
+                "{layout} idr={idr}: {:.4e} h, pinned {ours:.4e} h",
                 plan.mttdl_hours
             );
-            assert!(plan.mttdl_hours > 1e8);
+            // Ours are 8.4x (8x8) and 11.0x (12x8) the thesis's: its figures imply that many more
+            // fatal 4-sets than the engine's geometry has (docs/plan.md).
+            let ratio = plan.mttdl_hours / thesis;
+            assert!(
+                (8.0..11.5).contains(&ratio),
+                "{layout} idr={idr}: {ratio:.2}x the thesis"
+            );
         }
     }
 }
@@ -88,7 +128,10 @@ fn grid_mttdl_is_in_the_range_of_table_4_3_and_above_n_plus_2() {
 fn grid_model_depth_six_has_converged() {
     let layout: PlanLayout = "12x8:6+1".parse().unwrap();
     let user = 10_240 * TIB as u128;
-    for idr in [false, true] {
+    // Depth 5 (the explorer's default) against depth 6: 0.72 % low without IDR, 2.27 % with IDR
+    // (a smaller h keeps more of the chain's mass beyond 5 failures). Depth 7 changes depth 6 by
+    // < 0.01 % (4.18135 -> 4.18135e10 without, 3.93697 -> 3.93716e11 h with IDR; too slow to test).
+    for (idr, five_vs_six_max) in [(false, 0.008), (true, 0.025)] {
         let at = |depth| {
             plan_system(&layout, &ModelParams::thesis(idr), user, GridDepth(depth))
                 .unwrap()
@@ -99,11 +142,11 @@ fn grid_model_depth_six_has_converged() {
             four <= five && five <= six,
             "a deeper model is never more pessimistic"
         );
-        // Depth 5 is within 3 % of depth 6 (the explorer's default); 6 has converged (the
-        // thesis's closed-form p_k to depth 20 gives the same value to 4 digits, docs/plan.md).
+        let five_low = six / five - 1.0;
         assert!(
-            six / five - 1.0 < 0.03,
-            "idr={idr}: depth 5 {five:.4e}, depth 6 {six:.4e}"
+            five_low < five_vs_six_max && five_low > five_vs_six_max - 0.005,
+            "idr={idr}: depth 5 {five:.4e}, depth 6 {six:.4e} ({:.2} %)",
+            five_low * 100.0
         );
         assert!(
             six / four - 1.0 > 0.5,

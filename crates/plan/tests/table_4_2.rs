@@ -5,8 +5,9 @@ use permafrost_plan::{plan_system, GridDepth, ModelParams, PlanLayout, TIB};
 /// The thesis's 10 PB example: 10,240 TiB of user data.
 const USER_DATA_BYTES: u128 = 10_240 * TIB as u128;
 
-/// (layout, with IDR: MTTDL hours, disks; without IDR: MTTDL hours, disks), from Table 4.2.
-const TABLE_4_2: [(&str, f64, u64, f64, u64); 15] = [
+/// (layout, with IDR: MTTDL hours, disks; without IDR: MTTDL hours, disks): every `n+2` and `n+3`
+/// row of Table 4.2 (16 rows, 6 ≤ n ≤ 13), in the table's order.
+const TABLE_4_2: [(&str, f64, u64, f64, u64); 16] = [
     ("6+2", 3.86e7, 3_632, 4.13e6, 3_416),
     ("7+2", 3.00e7, 3_501, 3.21e6, 3_294),
     ("6+3", 1.79e11, 4_086, 1.91e10, 3_843),
@@ -22,6 +23,7 @@ const TABLE_4_2: [(&str, f64, u64, f64, u64); 15] = [
     ("12+2", 1.19e7, 3_178, 1.27e6, 2_996),
     ("13+2", 1.03e7, 3_150, 1.10e6, 2_955),
     ("12+3", 3.30e10, 3_405, 3.52e9, 3_210),
+    ("13+3", 2.67e10, 3_360, 2.87e9, 3_152),
 ];
 
 #[test]

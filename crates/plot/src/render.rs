@@ -13,6 +13,9 @@ const PALETTE: [&str; 8] = [
     "#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000", "#F0E442",
 ];
 
+/// Bars and bins less tall than this (they print as height 0.0) are left out of the SVG.
+const ZERO_HEIGHT_PX: f64 = 0.05;
+
 /// Approximate width of one character of 12 px text, to size the legend and margins.
 const CHAR_PX: f64 = 7.0;
 
@@ -183,6 +186,10 @@ pub(crate) fn svg(chart: &Chart, width: f64, height: f64) -> String {
                     }
                     let x = left + i as f64 * slot_px + slot_px * 0.1 + index as f64 * bar_px;
                     let y = y_scale.px(*v);
+                    // A bar of (rounded) zero height draws nothing, and SVG renderers warn about it.
+                    if (y - base).abs() < ZERO_HEIGHT_PX {
+                        continue;
+                    }
                     let _ = writeln!(
                         out,
                         r#"<rect x="{x:.1}" y="{:.1}" width="{:.1}" height="{:.1}" fill="{fill}"/>"#,
@@ -201,6 +208,9 @@ pub(crate) fn svg(chart: &Chart, width: f64, height: f64) -> String {
                         continue;
                     }
                     let (x0, x1, y) = (x_scale.px(lo), x_scale.px(hi), y_scale.px(*count));
+                    if (y - base).abs() < ZERO_HEIGHT_PX {
+                        continue;
+                    }
                     let _ = writeln!(
                         out,
                         r#"<rect x="{x0:.1}" y="{:.1}" width="{:.1}" height="{:.1}" fill="{fill}" fill-opacity="{opacity}" stroke="white" stroke-width="0.5"/>"#,

@@ -105,3 +105,22 @@ fn write_creates_the_directory() {
     let written = Chart::line("empty chart").write(&nested, "empty").unwrap();
     assert!(Path::new(&written.png).exists());
 }
+
+#[test]
+fn zero_bars_and_empty_bins_draw_no_zero_height_rectangles() {
+    // A zero-height <rect> draws nothing and makes SVG renderers (usvg, so our own PNG step) warn.
+    let bars = Chart::bar("zeros", ["a", "b", "c"])
+        .bars("values", [0.0, 2.0, 0.0])
+        .to_svg()
+        .unwrap();
+    let histogram = Chart::histogram("empty bins")
+        .bins("counts", [0.0, 1.0, 2.0, 3.0], [4.0, 0.0, 1.0])
+        .to_svg()
+        .unwrap();
+    for svg in [&bars, &histogram] {
+        assert!(!svg.contains("height=\"0.0\""), "{svg}");
+    }
+    let filled = |svg: &str| svg.matches("fill=\"#0072B2\"").count();
+    assert_eq!(filled(&bars), 1 + 1, "one bar and the legend swatch");
+    assert_eq!(filled(&histogram), 2 + 1, "two bins and the legend swatch");
+}

@@ -1,5 +1,5 @@
-//! `permafrost sim energy` as a standalone program, for benchmarks and docs
-//! until the `permafrost` binary wires it in:
+//! `permafrost sim energy` as a standalone program (the same code as the
+//! `permafrost` binary's subcommand, without building the whole binary):
 //! `cargo run --release -p permafrost-sim-energy --example sim_energy -- --trace T`.
 
 use clap::Parser;

@@ -36,6 +36,10 @@ pub enum TraceCommand {
         /// Print JSON to standard output instead of tables.
         #[arg(long)]
         json: bool,
+        /// Write charts (SVG and PNG) into this directory: `trace_size_classes` (share of
+        /// objects, GETs and PUTs per size class) and `trace_operations` (the operation mix).
+        #[arg(long, value_name = "DIR")]
+        plot: Option<PathBuf>,
     },
 }
 
@@ -113,7 +117,7 @@ pub fn run(command: TraceCommand) -> Result<()> {
             }
             Ok(())
         }
-        TraceCommand::Stats { trace, json } => {
+        TraceCommand::Stats { trace, json, plot } => {
             let length = std::fs::metadata(&trace)
                 .with_context(|| format!("trace {}", trace.display()))?
                 .len();
@@ -137,7 +141,63 @@ pub fn run(command: TraceCommand) -> Result<()> {
             } else {
                 print!("{}", stats.to_text());
             }
+            if let Some(dir) = plot {
+                for path in write_charts(&stats, &dir)? {
+                    eprintln!("wrote {}", path.display());
+                }
+            }
             Ok(())
         }
     }
+}
+
+/// Writes the charts of `trace stats --plot DIR`: `trace_size_classes` (per size class of
+/// Table 2.1, the share of objects, of GETs and of PUTs, in %) and `trace_operations` (the
+/// share of GET, PUT, DEL and RENAME, Table 2.3), SVG and PNG each. Returns the files written.
+pub fn write_charts(stats: &crate::TraceStats, dir: &std::path::Path) -> Result<Vec<PathBuf>> {
+    use permafrost_plot::Chart;
+    let percent = |part: u64, whole: u64| {
+        if whole == 0 {
+            0.0
+        } else {
+            100.0 * part as f64 / whole as f64
+        }
+    };
+    let classes = &stats.size_classes;
+    let gets: u64 = classes.iter().map(|c| c.gets).sum();
+    let puts: u64 = classes.iter().map(|c| c.puts).sum();
+    let by_class = Chart::bar(
+        "Size classes (Table 2.1): objects and requests",
+        classes.iter().map(|c| c.class.clone()),
+    )
+    .x_label("size class")
+    .y_label("share (%)")
+    .bars(
+        "% of objects",
+        classes.iter().map(|c| 100.0 * c.object_share),
+    )
+    .bars("% of GETs", classes.iter().map(|c| percent(c.gets, gets)))
+    .bars("% of PUTs", classes.iter().map(|c| percent(c.puts, puts)));
+    let operations = Chart::bar(
+        "Operation mix (Table 2.3)",
+        crate::Op::ALL.iter().map(|op| op.as_str().to_string()),
+    )
+    .x_label("operation")
+    .y_label("share of requests (%)")
+    .bars(
+        "requests",
+        stats.op_shares.iter().map(|share| 100.0 * share),
+    );
+    let mut written = Vec::new();
+    for (name, chart) in [
+        ("trace_size_classes", by_class),
+        ("trace_operations", operations),
+    ] {
+        let files = chart
+            .write(dir, name)
+            .with_context(|| format!("writing chart {name} into {}", dir.display()))?;
+        written.push(files.svg);
+        written.push(files.png);
+    }
+    Ok(written)
 }
