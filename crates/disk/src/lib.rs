@@ -2,7 +2,7 @@
 //!
 //! **Job.** Give every layer above one way to talk to a disk ([`Disk`]) whatever
 //! it really is: a sparse file ([`FileDisk`]), a block device ([`BlockDisk`]), or
-//! a test wrapper that injects faults ([`FaultyDisk`]), or RAM ([`MemDisk`], for
+//! a test wrapper that injects faults ([`FaultyDisk`]; [`LoopDevice`] gives tests a real block device), or RAM ([`MemDisk`], for
 //! simulations and unit tests). And model what a disk
 //! costs to keep spinning: power states, spin-up delay, idle timeout, watts and
 //! counters ([`power`]), with a budget that caps how many disks spin at once.
@@ -28,6 +28,7 @@ mod block;
 mod error;
 mod faulty;
 mod file;
+mod loop_device;
 mod mem;
 pub mod power;
 
@@ -36,6 +37,7 @@ pub use block::BlockDisk;
 pub use error::DiskError;
 pub use faulty::{FaultHandle, FaultyDisk};
 pub use file::FileDisk;
+pub use loop_device::LoopDevice;
 pub use mem::MemDisk;
 pub use power::PoweredDisk;
 

@@ -1,40 +1,7 @@
 //! BlockDisk on a real loop device. Skips (with a message) where losetup or
 //! loop devices are unavailable, e.g. unprivileged CI.
 
-use permafrost_disk::{AlignedBuf, BlockDisk, Disk, DiskError, BLOCK_BYTES};
-use std::path::{Path, PathBuf};
-use std::process::Command;
-
-/// Detaches the loop device when dropped, whether the test passed or panicked.
-struct LoopDevice(PathBuf);
-
-impl LoopDevice {
-    fn attach(backing: &Path) -> Result<LoopDevice, String> {
-        let output = Command::new("losetup")
-            .args(["-f", "--show"])
-            .arg(backing)
-            .output()
-            .map_err(|e| format!("cannot run losetup: {e}"))?;
-        if !output.status.success() {
-            return Err(format!(
-                "losetup failed: {}",
-                String::from_utf8_lossy(&output.stderr).trim()
-            ));
-        }
-        Ok(LoopDevice(PathBuf::from(
-            String::from_utf8_lossy(&output.stdout).trim(),
-        )))
-    }
-}
-
-impl Drop for LoopDevice {
-    fn drop(&mut self) {
-        let status = Command::new("losetup").arg("-d").arg(&self.0).status();
-        if !matches!(status, Ok(s) if s.success()) {
-            eprintln!("warning: could not detach {}: {status:?}", self.0.display());
-        }
-    }
-}
+use permafrost_disk::{AlignedBuf, BlockDisk, Disk, DiskError, LoopDevice, BLOCK_BYTES};
 
 #[test]
 fn block_disk_on_a_loop_device_round_trips_and_sizes_by_ioctl() {
@@ -53,10 +20,10 @@ fn block_disk_on_a_loop_device_round_trips_and_sizes_by_ioctl() {
             return;
         }
     };
-    let disk = BlockDisk::open(&device.0).unwrap();
+    let disk = BlockDisk::open(&device.path()).unwrap();
     // The loop driver exposes whole 512-byte sectors: 8 MiB + 512.
     assert_eq!(disk.capacity_bytes(), 8 * 1024 * 1024);
-    assert_eq!(disk.describe(), device.0.display().to_string());
+    assert_eq!(disk.describe(), device.path().display().to_string());
 
     let data = AlignedBuf::copy_from(&vec![0xa5; 2 * BLOCK_BYTES]);
     disk.write_at(4 * BLOCK_BYTES as u64, &data).unwrap();

@@ -4,36 +4,11 @@
 //! Needs root (losetup). Unprivileged, the test says so and passes; as root a missing loop driver fails it.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
+use permafrost_disk::LoopDevice;
 use permafrost_engine::{Engine, GridConfig, WriteMode};
 
 const DEVICE_BYTES: u64 = 8 << 20;
-
-/// A loop device over a file, detached when dropped.
-struct LoopDevice(PathBuf);
-
-impl LoopDevice {
-    fn attach(backing: &Path) -> Result<LoopDevice, String> {
-        let output = Command::new("losetup")
-            .args(["-f", "--show"])
-            .arg(backing)
-            .output()
-            .map_err(|e| format!("cannot run losetup: {e}"))?;
-        if !output.status.success() {
-            return Err(String::from_utf8_lossy(&output.stderr).trim().to_string());
-        }
-        Ok(LoopDevice(PathBuf::from(
-            String::from_utf8_lossy(&output.stdout).trim(),
-        )))
-    }
-}
-
-impl Drop for LoopDevice {
-    fn drop(&mut self) {
-        let _ = Command::new("losetup").arg("-d").arg(&self.0).status();
-    }
-}
 
 fn is_root() -> bool {
     // SAFETY: geteuid has no preconditions.
@@ -67,7 +42,7 @@ fn a_grid_on_block_devices_round_trips_and_never_claims_a_drive_of_another_grid(
     let Some(devices) = attach_all(temp.path(), 8) else {
         return;
     };
-    let paths: Vec<PathBuf> = devices.iter().map(|d| d.0.clone()).collect();
+    let paths: Vec<PathBuf> = devices.iter().map(|d| d.path().to_path_buf()).collect();
     let mut config = GridConfig::with_block_devices(layout, &paths, &[]).unwrap();
     config.power = permafrost_disk::power::PowerProfile::for_tests();
     let first = temp.path().join("first");
