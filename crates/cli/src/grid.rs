@@ -36,7 +36,7 @@ pub enum GridCommand {
     VerifyParity(DirArgs),
     /// Apply all pending parity deltas of delayed writes now.
     Flush(DirArgs),
-    /// Test workload: append deterministic chunks to random buckets and print each commit.
+    /// Test workload: write deterministic chunks to random buckets until killed, printing each write and commit.
     #[command(hide = true)]
     Soak(SoakArgs),
 }
@@ -177,18 +177,25 @@ pub struct SoakArgs {
     /// Seed of the data and of the choice of buckets.
     #[arg(long)]
     seed: u64,
-    /// Number of chunks to write.
+    /// Stop after this many chunks [default: write until killed].
     #[arg(long)]
-    writes: usize,
+    writes: Option<u64>,
     /// Bytes per chunk (a multiple of 4096).
     #[arg(long, value_parser = parse_bytes, default_value = "64KiB")]
     chunk: u64,
-    /// Bucket offset where this run starts appending (each bucket).
+    /// Bucket offset where each bucket's region starts.
     #[arg(long, value_parser = parse_bytes)]
     start: u64,
-    /// Bytes this run may append to each bucket after `start`.
+    /// Bytes of each bucket's region (a multiple of --chunk). When a bucket's region is full the writer wraps
+    /// around to --start and overwrites it with the next generation of the pattern.
     #[arg(long, value_parser = parse_bytes)]
     region: u64,
+    /// Write only to these buckets (repeat the flag) [default: all].
+    #[arg(long)]
+    bucket: Vec<usize>,
+    /// One JSON object per line instead of text.
+    #[arg(long)]
+    json: bool,
 }
 
 pub fn run(command: GridCommand) -> Result<()> {
@@ -618,27 +625,106 @@ fn verify_parity(args: DirArgs) -> Result<()> {
     Ok(())
 }
 
+/// The test workload behind the crash-consistency test: writes chunks until killed (or `--writes`), each bucket's
+/// region in order, wrapping around to overwrite it with the next generation of the pattern. Before each write it
+/// prints `writing BUCKET OFFSET LEN GENERATION` and after each commit `committed …` with the same fields (JSON
+/// objects with `--json`). The commit of one chunk and the start of the next are printed in one write, after the
+/// next chunk's data is ready: from the first `writing` line on, exactly one write is in flight until the process
+/// dies, and the reader knows which.
 fn soak(args: SoakArgs) -> Result<()> {
     use rand::{Rng, SeedableRng};
     let engine = open(&args.dir)?;
-    let buckets = engine.buckets();
+    let buckets: Vec<usize> = if args.bucket.is_empty() {
+        (0..engine.buckets()).collect()
+    } else {
+        args.bucket.clone()
+    };
+    if let Some(&bucket) = buckets.iter().find(|&&b| b >= engine.buckets()) {
+        bail!(
+            "bucket {bucket} does not exist: the grid has {} buckets",
+            engine.buckets()
+        );
+    }
+    if args.chunk == 0
+        || args.chunk % 4096 != 0
+        || args.region < args.chunk
+        || args.region % args.chunk != 0
+    {
+        bail!(
+            "--chunk {} must be a non-zero multiple of 4096 and --region {} a non-zero multiple of it",
+            args.chunk,
+            args.region
+        );
+    }
+    if args.start % 4096 != 0 || args.start + args.region > engine.bucket_capacity_bytes() {
+        bail!(
+            "--start {} + --region {} must be 4096-aligned and inside a bucket ({} bytes)",
+            args.start,
+            args.region,
+            engine.bucket_capacity_bytes()
+        );
+    }
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(args.seed);
-    let mut next_offset = vec![args.start; buckets];
-    let stdout = io::stdout();
-    for _ in 0..args.writes {
-        let bucket = rng.gen_range(0..buckets);
-        let offset = next_offset[bucket];
-        if offset + args.chunk > (args.start + args.region).min(engine.bucket_capacity_bytes()) {
-            continue;
+    // Per bucket: bytes of the region written in the current generation, and that generation.
+    let mut filled = vec![0u64; engine.buckets()];
+    let mut generation = vec![0u64; engine.buckets()];
+    let mut committed: Option<String> = None;
+    let mut out = io::stdout().lock();
+    let mut written = 0u64;
+    while args.writes.is_none_or(|writes| written < writes) {
+        let bucket = buckets[rng.gen_range(0..buckets.len())];
+        if filled[bucket] == args.region {
+            filled[bucket] = 0;
+            generation[bucket] += 1;
         }
-        let data = crate::pattern::pattern_bytes(args.seed, bucket, offset, args.chunk as usize);
+        let offset = args.start + filled[bucket];
+        let seed = crate::pattern::generation_seed(args.seed, generation[bucket]);
+        let data = crate::pattern::pattern_bytes(seed, bucket, offset, args.chunk as usize);
+        let writing = soak_line(
+            "writing",
+            bucket,
+            offset,
+            args.chunk,
+            generation[bucket],
+            args.json,
+        );
+        out.write_all(format!("{}{writing}", committed.take().unwrap_or_default()).as_bytes())?;
+        out.flush()?;
         let mut promise = engine.write(bucket, offset, args.chunk, args.mode)?;
         promise.append(&data)?;
         promise.commit()?;
-        next_offset[bucket] += args.chunk;
-        let mut out = stdout.lock();
-        writeln!(out, "committed {bucket} {offset} {}", args.chunk)?;
+        filled[bucket] += args.chunk;
+        written += 1;
+        committed = Some(soak_line(
+            "committed",
+            bucket,
+            offset,
+            args.chunk,
+            generation[bucket],
+            args.json,
+        ));
+    }
+    if let Some(line) = committed {
+        out.write_all(line.as_bytes())?;
         out.flush()?;
     }
     close(engine)
+}
+
+fn soak_line(
+    event: &str,
+    bucket: usize,
+    offset: u64,
+    len: u64,
+    generation: u64,
+    json: bool,
+) -> String {
+    if json {
+        let line = serde_json::json!({
+            "event": event, "bucket": bucket, "offset": offset, "len": len, "generation": generation,
+        });
+        format!("{line}\n")
+    } else {
+        format!("{event} {bucket} {offset} {len} {generation}\n")
+    }
 }
