@@ -30,7 +30,7 @@ pub enum GridCommand {
     Replace(ReplaceArgs),
     /// Rebuild a replaced disk from the smaller intact parity group.
     Rebuild(DiskArgs),
-    /// Verify (and repair) disks: one disk, all disks, or those whose last full pass is overdue.
+    /// Verify (and repair) disks: one disk, all disks, or the ranges whose last verification is overdue.
     Scrub(ScrubArgs),
     /// Recompute every parity disk from its members and report mismatches (exit code 2 if any).
     VerifyParity(DirArgs),
@@ -152,6 +152,8 @@ pub struct ReplaceArgs {
     /// What spins the new drive down and up (see `grid init --power-control`) [default: the replaced drive's].
     #[arg(long, requires = "device")]
     power_control: Option<PowerControl>,
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Args)]
@@ -161,8 +163,8 @@ pub struct ScrubArgs {
     /// Scrub only this disk.
     #[arg(long)]
     disk: Option<usize>,
-    /// Scrub only disks whose last full pass is older than this many hours.
-    #[arg(long)]
+    /// Scrub only the written ranges not verified (scrubbed or written) for this many hours, on every disk.
+    #[arg(long, conflicts_with = "disk")]
     overdue_hours: Option<f64>,
     #[arg(long)]
     json: bool,
@@ -207,7 +209,14 @@ pub fn run(command: GridCommand) -> Result<()> {
         GridCommand::Fail(args) => {
             let engine = open(&args.dir)?;
             engine.fail_disk(args.disk)?;
-            eprintln!("disk {} is marked failed; its data is reconstructed on read until it is replaced and rebuilt", args.disk);
+            if args.json {
+                println!(
+                    "{}",
+                    serde_json::json!({ "disk": args.disk, "failed": engine.is_failed(args.disk) })
+                );
+            } else {
+                eprintln!("disk {} is marked failed; its data is reconstructed on read until it is replaced and rebuilt", args.disk);
+            }
             close(engine)
         }
         GridCommand::Replace(args) => {
@@ -221,12 +230,22 @@ pub fn run(command: GridCommand) -> Result<()> {
                 power_control: args.power_control.unwrap_or(previous_control),
             });
             engine.replace_disk(args.disk, spec)?;
-            eprintln!(
-                "disk {} replaced; run `permafrost grid rebuild --dir {} --disk {}`",
-                args.disk,
-                args.dir.display(),
-                args.disk
-            );
+            if args.json {
+                println!(
+                    "{}",
+                    serde_json::json!({
+                        "disk": args.disk, "replaced": true, "defect_bytes": engine.defect_bytes(args.disk),
+                    })
+                );
+            } else {
+                eprintln!(
+                    "disk {} replaced: {} to rebuild; run `permafrost grid rebuild --dir {} --disk {}`",
+                    args.disk,
+                    format_bytes(engine.defect_bytes(args.disk)),
+                    args.dir.display(),
+                    args.disk
+                );
+            }
             close(engine)
         }
         GridCommand::Rebuild(args) => rebuild(args),
@@ -234,7 +253,21 @@ pub fn run(command: GridCommand) -> Result<()> {
         GridCommand::VerifyParity(args) => verify_parity(args),
         GridCommand::Flush(args) => {
             let engine = open(&args.dir)?;
+            let pending = engine.status()?.pending_delta_bytes;
             engine.flush()?;
+            let left = engine.status()?.pending_delta_bytes;
+            if args.json {
+                println!(
+                    "{}",
+                    serde_json::json!({ "applied_delta_bytes": pending - left, "pending_delta_bytes": left })
+                );
+            } else {
+                eprintln!(
+                    "applied {} of parity deltas, {} pending",
+                    format_bytes(pending - left),
+                    format_bytes(left)
+                );
+            }
             close(engine)
         }
         GridCommand::Soak(args) => soak(args),
@@ -403,14 +436,17 @@ fn read(args: ReadArgs) -> Result<()> {
     output.flush()?;
     bar.finish_and_clear();
     let seconds = started.elapsed().as_secs_f64();
-    if args.output.as_os_str() != "-" {
-        report_throughput(
-            "read",
-            args.json,
-            done,
-            seconds,
-            engine.config().write_mode_default,
-        );
+    // With the data on stdout, the JSON report goes to stderr.
+    let to_stdout = args.output.as_os_str() == "-";
+    let report = serde_json::json!({ "bytes": done, "seconds": seconds, "mb_per_s": done as f64 / seconds.max(1e-9) / 1e6 });
+    match (args.json, to_stdout) {
+        (true, false) => println!("{report}"),
+        (true, true) => eprintln!("{report}"),
+        (false, _) => eprintln!(
+            "read {} in {seconds:.2} s ({:.0} MB/s)",
+            format_bytes(done),
+            done as f64 / seconds.max(1e-9) / 1e6
+        ),
     }
     close(engine)
 }
@@ -538,11 +574,21 @@ fn rebuild(args: DiskArgs) -> Result<()> {
 fn scrub(args: ScrubArgs) -> Result<()> {
     let engine = open(&args.dir)?;
     if let Some(hours) = args.overdue_hours {
-        let scrubbed = engine.scrub_overdue(std::time::Duration::from_secs_f64(hours * 3600.0))?;
+        let report = engine.scrub_overdue(std::time::Duration::from_secs_f64(hours * 3600.0))?;
         if args.json {
-            println!("{}", serde_json::json!({ "scrubbed_disks": scrubbed }));
+            println!("{}", serde_json::to_string_pretty(&report)?);
         } else {
-            println!("scrubbed {} overdue disks: {scrubbed:?}", scrubbed.len());
+            println!(
+                "scrubbed {} overdue ranges: verified {}, repaired {} blocks and {} check blocks, {} ranges left to the grid",
+                report.ranges.len(),
+                format_bytes(report.bytes_verified),
+                report.blocks_repaired,
+                report.check_blocks_repaired,
+                report.unrecoverable.len()
+            );
+            for (disk, offset, len) in &report.ranges {
+                println!("  disk {disk}: {} at {offset}", format_bytes(*len));
+            }
         }
         return close(engine);
     }
@@ -613,8 +659,17 @@ fn verify_parity(args: DirArgs) -> Result<()> {
             format_bytes(report.bytes_checked),
             report.mismatches.len()
         );
-        for mismatch in &report.mismatches {
-            println!("  mismatch: {mismatch:?}");
+        for m in &report.mismatches {
+            println!(
+                "  mismatch: parity disk {} ({}) bytes {}+{}",
+                m.parity_disk, m.group, m.offset, m.len
+            );
+        }
+        if report.groups_skipped > 0 {
+            println!(
+                "  {} parity groups not checked: a member is failed",
+                report.groups_skipped
+            );
         }
     }
     let clean = report.mismatches.is_empty();
