@@ -701,9 +701,9 @@ fn soak(args: SoakArgs) -> Result<()> {
         );
     }
     if args.chunk == 0
-        || args.chunk % 4096 != 0
+        || !args.chunk.is_multiple_of(4096)
         || args.region < args.chunk
-        || args.region % args.chunk != 0
+        || !args.region.is_multiple_of(args.chunk)
     {
         bail!(
             "--chunk {} must be a non-zero multiple of 4096 and --region {} a non-zero multiple of it",
@@ -711,7 +711,8 @@ fn soak(args: SoakArgs) -> Result<()> {
             args.region
         );
     }
-    if args.start % 4096 != 0 || args.start + args.region > engine.bucket_capacity_bytes() {
+    if !args.start.is_multiple_of(4096) || args.start + args.region > engine.bucket_capacity_bytes()
+    {
         bail!(
             "--start {} + --region {} must be 4096-aligned and inside a bucket ({} bytes)",
             args.start,

@@ -4,7 +4,7 @@
 //!
 //! The writer never stops on its own: it prints `writing …` before each write and `committed …` after each commit
 //! (the commit together with the next write's start), so from its first write on exactly one write is in flight
-//! and the test knows which. Each run writes one bucket's region of two chunks, wrapping around to overwrite it with
+//! and the test knows which. Each run writes one bucket's region of four chunks, wrapping around to overwrite it with
 //! the next generation of the pattern; half the runs take a fresh region (appends into never-written space), half
 //! a region earlier runs wrote (overwrites of data committed before a crash and replay). Every third crash a second
 //! child is killed while it opens the grid, that is while it replays the journal.
@@ -27,10 +27,10 @@ use rand::{Rng, SeedableRng};
 
 const CRASHES_PER_MODE: usize = 50;
 const CHUNK_BYTES: u64 = 64 << 10;
-/// One bucket's region per run: two chunks, then the writer wraps around and overwrites.
-const REGION_BYTES: u64 = 2 * CHUNK_BYTES;
+/// One bucket's region per run: four chunks, then the writer wraps around and overwrites.
+const REGION_BYTES: u64 = 4 * CHUNK_BYTES;
 /// Regions available per bucket (the 12 MiB disks hold 10 MiB buckets).
-const REGIONS: u64 = 64;
+const REGIONS: u64 = 32;
 /// The kill comes this long after the writer started its first write.
 const KILL_AFTER_MS: std::ops::Range<u64> = 1..300;
 const SIGKILL: i32 = 9;
@@ -331,13 +331,13 @@ fn crash_mode(mode: WriteMode, crashes: usize, seed: u64) {
         contents.len()
     );
     // The workload must crash both kinds of writes, or the test would check less than it says.
-    let floor = crashes / 10;
+    let floor = (crashes / 25).max(1);
     assert!(
         appends_crashed >= floor && overwrites_crashed >= floor,
         "too few appends ({appends_crashed}) or overwrites ({overwrites_crashed}) were crashed"
     );
     assert!(
-        commits >= crashes / 2,
+        commits >= crashes / 5,
         "the writers committed too little to mean anything: {commits}"
     );
 }
