@@ -113,7 +113,8 @@ impl RangeAges {
         self.runs.clear();
     }
 
-    /// The parts of `[start, end)` last verified before `cutoff_ms`, or never, with that time (0 = never), in order.
+    /// The parts of `[start, end)` last verified at or before `cutoff_ms`, or never, with that time (0 = never), in
+    /// order.
     pub(crate) fn older_than(&self, start: u64, end: u64, cutoff_ms: u64) -> Vec<(u64, u64, u64)> {
         let mut out: Vec<(u64, u64, u64)> = Vec::new();
         let mut push = |s: u64, e: u64, ms: u64| {
@@ -138,7 +139,7 @@ impl RangeAges {
         {
             let (s, e) = (s.max(start), e.min(end));
             push(at, s, 0);
-            if ms < cutoff_ms {
+            if ms <= cutoff_ms {
                 push(s, e, ms);
             }
             at = e;

@@ -3,7 +3,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -28,7 +28,8 @@ use crate::{Error, Result};
 
 /// Name of the journal file inside a grid directory.
 pub(crate) const JOURNAL_FILE: &str = "journal.sqlite";
-/// Consecutive I/O errors after which a disk is marked failed.
+/// Failed operations in a row (no read or write of the disk succeeding in between) after which a disk is marked
+/// failed.
 const IO_ERRORS_MAX: u32 = 3;
 /// Poll interval of the background threads.
 const POLL_MS: u64 = 20;
@@ -169,7 +170,6 @@ pub(crate) struct Shared {
     pub power: Arc<PowerManager>,
     slots: Vec<RwLock<Arc<DiskSlot>>>,
     counters: Vec<Arc<IoCounters>>,
-    io_errors: Vec<AtomicU32>,
     /// Logical bytes of every disk's IDR space (the bucket capacity).
     pub logical_bytes: u64,
     pub stripe_bytes: u64,
@@ -409,7 +409,6 @@ impl Engine {
                 .map(|s| RwLock::new(Arc::new(s)))
                 .collect(),
             counters,
-            io_errors: (0..n).map(|_| AtomicU32::new(0)).collect(),
             logical_bytes,
             stripe_bytes,
             journal,
@@ -635,8 +634,8 @@ impl Engine {
         self.shared.scrub_range(disk, offset, offset + len)
     }
 
-    /// The deliberate scrub: verify now every written range last known good (scrubbed, or written) more than
-    /// `max_age` ago, or never, on every live disk, spinning the disks up as needed. With
+    /// The deliberate scrub: verify now every written range last known good (scrubbed, or written) `max_age` ago
+    /// or longer, or never (`Duration::ZERO`: everything written), on every live disk, spinning the disks up as needed. With
     /// `GridConfig::scrub_overdue_after_ms` set, the background scrub does the same on its own, a chunk at a time.
     pub fn scrub_overdue(&self, max_age: Duration) -> Result<OverdueScrubReport> {
         let cutoff = now_ms().saturating_sub(max_age.as_millis() as u64);
@@ -1064,7 +1063,7 @@ impl Shared {
             .collect()
     }
 
-    /// Written ranges of live disks last known good before `cutoff_ms` (or never), as
+    /// Written ranges of live disks last known good at or before `cutoff_ms` (or never), as
     /// `(disk, start, end, verified_ms)`.
     fn overdue_ranges(&self, cutoff_ms: u64) -> Vec<(usize, u64, u64, u64)> {
         let maps = self.maps.lock();
@@ -1165,7 +1164,11 @@ impl Shared {
         let fatal = match error {
             IdrError::Disk(DiskError::Failed { .. }) => true,
             IdrError::Disk(_) => {
-                self.io_errors[disk].fetch_add(1, Ordering::SeqCst) + 1 >= IO_ERRORS_MAX
+                self.counters[disk]
+                    .errors_in_a_row
+                    .fetch_add(1, Ordering::SeqCst)
+                    + 1
+                    >= IO_ERRORS_MAX
             }
             _ => false,
         };
@@ -1509,10 +1512,11 @@ impl Shared {
                 Ok(()) => {}
                 Err(ReadFail::Failed) => continue,
                 Err(ReadFail::Ranges(ranges)) => {
-                    drop(lock);
+                    // Journaled under the lock, so they can never land on a disk replaced meanwhile.
                     for (s, e) in ranges {
                         self.add_defect(disk, s, e)?;
                     }
+                    drop(lock);
                     self.recover_range(disk, io_start, io_end)?;
                     continue;
                 }
@@ -2349,7 +2353,9 @@ impl Shared {
         maps.scrub[disk] = ScrubRow::default();
         maps.ages[disk].clear();
         maps.failed[disk] = false;
-        self.io_errors[disk].store(0, Ordering::SeqCst);
+        self.counters[disk]
+            .errors_in_a_row
+            .store(0, Ordering::SeqCst);
         drop(maps);
         self.notify();
         Ok(())
@@ -2368,35 +2374,41 @@ impl Shared {
             let mut at = s;
             while at < e {
                 let to = (at + chunk).min(e);
-                let lock = self.lock(vec![RangeLock::shared(disk, at, to)]);
+                let _lock = self.lock(vec![RangeLock::shared(disk, at, to)]);
+                // Everything under the lock: the disk may have failed or been replaced (a new slot, a new written
+                // map) since the ranges were listed, and what this finds must not land on a replacement.
+                if self.is_failed(disk) {
+                    return Ok(total);
+                }
                 let slot = self.slot(disk);
-                match self.scrub_stripes(&slot, at, to) {
-                    Ok(report) => {
-                        self.counters[disk]
-                            .logical_read
-                            .fetch_add(report.bytes_verified, Ordering::Relaxed);
-                        total.bytes_verified += report.bytes_verified;
-                        total.stripes_never_written += report.stripes_never_written;
-                        total.blocks_repaired += report.blocks_repaired;
-                        total.check_blocks_repaired += report.check_blocks_repaired;
-                        drop(lock);
-                        // Verified now; what IDR could not repair becomes defect and is rewritten by recovery.
-                        self.record_verified(disk, at, to)?;
-                        for &(o, l) in &report.unrecoverable {
-                            self.add_defect(disk, o, o + l)?;
+                for (ps, pe) in self.written_parts(disk, at, to) {
+                    let (ps, pe) = self.stripe_range(ps, pe);
+                    let report = match self.scrub_stripes(&slot, ps, pe) {
+                        Ok(report) => report,
+                        Err(e) => {
+                            self.note_error(disk, &e);
+                            if self.is_failed(disk) {
+                                return Err(Error::DiskFailed {
+                                    disk,
+                                    message: format!("failed during the scrub: {e}"),
+                                });
+                            }
+                            return Err(Error::Idr(e));
                         }
-                        total.unrecoverable.extend(report.unrecoverable);
+                    };
+                    self.counters[disk]
+                        .logical_read
+                        .fetch_add(report.bytes_verified, Ordering::Relaxed);
+                    total.bytes_verified += report.bytes_verified;
+                    total.stripes_never_written += report.stripes_never_written;
+                    total.blocks_repaired += report.blocks_repaired;
+                    total.check_blocks_repaired += report.check_blocks_repaired;
+                    // Verified now; what IDR could not repair becomes defect and is rewritten by recovery.
+                    self.record_verified(disk, ps, pe)?;
+                    for &(o, l) in &report.unrecoverable {
+                        self.add_defect(disk, o, o + l)?;
                     }
-                    Err(e) => {
-                        self.note_error(disk, &e);
-                        if self.is_failed(disk) {
-                            return Err(Error::DiskFailed {
-                                disk,
-                                message: format!("failed during the scrub: {e}"),
-                            });
-                        }
-                        return Err(Error::Idr(e));
-                    }
+                    total.unrecoverable.extend(report.unrecoverable);
                 }
                 at = to;
             }
