@@ -30,13 +30,13 @@ pub enum GridCommand {
     Replace(ReplaceArgs),
     /// Rebuild a replaced disk from the smaller intact parity group.
     Rebuild(DiskArgs),
-    /// Verify (and repair) disks: one disk, all disks, or those whose last full pass is overdue.
+    /// Verify (and repair) disks: one disk, all disks, or the ranges whose last verification is overdue.
     Scrub(ScrubArgs),
     /// Recompute every parity disk from its members and report mismatches (exit code 2 if any).
     VerifyParity(DirArgs),
     /// Apply all pending parity deltas of delayed writes now.
     Flush(DirArgs),
-    /// Test workload: append deterministic chunks to random buckets and print each commit.
+    /// Test workload: write deterministic chunks to random buckets until killed, printing each write and commit.
     #[command(hide = true)]
     Soak(SoakArgs),
 }
@@ -152,6 +152,8 @@ pub struct ReplaceArgs {
     /// What spins the new drive down and up (see `grid init --power-control`) [default: the replaced drive's].
     #[arg(long, requires = "device")]
     power_control: Option<PowerControl>,
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Args)]
@@ -161,8 +163,8 @@ pub struct ScrubArgs {
     /// Scrub only this disk.
     #[arg(long)]
     disk: Option<usize>,
-    /// Scrub only disks whose last full pass is older than this many hours.
-    #[arg(long)]
+    /// Scrub only the written ranges not verified (scrubbed or written) for this many hours, on every disk.
+    #[arg(long, conflicts_with = "disk")]
     overdue_hours: Option<f64>,
     #[arg(long)]
     json: bool,
@@ -177,18 +179,25 @@ pub struct SoakArgs {
     /// Seed of the data and of the choice of buckets.
     #[arg(long)]
     seed: u64,
-    /// Number of chunks to write.
+    /// Stop after this many chunks [default: write until killed].
     #[arg(long)]
-    writes: usize,
+    writes: Option<u64>,
     /// Bytes per chunk (a multiple of 4096).
     #[arg(long, value_parser = parse_bytes, default_value = "64KiB")]
     chunk: u64,
-    /// Bucket offset where this run starts appending (each bucket).
+    /// Bucket offset where each bucket's region starts.
     #[arg(long, value_parser = parse_bytes)]
     start: u64,
-    /// Bytes this run may append to each bucket after `start`.
+    /// Bytes of each bucket's region (a multiple of --chunk). When a bucket's region is full the writer wraps
+    /// around to --start and overwrites it with the next generation of the pattern.
     #[arg(long, value_parser = parse_bytes)]
     region: u64,
+    /// Write only to these buckets (repeat the flag) [default: all].
+    #[arg(long)]
+    bucket: Vec<usize>,
+    /// One JSON object per line instead of text.
+    #[arg(long)]
+    json: bool,
 }
 
 pub fn run(command: GridCommand) -> Result<()> {
@@ -200,7 +209,14 @@ pub fn run(command: GridCommand) -> Result<()> {
         GridCommand::Fail(args) => {
             let engine = open(&args.dir)?;
             engine.fail_disk(args.disk)?;
-            eprintln!("disk {} is marked failed; its data is reconstructed on read until it is replaced and rebuilt", args.disk);
+            if args.json {
+                println!(
+                    "{}",
+                    serde_json::json!({ "disk": args.disk, "failed": engine.is_failed(args.disk) })
+                );
+            } else {
+                eprintln!("disk {} is marked failed; its data is reconstructed on read until it is replaced and rebuilt", args.disk);
+            }
             close(engine)
         }
         GridCommand::Replace(args) => {
@@ -214,12 +230,22 @@ pub fn run(command: GridCommand) -> Result<()> {
                 power_control: args.power_control.unwrap_or(previous_control),
             });
             engine.replace_disk(args.disk, spec)?;
-            eprintln!(
-                "disk {} replaced; run `permafrost grid rebuild --dir {} --disk {}`",
-                args.disk,
-                args.dir.display(),
-                args.disk
-            );
+            if args.json {
+                println!(
+                    "{}",
+                    serde_json::json!({
+                        "disk": args.disk, "replaced": true, "defect_bytes": engine.defect_bytes(args.disk),
+                    })
+                );
+            } else {
+                eprintln!(
+                    "disk {} replaced: {} to rebuild; run `permafrost grid rebuild --dir {} --disk {}`",
+                    args.disk,
+                    format_bytes(engine.defect_bytes(args.disk)),
+                    args.dir.display(),
+                    args.disk
+                );
+            }
             close(engine)
         }
         GridCommand::Rebuild(args) => rebuild(args),
@@ -227,7 +253,21 @@ pub fn run(command: GridCommand) -> Result<()> {
         GridCommand::VerifyParity(args) => verify_parity(args),
         GridCommand::Flush(args) => {
             let engine = open(&args.dir)?;
+            let pending = engine.status()?.pending_delta_bytes;
             engine.flush()?;
+            let left = engine.status()?.pending_delta_bytes;
+            if args.json {
+                println!(
+                    "{}",
+                    serde_json::json!({ "applied_delta_bytes": pending - left, "pending_delta_bytes": left })
+                );
+            } else {
+                eprintln!(
+                    "applied {} of parity deltas, {} pending",
+                    format_bytes(pending - left),
+                    format_bytes(left)
+                );
+            }
             close(engine)
         }
         GridCommand::Soak(args) => soak(args),
@@ -370,14 +410,17 @@ fn read(args: ReadArgs) -> Result<()> {
     output.flush()?;
     bar.finish_and_clear();
     let seconds = started.elapsed().as_secs_f64();
-    if args.output.as_os_str() != "-" {
-        report_throughput(
-            "read",
-            args.json,
-            done,
-            seconds,
-            engine.config().write_mode_default,
-        );
+    // With the data on stdout, the JSON report goes to stderr.
+    let to_stdout = args.output.as_os_str() == "-";
+    let report = serde_json::json!({ "bytes": done, "seconds": seconds, "mb_per_s": done as f64 / seconds.max(1e-9) / 1e6 });
+    match (args.json, to_stdout) {
+        (true, false) => println!("{report}"),
+        (true, true) => eprintln!("{report}"),
+        (false, _) => eprintln!(
+            "read {} in {seconds:.2} s ({:.0} MB/s)",
+            format_bytes(done),
+            done as f64 / seconds.max(1e-9) / 1e6
+        ),
     }
     close(engine)
 }
@@ -505,11 +548,21 @@ fn rebuild(args: DiskArgs) -> Result<()> {
 fn scrub(args: ScrubArgs) -> Result<()> {
     let engine = open(&args.dir)?;
     if let Some(hours) = args.overdue_hours {
-        let scrubbed = engine.scrub_overdue(std::time::Duration::from_secs_f64(hours * 3600.0))?;
+        let report = engine.scrub_overdue(std::time::Duration::from_secs_f64(hours * 3600.0))?;
         if args.json {
-            println!("{}", serde_json::json!({ "scrubbed_disks": scrubbed }));
+            println!("{}", serde_json::to_string_pretty(&report)?);
         } else {
-            println!("scrubbed {} overdue disks: {scrubbed:?}", scrubbed.len());
+            println!(
+                "scrubbed {} overdue ranges: verified {}, repaired {} blocks and {} check blocks, {} ranges left to the grid",
+                report.ranges.len(),
+                format_bytes(report.bytes_verified),
+                report.blocks_repaired,
+                report.check_blocks_repaired,
+                report.unrecoverable.len()
+            );
+            for (disk, offset, len) in &report.ranges {
+                println!("  disk {disk}: {} at {offset}", format_bytes(*len));
+            }
         }
         return close(engine);
     }
@@ -580,8 +633,17 @@ fn verify_parity(args: DirArgs) -> Result<()> {
             format_bytes(report.bytes_checked),
             report.mismatches.len()
         );
-        for mismatch in &report.mismatches {
-            println!("  mismatch: {mismatch:?}");
+        for m in &report.mismatches {
+            println!(
+                "  mismatch: parity disk {} ({}) bytes {}+{}",
+                m.parity_disk, m.group, m.offset, m.len
+            );
+        }
+        if report.groups_skipped > 0 {
+            println!(
+                "  {} parity groups not checked: a member is failed",
+                report.groups_skipped
+            );
         }
     }
     let clean = report.mismatches.is_empty();
@@ -592,27 +654,107 @@ fn verify_parity(args: DirArgs) -> Result<()> {
     Ok(())
 }
 
+/// The test workload behind the crash-consistency test: writes chunks until killed (or `--writes`), each bucket's
+/// region in order, wrapping around to overwrite it with the next generation of the pattern. Before each write it
+/// prints `writing BUCKET OFFSET LEN GENERATION` and after each commit `committed …` with the same fields (JSON
+/// objects with `--json`). The commit of one chunk and the start of the next are printed in one write, after the
+/// next chunk's data is ready: from the first `writing` line on, exactly one write is in flight until the process
+/// dies, and the reader knows which.
 fn soak(args: SoakArgs) -> Result<()> {
     use rand::{Rng, SeedableRng};
     let engine = open(&args.dir)?;
-    let buckets = engine.buckets();
+    let buckets: Vec<usize> = if args.bucket.is_empty() {
+        (0..engine.buckets()).collect()
+    } else {
+        args.bucket.clone()
+    };
+    if let Some(&bucket) = buckets.iter().find(|&&b| b >= engine.buckets()) {
+        bail!(
+            "bucket {bucket} does not exist: the grid has {} buckets",
+            engine.buckets()
+        );
+    }
+    if args.chunk == 0
+        || !args.chunk.is_multiple_of(4096)
+        || args.region < args.chunk
+        || !args.region.is_multiple_of(args.chunk)
+    {
+        bail!(
+            "--chunk {} must be a non-zero multiple of 4096 and --region {} a non-zero multiple of it",
+            args.chunk,
+            args.region
+        );
+    }
+    if !args.start.is_multiple_of(4096) || args.start + args.region > engine.bucket_capacity_bytes()
+    {
+        bail!(
+            "--start {} + --region {} must be 4096-aligned and inside a bucket ({} bytes)",
+            args.start,
+            args.region,
+            engine.bucket_capacity_bytes()
+        );
+    }
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(args.seed);
-    let mut next_offset = vec![args.start; buckets];
-    let stdout = io::stdout();
-    for _ in 0..args.writes {
-        let bucket = rng.gen_range(0..buckets);
-        let offset = next_offset[bucket];
-        if offset + args.chunk > (args.start + args.region).min(engine.bucket_capacity_bytes()) {
-            continue;
+    // Per bucket: bytes of the region written in the current generation, and that generation.
+    let mut filled = vec![0u64; engine.buckets()];
+    let mut generation = vec![0u64; engine.buckets()];
+    let mut committed: Option<String> = None;
+    let mut out = io::stdout().lock();
+    let mut written = 0u64;
+    while args.writes.is_none_or(|writes| written < writes) {
+        let bucket = buckets[rng.gen_range(0..buckets.len())];
+        if filled[bucket] == args.region {
+            filled[bucket] = 0;
+            generation[bucket] += 1;
         }
-        let data = crate::pattern::pattern_bytes(args.seed, bucket, offset, args.chunk as usize);
+        let offset = args.start + filled[bucket];
+        let seed = crate::pattern::generation_seed(args.seed, generation[bucket]);
+        let data = crate::pattern::pattern_bytes(seed, bucket, offset, args.chunk as usize);
+        let writing = soak_line(
+            "writing",
+            bucket,
+            offset,
+            args.chunk,
+            generation[bucket],
+            args.json,
+        );
+        out.write_all(format!("{}{writing}", committed.take().unwrap_or_default()).as_bytes())?;
+        out.flush()?;
         let mut promise = engine.write(bucket, offset, args.chunk, args.mode)?;
         promise.append(&data)?;
         promise.commit()?;
-        next_offset[bucket] += args.chunk;
-        let mut out = stdout.lock();
-        writeln!(out, "committed {bucket} {offset} {}", args.chunk)?;
+        filled[bucket] += args.chunk;
+        written += 1;
+        committed = Some(soak_line(
+            "committed",
+            bucket,
+            offset,
+            args.chunk,
+            generation[bucket],
+            args.json,
+        ));
+    }
+    if let Some(line) = committed {
+        out.write_all(line.as_bytes())?;
         out.flush()?;
     }
     close(engine)
+}
+
+fn soak_line(
+    event: &str,
+    bucket: usize,
+    offset: u64,
+    len: u64,
+    generation: u64,
+    json: bool,
+) -> String {
+    if json {
+        let line = serde_json::json!({
+            "event": event, "bucket": bucket, "offset": offset, "len": len, "generation": generation,
+        });
+        format!("{line}\n")
+    } else {
+        format!("{event} {bucket} {offset} {len} {generation}\n")
+    }
 }

@@ -12,3 +12,10 @@ pub fn pattern_bytes(seed: u64, bucket: usize, offset: u64, len: usize) -> Vec<u
     rng.fill_bytes(&mut bytes);
     bytes
 }
+
+/// The seed of generation `generation` of a run seeded `seed`: the soak writer overwrites a full
+/// region with the next generation, whose bytes differ from the previous one's everywhere.
+#[allow(dead_code)] // the binary's soak and the crash test use it; other tests include this file too
+pub fn generation_seed(seed: u64, generation: u64) -> u64 {
+    seed ^ generation.wrapping_mul(0xA24B_AED4_963E_E407)
+}

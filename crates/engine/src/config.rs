@@ -110,6 +110,14 @@ impl DiskSpec {
     }
 }
 
+/// Default [`GridConfig::recovery_chunk_bytes_max`]: 61 MiB = 63,963,136 bytes, at most the thesis's 64 MB
+/// (64,000,000 bytes; 64 MiB would exceed it) and a whole number of default IDR stripes.
+pub const RECOVERY_CHUNK_BYTES_DEFAULT: u64 = 61 << 20;
+
+fn scrub_overdue_after_ms_default() -> u64 {
+    30 * 24 * 3600 * 1000
+}
+
 /// Configuration of one grid.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct GridConfig {
@@ -132,12 +140,18 @@ pub struct GridConfig {
     pub chunk_bytes_max: u64,
     /// Bound on pending parity delta bytes; writers wait while the drain runs when it is exceeded.
     pub delta_cache_bytes_max: u64,
-    /// Largest range recovered at once by the background recovery and rebuild.
+    /// Largest range recovered at once by the background recovery and rebuild: the thesis's "defect range of up
+    /// to 64 MB" (§4.3.5). Default 61 MiB (63.96 MB), the most whole default stripes (1 MiB) within 64 MB.
     pub recovery_chunk_bytes_max: u64,
     /// Chunks a read promise keeps in flight ahead of the reader.
     pub readahead_chunks: usize,
     /// Bytes scrubbed on each spin-up of a disk.
     pub scrub_slice_bytes: u64,
+    /// The scheduled deliberate scrub: written ranges not known good (scrubbed or written) for this long are
+    /// scrubbed in the background, spinning their disks up if need be (0 = only on request,
+    /// `Engine::scrub_overdue`). Default 30 days.
+    #[serde(default = "scrub_overdue_after_ms_default")]
+    pub scrub_overdue_after_ms: u64,
     /// The disks, in grid order (disk index = position).
     pub disks: Vec<DiskSpec>,
 }
@@ -154,9 +168,10 @@ impl GridConfig {
             write_mode_default: WriteMode::Serialized,
             chunk_bytes_max: 8 << 20,
             delta_cache_bytes_max: 256 << 20,
-            recovery_chunk_bytes_max: 64 << 20,
+            recovery_chunk_bytes_max: RECOVERY_CHUNK_BYTES_DEFAULT,
             readahead_chunks: 2,
             scrub_slice_bytes: 64 << 20,
+            scrub_overdue_after_ms: scrub_overdue_after_ms_default(),
             disks,
         }
     }
@@ -283,6 +298,18 @@ impl GridConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_default_recovery_chunk_is_at_most_64_mb_and_whole_stripes() {
+        let config = GridConfig::with_file_disks("8x6:4+1".parse().unwrap(), 1 << 30);
+        assert!(config.recovery_chunk_bytes_max <= 64_000_000);
+        let stripe = 16 * 64 * 1024; // the default IDR stripe: s = 16 iPGs of 64 KiB
+        assert_eq!(config.recovery_chunk_bytes_max % stripe, 0);
+        assert!(
+            config.recovery_chunk_bytes_max + stripe > 64_000_000,
+            "the largest such chunk"
+        );
+    }
 
     #[test]
     fn block_disks_are_simulated_unless_a_controller_is_configured() {

@@ -1,7 +1,7 @@
 //! Disk stacks of a grid: backend (file / block / missing) → caller's wrapper (tests) → I/O counters →
 //! `PoweredDisk` → `IdrDisk`.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use permafrost_disk::power::{PowerManager, PoweredDisk};
@@ -27,6 +27,9 @@ pub(crate) struct IoCounters {
     pub logical_written: AtomicU64,
     pub physical_read: AtomicU64,
     pub physical_written: AtomicU64,
+    /// Failed engine operations since the disk last completed a read or write: a disk that fails this many in a
+    /// row is marked failed; one with bad sectors among good ones stays live (its bad ranges become defects).
+    pub errors_in_a_row: AtomicU32,
 }
 
 impl IoCounters {
@@ -50,7 +53,7 @@ impl IoCounters {
     }
 }
 
-/// Counts physical bytes of successful I/O.
+/// Counts physical bytes of successful I/O (and clears the disk's run of errors).
 pub(crate) struct CountingDisk {
     pub inner: Arc<dyn Disk>,
     pub counters: Arc<IoCounters>,
@@ -65,6 +68,7 @@ impl Disk for CountingDisk {
         self.counters
             .physical_read
             .fetch_add(buf.len() as u64, Ordering::Relaxed);
+        self.counters.errors_in_a_row.store(0, Ordering::Relaxed);
         Ok(())
     }
     fn write_at(&self, offset: u64, buf: &[u8]) -> Result<(), DiskError> {
@@ -72,6 +76,7 @@ impl Disk for CountingDisk {
         self.counters
             .physical_written
             .fetch_add(buf.len() as u64, Ordering::Relaxed);
+        self.counters.errors_in_a_row.store(0, Ordering::Relaxed);
         Ok(())
     }
     fn sync(&self) -> Result<(), DiskError> {

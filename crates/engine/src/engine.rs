@@ -3,7 +3,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -15,6 +15,7 @@ use permafrost_grid::{Geometry, Role};
 use permafrost_idr::{IdrError, ScrubReport};
 use serde::Serialize;
 
+use crate::ages::RangeAges;
 use crate::config::{DiskSpec, GridConfig, WriteMode, CONFIG_FILE};
 use crate::delta::{delta_dir, Delta, DeltaCache, Snapshot};
 use crate::disks::{DiskSlot, IoCounters, IoStats, MissingDisk};
@@ -27,10 +28,13 @@ use crate::{Error, Result};
 
 /// Name of the journal file inside a grid directory.
 pub(crate) const JOURNAL_FILE: &str = "journal.sqlite";
-/// Consecutive I/O errors after which a disk is marked failed.
+/// Failed operations in a row (no read or write of the disk succeeding in between) after which a disk is marked
+/// failed.
 const IO_ERRORS_MAX: u32 = 3;
 /// Poll interval of the background threads.
 const POLL_MS: u64 = 20;
+/// How often a long-running engine saves its disks' power counters to the journal (they are saved on close too).
+const POWER_SAVE_INTERVAL: Duration = Duration::from_secs(60);
 /// Largest range one reconstruction works on: its memory is this times (2 + disks rebuilt on the way), whatever
 /// the recovery chunk (a 64 MiB chunk with 3 failed disks costs ~20 MiB, not ~400 MiB).
 const RECONSTRUCT_PIECE_BYTES_MAX: u64 = 4 << 20;
@@ -64,15 +68,42 @@ pub enum CrashPoint {
     DrainHalfWritten,
 }
 
+/// A range of a parity disk that is not the XOR of its group's members.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ParityMismatch {
+    pub parity_disk: usize,
+    /// The parity group, e.g. `hPG 3` or `vPG 5`.
+    pub group: String,
+    /// Logical offset and length on every member.
+    pub offset: u64,
+    pub len: u64,
+}
+
 /// What [`Engine::verify_parity`] found.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct ParityReport {
-    /// `(parity disk, logical offset, length)` of every range whose parity does not match its members.
-    pub mismatches: Vec<(usize, u64, u64)>,
+    /// Every range whose parity does not match its members.
+    pub mismatches: Vec<ParityMismatch>,
     /// Logical bytes of parity compared.
     pub bytes_checked: u64,
     /// Parity groups skipped because a member is failed.
     pub groups_skipped: usize,
+}
+
+/// What [`Engine::scrub_overdue`] did.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct OverdueScrubReport {
+    /// Ranges `(disk, offset, length)` of written data last known good before the cutoff (or never verified), all
+    /// scrubbed now.
+    pub ranges: Vec<(usize, u64, u64)>,
+    /// Logical bytes verified.
+    pub bytes_verified: u64,
+    /// Blocks IDR repaired.
+    pub blocks_repaired: u64,
+    /// Check blocks IDR rewrote.
+    pub check_blocks_repaired: u64,
+    /// Ranges `(disk, offset, length)` IDR could not repair: now defect, recovered from the grid.
+    pub unrecoverable: Vec<(usize, u64, u64)>,
 }
 
 /// What a recovery run did.
@@ -98,6 +129,11 @@ pub struct DiskStatus {
     pub io: IoStats,
     /// When the last full scrub pass finished (ms since the epoch, 0 = never).
     pub last_scrub_pass_ms: u64,
+    /// Where the next slice scrubbed on spin-up starts (logical bytes).
+    pub scrub_cursor_bytes: u64,
+    /// When the longest-unverified written range was last known good — scrubbed, or written (ms since the epoch;
+    /// 0 = some written range was never verified; `None` = nothing written).
+    pub verified_oldest_ms: Option<u64>,
 }
 
 /// State of the grid for [`Engine::status`].
@@ -123,6 +159,8 @@ struct Maps {
     defects: Vec<RangeSet>,
     failed: Vec<bool>,
     scrub: Vec<ScrubRow>,
+    /// When each range was last known good (bytes).
+    ages: Vec<RangeAges>,
 }
 
 pub(crate) struct Shared {
@@ -132,7 +170,6 @@ pub(crate) struct Shared {
     pub power: Arc<PowerManager>,
     slots: Vec<RwLock<Arc<DiskSlot>>>,
     counters: Vec<Arc<IoCounters>>,
-    io_errors: Vec<AtomicU32>,
     /// Logical bytes of every disk's IDR space (the bucket capacity).
     pub logical_bytes: u64,
     pub stripe_bytes: u64,
@@ -151,12 +188,16 @@ pub(crate) struct Shared {
     scrub_queue: Mutex<VecDeque<usize>>,
     /// The caller's disk wrapper, applied to replacement disks too.
     wrap_disk: Option<WrapDisk>,
+    /// Power counters of earlier processes (from the journal); this process's are added on top.
+    power_base: Vec<PowerStats>,
 }
 
 /// An open grid. Cheap to share by reference across threads (`&Engine` is `Send + Sync`).
 pub struct Engine {
     shared: Arc<Shared>,
     threads: Mutex<Vec<JoinHandle<()>>>,
+    /// Threads stopped and power counters saved (by `close` or `drop`).
+    closed: AtomicBool,
 }
 
 fn align_down(x: u64, unit: u64) -> u64 {
@@ -365,6 +406,8 @@ impl Engine {
         let written = journal.ranges(RangeTable::Written, n)?;
         let defects = journal.ranges(RangeTable::Defects, n)?;
         let scrub = journal.scrub_rows(n)?;
+        let ages = journal.ages(n)?;
+        let power_base = journal.power(n)?;
         let next_txn = journal.next_txn()?;
         let deltas =
             DeltaCache::new(delta_dir(&dir), config.delta_cache_bytes_max).map_err(|e| {
@@ -382,7 +425,6 @@ impl Engine {
                 .map(|s| RwLock::new(Arc::new(s)))
                 .collect(),
             counters,
-            io_errors: (0..n).map(|_| AtomicU32::new(0)).collect(),
             logical_bytes,
             stripe_bytes,
             journal,
@@ -394,6 +436,7 @@ impl Engine {
                 defects,
                 failed,
                 scrub,
+                ages,
             }),
             next_txn: AtomicU64::new(next_txn),
             stop: AtomicBool::new(false),
@@ -403,6 +446,7 @@ impl Engine {
             wake_mutex: Mutex::new(()),
             scrub_queue: Mutex::new(VecDeque::new()),
             wrap_disk: options.wrap_disk,
+            power_base,
             config: RwLock::new(config),
         });
         shared.paused.store(paused, Ordering::SeqCst);
@@ -415,6 +459,7 @@ impl Engine {
         let engine = Engine {
             shared: Arc::clone(&shared),
             threads: Mutex::new(Vec::new()),
+            closed: AtomicBool::new(false),
         };
         engine.start_threads();
         Ok(engine)
@@ -444,20 +489,23 @@ impl Engine {
         }));
     }
 
-    /// Stop the background threads and close the grid. Pending deltas stay durable in `DIR/deltas` and are
-    /// re-queued on the next open.
+    /// Stop the background threads, save the disks' power counters and close the grid. Pending deltas stay
+    /// durable in `DIR/deltas` and are re-queued on the next open.
     pub fn close(self) -> Result<()> {
-        self.stop_threads();
-        Ok(())
+        self.shut_down()
     }
 
-    fn stop_threads(&self) {
+    fn shut_down(&self) -> Result<()> {
+        if self.closed.swap(true, Ordering::SeqCst) {
+            return Ok(());
+        }
         self.shared.stop.store(true, Ordering::SeqCst);
         self.shared.wake.notify_all();
         let threads: Vec<_> = std::mem::take(&mut *self.threads.lock());
         for t in threads {
             let _ = t.join();
         }
+        self.shared.save_power_stats()
     }
 
     /// The grid's geometry.
@@ -602,32 +650,26 @@ impl Engine {
         self.shared.scrub_range(disk, offset, offset + len)
     }
 
-    /// Scrub completely every live disk whose last full pass is older than `max_age` (spinning it up).
-    /// Returns the disks scrubbed.
-    pub fn scrub_overdue(&self, max_age: Duration) -> Result<Vec<usize>> {
-        let now = now_ms();
-        let overdue: Vec<usize> = {
-            let maps = self.shared.maps.lock();
-            (0..self.shared.geometry.disks())
-                .filter(|&d| {
-                    !maps.failed[d]
-                        && now.saturating_sub(maps.scrub[d].last_pass_ms)
-                            > max_age.as_millis() as u64
-                })
-                .collect()
-        };
-        for &disk in &overdue {
-            self.shared
-                .scrub_range(disk, 0, self.shared.logical_bytes)?;
-            self.shared.set_scrub_row(
-                disk,
-                ScrubRow {
-                    cursor: 0,
-                    last_pass_ms: now_ms(),
-                },
-            )?;
+    /// The deliberate scrub: verify now every written range last known good (scrubbed, or written) `max_age` ago
+    /// or longer, or never (`Duration::ZERO`: everything written), on every live disk, spinning the disks up as needed. With
+    /// `GridConfig::scrub_overdue_after_ms` set, the background scrub does the same on its own, a chunk at a time.
+    pub fn scrub_overdue(&self, max_age: Duration) -> Result<OverdueScrubReport> {
+        let cutoff = now_ms().saturating_sub(max_age.as_millis() as u64);
+        let mut report = OverdueScrubReport::default();
+        for (disk, start, end, _) in self.shared.overdue_ranges(cutoff) {
+            let scrubbed = self.shared.scrub_range(disk, start, end)?;
+            report.ranges.push((disk, start, end - start));
+            report.bytes_verified += scrubbed.bytes_verified;
+            report.blocks_repaired += scrubbed.blocks_repaired;
+            report.check_blocks_repaired += scrubbed.check_blocks_repaired;
+            report.unrecoverable.extend(
+                scrubbed
+                    .unrecoverable
+                    .into_iter()
+                    .map(|(offset, len)| (disk, offset, len)),
+            );
         }
-        Ok(overdue)
+        Ok(report)
     }
 
     /// Recompute every parity disk from its group's members over all written ranges and report mismatches.
@@ -656,13 +698,22 @@ impl Engine {
                 name: s.slot(d).name.clone(),
                 role: s.geometry.role(d),
                 power_state: s.power.state(d),
-                power: s.power.stats(d),
+                power: s.power_stats(d),
                 failed: maps.failed[d],
                 defect_bytes: maps.defects[d].total(),
                 written_bytes: maps.written[d].total() * s.stripe_bytes,
                 pending_delta_bytes: s.deltas.pending_bytes_of(d),
                 io: s.counters[d].snapshot(),
                 last_scrub_pass_ms: maps.scrub[d].last_pass_ms,
+                scrub_cursor_bytes: maps.scrub[d].cursor,
+                verified_oldest_ms: {
+                    let written = s.written_bytes_of(&maps, d);
+                    written
+                        .iter()
+                        .flat_map(|&(ws, we)| maps.ages[d].older_than(ws, we, u64::MAX))
+                        .map(|(_, _, ms)| ms)
+                        .min()
+                },
             })
             .collect();
         drop(maps);
@@ -713,7 +764,9 @@ impl Engine {
 
 impl Drop for Engine {
     fn drop(&mut self) {
-        self.stop_threads();
+        if let Err(e) = self.shut_down() {
+            tracing::warn!("closing the grid: {e}");
+        }
     }
 }
 
@@ -972,17 +1025,99 @@ impl Shared {
             .iter()
             .map(|&d| (d, self.written_with(&maps, d, start, end)))
             .collect();
+        // What is written now is freshly encoded: known good as of now (for the overdue scrub).
+        let now = now_ms();
+        let ages: Vec<(usize, RangeAges, (u64, u64))> = disks
+            .iter()
+            .map(|&d| {
+                let mut ages = maps.ages[d].clone();
+                let span = ages.record(start, end, now);
+                (d, ages, span)
+            })
+            .collect();
         let (lo, hi) = (start / self.stripe_bytes, end.div_ceil(self.stripe_bytes));
         self.journal.batch(|b| {
             extra(b)?;
             for (d, set) in &sets {
                 b.sync_ranges(RangeTable::Written, *d, set, lo, hi)?;
             }
+            for (d, ages, (lo, hi)) in &ages {
+                b.sync_ages(*d, &ages.runs_starting_in(*lo, *hi), *lo, *hi)?;
+            }
             Ok(())
         })?;
         for (d, set) in sets {
             maps.written[d] = set;
         }
+        for (d, ages, _) in ages {
+            maps.ages[d] = ages;
+        }
+        Ok(())
+    }
+
+    /// `[start, end)` of `disk` was verified now: record it for the overdue scrub.
+    fn record_verified(&self, disk: usize, start: u64, end: u64) -> Result<()> {
+        let mut maps = self.maps.lock();
+        let mut ages = maps.ages[disk].clone();
+        let (lo, hi) = ages.record(start, end, now_ms());
+        self.journal
+            .batch(|b| b.sync_ages(disk, &ages.runs_starting_in(lo, hi), lo, hi))?;
+        maps.ages[disk] = ages;
+        Ok(())
+    }
+
+    /// Written ranges of `disk` in bytes.
+    fn written_bytes_of(&self, maps: &Maps, disk: usize) -> Vec<(u64, u64)> {
+        maps.written[disk]
+            .iter()
+            .map(|(s, e)| {
+                (
+                    s * self.stripe_bytes,
+                    (e * self.stripe_bytes).min(self.logical_bytes),
+                )
+            })
+            .collect()
+    }
+
+    /// Written ranges of live disks last known good at or before `cutoff_ms` (or never), as
+    /// `(disk, start, end, verified_ms)`.
+    fn overdue_ranges(&self, cutoff_ms: u64) -> Vec<(usize, u64, u64, u64)> {
+        let maps = self.maps.lock();
+        let mut out = Vec::new();
+        for disk in 0..self.geometry.disks() {
+            if maps.failed[disk] {
+                continue;
+            }
+            for (start, end) in self.written_bytes_of(&maps, disk) {
+                out.extend(
+                    maps.ages[disk]
+                        .older_than(start, end, cutoff_ms)
+                        .into_iter()
+                        .map(|(s, e, ms)| (disk, s, e, ms)),
+                );
+            }
+        }
+        out
+    }
+
+    /// This disk's power counters: earlier processes' (journal) plus this one's.
+    fn power_stats(&self, disk: usize) -> PowerStats {
+        let mut stats = self.power_base[disk];
+        stats.add(&self.power.stats(disk));
+        stats
+    }
+
+    /// Save every disk's power counters in the journal.
+    fn save_power_stats(&self) -> Result<()> {
+        let stats: Vec<PowerStats> = (0..self.geometry.disks())
+            .map(|d| self.power_stats(d))
+            .collect();
+        self.journal.batch(|b| {
+            for (disk, stats) in stats.iter().enumerate() {
+                b.set_power(disk, stats)?;
+            }
+            Ok(())
+        })?;
         Ok(())
     }
 
@@ -1045,7 +1180,11 @@ impl Shared {
         let fatal = match error {
             IdrError::Disk(DiskError::Failed { .. }) => true,
             IdrError::Disk(_) => {
-                self.io_errors[disk].fetch_add(1, Ordering::SeqCst) + 1 >= IO_ERRORS_MAX
+                self.counters[disk]
+                    .errors_in_a_row
+                    .fetch_add(1, Ordering::SeqCst)
+                    + 1
+                    >= IO_ERRORS_MAX
             }
             _ => false,
         };
@@ -1389,10 +1528,11 @@ impl Shared {
                 Ok(()) => {}
                 Err(ReadFail::Failed) => continue,
                 Err(ReadFail::Ranges(ranges)) => {
-                    drop(lock);
+                    // Journaled under the lock, so they can never land on a disk replaced meanwhile.
                     for (s, e) in ranges {
                         self.add_defect(disk, s, e)?;
                     }
+                    drop(lock);
                     self.recover_range(disk, io_start, io_end)?;
                     continue;
                 }
@@ -2220,14 +2360,18 @@ impl Shared {
             b.replace_all_ranges(RangeTable::Written, disk, &RangeSet::new())?;
             b.replace_all_ranges(RangeTable::Defects, disk, &defects)?;
             b.set_scrub(disk, ScrubRow::default())?;
+            b.clear_ages(disk)?;
             b.clear_failed(disk)
         })?;
         *self.slots[disk].write() = Arc::new(slot);
         maps.written[disk] = RangeSet::new();
         maps.defects[disk] = defects;
         maps.scrub[disk] = ScrubRow::default();
+        maps.ages[disk].clear();
         maps.failed[disk] = false;
-        self.io_errors[disk].store(0, Ordering::SeqCst);
+        self.counters[disk]
+            .errors_in_a_row
+            .store(0, Ordering::SeqCst);
         drop(maps);
         self.notify();
         Ok(())
@@ -2246,33 +2390,41 @@ impl Shared {
             let mut at = s;
             while at < e {
                 let to = (at + chunk).min(e);
-                let lock = self.lock(vec![RangeLock::shared(disk, at, to)]);
+                let _lock = self.lock(vec![RangeLock::shared(disk, at, to)]);
+                // Everything under the lock: the disk may have failed or been replaced (a new slot, a new written
+                // map) since the ranges were listed, and what this finds must not land on a replacement.
+                if self.is_failed(disk) {
+                    return Ok(total);
+                }
                 let slot = self.slot(disk);
-                match self.scrub_stripes(&slot, at, to) {
-                    Ok(report) => {
-                        self.counters[disk]
-                            .logical_read
-                            .fetch_add(report.bytes_verified, Ordering::Relaxed);
-                        total.bytes_verified += report.bytes_verified;
-                        total.stripes_never_written += report.stripes_never_written;
-                        total.blocks_repaired += report.blocks_repaired;
-                        total.check_blocks_repaired += report.check_blocks_repaired;
-                        drop(lock);
-                        for &(o, l) in &report.unrecoverable {
-                            self.add_defect(disk, o, o + l)?;
+                for (ps, pe) in self.written_parts(disk, at, to) {
+                    let (ps, pe) = self.stripe_range(ps, pe);
+                    let report = match self.scrub_stripes(&slot, ps, pe) {
+                        Ok(report) => report,
+                        Err(e) => {
+                            self.note_error(disk, &e);
+                            if self.is_failed(disk) {
+                                return Err(Error::DiskFailed {
+                                    disk,
+                                    message: format!("failed during the scrub: {e}"),
+                                });
+                            }
+                            return Err(Error::Idr(e));
                         }
-                        total.unrecoverable.extend(report.unrecoverable);
+                    };
+                    self.counters[disk]
+                        .logical_read
+                        .fetch_add(report.bytes_verified, Ordering::Relaxed);
+                    total.bytes_verified += report.bytes_verified;
+                    total.stripes_never_written += report.stripes_never_written;
+                    total.blocks_repaired += report.blocks_repaired;
+                    total.check_blocks_repaired += report.check_blocks_repaired;
+                    // Verified now; what IDR could not repair becomes defect and is rewritten by recovery.
+                    self.record_verified(disk, ps, pe)?;
+                    for &(o, l) in &report.unrecoverable {
+                        self.add_defect(disk, o, o + l)?;
                     }
-                    Err(e) => {
-                        self.note_error(disk, &e);
-                        if self.is_failed(disk) {
-                            return Err(Error::DiskFailed {
-                                disk,
-                                message: format!("failed during the scrub: {e}"),
-                            });
-                        }
-                        return Err(Error::Idr(e));
-                    }
+                    total.unrecoverable.extend(report.unrecoverable);
                 }
                 at = to;
             }
@@ -2318,15 +2470,28 @@ impl Shared {
         Ok(total)
     }
 
+    /// The scrub thread: a slice of each disk that spins up (from its cursor), and, when there is none to do and
+    /// `scrub_overdue_after_ms` is set, the overdue ranges a chunk at a time, oldest first. Also saves the power
+    /// counters now and then.
     fn scrub_loop(&self) {
+        let mut power_saved = std::time::Instant::now();
         while !self.stopped() {
-            let next = if self.paused.load(Ordering::SeqCst) {
+            if power_saved.elapsed() >= POWER_SAVE_INTERVAL {
+                if let Err(e) = self.save_power_stats() {
+                    tracing::warn!("cannot save the power counters: {e}");
+                }
+                power_saved = std::time::Instant::now();
+            }
+            let paused = self.paused.load(Ordering::SeqCst);
+            let next = if paused {
                 None
             } else {
                 self.scrub_queue.lock().pop_front()
             };
             let Some(disk) = next else {
-                self.sleep_until_woken(200);
+                if paused || !self.scrub_overdue_step() {
+                    self.sleep_until_woken(200);
+                }
                 continue;
             };
             // Only while the disk is up anyway: never spin a disk up just for this slice.
@@ -2355,6 +2520,38 @@ impl Shared {
             };
             if let Err(e) = self.set_scrub_row(disk, new_row) {
                 tracing::warn!("cannot record scrub progress of disk {disk}: {e}");
+            }
+        }
+    }
+
+    /// One step of the scheduled deliberate scrub: the oldest overdue range of a live disk, at most one recovery
+    /// chunk of it. Returns whether it scrubbed something.
+    fn scrub_overdue_step(&self) -> bool {
+        let (after_ms, chunk) = {
+            let config = self.config.read();
+            (
+                config.scrub_overdue_after_ms,
+                config.recovery_chunk_bytes_max,
+            )
+        };
+        if after_ms == 0 {
+            return false;
+        }
+        let cutoff = now_ms().saturating_sub(after_ms);
+        let Some((disk, start, end, _)) = self
+            .overdue_ranges(cutoff)
+            .into_iter()
+            .min_by_key(|range| range.3)
+        else {
+            return false;
+        };
+        match self.scrub_range(disk, start, end.min(start + chunk)) {
+            Ok(_) => true,
+            Err(e) => {
+                if !self.stopped() {
+                    tracing::warn!("scheduled scrub of disk {disk} at {start} failed: {e}");
+                }
+                false
             }
         }
     }
@@ -2449,12 +2646,23 @@ impl Shared {
                         if acc[block..b_end] != expected[block..b_end] {
                             let off = at + block as u64;
                             match report.mismatches.last_mut() {
-                                Some((p, o, l)) if *p == parity && *o + *l == off => {
-                                    *l += (b_end - block) as u64
+                                Some(last)
+                                    if last.parity_disk == parity
+                                        && last.offset + last.len == off =>
+                                {
+                                    last.len += (b_end - block) as u64
                                 }
-                                _ => report
-                                    .mismatches
-                                    .push((parity, off, (b_end - block) as u64)),
+                                _ => report.mismatches.push(ParityMismatch {
+                                    parity_disk: parity,
+                                    group: match group {
+                                        permafrost_grid::GroupId::Horizontal(h) => {
+                                            format!("hPG {h}")
+                                        }
+                                        permafrost_grid::GroupId::Vertical(c) => format!("vPG {c}"),
+                                    },
+                                    offset: off,
+                                    len: (b_end - block) as u64,
+                                }),
                             }
                         }
                         block = b_end;

@@ -10,6 +10,9 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use parking_lot::Mutex;
 use rusqlite::{params, Connection, OptionalExtension, Transaction};
 
+use permafrost_disk::power::{PowerState, PowerStats};
+
+use crate::ages::RangeAges;
 use crate::rangeset::RangeSet;
 use crate::WriteMode;
 
@@ -94,6 +97,24 @@ pub(crate) fn now_ms() -> u64 {
         .max(1)
 }
 
+/// Milliseconds per state indexed by [`PowerState::index`], from the journal's columns (off, spinning up, idle,
+/// active).
+fn power_ms_by_index(by_column: [u64; 4]) -> [u64; 4] {
+    let mut ms = [0; 4];
+    for (state, value) in [
+        PowerState::Off,
+        PowerState::SpinningUp,
+        PowerState::Idle,
+        PowerState::Active,
+    ]
+    .into_iter()
+    .zip(by_column)
+    {
+        ms[state.index()] = value;
+    }
+    ms
+}
+
 /// The journal of one grid.
 pub(crate) struct Journal {
     conn: Mutex<Connection>,
@@ -129,7 +150,12 @@ impl Journal {
              CREATE TABLE IF NOT EXISTS scrub(disk INTEGER PRIMARY KEY, cursor INTEGER NOT NULL,
                 last_pass_ms INTEGER NOT NULL);
              CREATE TABLE IF NOT EXISTS failed(disk INTEGER PRIMARY KEY, since_ms INTEGER NOT NULL,
-                reason TEXT NOT NULL);",
+                reason TEXT NOT NULL);
+             CREATE TABLE IF NOT EXISTS scrub_ages(disk INTEGER NOT NULL, start INTEGER NOT NULL,
+                end INTEGER NOT NULL, verified_ms INTEGER NOT NULL, PRIMARY KEY(disk, start));
+             CREATE TABLE IF NOT EXISTS power(disk INTEGER PRIMARY KEY, spin_ups INTEGER NOT NULL,
+                ms_off INTEGER NOT NULL, ms_spinning_up INTEGER NOT NULL, ms_idle INTEGER NOT NULL,
+                ms_active INTEGER NOT NULL, joules REAL NOT NULL);",
         )?;
         let version: Option<String> = conn
             .query_row(
@@ -226,7 +252,15 @@ impl Journal {
     pub(crate) fn row_count(&self) -> rusqlite::Result<u64> {
         let conn = self.conn.lock();
         let mut total = 0i64;
-        for table in ["promises", "defects", "written", "scrub", "failed"] {
+        for table in [
+            "promises",
+            "defects",
+            "written",
+            "scrub",
+            "failed",
+            "scrub_ages",
+            "power",
+        ] {
             let n: i64 =
                 conn.query_row(&format!("SELECT COUNT(*) FROM {table}"), [], |r| r.get(0))?;
             total += n;
@@ -280,6 +314,56 @@ impl Journal {
             }
         }
         Ok(rows)
+    }
+
+    /// When each range of each disk was last known good.
+    pub(crate) fn ages(&self, disk_count: usize) -> rusqlite::Result<Vec<RangeAges>> {
+        let conn = self.conn.lock();
+        let mut ages = vec![RangeAges::new(); disk_count];
+        let mut stmt = conn.prepare("SELECT disk, start, end, verified_ms FROM scrub_ages")?;
+        let rows = stmt.query_map([], |r| {
+            Ok((
+                r.get::<_, i64>(0)?,
+                r.get::<_, i64>(1)?,
+                r.get::<_, i64>(2)?,
+                r.get::<_, i64>(3)?,
+            ))
+        })?;
+        for row in rows {
+            let (disk, start, end, ms) = row?;
+            if let Some(ages) = ages.get_mut(disk as usize) {
+                ages.load(start as u64, end as u64, ms as u64);
+            }
+        }
+        Ok(ages)
+    }
+
+    /// Power counters of each disk accumulated by the processes that had the grid open before this one.
+    pub(crate) fn power(&self, disk_count: usize) -> rusqlite::Result<Vec<PowerStats>> {
+        let conn = self.conn.lock();
+        let mut stats = vec![PowerStats::default(); disk_count];
+        let mut stmt = conn.prepare(
+            "SELECT disk, spin_ups, ms_off, ms_spinning_up, ms_idle, ms_active, joules FROM power",
+        )?;
+        let rows = stmt.query_map([], |r| {
+            let disk = r.get::<_, i64>(0)? as usize;
+            let g = |i: usize| -> rusqlite::Result<u64> { Ok(r.get::<_, i64>(i)? as u64) };
+            Ok((
+                disk,
+                PowerStats {
+                    spin_ups: g(1)?,
+                    ms_in_state: power_ms_by_index([g(2)?, g(3)?, g(4)?, g(5)?]),
+                    joules: r.get(6)?,
+                },
+            ))
+        })?;
+        for row in rows {
+            let (disk, row) = row?;
+            if let Some(slot) = stats.get_mut(disk) {
+                *slot = row;
+            }
+        }
+        Ok(stats)
     }
 
     pub(crate) fn failed_disks(&self) -> rusqlite::Result<Vec<(usize, String)>> {
@@ -414,6 +498,57 @@ impl Batch<'_> {
             "INSERT INTO scrub(disk, cursor, last_pass_ms) VALUES (?1, ?2, ?3)
              ON CONFLICT(disk) DO UPDATE SET cursor = excluded.cursor, last_pass_ms = excluded.last_pass_ms",
             params![disk as i64, row.cursor as i64, row.last_pass_ms as i64],
+        )?;
+        Ok(())
+    }
+
+    /// Make the stored runs of `disk` starting in `[lo, hi)` equal to `runs` (those of the in-memory copy after a
+    /// [`RangeAges::record`] that returned the span `[lo, hi)`).
+    pub(crate) fn sync_ages(
+        &self,
+        disk: usize,
+        runs: &[(u64, u64, u64)],
+        lo: u64,
+        hi: u64,
+    ) -> rusqlite::Result<()> {
+        self.tx.execute(
+            "DELETE FROM scrub_ages WHERE disk = ?1 AND start >= ?2 AND start < ?3",
+            params![disk as i64, lo as i64, hi as i64],
+        )?;
+        for &(s, e, ms) in runs {
+            self.tx.execute(
+                "INSERT INTO scrub_ages(disk, start, end, verified_ms) VALUES (?1, ?2, ?3, ?4)",
+                params![disk as i64, s as i64, e as i64, ms as i64],
+            )?;
+        }
+        Ok(())
+    }
+
+    pub(crate) fn clear_ages(&self, disk: usize) -> rusqlite::Result<()> {
+        self.tx.execute(
+            "DELETE FROM scrub_ages WHERE disk = ?1",
+            params![disk as i64],
+        )?;
+        Ok(())
+    }
+
+    pub(crate) fn set_power(&self, disk: usize, stats: &PowerStats) -> rusqlite::Result<()> {
+        let ms = |state: PowerState| stats.ms_in_state[state.index()] as i64;
+        self.tx.execute(
+            "INSERT INTO power(disk, spin_ups, ms_off, ms_spinning_up, ms_idle, ms_active, joules)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
+             ON CONFLICT(disk) DO UPDATE SET spin_ups = excluded.spin_ups, ms_off = excluded.ms_off,
+                ms_spinning_up = excluded.ms_spinning_up, ms_idle = excluded.ms_idle,
+                ms_active = excluded.ms_active, joules = excluded.joules",
+            params![
+                disk as i64,
+                stats.spin_ups as i64,
+                ms(PowerState::Off),
+                ms(PowerState::SpinningUp),
+                ms(PowerState::Idle),
+                ms(PowerState::Active),
+                stats.joules
+            ],
         )?;
         Ok(())
     }

@@ -22,6 +22,7 @@
 //!
 //! **Not here.** Objects, extents, placement and the catalog (the store above), the CLI.
 
+mod ages;
 mod config;
 mod delta;
 mod disks;
@@ -32,10 +33,11 @@ mod locks;
 mod promise;
 mod rangeset;
 
-pub use config::{DiskSpec, GridConfig, WriteMode, CONFIG_FILE};
+pub use config::{DiskSpec, GridConfig, WriteMode, CONFIG_FILE, RECOVERY_CHUNK_BYTES_DEFAULT};
 pub use disks::IoStats;
 pub use engine::{
-    CrashPoint, DiskStatus, Engine, GridStatus, OpenOptions, ParityReport, RecoveryReport, WrapDisk,
+    CrashPoint, DiskStatus, Engine, GridStatus, OpenOptions, OverdueScrubReport, ParityMismatch,
+    ParityReport, RecoveryReport, WrapDisk,
 };
 pub use header::HEADER_BYTES;
 pub use promise::{ReadPromise, WritePromise};

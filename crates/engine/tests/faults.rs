@@ -141,7 +141,8 @@ fn unreadable_range_is_reconstructed_and_written_back() {
     while engine.defect_bytes(disk) > 0 {
         assert!(
             std::time::Instant::now() < deadline,
-            "defect never recovered"
+            "defect never recovered (disk failed: {})",
+            engine.is_failed(disk)
         );
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
