@@ -533,6 +533,12 @@ fn rebuild(args: DiskArgs) -> Result<()> {
             args.disk,
             format_bytes(report.bytes_recovered)
         );
+        if report.bytes_recovered_concurrently > 0 {
+            eprintln!(
+                "  and {} recovered meanwhile by the background recovery or by writers",
+                format_bytes(report.bytes_recovered_concurrently)
+            );
+        }
         for (disk, offset, len) in &report.unrecoverable {
             eprintln!("  not recoverable now: disk {disk} bytes {offset}+{len}");
         }

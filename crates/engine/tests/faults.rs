@@ -95,6 +95,40 @@ fn rebuild_onto_a_fresh_disk_leaves_parity_clean() {
 }
 
 #[test]
+fn rebuild_and_background_recovery_never_recover_a_range_twice() {
+    // The background recovery runs while `rebuild` does: every defect byte is written back exactly once, and the
+    // report accounts for what the background did during the run.
+    let dir = tempfile::tempdir().unwrap();
+    let engine = create(dir.path());
+    engine.pause_background(true);
+    let data = pattern(7, (16 * MIB) as usize);
+    write(&engine, 0, 0, &data, WriteMode::Serialized);
+    let disk = engine.geometry().bucket_disk(0);
+    for round in 0..4 {
+        engine.fail_disk(disk).unwrap();
+        engine.replace_disk(disk, None).unwrap();
+        let defect_bytes = engine.defect_bytes(disk);
+        assert_eq!(defect_bytes, 16 * MIB);
+        engine.reset_io_stats();
+        engine.pause_background(false);
+        // Let the background start on the disk first in some rounds.
+        std::thread::sleep(std::time::Duration::from_millis(5 * round));
+        let report = engine.rebuild(disk, &|_, _| {}).unwrap();
+        assert!(report.unrecoverable.is_empty(), "{report:?}");
+        assert_eq!(engine.defect_bytes(disk), 0);
+        engine.pause_background(true);
+        let written = engine.io_stats()[disk].logical_written_bytes;
+        assert_eq!(
+            written, defect_bytes,
+            "round {round}: {written} bytes written back for {defect_bytes} defect bytes ({report:?})"
+        );
+        let counted = report.bytes_recovered + report.bytes_recovered_concurrently;
+        assert!(counted <= defect_bytes, "round {round}: {report:?}");
+        assert_eq!(read(&engine, 0, 0, data.len() as u64).unwrap(), data);
+    }
+}
+
+#[test]
 fn flipped_bits_are_repaired_by_idr_without_spinning_up_any_other_disk() {
     let dir = tempfile::tempdir().unwrap();
     create(dir.path()).close().unwrap();
