@@ -12,6 +12,7 @@
 #   --skip-idr  skip benchmark 1 (the IDR compute bench)
 #   --s3        run the benchmarks of issue 3 instead (the S3 service: bench/s3.py, with --quick its quick
 #               variant; further arguments after `--` go to bench/s3.py)
+# Benchmark 4 alone, repeated, with a degraded read next to a healthy one: bench/rebuild.sh.
 # The simulators of issue 4 (sim energy, sim cache on a 10 M-request trace) have their own script: bench/sim.sh.
 # Environment: CARGO_TARGET_DIR (default /work/target-bench); PERMAFROST_BIN=path uses that binary instead of
 # building `permafrost` in release mode.
@@ -33,7 +34,7 @@ while [[ $# -gt 0 ]]; do
         --skip-idr) SKIP_IDR=1 ;;
         --s3) S3=1 ;;
         --) shift; S3_ARGS=("$@"); break ;;
-        -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
         *) echo "unknown argument: $1 (see --help)" >&2; exit 64 ;;
     esac
     shift
@@ -167,10 +168,14 @@ sed -n '/write throughput and I\/O amplification/,$p' "$OUT/engine_io.txt" | tee
 # ---- 4. rebuild of one disk vs O_DIRECT copy --------------------------------------------------------------------
 say ""
 say "== 4. rebuild of disk $DISK0 (bucket 0) vs O_DIRECT copy of the same bytes"
-# Fill the other data disks of bucket 0's hPG too, so the rebuild reads real data from every member.
+# Fill the other data disks of bucket 0's hPG too, so the rebuild reads real data from every member. Each with its
+# own bytes: with the same input on all four, their hP is all zeros, which costs a scrub read of every hP stripe
+# (all-zero blocks in written stripes are checked, docs/engine.md) and is not what a rebuild normally reads.
 for b in $HPG_BUCKETS; do
-    "$BIN" grid write --dir "$GRID" --bucket "$b" --offset 0 --input "$INPUT" --mode delayed --json >> "$OUT/write-hpg.json"
+    dd if=/dev/urandom of="$SCRATCH/other.bin" bs=4M count=$((DATA_MIB / 4)) status=none
+    "$BIN" grid write --dir "$GRID" --bucket "$b" --offset 0 --input "$SCRATCH/other.bin" --mode delayed --json >> "$OUT/write-hpg.json"
 done
+rm -f "$SCRATCH/other.bin"
 "$BIN" grid flush --dir "$GRID"
 say "   (setup) buckets 0 $HPG_BUCKETS hold $DATA_MIB MiB each (load $(loadavg))"
 t0=$(now)
@@ -186,7 +191,7 @@ dd if="$DISK_FILE" of="$COPY" bs=4M iflag=direct,skip_bytes,count_bytes oflag=di
     count="$RAW_BYTES" conv=fsync 2> "$OUT/dd-copy.txt"
 COPY_S=$(dd_seconds "$OUT/dd-copy.txt")
 rm -f "$COPY"
-say "   rebuild: $(jq -r .report.bytes_recovered "$OUT/rebuild.json") bytes recovered in $REBUILD_INSIDE s inside, $REBUILD_WALL s wall (fail + replace + rebuild)"
+say "   rebuild: $(jq -r '"\(.report.bytes_recovered) (+ \(.report.bytes_recovered_concurrently // 0) by the background task meanwhile)"' "$OUT/rebuild.json") bytes recovered in $REBUILD_INSIDE s inside, $REBUILD_WALL s wall (fail + replace + rebuild)"
 say "   O_DIRECT dd copy of $RAW_BYTES bytes (fsync): $COPY_S s (load $(loadavg))"
 say "   ratio (rebuild time ÷ copy time): inside $(ratio "$REBUILD_INSIDE" "$COPY_S"), wall $(ratio "$REBUILD_WALL" "$COPY_S")"
 say "   (I/O model on one shared device: rebuild reads hn = 4 members and writes 1 disk, a copy reads 1 and writes 1: 2.5x)"
