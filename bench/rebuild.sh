@@ -66,17 +66,18 @@ INPUT="$SCRATCH/input.bin"
 OTHER="$SCRATCH/other.bin"
 dd if=/dev/urandom of="$INPUT" bs=4M count=$((DATA_MIB / 4)) status=none
 "$BIN" grid status --dir "$GRID" --json > "$OUT/status-empty.json"
-# Data disk of bucket 0 and the other data disks of its hPG (same hP).
-read -r DISK0 HPG_BUCKETS < <(python3 - "$OUT/status-empty.json" <<'EOF'
+# Data disk of bucket 0, the other disks of its hPG (the rebuild's sources) and their buckets.
+read -r DISK0 SOURCES HPG_BUCKETS < <(python3 - "$OUT/status-empty.json" <<'EOF'
 import json, sys
 disks = json.load(open(sys.argv[1]))["disks"]
 data = {d["role"]["data"]["bucket"]: d["index"] for d in disks if "data" in d["role"]}
 group = []
 for d in disks[data[0]:]:
+    group.append(d)
     if "data" not in d["role"]:
-        break
-    group.append(d["role"]["data"]["bucket"])
-print(data[0], " ".join(str(b) for b in group[1:]))
+        break  # the group's hP
+sources = ",".join(str(d["index"]) for d in group[1:])
+print(data[0], sources, " ".join(str(d["role"]["data"]["bucket"]) for d in group[1:-1]))
 EOF
 )
 DISK_FILE="$GRID/disks/disk-$(printf %02d "$DISK0").img"
@@ -91,7 +92,7 @@ RAW_BYTES=$((DATA_MIB * (2 + 16 * 17) * 4096))
 DATA_BYTES=$((DATA_MIB << 20))
 say "setup: buckets 0 $HPG_BUCKETS hold $DATA_MIB MiB each; disk $DISK0 = bucket 0 ($RAW_BYTES physical bytes)"
 
-rebuild_in=(); rebuild_wall=(); copy_s=(); healthy_s=(); degraded_s=()
+rebuild_in=(); rebuild_wall=(); copy_s=(); sources_s=(); healthy_s=(); degraded_s=()
 for i in $(seq "$ROUNDS"); do
     "$BIN" grid read --dir "$GRID" --bucket 0 --offset 0 --length "$DATA_BYTES" --output /dev/null --json > "$OUT/read-healthy-$i.json"
     healthy_s+=("$(jq -r .seconds "$OUT/read-healthy-$i.json")")
@@ -112,11 +113,19 @@ for i in $(seq "$ROUNDS"); do
         count="$RAW_BYTES" conv=fsync 2> "$OUT/dd-copy-$i.txt"
     copy_s+=("$(dd_seconds "$OUT/dd-copy-$i.txt")")
     rm -f "$COPY"
-    say "round $i: rebuild $(jq -r '[.report.bytes_recovered, .report.bytes_recovered_concurrently // 0] | map(tostring) | join(" + ")' "$OUT/rebuild-$i.json") bytes in ${rebuild_in[-1]} s inside (${rebuild_wall[-1]} s wall fail+replace+rebuild), dd copy ${copy_s[-1]} s -> $(ratio "${rebuild_in[-1]}" "${copy_s[-1]}")x; read healthy ${healthy_s[-1]} s, degraded ${degraded_s[-1]} s -> $(ratio "${degraded_s[-1]}" "${healthy_s[-1]}")x (load $(loadavg))"
+    # What the rebuild must read at least: the same range of each source disk, one after another.
+    t0=$(now)
+    for d in ${SOURCES//,/ }; do
+        dd if="$GRID/disks/disk-$(printf %02d "$d").img" of=/dev/null bs=4M iflag=direct,skip_bytes,count_bytes \
+            skip=$((1 << 20)) count="$RAW_BYTES" status=none
+    done
+    sources_s+=("$(elapsed "$t0" "$(now)")")
+    say "round $i: rebuild $(jq -r '[.report.bytes_recovered, .report.bytes_recovered_concurrently // 0] | map(tostring) | join(" + ")' "$OUT/rebuild-$i.json") bytes in ${rebuild_in[-1]} s inside (${rebuild_wall[-1]} s wall fail+replace+rebuild), dd copy ${copy_s[-1]} s -> $(ratio "${rebuild_in[-1]}" "${copy_s[-1]}")x, dd read of the sources ${sources_s[-1]} s; read healthy ${healthy_s[-1]} s, degraded ${degraded_s[-1]} s -> $(ratio "${degraded_s[-1]}" "${healthy_s[-1]}")x (load $(loadavg))"
 done
-RI=$(median "${rebuild_in[@]}"); RW=$(median "${rebuild_wall[@]}"); CS=$(median "${copy_s[@]}")
+RI=$(median "${rebuild_in[@]}"); RW=$(median "${rebuild_wall[@]}"); CS=$(median "${copy_s[@]}"); SS=$(median "${sources_s[@]}")
 HS=$(median "${healthy_s[@]}"); DS=$(median "${degraded_s[@]}")
 say "median: rebuild $RI s inside, $RW s wall; dd copy $CS s; ratio inside $(ratio "$RI" "$CS"), wall $(ratio "$RW" "$CS") (model 2.5)"
+say "median: dd read of the sources (disks $SOURCES) one after another $SS s; rebuild inside ÷ that $(ratio "$RI" "$SS")"
 say "median: healthy read $HS s, degraded read $DS s; ratio $(ratio "$DS" "$HS") (model: 4 disks read instead of 1)"
 "$BIN" grid read --dir "$GRID" --bucket 0 --offset 0 --length "$DATA_BYTES" --output "$SCRATCH/readback.bin" --json > /dev/null
 cmp "$SCRATCH/readback.bin" "$INPUT" && say "bucket 0 reads back identical to its input after the rebuilds"
