@@ -3,6 +3,7 @@ evicted), byte-exact, while the server's peak resident memory (VmHWM) stays unde
 streams 1 GiB; the soak variant the issue's 10 GiB."""
 
 import hashlib
+import shutil
 import time
 
 import pytest
@@ -83,6 +84,7 @@ def stream_round_trip(tmp_path, size: int):
         assert peak < RSS_BYTES_MAX, f"server peak RSS {peak >> 20} MiB while streaming {size >> 20} MiB"
     finally:
         server.kill()
+        shutil.rmtree(tmp_path / "data", ignore_errors=True)  # gigabytes; the server's log stays
 
 
 def test_a_1_gib_object_streams_in_and_out_of_the_grid_in_bounded_memory(tmp_path):
