@@ -3,6 +3,7 @@
 import base64
 import hashlib
 import time
+import zlib
 
 import pytest
 import requests
@@ -108,6 +109,29 @@ def test_checksum_header_mismatch_is_400_bad_digest_and_stores_nothing(s3, bucke
     s3.put_object(Bucket=bucket, Key="c", Body=b"abc",
                   ChecksumSHA256=base64.b64encode(hashlib.sha256(b"abc").digest()).decode())
     assert not absent(s3, bucket, "c")
+
+
+def chunked_with_trailer(server, bucket, key, body, crc32_b64):
+    """A PUT as newer SDKs stream it: `aws-chunked` body, unsigned payload, the CRC32 sent as a trailer."""
+    wire = b"%x\r\n" % len(body) + body + b"\r\n0\r\n" + \
+        b"x-amz-checksum-crc32:" + crc32_b64.encode() + b"\r\n\r\n"
+    headers = {"x-amz-content-sha256": "STREAMING-UNSIGNED-PAYLOAD-TRAILER", "Content-Encoding": "aws-chunked",
+               "x-amz-trailer": "x-amz-checksum-crc32", "x-amz-decoded-content-length": str(len(body))}
+    request = AWSRequest(method="PUT", url=f"{server.endpoint}/{bucket}/{key}", data=wire, headers=headers)
+    SigV4Auth(Credentials(ACCESS_KEY, SECRET_KEY), "s3", "us-east-1").add_auth(request)
+    prepared = request.prepare()
+    return requests.put(prepared.url, headers=dict(prepared.headers), data=wire)
+
+
+def test_checksum_trailer_mismatch_is_400_bad_digest_and_stores_nothing(server, s3, bucket):
+    body = b"trailing checksum " * 1000
+    right = base64.b64encode(zlib.crc32(body).to_bytes(4, "big")).decode()
+    r = chunked_with_trailer(server, bucket, "t", body, "AAAAAA==")
+    assert r.status_code == 400 and b"<Code>BadDigest</Code>" in r.content, r.content
+    assert absent(s3, bucket, "t")
+    r = chunked_with_trailer(server, bucket, "t", body, right)
+    assert r.status_code == 200, r.content
+    assert s3.get_object(Bucket=bucket, Key="t")["Body"].read() == body
 
 
 def test_payload_hash_mismatch_stores_nothing(server, s3, bucket):
