@@ -734,11 +734,12 @@ def machine(scratch: Path) -> dict:
     fs = subprocess.run(["df", "-T", str(scratch)], capture_output=True, text=True).stdout.splitlines()[-1].split()
     git = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True,
                          text=True).stdout.strip()
+    dirty = subprocess.run(["git", "-C", str(REPO), "diff", "--quiet", "HEAD"]).returncode != 0
     return {"date (UTC)": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()), "cpu": f"{cpu}, nproc {os.cpu_count()}",
             "ram": f"{mem / (1 << 20):.1f} GiB", "uptime": subprocess.run(["uptime"], capture_output=True,
                                                                          text=True).stdout.strip(),
             "kernel": os.uname().release, "file system": f"{fs[1]} on {fs[0]} (scratch {scratch})",
-            "git": f"{git} (+ working tree)"}
+            "git": git + (" (+ uncommitted changes)" if dirty else "")}
 
 
 # ---------------------------------------------------------------------------------------------- workers

@@ -20,7 +20,8 @@
 //! `405`, both in JSON.
 //!
 //! s3s checks the bucket name of the path (`_permafrost`) before it asks the route: [`ReservedNameValidation`]
-//! accepts that one name besides the AWS rules, and CreateBucket refuses it (`InvalidBucketName`, `bucket`).
+//! lets every name through (s3s would answer a bare `InvalidBucketName` without saying which name), and
+//! CreateBucket refuses `_permafrost` and every name outside the AWS rules (`InvalidBucketName`, naming it).
 
 use std::sync::Arc;
 
@@ -62,12 +63,15 @@ fn settings_bucket(path: &str) -> Option<&str> {
         .filter(|name| !name.is_empty() && !name.contains('/'))
 }
 
-/// Bucket names: the AWS rules, plus [`RESERVED_BUCKET`] so that the admin paths reach the route.
+/// Bucket names as s3s checks them on every request: all pass, so that the admin paths ([`RESERVED_BUCKET`])
+/// reach the route and a bad name gets an error that names it. CreateBucket is where names are checked
+/// ([`creatable_bucket_name`], `InvalidBucketName` with the name); any other request on a name no bucket can
+/// have is `NoSuchBucket`, naming it.
 pub(crate) struct ReservedNameValidation;
 
 impl NameValidation for ReservedNameValidation {
-    fn validate_bucket_name(&self, name: &str) -> bool {
-        name == RESERVED_BUCKET || AwsNameValidation::new().validate_bucket_name(name)
+    fn validate_bucket_name(&self, _name: &str) -> bool {
+        true
     }
 }
 
@@ -320,9 +324,11 @@ mod tests {
         let v = ReservedNameValidation;
         assert!(v.validate_bucket_name("_permafrost"));
         assert!(v.validate_bucket_name("my-bucket"));
-        assert!(!v.validate_bucket_name("_other"));
-        assert!(!v.validate_bucket_name("Upper"));
+        assert!(v.validate_bucket_name("b"), "refused later, with its name");
         assert!(!creatable_bucket_name("_permafrost"));
+        assert!(!creatable_bucket_name("_other"));
+        assert!(!creatable_bucket_name("Upper"));
+        assert!(!creatable_bucket_name("b"));
         assert!(creatable_bucket_name("my-bucket"));
     }
 

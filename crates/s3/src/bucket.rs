@@ -38,7 +38,11 @@ pub(crate) async fn create_bucket(
     if !creatable_bucket_name(&req.input.bucket) {
         return Err(S3Error::with_message(
             S3ErrorCode::InvalidBucketName,
-            format!("invalid bucket name {:?}", req.input.bucket),
+            format!(
+                "invalid bucket name {}: a name has 3 to 63 lowercase letters, digits, dots and hyphens, starts \
+                 and ends with a letter or digit, is not an IP address (and _permafrost is reserved)",
+                req.input.bucket
+            ),
         ));
     }
     let store = Arc::clone(store);

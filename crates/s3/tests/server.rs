@@ -279,6 +279,29 @@ fn a_bucket_named_like_the_reserved_prefix_cannot_be_created() {
     let (status, text) = server.make_bucket("Not_Valid");
     assert_eq!(status, 400, "{text}");
     assert!(text.contains("InvalidBucketName"), "{text}");
+    assert!(
+        text.contains("Not_Valid"),
+        "the error names the bad name: {text}"
+    );
+}
+
+#[test]
+fn a_request_on_a_bucket_name_no_bucket_can_have_is_no_such_bucket_naming_it() {
+    let server = Server::start();
+    let (status, text) = server.make_bucket("b");
+    assert_eq!(status, 400, "{text}");
+    assert!(
+        text.contains("InvalidBucketName") && text.contains("invalid bucket name b:"),
+        "{text}"
+    );
+    let url = server.signed(Method::Post, "/b/key", &[("uploads", "")], SECRET_KEY);
+    let (status, _, text) = server.send("POST", &url, b"");
+    assert_eq!(status, 404, "{text}");
+    assert!(text.contains("NoSuchBucket"), "{text}");
+    assert!(
+        text.contains("<Message>no such bucket: b</Message>"),
+        "{text}"
+    );
 }
 
 #[test]
