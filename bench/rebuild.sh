@@ -39,19 +39,13 @@ fi
 OUT="$ROOT/bench/out/rebuild-$(date -u +%Y%m%dT%H%M%SZ)"
 mkdir -p "$OUT" "$SCRATCH"
 SUMMARY="$OUT/summary.txt"
-say() { echo "$*" | tee -a "$SUMMARY"; }
-loadavg() { cut -d' ' -f1-3 /proc/loadavg; }
-now() { date +%s.%N; }
-elapsed() { python3 -c "print(f'{$2 - $1:.3f}')"; }
-ratio() { python3 -c "print(f'{($1) / ($2):.2f}')"; }
-median() { python3 -c "import statistics,sys; print(f'{statistics.median(float(x) for x in sys.argv[1:]):.3f}')" "$@"; }
-dd_seconds() { awk '/copied/ { for (i = 1; i <= NF; i++) if ($i == "s,") print $(i-1) }' "$1"; }
+source "$ROOT/bench/common.sh"
 
 {
     echo "date (UTC):   $(date -u '+%Y-%m-%d %H:%M:%S')"
-    echo "host:         $(lscpu | awk -F: '/Model name/ { gsub(/^ +/, "", $2); print $2; exit }'), $(nproc) cores, $(free -g | awk '/Mem:/ { print $2 }') GiB RAM"
+    echo "host:         $(machine)"
     echo "binary:       $BIN"
-    echo "git:          $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)"
+    echo "git:          $(commit_measured "$ROOT")"
     echo "data:         $DATA_MIB MiB on each data disk of bucket 0's hPG, disks $DISK_SIZE, $ROUNDS rounds, same input $SAME_INPUT"
     echo "load average: $(loadavg) (start)"
 } | tee "$SUMMARY"

@@ -60,23 +60,14 @@ else
 fi
 DATA_BYTES=$((DATA_MIB << 20))
 
-say() { echo "$*" | tee -a "$SUMMARY"; }
-loadavg() { cut -d' ' -f1-3 /proc/loadavg; }
-now() { date +%s.%N; }
-# Seconds between two `now` stamps.
-elapsed() { python3 -c "print(f'{$2 - $1:.3f}')"; }
-ratio() { python3 -c "print(f'{($1) / ($2):.3f}')"; }
-median() { python3 -c "import statistics,sys; print(f'{statistics.median(float(x) for x in sys.argv[1:]):.3f}')" "$@"; }
-# MB/s (10^6) of a dd run from its stderr summary line ("... copied, 1.23 s, 870 MB/s").
-dd_seconds() { awk '/copied/ { for (i = 1; i <= NF; i++) if ($i == "s,") print $(i-1) }' "$1"; }
+source "$ROOT/bench/common.sh"
 
 {
     echo "date (UTC):   $(date -u '+%Y-%m-%d %H:%M:%S')"
-    echo "host:         $(lscpu | awk -F: '/Model name/ { gsub(/^ +/, "", $2); print $2; exit }'), $(nproc) cores, $(free -g | awk '/Mem:/ { print $2 }') GiB RAM"
+    echo "host:         $(machine)"
     echo "kernel:       $(uname -sr)"
     echo "file system:  $(df -T "$SCRATCH" | awk 'NR == 2 { print $2 " on " $1 }') (scratch $SCRATCH)"
-    dirty=""; git -C "$ROOT" diff --quiet HEAD 2>/dev/null || dirty=" (+ uncommitted changes)"
-    echo "git:          $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)$dirty"
+    echo "git:          $(commit_measured "$ROOT")"
     echo "mode:         $([[ $QUICK == 1 ]] && echo quick || echo full), bucket data $DATA_MIB MiB, disks $DISK_SIZE"
     echo "load average: $(loadavg) (start)"
 } | tee "$SUMMARY"

@@ -45,7 +45,7 @@ if [[ -z $BIN ]]; then
 fi
 TRACE="$SCRATCH/$PROFILE-$REQUESTS.pft"
 
-say() { echo "$*" | tee -a "$SUMMARY"; }
+source "$ROOT/bench/common.sh"
 
 # run NAME CMD...: runs CMD under /usr/bin/time -v, stdout to NAME.json, stderr to NAME.err; sets WALL, CPU,
 # RSS_MB.
@@ -61,9 +61,9 @@ run() {
 field() { python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print($2)" "$1"; }
 
 say "permafrost simulator benchmark: $PROFILE, $REQUESTS requests; $(date -u +%FT%TZ)"
-say "commit $(git -C "$ROOT" rev-parse --short HEAD)$(git -C "$ROOT" diff --quiet || echo ' + working tree'); binary $BIN"
-say "machine: $(lscpu | awk -F': +' '/Model name/ {print $2}'), $(nproc) cores, $(free -g | awk '/Mem:/ {print $2}') GiB RAM"
-say "load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
+say "commit $(commit_measured "$ROOT"); binary $BIN"
+say "machine: $(machine)"
+say "load average at start: $(loadavg)"
 say ""
 
 run gen "$BIN" trace gen --profile "$PROFILE" --requests "$REQUESTS" --seed 7 -o "$TRACE"
