@@ -25,16 +25,7 @@ fn acquire(
     ticket: &mut Option<Ticket>,
     now_ms: u64,
 ) -> Option<Grant> {
-    loop {
-        for disk in b.settle(now_ms) {
-            b.powered_down(disk);
-        }
-        match b.try_acquire(disks, ticket, now_ms).unwrap() {
-            Admission::Granted(grant) => return Some(grant),
-            Admission::MadeRoom => continue,
-            Admission::Wait => return None,
-        }
-    }
+    b.acquire_stopping_at_once(disks, ticket, now_ms).unwrap()
 }
 
 #[track_caller]

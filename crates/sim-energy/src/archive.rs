@@ -4,7 +4,7 @@
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap, HashMap, VecDeque};
 
-use permafrost_disk::power::{Admission, Grant, PowerBudget, PowerState, PowerStats, Ticket};
+use permafrost_disk::power::{Grant, PowerBudget, PowerState, PowerStats, Ticket};
 use permafrost_grid::{Geometry, Layout};
 use permafrost_policy::{
     BucketHealth, BucketView, CacheView, ObjectToPlace, Placement, TargetView, WatchdogPolicy,
@@ -545,14 +545,9 @@ impl ArchiveSim {
                 return Some(grant);
             }
         }
-        loop {
-            self.settle(now);
-            match self.power.try_acquire(disks, ticket, now) {
-                Ok(Admission::Granted(grant)) => return Some(grant),
-                Ok(Admission::MadeRoom) => continue,
-                Ok(Admission::Wait) => return None,
-                Err(e) => unreachable!("{}: {e} (checked at construction)", self.label),
-            }
+        match self.power.acquire_stopping_at_once(disks, ticket, now) {
+            Ok(grant) => grant,
+            Err(e) => unreachable!("{}: {e} (checked at construction)", self.label),
         }
     }
 

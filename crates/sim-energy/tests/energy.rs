@@ -2,7 +2,7 @@
 
 use std::convert::Infallible;
 
-use permafrost_disk::power::{Admission, Grant, PowerBudget, PowerState, PowerStats, Ticket};
+use permafrost_disk::power::{Grant, PowerBudget, PowerState, PowerStats, Ticket};
 use permafrost_grid::{Geometry, Layout};
 use permafrost_policy::{
     placement_by_name, placement_names, BucketHealth, BucketView, ObjectToPlace, Placement,
@@ -400,16 +400,9 @@ fn admit(
     ticket: &mut Option<Ticket>,
     now_ms: u64,
 ) -> Option<Grant> {
-    loop {
-        for disk in budget.settle(now_ms) {
-            budget.powered_down(disk);
-        }
-        match budget.try_acquire(disks, ticket, now_ms).unwrap() {
-            Admission::Granted(grant) => return Some(grant),
-            Admission::MadeRoom => continue,
-            Admission::Wait => return None,
-        }
-    }
+    budget
+        .acquire_stopping_at_once(disks, ticket, now_ms)
+        .unwrap()
 }
 
 #[test]

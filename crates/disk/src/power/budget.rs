@@ -330,6 +330,27 @@ impl PowerBudget {
         Ok(Admission::Wait)
     }
 
+    /// [`PowerBudget::try_acquire`] for a caller whose drives stop the moment they are told to (the simulator):
+    /// settle, powering down at once every disk that turned off, try, and after making room settle and try
+    /// again. `Ok(None)`: the request waits (in the queue when `ticket` is set).
+    pub fn acquire_stopping_at_once(
+        &mut self,
+        disks: &[usize],
+        ticket: &mut Option<Ticket>,
+        now_ms: u64,
+    ) -> Result<Option<Grant>, PowerError> {
+        loop {
+            for disk in self.settle(now_ms) {
+                self.powered_down(disk);
+            }
+            match self.try_acquire(disks, ticket, now_ms)? {
+                Admission::Granted(grant) => return Ok(Some(grant)),
+                Admission::MadeRoom => continue,
+                Admission::Wait => return Ok(None),
+            }
+        }
+    }
+
     /// Give up a place in the queue (if `ticket` holds one). Returns whether it did.
     pub fn cancel(&mut self, ticket: &mut Option<Ticket>) -> bool {
         match ticket.take() {
