@@ -17,7 +17,9 @@
 //! nothing more until it is reopened.
 //!
 //! **Invariants.**
-//! - `contents.refcount` = number of `objects` rows referencing the content (checked by [`Catalog::check`]).
+//! - `contents.refcount` = number of references to the content: `objects` rows naming it, `content_parts` rows
+//!   naming it as a part of a part-list content, and `multipart_parts` rows naming it as an uploaded part
+//!   (checked by [`Catalog::check`]).
 //! - A content with `refcount = 0` carries `unreferenced_since_ms`; only such contents are garbage-collected.
 //! - Allocated grid ranges never overlap: every extent range lies below its grid bucket's append pointer and
 //!   outside its free ranges; free ranges are disjoint and coalesced.
@@ -133,6 +135,9 @@ pub enum StoredForm {
     Chunked,
     /// Pre-compressed by the client, stored exactly as sent.
     AsSent,
+    /// No stored bytes of its own: the concatenation of other contents, its parts (`content_parts`), in order.
+    /// A completed multipart upload is one.
+    Parts,
 }
 
 impl StoredForm {
@@ -141,6 +146,7 @@ impl StoredForm {
             StoredForm::Raw => "raw",
             StoredForm::Chunked => "chunked",
             StoredForm::AsSent => "as_sent",
+            StoredForm::Parts => "parts",
         }
     }
     fn parse(s: &str) -> Result<Self> {
@@ -148,6 +154,7 @@ impl StoredForm {
             "raw" => Ok(StoredForm::Raw),
             "chunked" => Ok(StoredForm::Chunked),
             "as_sent" => Ok(StoredForm::AsSent),
+            "parts" => Ok(StoredForm::Parts),
             other => Err(CatalogError::Corrupt(format!(
                 "unknown stored form {other:?}"
             ))),
@@ -492,12 +499,52 @@ pub struct UploadRecord {
 pub struct PartRecord {
     pub upload_id: String,
     pub part_number: u32,
+    /// Logical bytes of the part.
     pub size_bytes: u64,
     /// MD5 of the part (16 bytes).
     pub md5: [u8; 16],
-    /// Cache file of the part's raw bytes, relative to the cache directory.
+    /// The part's content (a reference, counted in its refcount). `None` only for a part uploaded by a build of
+    /// catalog schema 2, kept as the file `cache_path`; such a part cannot be completed (upload it again).
+    pub content: Option<ContentId>,
+    /// Schema-2 parts only: their cache file, relative to the cache directory; empty otherwise.
     pub cache_path: String,
     pub created_ms: u64,
+}
+
+/// One part of a part-list content ([`StoredForm::Parts`]): the part's content and where its logical bytes sit
+/// in the whole. Parts are numbered from 0 by `seq` and follow each other without gaps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ContentPart {
+    pub seq: u32,
+    pub part: ContentId,
+    pub logical_offset: u64,
+    pub logical_bytes: u64,
+}
+
+/// A part-list content to create: see [`Catalog::complete_upload`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewPartList {
+    pub id: ContentId,
+    /// Logical (decoded) bytes of the whole.
+    pub logical_bytes: u64,
+    /// MD5 of the parts' MD5s (the multipart ETag's digest).
+    pub md5: [u8; 16],
+    /// `(part number of the upload, part)` in order.
+    pub parts: Vec<(u32, ContentPart)>,
+}
+
+/// Who a content belongs to, for its manifest: [`Catalog::owner_of`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ContentOwner {
+    /// An object names it.
+    Object(ObjectRecord),
+    /// It is only a part: of a part-list content whose object is this one, or of the multipart upload of
+    /// `bucket/key` (not completed yet).
+    Part {
+        bucket: String,
+        key: String,
+        created_ms: u64,
+    },
 }
 
 /// A durable to-do item, recorded in the same transaction as the change that makes it necessary, done by the
@@ -610,6 +657,11 @@ pub trait Catalog: Send + Sync {
     fn placed_on(&self, grid_bucket: u32, limit: usize) -> Result<Vec<ContentRecord>>;
     /// An object referencing the content (for its manifest), if any.
     fn any_object_of(&self, id: &ContentId) -> Result<Option<ObjectRecord>>;
+    /// Who `id` belongs to: an object naming it, else the object of a part-list content or the upload naming it
+    /// as a part; `None` when nothing references it.
+    fn owner_of(&self, id: &ContentId) -> Result<Option<ContentOwner>>;
+    /// The parts of a part-list content in order, each with its content record (empty for other contents).
+    fn content_parts(&self, id: &ContentId) -> Result<Vec<(ContentPart, ContentRecord)>>;
     /// `Cached` → `Placed` on `grid_bucket`; records the dataset's grid bucket if it had none.
     fn place_content(&self, id: &ContentId, grid_bucket: u32) -> Result<()>;
     fn touch_content(&self, id: &ContentId, now_ms: u64) -> Result<()>;
@@ -662,10 +714,30 @@ pub trait Catalog: Send + Sync {
     /// Uploads of a bucket (key order, then creation), optionally under a prefix.
     fn list_uploads(&self, bucket: &str, prefix: &str, limit: usize) -> Result<Vec<UploadRecord>>;
     /// Record a part, replacing an earlier part with the same number (whose file gets a work item).
-    fn put_part(&self, part: &PartRecord) -> Result<Vec<WorkItem>>;
+    /// Record an uploaded part and its content (inserted, or referenced once more when it exists: then the new
+    /// cache file is to be deleted, as in [`Catalog::put_object`]); a part uploaded again under the same number
+    /// replaces the earlier one, whose content loses the reference. `dataset` is the upload's dataset.
+    fn put_part(
+        &self,
+        part: &PartRecord,
+        content: &NewContent,
+        dataset: &str,
+    ) -> Result<PutOutcome>;
     fn list_parts(&self, upload_id: &str) -> Result<Vec<PartRecord>>;
     /// Remove the upload and its parts; work items delete the part files.
     fn remove_upload(&self, upload_id: &str) -> Result<Vec<WorkItem>>;
+    /// Complete an upload in one transaction: insert the part-list content `list` (or reference the existing one
+    /// with the same id), whose parts take over the references of the upload's chosen parts, remove the upload
+    /// and all its parts (unchosen ones lose their reference), and put `object` (naming `list.id`), replacing
+    /// any object at its key. Fails with `NoSuchUpload`, `NoSuchBucket`, or `Corrupt` when a chosen part number
+    /// no longer names the content given (replaced meanwhile). No byte is copied.
+    fn complete_upload(
+        &self,
+        upload_id: &str,
+        object: &ObjectRecord,
+        list: &NewPartList,
+        now_ms: u64,
+    ) -> Result<PutOutcome>;
     /// Every upload (restart: parts whose files are gone).
     fn all_uploads(&self) -> Result<Vec<UploadRecord>>;
 

@@ -47,8 +47,31 @@ use rusqlite::{params, Connection, OpenFlags, OptionalExtension, Row, Transactio
 use crate::list::{list_with, prefix_successor};
 use crate::*;
 
-/// Schema version stored in `meta`.
-const SCHEMA_VERSION: u32 = 2;
+/// Schema version of [`SCHEMA`] (the base every database starts from).
+const SCHEMA_BASE_VERSION: u32 = 2;
+
+/// Schema changes after the base, in order: `(version, SQL)`. A new database gets [`SCHEMA`] and then all of
+/// them; an existing one those above its `meta.schema_version`, in the transaction that opens it. Changes are
+/// additive (new tables, new nullable columns) in portable SQL. Append new versions at the end (whoever lands
+/// second renumbers theirs), and document every table and column in docs/catalog.md.
+const MIGRATIONS: &[(u32, &str)] = &[(
+    3,
+    // Part-list contents (a completed multipart upload is its list of parts) and parts as contents.
+    "CREATE TABLE content_parts (
+        content BLOB NOT NULL,
+        seq BIGINT NOT NULL,
+        part BLOB NOT NULL,
+        logical_offset BIGINT NOT NULL,
+        logical_bytes BIGINT NOT NULL,
+        PRIMARY KEY (content, seq)
+    );
+    CREATE INDEX content_parts_by_part ON content_parts(part);
+    ALTER TABLE multipart_parts ADD COLUMN content BLOB;
+    CREATE INDEX multipart_parts_by_content ON multipart_parts(content);",
+)];
+
+/// Schema version this build reads and writes (`meta.schema_version`).
+const SCHEMA_VERSION: u32 = MIGRATIONS[MIGRATIONS.len() - 1].0;
 /// Reader connections kept open at most.
 const READERS_MAX: usize = 8;
 
@@ -312,6 +335,9 @@ fn upload_from_row(row: &Row) -> rusqlite::Result<UploadRecord> {
     })
 }
 
+const PART_COLUMNS: &str =
+    "upload_id, part_number, size_bytes, md5, cache_path, created_ms, content";
+
 fn part_from_row(row: &Row) -> rusqlite::Result<PartRecord> {
     Ok(PartRecord {
         upload_id: row.get(0)?,
@@ -320,7 +346,92 @@ fn part_from_row(row: &Row) -> rusqlite::Result<PartRecord> {
         md5: fixed(row.get(3)?, "part md5")?,
         cache_path: row.get(4)?,
         created_ms: row.get::<_, i64>(5)? as u64,
+        content: row
+            .get::<_, Option<Vec<u8>>>(6)?
+            .map(|k| ContentId::from_key(&k).map_err(conversion))
+            .transpose()?,
     })
+}
+
+/// Insert `content` (state `cached`, refcount 0, `dataset`) unless a content with its id exists; returns whether
+/// it existed (then its cache file is to be deleted: the work item is added to `work`, and its access time
+/// refreshed).
+fn insert_content(
+    tx: &Transaction,
+    content: &NewContent,
+    dataset: &str,
+    now_ms: u64,
+    work: &mut Vec<WorkItem>,
+) -> rusqlite::Result<bool> {
+    let key = content.id.to_key();
+    let exists = tx
+        .prepare_cached("SELECT 1 FROM contents WHERE content = ?1")?
+        .query_row(params![&key[..]], |_| Ok(()))
+        .optional()?
+        .is_some();
+    if exists {
+        work.push(add_work(
+            tx,
+            WorkKind::DeleteCacheFile {
+                path: content.cache_path.clone(),
+            },
+            now_ms,
+        )?);
+        tx.prepare_cached("UPDATE contents SET last_access_ms = ?2 WHERE content = ?1")?
+            .execute(params![&key[..], now_ms as i64])?;
+    } else {
+        tx.prepare_cached(&format!(
+            "INSERT INTO contents ({CONTENT_COLUMNS}) VALUES
+             (?1, ?2, ?3, ?4, ?5, ?6, 'cached', 0, ?7, NULL, ?8, ?9, ?9, ?9)"
+        ))?
+        .execute(params![
+            &key[..],
+            content.logical_bytes as i64,
+            content.stored_bytes as i64,
+            content.stored_form.as_str(),
+            content.chunk_index,
+            &content.md5[..],
+            dataset,
+            content.cache_path,
+            now_ms as i64,
+        ])?;
+    }
+    Ok(exists)
+}
+
+/// Remove the parts of upload `upload_id` (all, or only `part_number`): their contents lose a reference;
+/// schema-2 parts' files become work items.
+fn remove_parts(
+    tx: &Transaction,
+    upload_id: &str,
+    part_number: Option<u32>,
+    now_ms: u64,
+) -> rusqlite::Result<Vec<WorkItem>> {
+    let parts: Vec<PartRecord> = tx
+        .prepare_cached(&format!(
+            "SELECT {PART_COLUMNS} FROM multipart_parts
+             WHERE upload_id = ?1 AND (?2 IS NULL OR part_number = ?2)"
+        ))?
+        .query_map(params![upload_id, part_number], part_from_row)?
+        .collect::<rusqlite::Result<_>>()?;
+    tx.prepare_cached(
+        "DELETE FROM multipart_parts WHERE upload_id = ?1 AND (?2 IS NULL OR part_number = ?2)",
+    )?
+    .execute(params![upload_id, part_number])?;
+    let mut work = Vec::new();
+    for part in parts {
+        match part.content {
+            Some(id) => add_reference(tx, &id.to_key(), -1, now_ms)?,
+            None => work.push(add_work(
+                tx,
+                WorkKind::DeleteCacheFile {
+                    path: part.cache_path,
+                },
+                now_ms,
+            )?),
+        }
+    }
+    Ok(work)
 }
 
 fn pairs_json(pairs: &[(String, String)]) -> String {
@@ -507,19 +618,28 @@ impl SqliteCatalog {
             tx.execute_batch(SCHEMA)?;
             let version: Option<String> =
                 tx.query_row("SELECT value FROM meta WHERE key = 'schema_version'", [], |r| r.get(0)).optional()?;
-            match version {
-                None => {
-                    tx.execute("INSERT INTO meta (key, value) VALUES ('schema_version', ?1)", params![SCHEMA_VERSION.to_string()])?;
-                }
-                Some(v) if v == SCHEMA_VERSION.to_string() => {}
-                Some(v) => {
-                    return Err(rusqlite::Error::FromSqlConversionFailure(
-                        0,
-                        rusqlite::types::Type::Text,
-                        format!("catalog schema version {v} is not supported (this build reads {SCHEMA_VERSION})").into(),
-                    ))
-                }
+            let unsupported = |v: &str| {
+                rusqlite::Error::FromSqlConversionFailure(
+                    0,
+                    rusqlite::types::Type::Text,
+                    format!("catalog schema version {v} is not supported (this build reads {SCHEMA_BASE_VERSION} to {SCHEMA_VERSION})").into(),
+                )
+            };
+            let from = match version {
+                None => SCHEMA_BASE_VERSION,
+                Some(v) => match v.parse::<u32>() {
+                    Ok(n) if (SCHEMA_BASE_VERSION..=SCHEMA_VERSION).contains(&n) => n,
+                    _ => return Err(unsupported(&v)),
+                },
+            };
+            for (_, sql) in MIGRATIONS.iter().filter(|(v, _)| *v > from) {
+                tx.execute_batch(sql)?;
             }
+            tx.execute(
+                "INSERT INTO meta (key, value) VALUES ('schema_version', ?1)
+                 ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                params![SCHEMA_VERSION.to_string()],
+            )?;
             Ok(())
         })?;
         if options.durable {
@@ -900,41 +1020,8 @@ impl Catalog for SqliteCatalog {
                     return Ok(Err(CatalogError::NoSuchBucket(object.bucket.clone())));
                 }
                 let key = content.id.to_key();
-                let exists = tx
-                    .prepare_cached("SELECT 1 FROM contents WHERE content = ?1")?
-                    .query_row(params![&key[..]], |_| Ok(()))
-                    .optional()?
-                    .is_some();
                 let mut work = Vec::new();
-                if exists {
-                    work.push(add_work(
-                        tx,
-                        WorkKind::DeleteCacheFile {
-                            path: content.cache_path.clone(),
-                        },
-                        now_ms,
-                    )?);
-                    tx.prepare_cached(
-                        "UPDATE contents SET last_access_ms = ?2 WHERE content = ?1",
-                    )?
-                    .execute(params![&key[..], now_ms as i64])?;
-                } else {
-                    tx.prepare_cached(&format!(
-                        "INSERT INTO contents ({CONTENT_COLUMNS}) VALUES
-                         (?1, ?2, ?3, ?4, ?5, ?6, 'cached', 0, ?7, NULL, ?8, ?9, ?9, ?9)"
-                    ))?
-                    .execute(params![
-                        &key[..],
-                        content.logical_bytes as i64,
-                        content.stored_bytes as i64,
-                        content.stored_form.as_str(),
-                        content.chunk_index,
-                        &content.md5[..],
-                        object.dataset,
-                        content.cache_path,
-                        now_ms as i64,
-                    ])?;
-                }
+                let exists = insert_content(tx, content, &object.dataset, now_ms, &mut work)?;
                 Self::remove_object(tx, &object.bucket, &object.key, now_ms)?;
                 Self::insert_object(tx, object)?;
                 add_reference(tx, &key, 1, now_ms)?;
@@ -1077,6 +1164,75 @@ impl Catalog for SqliteCatalog {
             ))?
             .query_row(params![&id.to_key()[..]], object_from_row)
             .optional()
+        })
+    }
+
+    fn owner_of(&self, id: &ContentId) -> Result<Option<ContentOwner>> {
+        self.read(|c| {
+            let key = &id.to_key()[..];
+            if let Some(object) = c
+                .prepare_cached(&format!(
+                    "SELECT {OBJECT_COLUMNS} FROM objects WHERE content = ?1 LIMIT 1"
+                ))?
+                .query_row(params![key], object_from_row)
+                .optional()?
+            {
+                return Ok(Some(ContentOwner::Object(object)));
+            }
+            let of_list = c
+                .prepare_cached(
+                    "SELECT o.bucket, o.key, o.last_modified_ms FROM content_parts p
+                     JOIN objects o ON o.content = p.content WHERE p.part = ?1 LIMIT 1",
+                )?
+                .query_row(params![key], |r| {
+                    Ok(ContentOwner::Part {
+                        bucket: r.get(0)?,
+                        key: key_string(r.get(1)?)?,
+                        created_ms: r.get::<_, i64>(2)? as u64,
+                    })
+                })
+                .optional()?;
+            if of_list.is_some() {
+                return Ok(of_list);
+            }
+            c.prepare_cached(
+                "SELECT u.bucket, u.key, p.created_ms FROM multipart_parts p
+                 JOIN multipart_uploads u ON u.upload_id = p.upload_id WHERE p.content = ?1 LIMIT 1",
+            )?
+            .query_row(params![key], |r| {
+                Ok(ContentOwner::Part {
+                    bucket: r.get(0)?,
+                    key: key_string(r.get(1)?)?,
+                    created_ms: r.get::<_, i64>(2)? as u64,
+                })
+            })
+            .optional()
+        })
+    }
+
+    fn content_parts(&self, id: &ContentId) -> Result<Vec<(ContentPart, ContentRecord)>> {
+        let columns = CONTENT_COLUMNS
+            .split(", ")
+            .map(|c| format!("c.{}", c.trim()))
+            .collect::<Vec<_>>()
+            .join(", ");
+        self.read(|c| {
+            c.prepare_cached(&format!(
+                "SELECT p.seq, p.part, p.logical_offset, p.logical_bytes, {columns} FROM content_parts p
+                 JOIN contents c ON c.content = p.part WHERE p.content = ?1 ORDER BY p.seq"
+            ))?
+            .query_map(params![&id.to_key()[..]], |r| {
+                Ok((
+                    ContentPart {
+                        seq: r.get::<_, i64>(0)? as u32,
+                        part: ContentId::from_key(&r.get::<_, Vec<u8>>(1)?).map_err(conversion)?,
+                        logical_offset: r.get::<_, i64>(2)? as u64,
+                        logical_bytes: r.get::<_, i64>(3)? as u64,
+                    },
+                    content_from_row(r, 4)?,
+                ))
+            })?
+            .collect()
         })
     }
 
@@ -1384,50 +1540,59 @@ impl Catalog for SqliteCatalog {
         })
     }
 
-    fn put_part(&self, part: &PartRecord) -> Result<Vec<WorkItem>> {
+    fn put_part(
+        &self,
+        part: &PartRecord,
+        content: &NewContent,
+        dataset: &str,
+    ) -> Result<PutOutcome> {
+        assert_eq!(
+            part.content,
+            Some(content.id),
+            "put_part: the part must name the new content"
+        );
         self.write_with(|tx| {
             let e = |e| self.db_error(e);
-            let exists = tx
-                .prepare_cached("SELECT 1 FROM multipart_uploads WHERE upload_id = ?1")
-                .and_then(|mut s| s.query_row(params![part.upload_id], |_| Ok(())).optional())
-                .map_err(e)?
-                .is_some();
-            if !exists {
-                return Err(CatalogError::NoSuchUpload(part.upload_id.clone()));
-            }
-            let old: Option<String> = tx
-                .prepare_cached("SELECT cache_path FROM multipart_parts WHERE upload_id = ?1 AND part_number = ?2")
-                .and_then(|mut s| s.query_row(params![part.upload_id, part.part_number], |r| r.get(0)).optional())
+            let upload: Option<String> = tx
+                .prepare_cached("SELECT bucket FROM multipart_uploads WHERE upload_id = ?1")
+                .and_then(|mut s| s.query_row(params![part.upload_id], |r| r.get(0)).optional())
                 .map_err(e)?;
-            let mut work = Vec::new();
-            if let Some(path) = old {
-                work.push(add_work(tx, WorkKind::DeleteCacheFile { path }, part.created_ms).map_err(e)?);
-            }
-            tx.prepare_cached(
-                "INSERT OR REPLACE INTO multipart_parts (upload_id, part_number, size_bytes, md5, cache_path, created_ms)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-            )
-            .and_then(|mut s| {
-                s.execute(params![
+            let Some(bucket) = upload else {
+                return Err(CatalogError::NoSuchUpload(part.upload_id.clone()));
+            };
+            let run = || -> rusqlite::Result<PutOutcome> {
+                let now = part.created_ms;
+                let mut work = Vec::new();
+                let exists = insert_content(tx, content, dataset, now, &mut work)?;
+                // Reference first: a part uploaded again with the same bytes must not drop its content to zero.
+                add_reference(tx, &content.id.to_key(), 1, now)?;
+                work.extend(remove_parts(tx, &part.upload_id, Some(part.part_number), now)?);
+                tx.prepare_cached(&format!(
+                    "INSERT INTO multipart_parts ({PART_COLUMNS}) VALUES (?1, ?2, ?3, ?4, '', ?5, ?6)"
+                ))?
+                .execute(params![
                     part.upload_id,
                     part.part_number,
                     part.size_bytes as i64,
                     &part.md5[..],
-                    part.cache_path,
-                    part.created_ms as i64
-                ])
-            })
-            .map_err(e)?;
-            Ok(work)
+                    part.created_ms as i64,
+                    &content.id.to_key()[..],
+                ])?;
+                Self::ensure_dataset(tx, dataset, &bucket, now)?;
+                Ok(PutOutcome {
+                    deduplicated: exists,
+                    work,
+                })
+            };
+            run().map_err(e)
         })
     }
 
     fn list_parts(&self, upload_id: &str) -> Result<Vec<PartRecord>> {
         self.read(|c| {
-            c.prepare_cached(
-                "SELECT upload_id, part_number, size_bytes, md5, cache_path, created_ms FROM multipart_parts
-                 WHERE upload_id = ?1 ORDER BY part_number",
-            )?
+            c.prepare_cached(&format!(
+                "SELECT {PART_COLUMNS} FROM multipart_parts WHERE upload_id = ?1 ORDER BY part_number"
+            ))?
             .query_map(params![upload_id], part_from_row)?
             .collect()
         })
@@ -1445,20 +1610,97 @@ impl Catalog for SqliteCatalog {
             if removed == 0 {
                 return Err(CatalogError::NoSuchUpload(upload_id.to_string()));
             }
-            let paths: Vec<String> = tx
-                .prepare_cached("SELECT cache_path FROM multipart_parts WHERE upload_id = ?1")
-                .and_then(|mut s| s.query_map(params![upload_id], |r| r.get(0))?.collect())
-                .map_err(e)?;
-            tx.execute(
-                "DELETE FROM multipart_parts WHERE upload_id = ?1",
-                params![upload_id],
-            )
-            .map_err(e)?;
-            let now = now_ms();
-            paths
-                .into_iter()
-                .map(|path| add_work(tx, WorkKind::DeleteCacheFile { path }, now).map_err(e))
-                .collect()
+            remove_parts(tx, upload_id, None, now_ms()).map_err(e)
+        })
+    }
+
+    fn complete_upload(
+        &self,
+        upload_id: &str,
+        object: &ObjectRecord,
+        list: &NewPartList,
+        now_ms: u64,
+    ) -> Result<PutOutcome> {
+        assert_eq!(
+            object.content, list.id,
+            "complete_upload: the object must name the part list"
+        );
+        self.write_with(|tx| {
+            let e = |e| self.db_error(e);
+            let exists = tx
+                .prepare_cached("SELECT 1 FROM multipart_uploads WHERE upload_id = ?1")
+                .and_then(|mut s| s.query_row(params![upload_id], |_| Ok(())).optional())
+                .map_err(e)?
+                .is_some();
+            if !exists {
+                return Err(CatalogError::NoSuchUpload(upload_id.to_string()));
+            }
+            if !Self::bucket_exists(tx, &object.bucket).map_err(e)? {
+                return Err(CatalogError::NoSuchBucket(object.bucket.clone()));
+            }
+            for (number, part) in &list.parts {
+                let named: Option<Option<Vec<u8>>> = tx
+                    .prepare_cached(
+                        "SELECT content FROM multipart_parts WHERE upload_id = ?1 AND part_number = ?2",
+                    )
+                    .and_then(|mut s| s.query_row(params![upload_id, number], |r| r.get(0)).optional())
+                    .map_err(e)?;
+                if named.flatten().as_deref() != Some(&part.part.to_key()[..]) {
+                    return Err(CatalogError::Corrupt(format!(
+                        "upload {upload_id}: part {number} is not the content {} any more",
+                        part.part
+                    )));
+                }
+            }
+            let run = || -> rusqlite::Result<PutOutcome> {
+                let key = list.id.to_key();
+                let exists = tx
+                    .prepare_cached("SELECT 1 FROM contents WHERE content = ?1")?
+                    .query_row(params![&key[..]], |_| Ok(()))
+                    .optional()?
+                    .is_some();
+                if !exists {
+                    tx.prepare_cached(&format!(
+                        "INSERT INTO contents ({CONTENT_COLUMNS}) VALUES
+                         (?1, ?2, 0, 'parts', x'', ?3, 'cached', 0, ?4, NULL, NULL, ?5, ?5, ?5)"
+                    ))?
+                    .execute(params![
+                        &key[..],
+                        list.logical_bytes as i64,
+                        &list.md5[..],
+                        object.dataset,
+                        now_ms as i64,
+                    ])?;
+                    let mut insert = tx.prepare_cached(
+                        "INSERT INTO content_parts (content, seq, part, logical_offset, logical_bytes)
+                         VALUES (?1, ?2, ?3, ?4, ?5)",
+                    )?;
+                    for (_, part) in &list.parts {
+                        insert.execute(params![
+                            &key[..],
+                            part.seq,
+                            &part.part.to_key()[..],
+                            part.logical_offset as i64,
+                            part.logical_bytes as i64,
+                        ])?;
+                        add_reference(tx, &part.part.to_key(), 1, now_ms)?;
+                    }
+                }
+                add_reference(tx, &key, 1, now_ms)?;
+                let mut work = remove_parts(tx, upload_id, None, now_ms)?;
+                tx.prepare_cached("DELETE FROM multipart_uploads WHERE upload_id = ?1")?
+                    .execute(params![upload_id])?;
+                // The object's old content loses its reference after the new one is taken (same list again).
+                Self::remove_object(tx, &object.bucket, &object.key, now_ms)?;
+                Self::insert_object(tx, object)?;
+                Self::ensure_dataset(tx, &object.dataset, &object.bucket, now_ms)?;
+                work.shrink_to_fit();
+                Ok(PutOutcome {
+                    deduplicated: exists,
+                    work,
+                })
+            };
+            run().map_err(e)
         })
     }
 
@@ -1519,6 +1761,15 @@ impl Catalog for SqliteCatalog {
                 outcome.ranges_freed.push((b as u32, o as u64, l as u64));
             }
             tx.prepare_cached("DELETE FROM contents WHERE content = ?1")?.execute(params![&key[..]])?;
+            // A part-list content gives up its parts' references (each then waits out its own grace).
+            let parts: Vec<Vec<u8>> = tx
+                .prepare_cached("SELECT part FROM content_parts WHERE content = ?1")?
+                .query_map(params![&key[..]], |r| r.get(0))?
+                .collect::<rusqlite::Result<_>>()?;
+            tx.prepare_cached("DELETE FROM content_parts WHERE content = ?1")?.execute(params![&key[..]])?;
+            for part in parts {
+                add_reference(tx, &part, -1, now_ms())?;
+            }
             if let Some(path) = cache_path {
                 outcome.work.push(add_work(tx, WorkKind::DeleteCacheFile { path }, now_ms())?);
             }
@@ -1584,7 +1835,8 @@ impl Catalog for SqliteCatalog {
     fn cache_files(&self) -> Result<Vec<String>> {
         self.read(|c| {
             c.prepare_cached(
-                "SELECT cache_path FROM contents WHERE cache_path IS NOT NULL UNION ALL SELECT cache_path FROM multipart_parts",
+                "SELECT cache_path FROM contents WHERE cache_path IS NOT NULL
+                 UNION ALL SELECT cache_path FROM multipart_parts WHERE content IS NULL",
             )?
             .query_map([], |r| r.get(0))?
             .collect()
@@ -1595,14 +1847,16 @@ impl Catalog for SqliteCatalog {
         self.read(|c| {
             let mut problems = Vec::new();
             let mut stmt = c.prepare(
-                "SELECT c.content, c.refcount, (SELECT COUNT(*) FROM objects o WHERE o.content = c.content) FROM contents c",
+                "SELECT c.content, c.refcount, (SELECT COUNT(*) FROM objects o WHERE o.content = c.content)
+                     + (SELECT COUNT(*) FROM content_parts p WHERE p.part = c.content)
+                     + (SELECT COUNT(*) FROM multipart_parts m WHERE m.content = c.content) FROM contents c",
             )?;
             let rows = stmt.query_map([], |r| Ok((r.get::<_, Vec<u8>>(0)?, r.get::<_, i64>(1)?, r.get::<_, i64>(2)?)))?;
             for row in rows {
                 let (key, refcount, actual) = row?;
                 if refcount != actual {
                     let id = ContentId::from_key(&key).map(|id| id.to_string()).unwrap_or_default();
-                    problems.push(format!("content {id}: refcount {refcount} but {actual} objects"));
+                    problems.push(format!("content {id}: refcount {refcount} but {actual} references (objects, part lists, uploaded parts)"));
                 }
             }
             let orphans: i64 = c.query_row(
@@ -1612,6 +1866,27 @@ impl Catalog for SqliteCatalog {
             )?;
             if orphans > 0 {
                 problems.push(format!("{orphans} objects name a missing content"));
+            }
+            let missing_parts: i64 = c.query_row(
+                "SELECT COUNT(*) FROM content_parts p WHERE NOT EXISTS (SELECT 1 FROM contents c WHERE c.content = p.part)
+                 OR NOT EXISTS (SELECT 1 FROM contents c WHERE c.content = p.content AND c.stored_form = 'parts')",
+                [],
+                |r| r.get(0),
+            )?;
+            if missing_parts > 0 {
+                problems.push(format!("{missing_parts} part-list rows name a missing part or list content"));
+            }
+            // A part list starts at 0 and its parts follow each other without gaps, adding up to the whole.
+            let gaps: i64 = c.query_row(
+                "SELECT COUNT(*) FROM content_parts a WHERE
+                     (a.seq = 0 AND a.logical_offset <> 0)
+                  OR (a.seq > 0 AND NOT EXISTS (SELECT 1 FROM content_parts b WHERE b.content = a.content
+                         AND b.seq = a.seq - 1 AND b.logical_offset + b.logical_bytes = a.logical_offset))",
+                [],
+                |r| r.get(0),
+            )?;
+            if gaps > 0 {
+                problems.push(format!("{gaps} parts do not follow the part before them"));
             }
             // Allocation: extents and free ranges of a bucket must not overlap and stay below the append pointer.
             let mut stmt = c.prepare(

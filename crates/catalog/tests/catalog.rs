@@ -454,56 +454,321 @@ fn eviction_candidates_are_persisted_contents_in_lru_order() {
     assert!(c.pending_work().unwrap().is_empty());
 }
 
-#[test]
-fn multipart_parts_replace_and_uploads_remove_with_work() {
-    let (_d, c) = open();
-    c.create_bucket("b", &BucketSettings::default()).unwrap();
+fn upload(c: &SqliteCatalog, id: &str) -> UploadRecord {
     let upload = UploadRecord {
-        upload_id: "u1".into(),
+        upload_id: id.into(),
         bucket: "b".into(),
         key: "big".into(),
         created_ms: 1,
         options: "{}".into(),
     };
     c.create_upload(&upload).unwrap();
-    let part = |n, path: &str| PartRecord {
-        upload_id: "u1".into(),
-        part_number: n,
+    upload
+}
+
+/// Upload part `number` of `upload_id` holding content `n` (10 logical bytes).
+fn put_part(c: &SqliteCatalog, upload_id: &str, number: u32, n: u8) -> Result<PutOutcome> {
+    let part = PartRecord {
+        upload_id: upload_id.into(),
+        part_number: number,
         size_bytes: 10,
-        md5: [n as u8; 16],
-        cache_path: path.into(),
+        md5: [n; 16],
+        content: Some(cid(n)),
+        cache_path: String::new(),
         created_ms: 2,
     };
-    assert!(c.put_part(&part(1, "p1")).unwrap().is_empty());
+    let content = NewContent {
+        logical_bytes: 10,
+        ..new_content(n, &format!("part.{upload_id}.{number}.{n}"))
+    };
+    c.put_part(&part, &content, "b/d")
+}
+
+fn refcount(c: &SqliteCatalog, n: u8) -> u64 {
+    c.get_content(&cid(n)).unwrap().unwrap().refcount
+}
+
+fn part_list(parts: &[(u32, u8)]) -> NewPartList {
+    let parts: Vec<(u32, ContentPart)> = parts
+        .iter()
+        .enumerate()
+        .map(|(i, &(number, n))| {
+            (
+                number,
+                ContentPart {
+                    seq: i as u32,
+                    part: cid(n),
+                    logical_offset: 10 * i as u64,
+                    logical_bytes: 10,
+                },
+            )
+        })
+        .collect();
+    NewPartList {
+        id: ContentId {
+            hash: [0xEE; 32],
+            encoding: Encoding::Identity,
+        },
+        logical_bytes: 10 * parts.len() as u64,
+        md5: [0xAB; 16],
+        parts,
+    }
+}
+
+fn list_object(list: &NewPartList) -> ObjectRecord {
+    ObjectRecord {
+        content: list.id,
+        size_bytes: list.logical_bytes,
+        etag: "\"ab-2\"".into(),
+        ..object("b", "big", 0)
+    }
+}
+
+#[test]
+fn uploaded_parts_are_referenced_contents_and_replacing_or_aborting_drops_the_references() {
+    let (_d, c) = open();
+    c.create_bucket("b", &BucketSettings::default()).unwrap();
+    let u = upload(&c, "u1");
+    assert!(!put_part(&c, "u1", 1, 1).unwrap().deduplicated);
+    assert_eq!(refcount(&c, 1), 1);
+    // Part 1 again with other bytes: content 1 loses its reference at once.
+    put_part(&c, "u1", 1, 2).unwrap();
+    assert_eq!((refcount(&c, 1), refcount(&c, 2)), (0, 1));
+    // Part 2 with the bytes of part 1: one content, two references; the new cache file is to be deleted.
+    let again = put_part(&c, "u1", 2, 2).unwrap();
+    assert!(again.deduplicated);
+    assert_eq!(again.work.len(), 1);
+    assert_eq!(refcount(&c, 2), 2);
+    // The same part with the same bytes again keeps its content referenced throughout.
+    put_part(&c, "u1", 2, 2).unwrap();
+    assert_eq!(refcount(&c, 2), 2);
+    let parts = c.list_parts("u1").unwrap();
     assert_eq!(
-        c.put_part(&part(1, "p1b")).unwrap().len(),
-        1,
-        "replaced part file is scheduled for deletion"
-    );
-    c.put_part(&part(2, "p2")).unwrap();
-    assert_eq!(
-        c.list_parts("u1")
-            .unwrap()
+        parts
             .iter()
-            .map(|p| p.cache_path.as_str())
+            .map(|p| (p.part_number, p.content))
             .collect::<Vec<_>>(),
-        vec!["p1b", "p2"]
+        vec![(1, Some(cid(2))), (2, Some(cid(2)))]
     );
-    assert_eq!(c.list_uploads("b", "bi", 10).unwrap(), vec![upload.clone()]);
+    assert_eq!(
+        c.owner_of(&cid(2)).unwrap(),
+        Some(ContentOwner::Part {
+            bucket: "b".into(),
+            key: "big".into(),
+            created_ms: 2
+        })
+    );
+    assert_eq!(c.owner_of(&cid(1)).unwrap(), None);
+    assert_eq!(c.list_uploads("b", "bi", 10).unwrap(), vec![u.clone()]);
     assert!(c.list_uploads("b", "x", 10).unwrap().is_empty());
     assert!(matches!(
         c.delete_bucket("b"),
         Err(CatalogError::BucketNotEmpty(_))
     ));
-    assert_eq!(c.remove_upload("u1").unwrap().len(), 2);
+    assert!(c.check().unwrap().is_empty(), "{:?}", c.check());
+    assert!(c.remove_upload("u1").unwrap().is_empty());
+    assert_eq!(refcount(&c, 2), 0);
     assert!(matches!(
         c.remove_upload("u1"),
         Err(CatalogError::NoSuchUpload(_))
     ));
     assert!(matches!(
-        c.put_part(&part(3, "p3")),
+        put_part(&c, "u1", 3, 3),
         Err(CatalogError::NoSuchUpload(_))
     ));
+    assert!(c.get_content(&cid(3)).unwrap().is_none());
+    assert!(c.check().unwrap().is_empty(), "{:?}", c.check());
+}
+
+#[test]
+fn completing_an_upload_makes_its_object_a_list_of_the_chosen_parts_in_one_transaction() {
+    let (_d, c) = open();
+    c.create_bucket("b", &BucketSettings::default()).unwrap();
+    upload(&c, "u1");
+    for (number, n) in [(1, 1), (2, 2), (3, 3)] {
+        put_part(&c, "u1", number, n).unwrap();
+    }
+    // An older object at the key loses its reference.
+    put(&c, "b", "big", 9);
+    let list = part_list(&[(1, 1), (3, 3)]);
+    let outcome = c
+        .complete_upload("u1", &list_object(&list), &list, 20)
+        .unwrap();
+    assert!(!outcome.deduplicated);
+    assert!(
+        outcome.work.is_empty(),
+        "no cache file is written or deleted"
+    );
+    let (object, content) = c.get_object("b", "big").unwrap().unwrap();
+    assert_eq!(object.content, list.id);
+    assert_eq!(
+        (
+            content.stored_form,
+            content.stored_bytes,
+            content.logical_bytes,
+            content.cache_path
+        ),
+        (StoredForm::Parts, 0, 20, None)
+    );
+    let parts = c.content_parts(&list.id).unwrap();
+    assert_eq!(
+        parts
+            .iter()
+            .map(|(p, r)| (p.seq, p.part, p.logical_offset, r.id))
+            .collect::<Vec<_>>(),
+        vec![(0, cid(1), 0, cid(1)), (1, cid(3), 10, cid(3))]
+    );
+    assert!(c.content_parts(&cid(1)).unwrap().is_empty());
+    // Chosen parts are referenced by the list, the unchosen one by nothing; the upload is gone.
+    assert_eq!(
+        (
+            refcount(&c, 1),
+            refcount(&c, 2),
+            refcount(&c, 3),
+            refcount(&c, 9)
+        ),
+        (1, 0, 1, 0)
+    );
+    assert!(matches!(c.get_upload("u1"), Ok(None)));
+    assert!(c.list_parts("u1").unwrap().is_empty());
+    assert!(matches!(
+        c.owner_of(&cid(3)).unwrap(),
+        Some(ContentOwner::Part { ref key, .. }) if key == "big"
+    ));
+    assert!(
+        matches!(c.owner_of(&list.id).unwrap(), Some(ContentOwner::Object(o)) if o.key == "big")
+    );
+    assert!(c.check().unwrap().is_empty(), "{:?}", c.check());
+    assert!(matches!(
+        c.complete_upload("u1", &list_object(&list), &list, 21),
+        Err(CatalogError::NoSuchUpload(_))
+    ));
+    // The same parts completed again under another upload: the same list, referenced twice.
+    upload(&c, "u2");
+    put_part(&c, "u2", 1, 1).unwrap();
+    put_part(&c, "u2", 3, 3).unwrap();
+    let copy = ObjectRecord {
+        key: "copy".into(),
+        ..list_object(&list)
+    };
+    assert!(
+        c.complete_upload("u2", &copy, &list, 22)
+            .unwrap()
+            .deduplicated
+    );
+    assert_eq!(c.get_content(&list.id).unwrap().unwrap().refcount, 2);
+    assert_eq!((refcount(&c, 1), refcount(&c, 3)), (1, 1));
+    assert!(c.check().unwrap().is_empty(), "{:?}", c.check());
+}
+
+#[test]
+fn a_completion_naming_a_replaced_part_changes_nothing() {
+    let (_d, c) = open();
+    c.create_bucket("b", &BucketSettings::default()).unwrap();
+    upload(&c, "u1");
+    put_part(&c, "u1", 1, 1).unwrap();
+    put_part(&c, "u1", 2, 2).unwrap();
+    let list = part_list(&[(1, 1), (2, 2)]);
+    put_part(&c, "u1", 2, 4).unwrap(); // replaced after the list was made
+    assert!(matches!(
+        c.complete_upload("u1", &list_object(&list), &list, 20),
+        Err(CatalogError::Corrupt(_))
+    ));
+    assert!(c.get_object("b", "big").unwrap().is_none());
+    assert!(c.get_content(&list.id).unwrap().is_none());
+    assert_eq!(c.list_parts("u1").unwrap().len(), 2);
+    assert!(c.check().unwrap().is_empty(), "{:?}", c.check());
+}
+
+#[test]
+fn collecting_a_part_list_releases_its_parts_which_are_collected_after_it() {
+    let (_d, c) = open();
+    c.create_bucket("b", &BucketSettings::default()).unwrap();
+    upload(&c, "u1");
+    put_part(&c, "u1", 1, 1).unwrap();
+    put_part(&c, "u1", 2, 2).unwrap();
+    let list = part_list(&[(1, 1), (2, 2)]);
+    c.complete_upload("u1", &list_object(&list), &list, 20)
+        .unwrap();
+    assert!(c.delete_object("b", "big", 30).unwrap());
+    // Only the list is unreferenced: its parts are still named by it.
+    assert_eq!(c.gc_candidates(u64::MAX, 10).unwrap(), vec![list.id]);
+    let outcome = c.gc_content(&list.id).unwrap();
+    assert_eq!(outcome.contents_removed, 1);
+    assert!(outcome.work.is_empty(), "a part list has no cache file");
+    assert!(c.content_parts(&list.id).unwrap().is_empty());
+    let mut candidates = c.gc_candidates(u64::MAX, 10).unwrap();
+    candidates.sort_by_key(|id| id.hash);
+    assert_eq!(candidates, vec![cid(1), cid(2)]);
+    for id in candidates {
+        assert_eq!(
+            c.gc_content(&id).unwrap().work.len(),
+            1,
+            "the part's cache file"
+        );
+    }
+    assert_eq!(
+        c.stats()
+            .unwrap()
+            .contents_by_state
+            .iter()
+            .map(|s| s.1)
+            .sum::<u64>(),
+        0
+    );
+    assert!(c.check().unwrap().is_empty(), "{:?}", c.check());
+}
+
+#[test]
+fn a_schema_2_catalog_is_migrated_and_keeps_its_parts() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("catalog.sqlite");
+    {
+        let c = SqliteCatalog::open(&path).unwrap();
+        c.create_bucket("b", &BucketSettings::default()).unwrap();
+        upload(&c, "old");
+    }
+    {
+        // Take the database back to schema 2 (no part lists, parts as files) with one part uploaded then.
+        let db = rusqlite::Connection::open(&path).unwrap();
+        db.execute_batch(
+            "DROP TABLE content_parts;
+             DROP INDEX multipart_parts_by_content;
+             ALTER TABLE multipart_parts DROP COLUMN content;
+             INSERT INTO multipart_parts (upload_id, part_number, size_bytes, md5, cache_path, created_ms)
+                 VALUES ('old', 1, 10, x'00000000000000000000000000000000', 'parts/legacy', 3);
+             UPDATE meta SET value = '2' WHERE key = 'schema_version';",
+        )
+        .unwrap();
+    }
+    let c = SqliteCatalog::open(&path).unwrap();
+    let parts = c.list_parts("old").unwrap();
+    assert_eq!(
+        (parts[0].content, parts[0].cache_path.as_str()),
+        (None, "parts/legacy")
+    );
+    assert_eq!(c.cache_files().unwrap(), vec!["parts/legacy".to_string()]);
+    // The migrated schema takes new parts, and removing the upload deletes the old part's file.
+    put_part(&c, "old", 2, 5).unwrap();
+    assert!(c.check().unwrap().is_empty(), "{:?}", c.check());
+    let work = c.remove_upload("old").unwrap();
+    assert_eq!(
+        work.iter().map(|w| w.kind.clone()).collect::<Vec<_>>(),
+        vec![WorkKind::DeleteCacheFile {
+            path: "parts/legacy".into()
+        }]
+    );
+    assert_eq!(refcount(&c, 5), 0);
+    drop(c);
+    let version: String = rusqlite::Connection::open(&path)
+        .unwrap()
+        .query_row(
+            "SELECT value FROM meta WHERE key = 'schema_version'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(version, "3");
 }
 
 #[test]

@@ -64,8 +64,8 @@ pub use extent::{
     EXTENT_OVERHEAD_BYTES, EXTENT_PAYLOAD_BYTES_MAX, EXTENT_TRAILER_BYTES, EXTENT_VERSION,
 };
 pub use manifest::{
-    Manifest, StoredForm, MANIFEST_BODY_BYTES_MAX, MANIFEST_MAGIC, MANIFEST_PREFIX_BYTES,
-    MANIFEST_VERSION,
+    part_list_hash, Manifest, PartRef, Role, StoredForm, MANIFEST_BODY_BYTES_MAX, MANIFEST_MAGIC,
+    MANIFEST_PREFIX_BYTES, MANIFEST_VERSION, PART_LIST_CONTEXT,
 };
 pub use pack::{
     is_pack_start, PackEntry, PackEntryPlacement, PackReader, PackWriter, PACK_ENTRY_BYTES_MAX,

@@ -14,8 +14,8 @@ use crate::error::{FormatError, Result};
 
 /// First bytes of a manifest record: `"PFMN"`.
 pub const MANIFEST_MAGIC: [u8; 4] = *b"PFMN";
-/// Manifest record version.
-pub const MANIFEST_VERSION: u8 = 1;
+/// Manifest record version written (version 1, without part lists and roles, is still read).
+pub const MANIFEST_VERSION: u8 = 2;
 /// Bytes before the body: magic, version, body length.
 pub const MANIFEST_PREFIX_BYTES: usize = 9;
 /// Largest body accepted: 64 MiB (a 1 TiB content at 1 MiB chunks needs ≈ 9 MiB).
@@ -36,7 +36,48 @@ pub enum StoredForm {
         /// Frame index for ranged decoding, when available.
         frames: Option<ChunkIndex>,
     },
+    /// No stored bytes of its own: the content is the concatenation of other contents (a completed multipart
+    /// upload), found by their content ids. With a content encoding the concatenation is the stream as sent.
+    Parts(Vec<PartRef>),
 }
+
+/// One part of a [`StoredForm::Parts`] content: the part's content id and logical length.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PartRef {
+    /// BLAKE3 of the part's bytes as sent.
+    pub blake3: [u8; 32],
+    /// The part's content encoding (its content id's second half).
+    pub encoding: Algorithm,
+    /// Decoded bytes of the part.
+    pub logical_len: u64,
+}
+
+/// What a manifest's content is to salvage.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    /// An object of its own (named by bucket and key).
+    #[default]
+    Object,
+    /// Only a part of part-list contents: salvage writes it only through a [`StoredForm::Parts`] manifest that
+    /// names it (bucket and key say which upload stored it first).
+    Part,
+}
+
+/// The id of a part-list content: BLAKE3 in derive-key mode (so it never equals the plain BLAKE3 of any bytes)
+/// over each part's `blake3 | encoding code | logical length u64 LE`.
+pub fn part_list_hash(parts: &[PartRef]) -> [u8; 32] {
+    let mut hasher = blake3::Hasher::new_derive_key(PART_LIST_CONTEXT);
+    for p in parts {
+        hasher.update(&p.blake3);
+        hasher.update(&[p.encoding.code()]);
+        hasher.update(&p.logical_len.to_le_bytes());
+    }
+    *hasher.finalize().as_bytes()
+}
+
+/// BLAKE3 derive-key context of [`part_list_hash`].
+pub const PART_LIST_CONTEXT: &str = "permafrost part list v1";
 
 /// Everything about a content and the object that first stored it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -64,6 +105,8 @@ pub struct Manifest {
     pub created_unix_ms: u64,
     /// Dataset id (S3 bucket + key prefix).
     pub dataset: String,
+    /// An object, or only a part of others.
+    pub role: Role,
 }
 
 impl Manifest {
@@ -95,11 +138,28 @@ impl Manifest {
             StoredForm::AsSent { .. } if self.content_encoding == Algorithm::None => {
                 bad("as-sent content without a content encoding".into())
             }
+            StoredForm::Parts(_) if self.stored_len != 0 => bad(format!(
+                "part-list content with {} stored bytes of its own",
+                self.stored_len
+            )),
+            StoredForm::Parts(parts)
+                if self.content_encoding == Algorithm::None
+                    && parts.iter().map(|p| p.logical_len).sum::<u64>() != self.logical_len =>
+            {
+                bad(format!(
+                    "parts add up to {} bytes, the manifest says {}",
+                    parts.iter().map(|p| p.logical_len).sum::<u64>(),
+                    self.logical_len
+                ))
+            }
+            StoredForm::Parts(parts) if part_list_hash(parts) != self.blake3 => {
+                bad("the part list does not hash to the content id".into())
+            }
             _ => Ok(()),
         }
     }
 
-    /// The binary record: `magic "PFMN" | version u8 | body_len u32 | body | crc32c(body) u32`.
+    /// The binary record: `magic "PFMN" | version u8 | body_len u32 | body | crc32c(body) u32` (version 2).
     /// Fails if [`Manifest::validate`] fails or a string is longer than 4 GiB.
     pub fn encode(&self) -> Result<Vec<u8>> {
         self.validate()?;
@@ -132,12 +192,28 @@ impl Manifest {
                 body.push(3);
                 index.encode_into(&mut body);
             }
+            StoredForm::Parts(parts) => {
+                body.push(4);
+                let count = u32::try_from(parts.len()).map_err(|_| {
+                    FormatError::InvalidArgument(format!("{} parts in one list", parts.len()))
+                })?;
+                body.extend_from_slice(&count.to_le_bytes());
+                for p in parts {
+                    body.extend_from_slice(&p.blake3);
+                    body.push(p.encoding.code());
+                    body.extend_from_slice(&p.logical_len.to_le_bytes());
+                }
+            }
         }
         body.extend_from_slice(&self.logical_len.to_le_bytes());
         body.extend_from_slice(&self.stored_len.to_le_bytes());
         body.extend_from_slice(&self.blake3);
         body.extend_from_slice(&self.created_unix_ms.to_le_bytes());
         put_str(&mut body, &self.dataset);
+        body.push(match self.role {
+            Role::Object => 0,
+            Role::Part => 1,
+        });
         let body_len = u32::try_from(body.len())
             .ok()
             .filter(|&n| n <= MANIFEST_BODY_BYTES_MAX)
@@ -175,7 +251,10 @@ impl Manifest {
                 format!("record of {record_len} bytes, only {} present", bytes.len()),
             )
         })?;
-        Ok((decode_body(&record[MANIFEST_PREFIX_BYTES..])?, record_len))
+        Ok((
+            decode_body(bytes[4], &record[MANIFEST_PREFIX_BYTES..])?,
+            record_len,
+        ))
     }
 
     /// Reads one record from `reader`; returns the manifest and the record's length.
@@ -197,7 +276,10 @@ impl Manifest {
                 ),
             ));
         }
-        Ok((decode_body(&rest)?, MANIFEST_PREFIX_BYTES + body_len + 4))
+        Ok((
+            decode_body(prefix[4], &rest)?,
+            MANIFEST_PREFIX_BYTES + body_len + 4,
+        ))
     }
 }
 
@@ -214,11 +296,11 @@ fn parse_prefix(prefix: &[u8]) -> Result<usize> {
             ),
         ));
     }
-    if prefix[4] != MANIFEST_VERSION {
+    if !(1..=MANIFEST_VERSION).contains(&prefix[4]) {
         return Err(FormatError::malformed(
             what,
             format!(
-                "unknown version {} (this build reads {MANIFEST_VERSION})",
+                "unknown version {} (this build reads 1 to {MANIFEST_VERSION})",
                 prefix[4]
             ),
         ));
@@ -233,8 +315,8 @@ fn parse_prefix(prefix: &[u8]) -> Result<usize> {
     Ok(body_len as usize)
 }
 
-/// Decodes `body | crc32c u32`.
-fn decode_body(body_and_crc: &[u8]) -> Result<Manifest> {
+/// Decodes `body | crc32c u32` of a record of `version`.
+fn decode_body(version: u8, body_and_crc: &[u8]) -> Result<Manifest> {
     let (body, crc) = body_and_crc.split_at(body_and_crc.len() - 4);
     let stored = u32::from_le_bytes(crc.try_into().unwrap());
     let computed = crc32c::crc32c(body);
@@ -276,6 +358,28 @@ fn decode_body(body_and_crc: &[u8]) -> Result<Manifest> {
         3 => StoredForm::AsSent {
             frames: Some(c.chunk_index()?),
         },
+        4 if version >= 2 => {
+            let count = c.u32()? as usize;
+            // Each part takes 41 bytes: a count beyond the body is refused before allocating.
+            if count > (body.len() - c.pos) / 41 {
+                return Err(FormatError::malformed(
+                    "manifest",
+                    format!("{count} parts do not fit in the body"),
+                ));
+            }
+            let mut parts = Vec::with_capacity(count);
+            for _ in 0..count {
+                let blake3 = c.take(32)?.try_into().unwrap();
+                let encoding = Algorithm::from_code(c.u8()?)?;
+                let logical_len = c.u64()?;
+                parts.push(PartRef {
+                    blake3,
+                    encoding,
+                    logical_len,
+                });
+            }
+            StoredForm::Parts(parts)
+        }
         other => {
             return Err(FormatError::malformed(
                 "manifest",
@@ -288,6 +392,20 @@ fn decode_body(body_and_crc: &[u8]) -> Result<Manifest> {
     let blake3 = c.take(32)?.try_into().unwrap();
     let created_unix_ms = c.u64()?;
     let dataset = c.str()?;
+    let role = if version >= 2 {
+        match c.u8()? {
+            0 => Role::Object,
+            1 => Role::Part,
+            other => {
+                return Err(FormatError::malformed(
+                    "manifest",
+                    format!("unknown role {other}"),
+                ))
+            }
+        }
+    } else {
+        Role::Object
+    };
     if c.pos != body.len() {
         return Err(FormatError::malformed(
             "manifest",
@@ -306,6 +424,7 @@ fn decode_body(body_and_crc: &[u8]) -> Result<Manifest> {
         blake3,
         created_unix_ms,
         dataset,
+        role,
     };
     manifest.validate()?;
     Ok(manifest)

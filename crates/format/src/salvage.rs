@@ -11,7 +11,7 @@ use crate::extent::{
     is_extent_start, parse_extent_header, ExtentHeader, EXTENT_ALIGN_BYTES, EXTENT_HEADER_BYTES,
     EXTENT_OVERHEAD_BYTES, EXTENT_TRAILER_BYTES,
 };
-use crate::manifest::{Manifest, StoredForm};
+use crate::manifest::{Manifest, Role, StoredForm};
 use crate::pack::{is_pack_start, PackReader, PACK_HEADER_BYTES};
 
 /// An extent found by [`scan_extents`], checksum verified.
@@ -295,9 +295,20 @@ pub fn salvage_objects<R: Read + Seek>(
         }
     }
 
-    // 3. The newest object per key wins.
+    // 3. The newest object per key wins (a part is written only through the part lists that name it).
+    let mut by_content: HashMap<([u8; 32], Algorithm), usize> = HashMap::new();
+    for (i, c) in candidates.iter().enumerate() {
+        by_content.insert((c.manifest.blake3, c.manifest.content_encoding), i);
+    }
+    let objects = candidates
+        .iter()
+        .filter(|c| c.manifest.role == Role::Object)
+        .count();
     let mut winners: HashMap<(&str, &str), usize> = HashMap::new();
     for (i, c) in candidates.iter().enumerate() {
+        if c.manifest.role != Role::Object {
+            continue;
+        }
         let k = (c.manifest.bucket.as_str(), c.manifest.key.as_str());
         match winners.get(&k) {
             Some(&j) if candidates[j].manifest.created_unix_ms >= c.manifest.created_unix_ms => {}
@@ -306,14 +317,14 @@ pub fn salvage_objects<R: Read + Seek>(
             }
         }
     }
-    report.superseded_objects = (candidates.len() - winners.len()) as u64;
+    report.superseded_objects = (objects - winners.len()) as u64;
     let mut order: Vec<usize> = winners.into_values().collect();
     order.sort_unstable();
 
     // 4. Decode, verify and write each winner.
     for i in order {
         let c = &candidates[i];
-        match write_object(&mut image, c, out_dir) {
+        match write_object(&mut image, &candidates, &by_content, c, out_dir) {
             Ok(bytes) => {
                 report.objects_recovered += 1;
                 report.bytes_recovered += bytes;
@@ -408,14 +419,54 @@ fn collect_candidates<R: Read + Seek>(
     Ok(())
 }
 
-/// Writes one object and its sidecar; returns the bytes written.
-fn write_object<R: Read + Seek>(image: &mut R, c: &Candidate, out_dir: &Path) -> Result<u64> {
+/// The bytes of `c` as the client sent them (decoded for chunked contents, stored bytes otherwise).
+fn bytes_as_sent<'a, R: Read + Seek>(
+    image: &'a mut R,
+    c: &Candidate,
+) -> Result<Box<dyn Read + 'a>> {
     let m = &c.manifest;
     let stored = SegmentReader::new(image, &c.segments);
-    let mut source: Box<dyn Read + '_> = match &m.stored_form {
+    Ok(match &m.stored_form {
         StoredForm::Raw | StoredForm::AsSent { .. } => Box::new(stored),
         StoredForm::Chunked(index) => Box::new(decode_range(index, stored, 0, m.logical_len)?),
-    };
+        StoredForm::Parts(_) => {
+            return Err(FormatError::malformed(
+                "object",
+                "a part list names another part list".to_string(),
+            ))
+        }
+    })
+}
+
+/// Copy `source` to `file`; returns the bytes copied and their BLAKE3.
+fn copy_hashed(source: &mut dyn Read, file: &mut impl Write) -> Result<(u64, blake3::Hash)> {
+    let mut hasher = blake3::Hasher::new();
+    let mut buf = vec![0u8; 256 << 10];
+    let mut total = 0u64;
+    loop {
+        let n = match source.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e.into()),
+        };
+        hasher.update(&buf[..n]);
+        file.write_all(&buf[..n])?;
+        total += n as u64;
+    }
+    Ok((total, hasher.finalize()))
+}
+
+/// Writes one object and its sidecar; returns the bytes written. A part-list object is written part by part,
+/// each part found among `candidates` by its content id and checked against its BLAKE3.
+fn write_object<R: Read + Seek>(
+    image: &mut R,
+    candidates: &[Candidate],
+    by_content: &HashMap<([u8; 32], Algorithm), usize>,
+    c: &Candidate,
+    out_dir: &Path,
+) -> Result<u64> {
+    let m = &c.manifest;
     let relative = object_path(&m.bucket, &m.key);
     let path = out_dir.join(&relative);
     if let Some(parent) = path.parent() {
@@ -427,44 +478,68 @@ fn write_object<R: Read + Seek>(image: &mut R, c: &Candidate, out_dir: &Path) ->
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default()
     ));
-    let written = (|| -> Result<(u64, blake3::Hash)> {
+    let written = (|| -> Result<u64> {
         let mut file = io::BufWriter::new(fs::File::create(&tmp)?);
-        let mut hasher = blake3::Hasher::new();
-        let mut buf = vec![0u8; 256 << 10];
-        let mut total = 0u64;
-        loop {
-            let n = match source.read(&mut buf) {
-                Ok(0) => break,
-                Ok(n) => n,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) => return Err(e.into()),
-            };
-            hasher.update(&buf[..n]);
-            file.write_all(&buf[..n])?;
-            total += n as u64;
-        }
+        let total = match &m.stored_form {
+            StoredForm::Parts(parts) => {
+                let mut total = 0u64;
+                for (n, p) in parts.iter().enumerate() {
+                    let Some(&i) = by_content.get(&(p.blake3, p.encoding)) else {
+                        return Err(FormatError::malformed(
+                            "object",
+                            format!(
+                                "part {n} (BLAKE3 {}) is not on this disk",
+                                blake3::Hash::from(p.blake3)
+                            ),
+                        ));
+                    };
+                    let part = &candidates[i];
+                    let (len, hash) = copy_hashed(&mut bytes_as_sent(image, part)?, &mut file)?;
+                    if hash.as_bytes() != &p.blake3 || part.manifest.logical_len != p.logical_len {
+                        return Err(FormatError::malformed(
+                            "object",
+                            format!("part {n}: {len} bytes with BLAKE3 {hash}, the part list says {} logical bytes with BLAKE3 {}", p.logical_len, blake3::Hash::from(p.blake3)),
+                        ));
+                    }
+                    total += len;
+                }
+                if m.content_encoding == Algorithm::None && total != m.logical_len {
+                    return Err(FormatError::malformed(
+                        "object",
+                        format!(
+                            "parts hold {total} bytes, the manifest says {}",
+                            m.logical_len
+                        ),
+                    ));
+                }
+                total
+            }
+            _ => {
+                let (total, hash) = copy_hashed(&mut bytes_as_sent(image, c)?, &mut file)?;
+                let expected_len = if matches!(m.stored_form, StoredForm::AsSent { .. }) {
+                    m.stored_len
+                } else {
+                    m.logical_len
+                };
+                if hash.as_bytes() != &m.blake3 || total != expected_len {
+                    return Err(FormatError::malformed(
+                        "object",
+                        format!("{total} bytes with BLAKE3 {hash}, the manifest says {expected_len} bytes with BLAKE3 {}", blake3::Hash::from(m.blake3)),
+                    ));
+                }
+                total
+            }
+        };
         file.into_inner().map_err(|e| e.into_error())?.sync_all()?;
-        Ok((total, hasher.finalize()))
+        Ok(total)
     })();
-    let (total, hash) = match written {
-        Ok(w) => w,
+    let total = match written {
+        Ok(total) => total,
         Err(e) => {
             let _ = fs::remove_file(&tmp);
             return Err(e);
         }
     };
-    let expected_len = if matches!(m.stored_form, StoredForm::AsSent { .. }) {
-        m.stored_len
-    } else {
-        m.logical_len
-    };
-    if hash.as_bytes() != &m.blake3 || total != expected_len {
-        let _ = fs::remove_file(&tmp);
-        return Err(FormatError::malformed(
-            "object",
-            format!("{total} bytes with BLAKE3 {hash}, the manifest says {expected_len} bytes with BLAKE3 {}", blake3::Hash::from(m.blake3)),
-        ));
-    }
     fs::rename(&tmp, &path)?;
     let sidecar = out_dir
         .join("_sidecars")
@@ -484,12 +559,13 @@ fn sidecar_json(m: &Manifest) -> String {
         StoredForm::AsSent { frames } => {
             ("as_sent", frames.as_ref().map_or(0, |f| f.entries().len()))
         }
+        StoredForm::Parts(parts) => ("parts", parts.len()),
     };
     let note = match (&m.stored_form, m.content_encoding) {
-        (StoredForm::AsSent { .. }, Algorithm::Zstd) => {
+        (StoredForm::AsSent { .. } | StoredForm::Parts(_), Algorithm::Zstd) => {
             "kept as the client sent it: zstd-compressed (Content-Encoding: zstd); decode with `zstd -d`".to_string()
         }
-        (StoredForm::AsSent { .. }, Algorithm::Lz4) => {
+        (StoredForm::AsSent { .. } | StoredForm::Parts(_), Algorithm::Lz4) => {
             "kept as the client sent it: LZ4 frame format (Content-Encoding: lz4); decode with `lz4 -d`".to_string()
         }
         _ => "decoded to the bytes the client sent".to_string(),

@@ -19,6 +19,7 @@ pub fn manifest(key: &str, stored_form: StoredForm, logical_len: u64, stored_len
         blake3: [7; 32],
         created_unix_ms: 1_700_000_000_000,
         dataset: "photos/2024".into(),
+        role: Role::Object,
     }
 }
 
@@ -104,13 +105,24 @@ fn manifests() -> impl Strategy<Value = Manifest> {
         strings,
         proptest::collection::btree_map("[a-z-]{1,12}", ".{0,20}", 0..4),
         proptest::option::of("[a-z]+/[a-z]+"),
-        0u8..4,
+        0u8..5,
         any::<[u8; 32]>(),
         any::<u64>(),
         proptest::collection::vec(1u32..5000, 0..20),
+        any::<bool>(),
     )
         .prop_map(
-            |(bucket, key, user_metadata, content_type, form, blake3, created_unix_ms, lens)| {
+            |(
+                bucket,
+                key,
+                user_metadata,
+                content_type,
+                form,
+                blake3,
+                created_unix_ms,
+                lens,
+                part,
+            )| {
                 let data: Vec<u8> = (0..lens.iter().sum::<u32>())
                     .map(|i| (i / 97) as u8)
                     .collect();
@@ -134,7 +146,7 @@ fn manifests() -> impl Strategy<Value = Manifest> {
                         data.len() as u64 * 3,
                         data.len() as u64,
                     ),
-                    _ => (
+                    3 => (
                         StoredForm::AsSent {
                             frames: Some(index.clone()),
                         },
@@ -142,6 +154,22 @@ fn manifests() -> impl Strategy<Value = Manifest> {
                         index.logical_len(),
                         stored.len() as u64,
                     ),
+                    _ => {
+                        let parts: Vec<PartRef> = lens
+                            .iter()
+                            .map(|&n| PartRef {
+                                blake3: *blake3::hash(&n.to_le_bytes()).as_bytes(),
+                                encoding: Algorithm::None,
+                                logical_len: n as u64,
+                            })
+                            .collect();
+                        let total = parts.iter().map(|p| p.logical_len).sum();
+                        (StoredForm::Parts(parts), Algorithm::None, total, 0)
+                    }
+                };
+                let blake3 = match &stored_form {
+                    StoredForm::Parts(parts) => part_list_hash(parts),
+                    _ => blake3,
                 };
                 Manifest {
                     bucket,
@@ -155,6 +183,7 @@ fn manifests() -> impl Strategy<Value = Manifest> {
                     blake3,
                     created_unix_ms,
                     dataset: "d".into(),
+                    role: if part { Role::Part } else { Role::Object },
                 }
             },
         )
@@ -181,6 +210,52 @@ proptest! {
         bytes[at] ^= 0x20;
         prop_assert!(Manifest::decode(&bytes).is_err());
     }
+}
+
+#[test]
+fn a_version_1_manifest_still_decodes_as_an_object() {
+    let m = manifest("old/key", StoredForm::Raw, 3, 3);
+    let v2 = m.encode().unwrap();
+    // Version 1 = version 2 without the role byte (the last body byte).
+    let body = &v2[MANIFEST_PREFIX_BYTES..v2.len() - 5];
+    let mut v1 = b"PFMN\x01".to_vec();
+    v1.extend((body.len() as u32).to_le_bytes());
+    v1.extend(body);
+    v1.extend(crc32c::crc32c(body).to_le_bytes());
+    let (back, used) = Manifest::decode(&v1).unwrap();
+    assert_eq!(back, m);
+    assert_eq!(used, v1.len());
+    let mut parts_in_v1 = v1.clone();
+    parts_in_v1[4] = 3;
+    assert!(
+        Manifest::decode(&parts_in_v1).is_err(),
+        "version 3 is unknown"
+    );
+}
+
+#[test]
+fn a_part_list_that_does_not_hash_to_its_id_or_add_up_is_refused() {
+    let parts = vec![PartRef {
+        blake3: [7; 32],
+        encoding: Algorithm::None,
+        logical_len: 10,
+    }];
+    let mut m = manifest("a", StoredForm::Parts(parts.clone()), 10, 0);
+    m.blake3 = part_list_hash(&parts);
+    m.encode().unwrap();
+    let wrong_hash = Manifest {
+        blake3: [7; 32],
+        ..m.clone()
+    };
+    assert!(wrong_hash.encode().is_err());
+    let wrong_len = Manifest {
+        logical_len: 11,
+        ..m.clone()
+    };
+    assert!(wrong_len.encode().is_err());
+    let stored = Manifest { stored_len: 1, ..m };
+    assert!(stored.encode().is_err());
+    assert_ne!(part_list_hash(&parts), *blake3::hash(&[7; 41]).as_bytes());
 }
 
 #[test]
@@ -212,10 +287,11 @@ fn the_manifest_layout_matches_the_documentation() {
         blake3: [0; 32],
         created_unix_ms: 5,
         dataset: "".into(),
+        role: Role::Object,
     };
     let bytes = m.encode().unwrap();
-    let body_len = 4 + 1 + 4 + 1 + 4 + 1 + 1 + 1 + 8 + 8 + 32 + 8 + 4;
-    assert_eq!(&bytes[..5], b"PFMN\x01");
+    let body_len = 4 + 1 + 4 + 1 + 4 + 1 + 1 + 1 + 8 + 8 + 32 + 8 + 4 + 1;
+    assert_eq!(&bytes[..5], b"PFMN\x02");
     assert_eq!(&bytes[5..9], &(body_len as u32).to_le_bytes());
     assert_eq!(bytes.len(), MANIFEST_PREFIX_BYTES + body_len + 4);
     assert_eq!(&bytes[9..14], &[1, 0, 0, 0, b'b']);

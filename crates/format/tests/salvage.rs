@@ -27,6 +27,7 @@ fn manifest(
         blake3: *blake3::hash(hashed).as_bytes(),
         created_unix_ms: t,
         dataset: "sci".into(),
+        role: Role::Object,
     }
 }
 
@@ -268,4 +269,135 @@ fn salvage_reports_a_content_with_a_missing_extent_as_incomplete() {
         "{report:?}"
     );
     assert!(!out.path().join("sci/runs/big.bin").exists());
+}
+
+/// An image holding a part-list object: part 0 chunked in an extent of its own, part 1 raw in a pack (both with
+/// role `Part`), the list in the same pack; plus a `Part` content no list names.
+fn part_list_image() -> (Vec<u8>, Vec<u8>) {
+    let mut image = Vec::new();
+    garbage(&mut image, 2, 7);
+    let first: Vec<u8> = (0..300_000u32).map(|i| (i / 7) as u8).collect();
+    let mut second = vec![0u8; 70_000];
+    rand::rngs::StdRng::seed_from_u64(9).fill_bytes(&mut second);
+    let part = |m: Manifest| Manifest {
+        role: Role::Part,
+        ..m
+    };
+    let (index, stored) = encode_chunks(&first, Algorithm::Zstd, 64 << 10).unwrap();
+    let head = part(manifest(
+        "runs/joined",
+        StoredForm::Chunked(index),
+        Algorithm::None,
+        &first,
+        stored.len() as u64,
+        &first,
+        1,
+    ));
+    let mut payload = head.encode().unwrap();
+    payload.extend(&stored);
+    let object_id = u128::from_le_bytes(blake3::hash(&first).as_bytes()[..16].try_into().unwrap());
+    image.extend(extent_to_vec(object_id, 0, 0, &payload).unwrap());
+    garbage(&mut image, 1, 8);
+    let parts = vec![
+        PartRef {
+            blake3: *blake3::hash(&first).as_bytes(),
+            encoding: Algorithm::None,
+            logical_len: first.len() as u64,
+        },
+        PartRef {
+            blake3: *blake3::hash(&second).as_bytes(),
+            encoding: Algorithm::None,
+            logical_len: second.len() as u64,
+        },
+    ];
+    let mut list = manifest(
+        "runs/joined",
+        StoredForm::Parts(parts.clone()),
+        Algorithm::None,
+        &[],
+        0,
+        &[],
+        3,
+    );
+    list.logical_len = (first.len() + second.len()) as u64;
+    list.blake3 = part_list_hash(&parts);
+    let mut pack = PackWriter::new(Vec::new(), 1 << 20).unwrap();
+    pack.append(
+        &part(manifest(
+            "runs/joined",
+            StoredForm::Raw,
+            Algorithm::None,
+            &second,
+            second.len() as u64,
+            &second,
+            2,
+        )),
+        &second[..],
+    )
+    .unwrap();
+    pack.append(&list, &[][..]).unwrap();
+    let stray = b"a part of an upload never completed".to_vec();
+    pack.append(
+        &part(manifest(
+            "runs/abandoned",
+            StoredForm::Raw,
+            Algorithm::None,
+            &stray,
+            stray.len() as u64,
+            &stray,
+            4,
+        )),
+        &stray[..],
+    )
+    .unwrap();
+    let (_, payload) = pack.finish().unwrap();
+    image.extend(extent_to_vec(0x9ACC, 0, 0, &payload).unwrap());
+    garbage(&mut image, 1, 10);
+    (image, [first, second].concat())
+}
+
+#[test]
+fn salvage_rebuilds_a_part_list_object_from_its_parts_byte_exact() {
+    let (image, whole) = part_list_image();
+    let out = tempfile::tempdir().unwrap();
+    let report = salvage_objects(
+        Cursor::new(&image),
+        image.len() as u64,
+        out.path(),
+        &mut |_| {},
+    )
+    .unwrap();
+    assert_eq!(report.objects_recovered, 1, "{report:?}");
+    assert!(report.incomplete_objects.is_empty(), "{report:?}");
+    assert_eq!(report.superseded_objects, 0);
+    assert!(std::fs::read(out.path().join("sci/runs/joined")).unwrap() == whole);
+    assert!(!out.path().join("sci/runs/abandoned").exists());
+    let meta: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(out.path().join("_sidecars/sci/runs/joined.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(meta["stored_form"], "parts");
+    assert_eq!(meta["chunks"], 2);
+}
+
+#[test]
+fn salvage_reports_a_part_list_object_with_a_part_missing_and_writes_nothing_for_it() {
+    let (mut image, _) = part_list_image();
+    // Wipe the extent of part 0 (the first extent after two blocks of garbage).
+    image[2 * 4096..][..4].copy_from_slice(b"XXXX");
+    let out = tempfile::tempdir().unwrap();
+    let report = salvage_objects(
+        Cursor::new(&image),
+        image.len() as u64,
+        out.path(),
+        &mut |_| {},
+    )
+    .unwrap();
+    assert_eq!(report.objects_recovered, 0, "{report:?}");
+    assert_eq!(report.incomplete_objects.len(), 1, "{report:?}");
+    assert!(
+        report.incomplete_objects[0].contains("part 0"),
+        "{report:?}"
+    );
+    assert!(!out.path().join("sci/runs/joined").exists());
 }

@@ -10,9 +10,9 @@
 //! Data directory:
 //! ```text
 //! DATA/catalog.sqlite     the catalog (permafrost-catalog, docs/catalog.md)
-//! DATA/cache/contents/    one file per cached content (its stored bytes)
-//! DATA/cache/parts/       multipart parts: `<uuid>.chunked` (stored chunks, chunk index, index length) when the
-//!                         bucket compresses, else the raw bytes received
+//! DATA/cache/contents/    one file per cached content (its stored bytes), multipart parts included (a part is a
+//!                         content; a completed upload is the list of its parts, with no file of its own)
+//! DATA/cache/parts/       parts uploaded under catalog schema 2 only (they cannot be completed)
 //! DATA/cache/tmp/         uploads in progress (removed on restart)
 //! DATA/grid/              the engine's directory (grid.toml, journal, disks)
 //! ```

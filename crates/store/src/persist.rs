@@ -17,14 +17,14 @@ use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 
 use parking_lot::Mutex;
 use permafrost_catalog::{
-    ContentId, ContentRecord, ContentState, Encoding, ExtentKind, ExtentRecord, NewExtent,
-    ObjectRecord, SegmentRecord, StoredForm,
+    ContentId, ContentOwner, ContentRecord, ContentState, ExtentKind, ExtentRecord, NewExtent,
+    SegmentRecord, StoredForm,
 };
 use permafrost_disk::power::PowerState;
 use permafrost_engine::{Engine, WriteMode, WritePromise};
 use permafrost_format::{
-    extent_bytes, plan_content_extents, write_extent, Algorithm, ChunkIndex, ExtentHeader,
-    Manifest, PackWriter, EXTENT_OVERHEAD_BYTES, PACK_HEADER_BYTES,
+    extent_bytes, plan_content_extents, write_extent, ChunkIndex, ExtentHeader, Manifest,
+    PackWriter, PartRef, Role, EXTENT_OVERHEAD_BYTES, PACK_HEADER_BYTES,
 };
 use permafrost_policy::{
     placement_by_name, BucketHealth, BucketView, CacheView, ObjectToPlace, Placement,
@@ -287,8 +287,13 @@ fn mark_drained(inner: &Inner) -> Result<()> {
     Ok(())
 }
 
-/// The manifest of a content, naming `object`.
-fn manifest_of(content: &ContentRecord, object: &ObjectRecord) -> Result<Manifest> {
+/// The manifest of a content, naming its owner (an object, or the upload or object it is a part of); `parts`
+/// are the parts of a part-list content.
+fn manifest_of(
+    content: &ContentRecord,
+    owner: &ContentOwner,
+    parts: &[(permafrost_catalog::ContentPart, ContentRecord)],
+) -> Result<Manifest> {
     let index = || -> Result<Option<ChunkIndex>> {
         if content.chunk_index.is_empty() {
             Ok(None)
@@ -304,27 +309,45 @@ fn manifest_of(content: &ContentRecord, object: &ObjectRecord) -> Result<Manifes
             })?)
         }
         StoredForm::AsSent => permafrost_format::StoredForm::AsSent { frames: index()? },
+        StoredForm::Parts => permafrost_format::StoredForm::Parts(
+            parts
+                .iter()
+                .map(|(p, _)| PartRef {
+                    blake3: p.part.hash,
+                    encoding: crate::multipart::algorithm_of(p.part.encoding),
+                    logical_len: p.logical_bytes,
+                })
+                .collect(),
+        ),
+    };
+    let (bucket, key, user_metadata, content_type, created_ms, role) = match owner {
+        ContentOwner::Object(o) => (
+            &o.bucket,
+            &o.key,
+            o.user_metadata.iter().cloned().collect::<BTreeMap<_, _>>(),
+            o.content_type.clone(),
+            o.last_modified_ms,
+            Role::Object,
+        ),
+        ContentOwner::Part {
+            bucket,
+            key,
+            created_ms,
+        } => (bucket, key, BTreeMap::new(), None, *created_ms, Role::Part),
     };
     Ok(Manifest {
-        bucket: object.bucket.clone(),
-        key: object.key.clone(),
-        user_metadata: object
-            .user_metadata
-            .iter()
-            .cloned()
-            .collect::<BTreeMap<_, _>>(),
-        content_type: object.content_type.clone(),
-        content_encoding: match content.id.encoding {
-            Encoding::Identity => Algorithm::None,
-            Encoding::Zstd => Algorithm::Zstd,
-            Encoding::Lz4 => Algorithm::Lz4,
-        },
+        bucket: bucket.clone(),
+        key: key.clone(),
+        user_metadata,
+        content_type,
+        content_encoding: crate::multipart::algorithm_of(content.id.encoding),
         stored_form,
         logical_len: content.logical_bytes,
         stored_len: content.stored_bytes,
         blake3: content.id.hash,
-        created_unix_ms: object.last_modified_ms,
+        created_unix_ms: created_ms,
         dataset: content.dataset.clone(),
+        role,
     })
 }
 
@@ -377,12 +400,19 @@ pub(crate) fn persist_grid_bucket(inner: &Inner, grid_bucket: u32) -> Result<()>
         }
         let mut ready = Vec::with_capacity(batch.len());
         for content in batch {
-            let object = inner.catalog.any_object_of(&content.id)?;
-            match (object, &content.cache_path) {
-                (Some(object), Some(_)) => {
-                    let manifest = manifest_of(&content, &object)?;
+            let owner = inner.catalog.owner_of(&content.id)?;
+            let has_bytes =
+                content.cache_path.is_some() || content.stored_form == StoredForm::Parts;
+            match (owner, has_bytes) {
+                (Some(owner), true) => {
+                    let parts = inner.parts_of(&content)?;
+                    let manifest = manifest_of(&content, &owner, &parts)?;
                     let record_len = manifest.encode()?.len();
-                    let mode = inner.settings_of(&object.bucket).write_mode;
+                    let bucket = match &owner {
+                        ContentOwner::Object(o) => &o.bucket,
+                        ContentOwner::Part { bucket, .. } => bucket,
+                    };
+                    let mode = inner.settings_of(bucket).write_mode;
                     ready.push(Ready {
                         content,
                         manifest,
@@ -393,7 +423,7 @@ pub(crate) fn persist_grid_bucket(inner: &Inner, grid_bucket: u32) -> Result<()>
                 (None, _) => {
                     skipped.insert(content.id); // deleted meanwhile
                 }
-                (Some(_), None) => {
+                (Some(_), false) => {
                     inner.record_error(format!(
                         "content {} is placed but has no cache file",
                         content.id
@@ -612,13 +642,28 @@ fn write_units(
     Ok((written, segments, delayed))
 }
 
-fn open_cache_file(inner: &Inner, content: &ContentRecord) -> Result<File> {
+/// The stored bytes of a content from `stored_offset` on: its cache file (a part list has none).
+fn open_stored(
+    inner: &Inner,
+    content: &ContentRecord,
+    stored_offset: u64,
+) -> Result<Box<dyn Read + Send>> {
+    if content.stored_form == StoredForm::Parts {
+        return Ok(Box::new(io::empty()));
+    }
     let path = content
         .cache_path
         .as_deref()
         .ok_or_else(|| StoreError::Internal(format!("content {} has no cache file", content.id)))?;
     let absolute = inner.cache.absolute(path);
-    File::open(&absolute).map_err(|e| io_error(format!("cannot open {}", absolute.display()), e))
+    let mut file = File::open(&absolute)
+        .map_err(|e| io_error(format!("cannot open {}", absolute.display()), e))?;
+    if stored_offset > 0 {
+        use std::io::Seek;
+        file.seek(io::SeekFrom::Start(stored_offset))
+            .map_err(|e| io_error("cannot seek a cache file", e))?;
+    }
+    Ok(Box::new(BufReader::new(file)))
 }
 
 fn write_unit(
@@ -642,14 +687,9 @@ fn write_unit(
             record: manifest_record,
         } => {
             let content = &ready[*r].content;
-            let mut file = open_cache_file(inner, content)?;
-            if plan.stored_offset > 0 {
-                use std::io::Seek;
-                file.seek(io::SeekFrom::Start(plan.stored_offset))
-                    .map_err(|e| io_error("cannot seek a cache file", e))?;
-            }
+            let stored = open_stored(inner, content, plan.stored_offset)?;
             let head: &[u8] = manifest_record.as_deref().unwrap_or(&[]);
-            let payload = head.chain(BufReader::new(file).take(plan.stored_len));
+            let payload = head.chain(stored.take(plan.stored_len));
             let header = ExtentHeader {
                 object_id: u128::from_le_bytes(record.object_id),
                 replica_id: record.replica_id,
@@ -675,9 +715,9 @@ fn write_unit(
                 .iter()
                 .map(|&m| (ready[m].manifest.clone(), ready[m].content.clone()))
                 .collect();
-            let files: Vec<File> = jobs
+            let files: Vec<Box<dyn Read + Send>> = jobs
                 .iter()
-                .map(|(_, c)| open_cache_file(inner, c))
+                .map(|(_, c)| open_stored(inner, c, 0))
                 .collect::<Result<_>>()?;
             let limit = *payload_len;
             let writer = std::thread::Builder::new()
@@ -691,7 +731,7 @@ fn write_unit(
                         let mut pack = PackWriter::new(pipe, limit)?;
                         let mut placements = Vec::with_capacity(jobs.len());
                         for ((manifest, _), file) in jobs.iter().zip(files) {
-                            placements.push(pack.append(manifest, BufReader::new(file))?);
+                            placements.push(pack.append(manifest, file)?);
                         }
                         let (len, mut pipe) = pack.finish()?;
                         assert_eq!(len, limit, "pack payload length differs from its plan");

@@ -13,7 +13,7 @@ use permafrost_catalog::{
 };
 use permafrost_format::{Algorithm, ChunkEncoder};
 
-use crate::cache::{Cache, CONTENTS_DIR, PARTS_DIR, TMP_DIR};
+use crate::cache::{Cache, CONTENTS_DIR, TMP_DIR};
 use crate::store::{etag_of, Inner, ObjectInfo, DECODED_LENGTH_META};
 use crate::{io_error, Result, StoreError};
 
@@ -241,20 +241,19 @@ pub(crate) enum Target {
         dataset: String,
         compression: Compression,
     },
+    /// A part of a multipart upload: a content of its own (its bytes as received, identity encoding), which the
+    /// completed object lists.
     Part {
         upload_id: String,
         part_number: u32,
         bucket: String,
         key: String,
-        /// Chunks are compressed as they arrive (`None` for pre-compressed uploads, stored as sent).
+        dataset: String,
+        /// Chunks are compressed as they arrive (`None` for pre-compressed uploads: their parts are slices of
+        /// the client's stream, stored as sent).
         compression: Compression,
     },
 }
-
-/// Name suffix of a part stored in chunks (its file: the stored chunks, then the chunk index, then the index's
-/// length as u32 little endian). Other parts are the raw bytes received. Completion concatenates the stored
-/// bytes of the parts, so no byte is compressed twice.
-pub(crate) const CHUNKED_PART_SUFFIX: &str = ".chunked";
 
 /// An upload in progress. [`PutHandle::write`] the body, then [`PutHandle::finish`] (or
 /// [`PutHandle::abort`]; dropping the handle aborts).
@@ -407,15 +406,8 @@ impl PutHandle {
             }
             Sink::Plain(file) => (None, file),
         };
-        if let (Target::Part { .. }, Some(index)) = (&self.target, &chunk_index) {
-            let blob = index.encode();
-            file.write_all(&blob)
-                .and_then(|()| file.write_all(&(blob.len() as u32).to_le_bytes()))
-                .map_err(|e| io_error("cannot write to the cache", e))?;
-        }
         file.flush()
             .map_err(|e| io_error("cannot write to the cache", e))?;
-        // The file's length (with a part's chunk index).
         let stored_bytes = file.written_bytes;
         let file = file
             .inner
@@ -424,8 +416,7 @@ impl PutHandle {
         let tmp_absolute = self.inner.cache.absolute(&self.tmp_path);
         self.inner.cache.sync_file(&file, &tmp_absolute)?;
         drop(file);
-        // Stored bytes never exceed received bytes (raw chunks are stored as received) but a part's chunk index
-        // may: reserve it, then shrink the reservation to the file.
+        // Stored bytes never exceed received bytes (raw chunks are stored as received).
         if stored_bytes > self.reserved_bytes {
             self.inner
                 .cache
@@ -441,37 +432,71 @@ impl PutHandle {
         let hash: [u8; 32] = *self.blake3.finalize().as_bytes();
         let now = permafrost_catalog::now_ms();
 
+        let (stored_form, index_blob, logical_bytes) =
+            match (&self.target, self.options.content_encoding, chunk_index) {
+                (_, Encoding::Identity, Some(index)) => {
+                    (StoredForm::Chunked, index.encode(), self.received_bytes)
+                }
+                (_, Encoding::Identity, None) | (Target::Part { .. }, _, None) => {
+                    (StoredForm::Raw, Vec::new(), self.received_bytes)
+                }
+                (Target::Part { .. }, _, Some(_)) => {
+                    return Err(StoreError::Internal(
+                        "a part of a pre-compressed upload was compressed again".into(),
+                    ))
+                }
+                (Target::Object { .. }, encoding, _) => {
+                    let decoded = self.options.decoded_length()?.expect("checked at begin");
+                    let index = as_sent_index(encoding, decoded, &tmp_absolute)?;
+                    (StoredForm::AsSent, index, decoded)
+                }
+            };
+        // A part's bytes are a content of their own, named as received (identity) whatever the upload's encoding.
+        let encoding = match self.target {
+            Target::Part { .. } => Encoding::Identity,
+            Target::Object { .. } => self.options.content_encoding,
+        };
+        let id = ContentId { hash, encoding };
+        let path = Cache::new_path(CONTENTS_DIR);
+        self.inner.cache.rename_durable(&self.tmp_path, &path)?;
+        self.inner.cache.release(self.reserved_bytes - stored_bytes);
+        self.reserved_bytes = 0;
+        let content = NewContent {
+            id,
+            logical_bytes,
+            stored_bytes,
+            stored_form,
+            chunk_index: index_blob,
+            md5,
+            cache_path: path.clone(),
+        };
         match &self.target {
             Target::Part {
                 upload_id,
                 part_number,
                 bucket,
                 key,
+                dataset,
                 ..
             } => {
-                let mut path = Cache::new_path(PARTS_DIR);
-                if chunk_index.is_some() {
-                    path.push_str(CHUNKED_PART_SUFFIX);
-                }
-                self.inner.cache.rename_durable(&self.tmp_path, &path)?;
-                self.inner.cache.release(self.reserved_bytes - stored_bytes);
-                self.reserved_bytes = 0;
                 let part = PartRecord {
                     upload_id: upload_id.clone(),
                     part_number: *part_number,
                     size_bytes: self.received_bytes,
                     md5,
-                    cache_path: path.clone(),
+                    content: Some(id),
+                    cache_path: String::new(),
                     created_ms: now,
                 };
-                match self.inner.catalog.put_part(&part) {
-                    Ok(work) => self.inner.run_work(work),
+                match self.inner.catalog.put_part(&part, &content, dataset) {
+                    Ok(outcome) => self.inner.run_work(outcome.work),
                     Err(e) => {
                         let _ = self.inner.cache.remove(&path);
                         self.inner.cache.release(stored_bytes);
                         return Err(e.into());
                     }
                 }
+                self.inner.wake_persister();
                 Ok(ObjectInfo::part(
                     bucket,
                     key,
@@ -486,25 +511,6 @@ impl PutHandle {
                 dataset,
                 ..
             } => {
-                let encoding = self.options.content_encoding;
-                let (stored_form, index_blob, logical_bytes) = match (encoding, chunk_index) {
-                    (Encoding::Identity, Some(index)) => {
-                        (StoredForm::Chunked, index.encode(), self.received_bytes)
-                    }
-                    (Encoding::Identity, None) => {
-                        (StoredForm::Raw, Vec::new(), self.received_bytes)
-                    }
-                    (_, _) => {
-                        let decoded = self.options.decoded_length()?.expect("checked at begin");
-                        let index = as_sent_index(encoding, decoded, &tmp_absolute)?;
-                        (StoredForm::AsSent, index, decoded)
-                    }
-                };
-                let id = ContentId { hash, encoding };
-                let path = Cache::new_path(CONTENTS_DIR);
-                self.inner.cache.rename_durable(&self.tmp_path, &path)?;
-                self.inner.cache.release(self.reserved_bytes - stored_bytes);
-                self.reserved_bytes = 0;
                 let object = ObjectRecord {
                     bucket: bucket.clone(),
                     key: key.clone(),
@@ -516,15 +522,6 @@ impl PutHandle {
                     user_metadata: self.options.user_metadata.clone(),
                     checksums,
                     dataset: dataset.clone(),
-                };
-                let content = NewContent {
-                    id,
-                    logical_bytes,
-                    stored_bytes,
-                    stored_form,
-                    chunk_index: index_blob,
-                    md5,
-                    cache_path: path.clone(),
                 };
                 self.inner.commit_put(&object, &content)
             }

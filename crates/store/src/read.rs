@@ -11,7 +11,9 @@ use std::fs::File;
 use std::io::{self, BufReader, Read, Seek, SeekFrom};
 use std::sync::Arc;
 
-use permafrost_catalog::{ContentRecord, ContentSegment, Encoding, ExtentKind, StoredForm};
+use permafrost_catalog::{
+    ContentPart, ContentRecord, ContentSegment, Encoding, ExtentKind, StoredForm,
+};
 use permafrost_engine::ReadPromise;
 use permafrost_format::{Algorithm, ChunkIndex, EXTENT_HEADER_BYTES, EXTENT_TRAILER_BYTES};
 
@@ -68,13 +70,19 @@ impl ObjectReader {
         self.total_bytes
     }
 
+    /// Open `content` (with `parts`, its parts when it is a part list: [`Inner::parts_of`]). `prefer_grid`:
+    /// read persisted contents from the grid even when they are cached (verify).
     pub(crate) fn open(
         inner: &Arc<Inner>,
         content: &ContentRecord,
+        parts: Vec<(ContentPart, ContentRecord)>,
         range: Option<ByteRange>,
         accept_encoding: Option<Encoding>,
         prefer_grid: bool,
     ) -> Result<ObjectReader> {
+        if content.stored_form == StoredForm::Parts {
+            return Self::open_parts(inner, content, parts, range, accept_encoding, prefer_grid);
+        }
         let as_stored = content.id.encoding != Encoding::Identity
             && accept_encoding == Some(content.id.encoding);
         let total_bytes = if as_stored {
@@ -147,6 +155,147 @@ impl ObjectReader {
             range: resolved,
             total_bytes,
         })
+    }
+}
+
+impl ObjectReader {
+    /// A part-list content: its parts one after the other, each opened when the read reaches it (a part read
+    /// whole is checked against its own BLAKE3, as any content). Pre-compressed uploads: the parts are the stream
+    /// as sent, decoded as one stream unless the client accepts the encoding.
+    fn open_parts(
+        inner: &Arc<Inner>,
+        content: &ContentRecord,
+        parts: Vec<(ContentPart, ContentRecord)>,
+        range: Option<ByteRange>,
+        accept_encoding: Option<Encoding>,
+        prefer_grid: bool,
+    ) -> Result<ObjectReader> {
+        let encoding = content.id.encoding;
+        let sent_bytes: u64 = parts.iter().map(|(p, _)| p.logical_bytes).sum();
+        if encoding == Encoding::Identity && sent_bytes != content.logical_bytes {
+            return Err(StoreError::Internal(format!(
+                "part-list content {}: parts of {sent_bytes} bytes for {} logical bytes",
+                content.id, content.logical_bytes
+            )));
+        }
+        let as_stored = encoding != Encoding::Identity && accept_encoding == Some(encoding);
+        let total_bytes = if as_stored {
+            sent_bytes
+        } else {
+            content.logical_bytes
+        };
+        let resolved = range.map(|r| r.resolve(total_bytes)).transpose()?;
+        let (offset, len) = resolved.unwrap_or((0, total_bytes));
+        let body: Box<dyn Read + Send> = if encoding == Encoding::Identity || as_stored {
+            Box::new(PartsBody::new(
+                inner,
+                parts,
+                offset,
+                offset + len,
+                prefer_grid,
+            ))
+        } else {
+            let algorithm = crate::multipart::algorithm_of(encoding);
+            let sent = PartsBody::new(inner, parts, 0, sent_bytes, prefer_grid);
+            Box::new(permafrost_format::decode_stream_range(
+                algorithm, sent, offset, len,
+            )?)
+        };
+        Ok(ObjectReader {
+            body,
+            encoding: if as_stored {
+                encoding
+            } else {
+                Encoding::Identity
+            },
+            range: resolved,
+            total_bytes,
+        })
+    }
+}
+
+/// Bytes `[pos, end)` of the concatenation of parts, opening one part's reader at a time.
+struct PartsBody {
+    inner: Arc<Inner>,
+    parts: Vec<(ContentPart, ContentRecord)>,
+    pos: u64,
+    end: u64,
+    /// The open part's reader and the object position where it ends.
+    current: Option<(ObjectReader, u64)>,
+    prefer_grid: bool,
+}
+
+impl PartsBody {
+    fn new(
+        inner: &Arc<Inner>,
+        parts: Vec<(ContentPart, ContentRecord)>,
+        pos: u64,
+        end: u64,
+        prefer_grid: bool,
+    ) -> PartsBody {
+        PartsBody {
+            inner: Arc::clone(inner),
+            parts,
+            pos,
+            end,
+            current: None,
+            prefer_grid,
+        }
+    }
+
+    /// Open the part holding byte `pos` for `[pos, min(end, part end))`.
+    fn open_next(&mut self) -> io::Result<()> {
+        let pos = self.pos;
+        let i = self
+            .parts
+            .partition_point(|(p, _)| p.logical_offset + p.logical_bytes <= pos);
+        let Some((part, record)) = self.parts.get(i) else {
+            return Err(invalid(format!(
+                "the parts end before byte {pos} of the object"
+            )));
+        };
+        let from = pos - part.logical_offset;
+        let to = self.end.min(part.logical_offset + part.logical_bytes) - part.logical_offset;
+        let range =
+            (from > 0 || to < part.logical_bytes).then_some(ByteRange::FromTo(from, to - 1));
+        let reader = ObjectReader::open(
+            &self.inner,
+            record,
+            Vec::new(),
+            range,
+            None,
+            self.prefer_grid,
+        )
+        .map_err(|e| io::Error::other(format!("part {} of the object: {e}", part.seq)))?;
+        self.inner.touch(record.id);
+        self.current = Some((reader, part.logical_offset + to));
+        Ok(())
+    }
+}
+
+impl Read for PartsBody {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        loop {
+            if let Some((reader, part_end)) = self.current.as_mut() {
+                let n = reader.read(buf)?;
+                if n > 0 || buf.is_empty() {
+                    self.pos += n as u64;
+                    return Ok(n);
+                }
+                if self.pos != *part_end {
+                    return Err(io::Error::new(
+                        io::ErrorKind::UnexpectedEof,
+                        format!("a part of the object ended early, at byte {}", self.pos),
+                    ));
+                }
+                // The part is done (and checked): the next read opens the next one.
+                self.current = None;
+            }
+            if self.pos >= self.end || buf.is_empty() {
+                return Ok(0);
+            }
+            self.open_next()?;
+        }
     }
 }
 

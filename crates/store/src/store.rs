@@ -9,9 +9,9 @@ use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
 use permafrost_catalog::{
-    BucketRecord, BucketSettings, Catalog, CatalogStats, Compression, ContentId, ContentRecord,
-    ContentState, Encoding, ListPage, ListQuery, NewContent, ObjectRecord, SqliteCatalog,
-    SqliteOptions, WorkItem, WorkKind,
+    BucketRecord, BucketSettings, Catalog, CatalogStats, Compression, ContentId, ContentPart,
+    ContentRecord, ContentState, Encoding, ListPage, ListQuery, NewContent, ObjectRecord,
+    SqliteCatalog, SqliteOptions, StoredForm, WorkItem, WorkKind,
 };
 use permafrost_engine::{Engine, GridStatus, OpenOptions, WriteMode};
 
@@ -94,19 +94,40 @@ pub struct ObjectInfo {
 }
 
 impl ObjectInfo {
-    pub(crate) fn from_records(object: &ObjectRecord, content: &ContentRecord) -> ObjectInfo {
+    /// What an object is, from its records; `parts` are the parts of a part-list content (empty otherwise). A
+    /// part-list object's state is the least advanced of its list and its parts (fully persisted only when every
+    /// part is), its stored bytes are its parts' (their bytes as sent when the upload was pre-compressed).
+    pub(crate) fn from_records(
+        object: &ObjectRecord,
+        content: &ContentRecord,
+        parts: &[(ContentPart, ContentRecord)],
+    ) -> ObjectInfo {
+        let (stored_bytes, state) = if content.stored_form == StoredForm::Parts {
+            let stored = if content.id.encoding == Encoding::Identity {
+                parts.iter().map(|(_, c)| c.stored_bytes).sum()
+            } else {
+                parts.iter().map(|(p, _)| p.logical_bytes).sum()
+            };
+            let state = parts
+                .iter()
+                .map(|(_, c)| c.state)
+                .fold(content.state, std::cmp::min);
+            (stored, state)
+        } else {
+            (content.stored_bytes, content.state)
+        };
         ObjectInfo {
             bucket: object.bucket.clone(),
             key: object.key.clone(),
             size_bytes: object.size_bytes,
-            stored_bytes: content.stored_bytes,
+            stored_bytes,
             etag: object.etag.clone(),
             last_modified_ms: object.last_modified_ms,
             content_type: object.content_type.clone(),
             content_encoding: content.id.encoding,
             user_metadata: object.user_metadata.clone(),
             checksums: object.checksums.clone(),
-            state: content.state,
+            state,
             dataset: object.dataset.clone(),
             grid_bucket: content.grid_bucket,
             content_id: content.id.to_string(),
@@ -325,7 +346,35 @@ impl Inner {
                     object.bucket, object.key
                 ))
             })?;
-        Ok(ObjectInfo::from_records(&object, &content))
+        self.object_info(&object, &content)
+    }
+
+    /// The parts of a part-list content, each with its record (empty for other contents).
+    pub fn parts_of(&self, content: &ContentRecord) -> Result<Vec<(ContentPart, ContentRecord)>> {
+        if content.stored_form != StoredForm::Parts {
+            return Ok(Vec::new());
+        }
+        let parts = self.catalog.content_parts(&content.id)?;
+        if parts.is_empty() {
+            return Err(StoreError::Internal(format!(
+                "part-list content {} has no parts",
+                content.id
+            )));
+        }
+        Ok(parts)
+    }
+
+    /// [`ObjectInfo::from_records`], reading the parts of a part-list content.
+    pub fn object_info(
+        &self,
+        object: &ObjectRecord,
+        content: &ContentRecord,
+    ) -> Result<ObjectInfo> {
+        Ok(ObjectInfo::from_records(
+            object,
+            content,
+            &self.parts_of(content)?,
+        ))
     }
 
     /// Remember a read of `id` (written to the catalog in batches).
@@ -693,8 +742,10 @@ impl Store {
         accept_encoding: Option<Encoding>,
     ) -> Result<(ObjectInfo, ObjectReader)> {
         let (object, content) = self.lookup(bucket, key)?;
-        let info = ObjectInfo::from_records(&object, &content);
-        let reader = ObjectReader::open(&self.inner, &content, range, accept_encoding, false)?;
+        let parts = self.inner.parts_of(&content)?;
+        let info = ObjectInfo::from_records(&object, &content, &parts);
+        let reader =
+            ObjectReader::open(&self.inner, &content, parts, range, accept_encoding, false)?;
         self.inner.touch(content.id);
         Ok((info, reader))
     }
@@ -715,7 +766,7 @@ impl Store {
     /// What the catalog knows of an object (never touches a disk).
     pub fn head_object(&self, bucket: &str, key: &str) -> Result<ObjectInfo> {
         let (object, content) = self.lookup(bucket, key)?;
-        Ok(ObjectInfo::from_records(&object, &content))
+        self.inner.object_info(&object, &content)
     }
 
     /// Delete an object (catalog only; its content is collected after the grace period when unreferenced).
@@ -763,7 +814,7 @@ impl Store {
             .ok_or_else(|| {
                 StoreError::Internal(format!("content of {dst_bucket}/{dst_key} vanished"))
             })?;
-        Ok(ObjectInfo::from_records(&copy, &content))
+        self.inner.object_info(&copy, &content)
     }
 
     /// List objects (S3 ListObjects semantics; catalog only).
@@ -783,10 +834,11 @@ impl Store {
     pub fn wait_persisted(&self, bucket: &str, key: &str, timeout: Duration) -> Result<bool> {
         let deadline = Instant::now() + timeout;
         loop {
-            let (_, content) = self.lookup(bucket, key)?;
-            match content.state {
+            let (object, content) = self.lookup(bucket, key)?;
+            let info = self.inner.object_info(&object, &content)?;
+            match info.state {
                 ContentState::Persisted => return Ok(true),
-                ContentState::Persisting if content.grid_bucket.is_some() => {
+                ContentState::Persisting => {
                     // Delayed mode: drain the parity deltas now.
                     crate::persist::complete_parity(&self.inner)?;
                 }
@@ -839,9 +891,10 @@ impl Store {
                         .catalog
                         .get_content(&object.content)?
                         .ok_or_else(|| StoreError::Internal("content row missing".into()))?;
-                    let from_grid = content.state == ContentState::Persisted;
+                    // Persisted contents (each part of a part list on its own) are read from the grid.
+                    let parts = self.inner.parts_of(&content)?;
                     let mut reader =
-                        ObjectReader::open(&self.inner, &content, None, None, from_grid)?;
+                        ObjectReader::open(&self.inner, &content, parts, None, None, true)?;
                     std::io::copy(&mut reader, &mut std::io::sink())
                         .map_err(|e| StoreError::Internal(e.to_string()))
                 })();
