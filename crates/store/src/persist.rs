@@ -38,6 +38,8 @@ use crate::{io_error, Result, StoreConfig, StoreError};
 const PLACE_BATCH: usize = 1000;
 /// Contents considered per persist batch (besides `persist_batch_bytes_max`).
 const PERSIST_BATCH_CONTENTS: usize = 20_000;
+/// The least a content's manifest takes in a pack (its fixed fields; names and lists add to it).
+const MANIFEST_BYTES_MIN: u64 = 128;
 /// Bytes per piece on the pipe between a pack writer and its extent.
 const PIPE_PIECE_BYTES: usize = 256 << 10;
 
@@ -124,7 +126,7 @@ fn tick(inner: &Inner) -> Result<()> {
         .map(|o| TargetView {
             disk: o.grid_bucket as usize,
             spinning: power.state(geometry.bucket_disk(o.grid_bucket as usize)) != PowerState::Off,
-            outstanding_bytes: o.stored_bytes,
+            outstanding_bytes: waiting_bytes(o),
             oldest_outstanding_ms: Some(o.oldest_ms),
             persisting: false,
         })
@@ -148,6 +150,12 @@ fn tick(inner: &Inner) -> Result<()> {
     }
     inner.flush_access();
     Ok(())
+}
+
+/// What a grid bucket's waiting contents will take on the grid at least: their stored bytes and a manifest each
+/// (a content without stored bytes — an empty object, a part list — still waits to be persisted).
+fn waiting_bytes(o: &permafrost_catalog::Outstanding) -> u64 {
+    o.stored_bytes + o.contents * MANIFEST_BYTES_MIN
 }
 
 /// What placement sees of every grid bucket.

@@ -256,3 +256,59 @@ fn salvage_rebuilds_a_part_list_object_and_skips_the_parts_of_an_unfinished_uplo
     assert!(std::fs::read(out.join("lists/runs/whole")).unwrap() == parts.concat());
     assert!(!out.join("lists/runs/pending").exists());
 }
+
+fn wait_until_nothing_waits(store: &Store, what: &str) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let st = store.status().unwrap();
+        let waiting: u64 = st
+            .catalog
+            .contents_by_state
+            .iter()
+            .filter(|(s, _, _)| *s != ContentState::Persisted)
+            .map(|(_, n, _)| n)
+            .sum();
+        if waiting == 0 {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{what}: not persisted by the watchdog: {:?}",
+            st.catalog.contents_by_state
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn the_watchdog_persists_contents_without_stored_bytes_of_their_own() {
+    // A part list and an empty object take no cache bytes, but they still wait to be persisted: alone (their
+    // parts persisted before), they must not be overlooked.
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = config();
+    config.watchdog.max_age_ms = 0;
+    let store = Store::open(dir.path(), config).unwrap();
+    store
+        .create_bucket("lists", BucketSettings::default())
+        .unwrap();
+    let id = store
+        .create_multipart("lists", "whole", PutOptions::default())
+        .unwrap();
+    let mut etags = Vec::new();
+    for (n, part) in (1u32..).zip(&parts()) {
+        let mut h = store.upload_part(&id, n, Checksums::default()).unwrap();
+        h.write(part).unwrap();
+        etags.push((n, h.finish().unwrap().etag));
+    }
+    wait_until_nothing_waits(&store, "the parts");
+    store.complete_multipart(&id, &etags).unwrap();
+    wait_until_nothing_waits(&store, "the part list");
+    put(&store, "lists", "empty", b"");
+    wait_until_nothing_waits(&store, "an empty object");
+    for key in ["whole", "empty"] {
+        assert_eq!(
+            store.head_object("lists", key).unwrap().state,
+            ContentState::Persisted
+        );
+    }
+}
