@@ -28,10 +28,15 @@
 //! **Not here.** Bytes (the cache files and the grid are the store's), hashing, formats, policies.
 
 mod list;
+mod namespace;
 mod sqlite;
 
 use serde::{Deserialize, Serialize};
 
+pub use namespace::{
+    parent_of, showable_name, DirAttrs, DirRecord, FsEntry, FsFile, FsPage, FsRename, Refusal,
+    NAME_BYTES_MAX,
+};
 pub use sqlite::{SqliteCatalog, SqliteOptions};
 
 /// Errors of the catalog. Messages name the row concerned.
@@ -63,6 +68,9 @@ pub enum CatalogError {
     },
     #[error("catalog: {0}")]
     Corrupt(String),
+    /// A change of the file system namespace (the mount) was refused; nothing changed.
+    #[error("{what}: {refusal}")]
+    Refused { refusal: Refusal, what: String },
     /// Syncing the catalog's files failed: the changes of the call may or may not survive a crash.
     #[error("catalog sync of {path} failed, the change may not be durable: {source}")]
     Sync {
@@ -751,6 +759,60 @@ pub trait Catalog: Send + Sync {
     // ---- pending work
     fn pending_work(&self) -> Result<Vec<WorkItem>>;
     fn finish_work(&self, ids: &[i64]) -> Result<()>;
+
+    // ---- file system namespace (the mount, docs/mount.md)
+    // Top-level directories are S3 buckets; a key's `/`-separated components are directories. A directory
+    // exists *implicitly* while a key or a directory row lies under its prefix, *explicitly* while it has a row
+    // in `fs_directories` (made by mkdir, or kept so that a directory emptied through the mount stays). A
+    // directory shadows an object of the same name. Paths are keys: `a/b` names a file or directory, a
+    // directory's own key is its prefix `a/b/`.
+    /// What `path` (no trailing `/`, not empty) names in `bucket`: a directory, else the file at that key, else
+    /// `None`. `NoSuchBucket` when the bucket is missing.
+    fn fs_lookup(&self, bucket: &str, path: &str) -> Result<Option<FsEntry>>;
+    /// The entries directly under directory `dir` (`""` for the top of the bucket, else a prefix ending with
+    /// `/`), in key order (a directory's key is its prefix), strictly after the key `after`, at most `limit`
+    /// (≤ 1000). Shadowed files and names a file system cannot show (empty, `.`, `..`, over 255 bytes) are left
+    /// out.
+    fn fs_list(&self, bucket: &str, dir: &str, after: Option<&str>, limit: usize)
+        -> Result<FsPage>;
+    /// Create the directory `record.path`; `Exists` when a directory or file of that name exists. The parent
+    /// is kept as a directory row (`parent_attrs`) if it had none.
+    fn fs_mkdir(&self, record: &DirRecord, parent_attrs: &DirAttrs) -> Result<()>;
+    /// Remove the empty directory `path` (ending with `/`): its row and an S3 folder marker object (key =
+    /// `path`) if any. `NotEmpty`, `NotFound`. The parent is kept as a directory row (`parent_attrs`).
+    fn fs_rmdir(
+        &self,
+        bucket: &str,
+        path: &str,
+        parent_attrs: &DirAttrs,
+        now_ms: u64,
+    ) -> Result<()>;
+    /// Remove the file at `key` (its content loses a reference); `NotFound`. The parent directory is kept
+    /// as a row (`parent_attrs`) so that it does not vanish with its last file.
+    fn fs_unlink(
+        &self,
+        bucket: &str,
+        key: &str,
+        parent_attrs: &DirAttrs,
+        now_ms: u64,
+    ) -> Result<()>;
+    /// Rename a file or a whole directory (every key and directory row under it), across buckets too, in
+    /// one transaction. POSIX rules: a file may replace a file, a directory an empty directory (unless
+    /// `no_replace`); `IsADirectory`, `NotADirectory`, `NotEmpty`, `Exists`, `Invalid` (into itself, or a key
+    /// over 1024 bytes), `NotFound`.
+    fn fs_rename(&self, rename: &FsRename, now_ms: u64) -> Result<()>;
+    /// Set an existing directory's attributes (an implicit directory gets a row). `NotFound`.
+    fn fs_set_dir(&self, record: &DirRecord) -> Result<()>;
+    /// Replace an object's user metadata (the mount keeps `mode`, `uid`, `gid`, `mtime` there). `NotFound`.
+    fn fs_set_metadata(
+        &self,
+        bucket: &str,
+        key: &str,
+        user_metadata: &[(String, String)],
+    ) -> Result<()>;
+    /// When the content became fully persisted (`None` while it is not, or for contents persisted before
+    /// schema version 3).
+    fn persisted_ms(&self, id: &ContentId) -> Result<Option<u64>>;
 
     // ---- whole catalog
     fn stats(&self) -> Result<CatalogStats>;

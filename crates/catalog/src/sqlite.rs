@@ -47,6 +47,8 @@ use rusqlite::{params, Connection, OpenFlags, OptionalExtension, Row, Transactio
 use crate::list::{list_with, prefix_successor};
 use crate::*;
 
+mod namespace;
+
 /// Schema version of [`SCHEMA`] (the base every database starts from).
 const SCHEMA_BASE_VERSION: u32 = 2;
 
@@ -54,8 +56,9 @@ const SCHEMA_BASE_VERSION: u32 = 2;
 /// them; an existing one those above its `meta.schema_version`, in the transaction that opens it. Changes are
 /// additive (new tables, new nullable columns) in portable SQL. Append new versions at the end (whoever lands
 /// second renumbers theirs), and document every table and column in docs/catalog.md.
-const MIGRATIONS: &[(u32, &str)] = &[(
-    3,
+const MIGRATIONS: &[(u32, &str)] = &[
+    (
+        3,
     // Part-list contents (a completed multipart upload is its list of parts) and parts as contents.
     "CREATE TABLE content_parts (
         content BLOB NOT NULL,
@@ -68,7 +71,25 @@ const MIGRATIONS: &[(u32, &str)] = &[(
     CREATE INDEX content_parts_by_part ON content_parts(part);
     ALTER TABLE multipart_parts ADD COLUMN content BLOB;
     CREATE INDEX multipart_parts_by_content ON multipart_parts(content);",
-)];
+    ),
+    (
+        4,
+        // The mount's directories that exist on their own, and when a content became persisted.
+        "CREATE TABLE fs_directories (
+        bucket TEXT NOT NULL,
+        path BLOB NOT NULL,
+        parent BLOB NOT NULL,
+        mode BIGINT NOT NULL,
+        uid BIGINT NOT NULL,
+        gid BIGINT NOT NULL,
+        mtime_ns BIGINT NOT NULL,
+        created_ms BIGINT NOT NULL,
+        PRIMARY KEY (bucket, path)
+    );
+    CREATE INDEX fs_directories_by_parent ON fs_directories(bucket, parent, path);
+    ALTER TABLE contents ADD COLUMN persisted_ms BIGINT;",
+    ),
+];
 
 /// Schema version this build reads and writes (`meta.schema_version`).
 const SCHEMA_VERSION: u32 = MIGRATIONS[MIGRATIONS.len() - 1].0;
@@ -784,6 +805,16 @@ impl SqliteCatalog {
         Ok(value)
     }
 
+    /// Like [`Self::read`] for bodies that return catalog errors.
+    fn read_with<T>(&self, f: impl FnOnce(&Connection) -> Result<T>) -> Result<T> {
+        let mut outcome = None;
+        self.read(|c| {
+            outcome = Some(f(c));
+            Ok(())
+        })?;
+        outcome.expect("the body ran")
+    }
+
     /// Return once every commit numbered up to `seq` is durable, syncing the WAL for everyone waiting if
     /// needed (group commit, see the module doc).
     fn sync_through(&self, seq: u64) -> Result<()> {
@@ -937,6 +968,12 @@ impl Catalog for SqliteCatalog {
             }
             tx.execute("DELETE FROM buckets WHERE name = ?1", params![name])
                 .map_err(|e| self.db_error(e))?;
+            // Empty directories of the mount are not objects: they go with the bucket.
+            tx.execute(
+                "DELETE FROM fs_directories WHERE bucket = ?1",
+                params![name],
+            )
+            .map_err(|e| self.db_error(e))?;
             Ok(())
         })
     }
@@ -1311,9 +1348,9 @@ impl Catalog for SqliteCatalog {
 
     fn mark_persisted(&self, ids: &[ContentId]) -> Result<()> {
         self.write(|tx| {
-            let mut stmt = tx.prepare_cached("UPDATE contents SET state = 'persisted' WHERE content = ?1 AND state = 'persisting'")?;
+            let mut stmt = tx.prepare_cached("UPDATE contents SET state = 'persisted', persisted_ms = ?2 WHERE content = ?1 AND state = 'persisting'")?;
             for id in ids {
-                stmt.execute(params![&id.to_key()[..]])?;
+                stmt.execute(params![&id.to_key()[..], now_ms() as i64])?;
             }
             Ok(())
         })
@@ -1391,9 +1428,10 @@ impl Catalog for SqliteCatalog {
                 stmt.execute(params![&s.content.to_key()[..], s.seq, s.extent_id, s.offset_in_payload as i64, s.length_bytes as i64])?;
             }
             let state = if parity_pending { "persisting" } else { "persisted" };
-            let mut stmt = tx.prepare_cached("UPDATE contents SET state = ?2 WHERE content = ?1")?;
+            let persisted_ms = (!parity_pending).then(|| now_ms() as i64);
+            let mut stmt = tx.prepare_cached("UPDATE contents SET state = ?2, persisted_ms = ?3 WHERE content = ?1")?;
             for id in contents {
-                stmt.execute(params![&id.to_key()[..], state])?;
+                stmt.execute(params![&id.to_key()[..], state, persisted_ms])?;
             }
             Ok(())
         })
@@ -1809,6 +1847,70 @@ impl Catalog for SqliteCatalog {
         })
     }
 
+    fn fs_lookup(&self, bucket: &str, path: &str) -> Result<Option<FsEntry>> {
+        self.namespace_lookup(bucket, path)
+    }
+
+    fn fs_list(
+        &self,
+        bucket: &str,
+        dir: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<FsPage> {
+        self.namespace_list(bucket, dir, after, limit)
+    }
+
+    fn fs_mkdir(&self, record: &DirRecord, parent_attrs: &DirAttrs) -> Result<()> {
+        self.namespace_mkdir(record, parent_attrs)
+    }
+
+    fn fs_rmdir(
+        &self,
+        bucket: &str,
+        path: &str,
+        parent_attrs: &DirAttrs,
+        now_ms: u64,
+    ) -> Result<()> {
+        self.namespace_rmdir(bucket, path, parent_attrs, now_ms)
+    }
+
+    fn fs_unlink(
+        &self,
+        bucket: &str,
+        key: &str,
+        parent_attrs: &DirAttrs,
+        now_ms: u64,
+    ) -> Result<()> {
+        self.namespace_unlink(bucket, key, parent_attrs, now_ms)
+    }
+
+    fn fs_rename(&self, rename: &FsRename, now_ms: u64) -> Result<()> {
+        self.namespace_rename(rename, now_ms)
+    }
+
+    fn fs_set_dir(&self, record: &DirRecord) -> Result<()> {
+        self.namespace_set_dir(record)
+    }
+
+    fn fs_set_metadata(
+        &self,
+        bucket: &str,
+        key: &str,
+        user_metadata: &[(String, String)],
+    ) -> Result<()> {
+        self.namespace_set_metadata(bucket, key, user_metadata)
+    }
+
+    fn persisted_ms(&self, id: &ContentId) -> Result<Option<u64>> {
+        self.read(|c| {
+            c.prepare_cached("SELECT persisted_ms FROM contents WHERE content = ?1")?
+                .query_row(params![&id.to_key()[..]], |r| r.get::<_, Option<i64>>(0))
+                .optional()
+                .map(|v| v.flatten().map(|ms| ms as u64))
+        })
+    }
+
     fn stats(&self) -> Result<CatalogStats> {
         self.read(|c| {
             let count = |sql: &str| -> rusqlite::Result<u64> { c.query_row(sql, [], |r| r.get::<_, i64>(0)).map(|v| v as u64) };
@@ -1950,6 +2052,53 @@ mod tests {
             cache_path: format!("{key}.{n}"),
         };
         c.put_object(&object, &content, 1)
+    }
+
+    #[test]
+    fn a_version_3_catalog_gets_the_mount_tables_keeping_its_rows() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.sqlite");
+        {
+            let c = SqliteCatalog::open(&path).unwrap();
+            c.create_bucket("b", &BucketSettings::default()).unwrap();
+            put(&c, "k", 1).unwrap();
+            // Back to what version 3 had.
+            c.write(|tx| {
+                tx.execute_batch(
+                    "ALTER TABLE contents DROP COLUMN persisted_ms; DROP TABLE fs_directories;
+                     UPDATE meta SET value = '3' WHERE key = 'schema_version';",
+                )
+            })
+            .unwrap();
+        }
+        let c = SqliteCatalog::open(&path).unwrap();
+        let version: String = c
+            .read(|c| {
+                c.query_row(
+                    "SELECT value FROM meta WHERE key = 'schema_version'",
+                    [],
+                    |r| r.get(0),
+                )
+            })
+            .unwrap();
+        assert_eq!(version, SCHEMA_VERSION.to_string());
+        assert!(c.get_object("b", "k").unwrap().is_some());
+        let id = ContentId {
+            hash: [1; 32],
+            encoding: Encoding::Identity,
+        };
+        assert_eq!(c.persisted_ms(&id).unwrap(), None);
+        assert_eq!(c.fs_lookup("b", "none").unwrap(), None);
+        // A version this build does not know is refused.
+        c.write(|tx| {
+            tx.execute(
+                "UPDATE meta SET value = '99' WHERE key = 'schema_version'",
+                [],
+            )
+        })
+        .unwrap();
+        drop(c);
+        assert!(SqliteCatalog::open(&path).is_err());
     }
 
     #[test]
