@@ -14,6 +14,7 @@
 //!                         content; a completed upload is the list of its parts, with no file of its own)
 //! DATA/cache/parts/       parts uploaded under catalog schema 2 only (they cannot be completed)
 //! DATA/cache/tmp/         uploads in progress (removed on restart)
+//! DATA/cache/staging/     files being written through the mount (crates/fuse; emptied when the mount starts)
 //! DATA/grid/              the engine's directory (grid.toml, journal, disks)
 //! ```
 //!
@@ -33,6 +34,7 @@
 mod cache;
 mod config;
 mod gc;
+mod mount;
 mod multipart;
 mod persist;
 mod put;
@@ -43,9 +45,11 @@ mod summary;
 
 pub use config::{GridSetup, StoreConfig};
 pub use gc::GcReport;
+pub use mount::{CacheReservation, FsError, Residence, Usage};
 pub use permafrost_catalog::{
-    BucketRecord, BucketSettings, Compression, ContentState, Encoding, ListPage, ListQuery,
-    ObjectRecord, StoredForm,
+    BucketRecord, BucketSettings, Compression, ContentId, ContentRecord, ContentState, DirAttrs,
+    DirRecord, Encoding, FsEntry, FsFile, FsPage, FsRename, ListPage, ListQuery, ObjectRecord,
+    Refusal, StoredForm,
 };
 pub use permafrost_engine::WriteMode;
 pub use put::{Checksums, PutHandle, PutOptions};
