@@ -62,6 +62,44 @@ pub struct ServeArgs {
     /// idle timeout = 5 × this, at least 100 ms). Applies to this run only.
     #[arg(long)]
     simulated_spin_up_ms: Option<u64>,
+    /// Mount the archive on this directory too (FUSE, docs/mount.md): buckets are top-level directories. A stale
+    /// mount left there by a crashed server is cleaned up first. Options in the `[mount]` table of
+    /// permafrost.toml.
+    #[arg(long, value_name = "DIR")]
+    mount: Option<PathBuf>,
+}
+
+/// What the `[mount]` table of permafrost.toml may hold (docs/mount.md).
+#[derive(serde::Deserialize, Default)]
+#[serde(default, deny_unknown_fields)]
+struct MountSection {
+    /// How long the kernel caches names and attributes (changes made through S3 show after this).
+    ttl_ms: Option<u64>,
+    /// Owner, group and modes of entries that carry none (S3 uploads, implicit directories).
+    uid: Option<u32>,
+    gid: Option<u32>,
+    file_mode: Option<u32>,
+    dir_mode: Option<u32>,
+    /// Let every user of the machine use the mount (default: when the server runs as root).
+    allow_other: Option<bool>,
+}
+
+impl MountSection {
+    fn config(self) -> permafrost_fuse::MountConfig {
+        let default = permafrost_fuse::MountConfig::default();
+        permafrost_fuse::MountConfig {
+            ttl: self
+                .ttl_ms
+                .map(Duration::from_millis)
+                .unwrap_or(default.ttl),
+            uid: self.uid.unwrap_or(default.uid),
+            gid: self.gid.unwrap_or(default.gid),
+            file_mode: self.file_mode.unwrap_or(default.file_mode) & 0o7777,
+            dir_mode: self.dir_mode.unwrap_or(default.dir_mode) & 0o7777,
+            allow_other: self.allow_other.unwrap_or(default.allow_other),
+            ..default
+        }
+    }
 }
 
 /// What the `[server]` table of permafrost.toml may hold.
@@ -74,20 +112,28 @@ struct ServerSection {
 /// The `[server]` table of permafrost.toml (defaults when the file or the table is missing); the `[store]`
 /// table is read by `object::load_config`, shared with the local object commands.
 fn server_section(data_dir: &Path) -> Result<ServerSection> {
+    config_table(data_dir, "server")
+}
+
+/// A table of permafrost.toml (its defaults when the file or the table is missing).
+fn config_table<T: serde::de::DeserializeOwned + Default>(
+    data_dir: &Path,
+    name: &str,
+) -> Result<T> {
     let path = data_dir.join(CONFIG_FILE);
     let text = match std::fs::read_to_string(&path) {
         Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(ServerSection::default()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(T::default()),
         Err(e) => return Err(e).with_context(|| format!("cannot read {}", path.display())),
     };
     let table: toml::Table =
         toml::from_str(&text).with_context(|| format!("{} is not valid TOML", path.display()))?;
-    match table.get("server") {
-        None => Ok(ServerSection::default()),
+    match table.get(name) {
+        None => Ok(T::default()),
         Some(v) => v
             .clone()
             .try_into()
-            .with_context(|| format!("{}: invalid [server] table", path.display())),
+            .with_context(|| format!("{}: invalid [{name}] table", path.display())),
     }
 }
 
@@ -303,6 +349,25 @@ pub fn run(args: ServeArgs) -> Result<()> {
         format_bytes(store.engine().bucket_capacity_bytes())
     );
     let store = Arc::new(store);
+    let mounted = match &args.mount {
+        None => None,
+        Some(dir) => {
+            let config = config_table::<MountSection>(data_dir, "mount")?.config();
+            let mounted = permafrost_fuse::mount(Arc::clone(&store), dir, config)
+                .with_context(|| format!("cannot mount the archive on {}", dir.display()))?;
+            if mounted.cleaned_stale() {
+                note!(
+                    "permafrost: {} was left mounted by a server that stopped without unmounting (transport endpoint is not connected); unmounted it",
+                    mounted.path().display()
+                );
+            }
+            note!(
+                "permafrost: archive mounted on {}",
+                mounted.path().display()
+            );
+            Some(mounted)
+        }
+    };
 
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -328,6 +393,13 @@ pub fn run(args: ServeArgs) -> Result<()> {
             .context("serving S3")
     });
     note!("permafrost: stopping, closing the archive");
+    if let Some(mounted) = mounted {
+        let path = mounted.path().display().to_string();
+        match mounted.unmount() {
+            Ok(()) => note!("permafrost: unmounted {path}"),
+            Err(problems) => note!("permafrost: unmounting {path}: {problems}"),
+        }
+    }
     runtime.shutdown_timeout(Duration::from_millis(CLOSE_WAIT_MS));
     served?;
     let mut store = store;

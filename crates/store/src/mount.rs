@@ -6,8 +6,7 @@
 use std::sync::Arc;
 
 use permafrost_catalog::{
-    CatalogError, ContentId, ContentRecord, DirAttrs, DirRecord, FsEntry, FsPage, FsRename,
-    Refusal,
+    CatalogError, ContentId, ContentRecord, DirAttrs, DirRecord, FsEntry, FsPage, FsRename, Refusal,
 };
 use permafrost_disk::power::PowerState;
 
@@ -222,14 +221,14 @@ impl Store {
     /// Read a content (the whole of it or `range`, decoded), from the cache or the grid; the reader of an open
     /// file, which keeps working after its name is renamed or unlinked (until garbage collection).
     pub fn open_content(&self, id: &ContentId, range: Option<ByteRange>) -> Result<ObjectReader> {
-        let content = self
-            .inner()
-            .catalog
-            .get_content(id)?
-            .ok_or_else(|| StoreError::NoSuchKey {
-                bucket: String::new(),
-                key: format!("content {id}"),
-            })?;
+        let content =
+            self.inner()
+                .catalog
+                .get_content(id)?
+                .ok_or_else(|| StoreError::NoSuchKey {
+                    bucket: String::new(),
+                    key: format!("content {id}"),
+                })?;
         let reader = ObjectReader::open(self.inner(), &content, range, None, false)?;
         self.inner().touch(content.id);
         Ok(reader)

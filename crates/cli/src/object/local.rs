@@ -53,6 +53,7 @@ pub fn load_config(data_dir: &Path) -> Result<StoreConfig> {
             // The store's fields at the top level, next to the server's own table.
             let mut table = table;
             table.remove("server");
+            table.remove("mount");
             toml::Value::Table(table).try_into()
         }
     }
