@@ -82,8 +82,11 @@ def free_port() -> int:
 class Server:
     """One `permafrost serve` process on a data directory; restartable on the same directory and port."""
 
-    def __init__(self, data_dir: Path, config: str = TEST_CONFIG, env_credentials: bool = True):
+    def __init__(self, data_dir: Path, config: str = TEST_CONFIG, env_credentials: bool = True,
+                 spin_up_ms: int = 20, extra_args: tuple = ()):
         self.env_credentials = env_credentials
+        self.spin_up_ms = spin_up_ms
+        self.extra_args = tuple(extra_args)
         self.data_dir = data_dir
         self.port = free_port()
         self.endpoint = f"http://127.0.0.1:{self.port}"
@@ -101,7 +104,7 @@ class Server:
         log = open(self.log_path, "ab")
         self.process = subprocess.Popen(
             [str(binary()), "serve", "--data-dir", str(self.data_dir), "--listen", f"127.0.0.1:{self.port}",
-             "--simulated-spin-up-ms", "20"],
+             "--simulated-spin-up-ms", str(self.spin_up_ms), *self.extra_args],
             stdout=log, stderr=log, env=env)
         deadline = time.time() + START_TIMEOUT_S
         while time.time() < deadline:

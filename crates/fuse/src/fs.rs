@@ -949,10 +949,14 @@ impl Filesystem for Fs {
                 // Closed files are immutable (docs/mount.md).
                 return Err(errno(libc::EPERM));
             }
-            // Start the disk spinning now: the first read will need it.
+            // Start the disk spinning now: the first read will need it. Such a file is read without the page
+            // cache: its reads are then the caller's own requests, which a signal interrupts (read-ahead of the
+            // page cache runs in the background, where Ctrl-C in a program that handles SIGINT cannot end it).
+            let mut sleeping = false;
             if let Ok(Some(content)) = shared.store.content(&file.object.content) {
                 if shared.store.residence(&content).must_wait() {
                     shared.store.begin_spin_up(&content);
+                    sleeping = true;
                 }
             }
             let handle = ReadHandle {
@@ -966,7 +970,7 @@ impl Filesystem for Fs {
                 .handles
                 .lock()
                 .insert(fh, Handle::Read(Arc::new(handle)));
-            let open_flags = if nonblock || direct {
+            let open_flags = if nonblock || direct || sleeping {
                 FOPEN_DIRECT_IO
             } else {
                 FOPEN_KEEP_CACHE
