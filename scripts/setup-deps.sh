@@ -36,3 +36,27 @@ if ! command -v rclone >/dev/null 2>&1; then
     echo "setup-deps: rclone missing (run as root to install); the rclone e2e test will be skipped" >&2
   fi
 fi
+
+# The mount (tests/e2e/test_mount.py, test_pjdfstest.py): FUSE 3 (/dev/fuse, fusermount3 for servers that do not
+# run as root), getfattr (attr), rsync, git, a user `tests` for pjdfstest to switch to, and pjdfstest itself: the
+# Rust rewrite of the POSIX file system test suite, built from crates.io (it needs the libacl headers).
+need_mount=()
+command -v fusermount3 >/dev/null 2>&1 || need_mount+=(fuse3)
+command -v getfattr >/dev/null 2>&1 || need_mount+=(attr)
+command -v rsync >/dev/null 2>&1 || need_mount+=(rsync)
+command -v git >/dev/null 2>&1 || need_mount+=(git)
+dpkg -s libacl1-dev >/dev/null 2>&1 || need_mount+=(libacl1-dev)
+if [ ${#need_mount[@]} -gt 0 ]; then
+  if [ "$(id -u)" = 0 ]; then
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_mount[@]}"
+  else
+    echo "setup-deps: missing ${need_mount[*]} (run as root to install); the mount tests will fail" >&2
+  fi
+fi
+if [ "$(id -u)" = 0 ] && ! id tests >/dev/null 2>&1; then
+  useradd --user-group --no-create-home --shell /usr/sbin/nologin tests
+fi
+if ! command -v pjdfstest >/dev/null 2>&1 && [ ! -x "$HOME/.cargo/bin/pjdfstest" ]; then
+  # A debug build: it compiles in a fraction of the time, and the suite's speed is the file system's.
+  cargo install --quiet --locked --debug pjdfstest
+fi

@@ -33,8 +33,9 @@ def sha(path: Path) -> str:
 class Mounted:
     """A server with the archive mounted on `mnt` next to its data directory."""
 
-    def __init__(self, tmp_path: Path, config: str = TEST_CONFIG, spin_up_ms: int = 20, name: str = "m"):
-        self.mnt = tmp_path / f"{name}-mnt"
+    def __init__(self, tmp_path: Path, config: str = TEST_CONFIG, spin_up_ms: int = 20, name: str = "m",
+                 mnt: Path | None = None):
+        self.mnt = mnt or tmp_path / f"{name}-mnt"
         self.server = Server(tmp_path / f"{name}-data", config=config, spin_up_ms=spin_up_ms,
                              extra_args=("--mount", str(self.mnt)))
 

@@ -776,7 +776,8 @@ pub trait Catalog: Send + Sync {
     fn fs_list(&self, bucket: &str, dir: &str, after: Option<&str>, limit: usize)
         -> Result<FsPage>;
     /// Create the directory `record.path`; `Exists` when a directory or file of that name exists. The parent
-    /// is kept as a directory row (`parent_attrs`) if it had none.
+    /// is kept as a directory row (`parent_attrs` if it had none) and its modification time set to
+    /// `parent_attrs.mtime_ns` (as every `fs_*` change below does to the parents it changes).
     fn fs_mkdir(&self, record: &DirRecord, parent_attrs: &DirAttrs) -> Result<()>;
     /// Remove the empty directory `path` (ending with `/`): its row and an S3 folder marker object (key =
     /// `path`) if any. `NotEmpty`, `NotFound`. The parent is kept as a directory row (`parent_attrs`).

@@ -18,8 +18,10 @@ pub enum Refusal {
     NotADirectory,
     /// `EISDIR`
     IsADirectory,
-    /// `EINVAL`: a directory into itself, a key too long, a name that cannot be a key.
+    /// `EINVAL`: a directory into itself, a name that cannot be a key.
     Invalid,
+    /// `ENAMETOOLONG`: a key over 1024 bytes (S3's limit).
+    NameTooLong,
 }
 
 impl std::fmt::Display for Refusal {
@@ -31,6 +33,7 @@ impl std::fmt::Display for Refusal {
             Refusal::NotADirectory => "not a directory",
             Refusal::IsADirectory => "is a directory",
             Refusal::Invalid => "invalid argument",
+            Refusal::NameTooLong => "key longer than 1024 bytes",
         })
     }
 }

@@ -197,6 +197,22 @@ fn a_directory_emptied_through_the_mount_stays_until_rmdir() {
         refusal(c.fs_unlink("b", "a/b/f", &ATTRS, 20)),
         Refusal::NotFound
     );
+    // Adding or removing an entry sets the parent's modification time (and only its time).
+    put(&*c, "b", "a/b/g", 2);
+    let later = DirAttrs {
+        mode: 0o700,
+        mtime_ns: 5_000,
+        ..ATTRS
+    };
+    c.fs_unlink("b", "a/b/g", &later, 30).unwrap();
+    match c.fs_lookup("b", "a/b").unwrap() {
+        Some(FsEntry::Dir {
+            record: Some(r), ..
+        }) => {
+            assert_eq!((r.attrs.mtime_ns, r.attrs.mode), (5_000, ATTRS.mode))
+        }
+        other => panic!("{other:?}"),
+    }
     assert_eq!(
         refusal(c.fs_rmdir("b", "a/", &ATTRS, 20)),
         Refusal::NotEmpty
@@ -329,7 +345,7 @@ fn rename_of_a_directory_moves_every_key_and_row_under_it() {
     let long_target = "t".repeat(200);
     assert_eq!(
         refusal(c.fs_rename(&rename("d", &long_target), 40)),
-        Refusal::Invalid
+        Refusal::NameTooLong
     );
     assert!(c.get_object("b", &deep).unwrap().is_some());
 }

@@ -35,6 +35,8 @@ const FOPEN_DIRECT_IO: u32 = 1 << 0;
 const FOPEN_KEEP_CACHE: u32 = 1 << 1;
 /// Largest write the kernel sends at once.
 const MAX_WRITE_BYTES: u32 = 1 << 20;
+/// Longest key, in bytes (S3's; the store refuses longer ones).
+const KEY_BYTES_MAX: usize = 1024;
 /// Entries produced per readdir request (the kernel's buffer takes fewer; the rest are produced again).
 const DIR_BATCH: usize = 128;
 
@@ -50,6 +52,7 @@ fn refusal_errno(refusal: Refusal) -> Errno {
         Refusal::NotADirectory => libc::ENOTDIR,
         Refusal::IsADirectory => libc::EISDIR,
         Refusal::Invalid => libc::EINVAL,
+        Refusal::NameTooLong => libc::ENAMETOOLONG,
     })
 }
 
@@ -85,6 +88,14 @@ fn name_str(name: &OsStr) -> Result<&str> {
         return Err(errno(libc::EINVAL));
     }
     Ok(name)
+}
+
+/// Keys are at most 1024 bytes (S3's limit).
+fn check_key(path: &NodePath) -> Result<()> {
+    if path.path().len() > KEY_BYTES_MAX {
+        return Err(errno(libc::ENAMETOOLONG));
+    }
+    Ok(())
 }
 
 /// Run blocking work on the blocking pool; a panic there is an `EIO`, never a crash of the mount.
@@ -563,7 +574,11 @@ impl Filesystem for Fs {
 
     async fn lookup(&self, _req: Request, parent: u64, name: &OsStr) -> Result<ReplyEntry> {
         let parent = self.0.dir_node(parent)?;
-        let name = name_str(name).map_err(|_| errno(libc::ENOENT))?.to_string();
+        let name = match name_str(name) {
+            Ok(n) => n.to_string(),
+            Err(e) if e == errno(libc::ENAMETOOLONG) => return Err(e),
+            Err(_) => return Err(errno(libc::ENOENT)),
+        };
         let shared = Arc::clone(&self.0);
         let (_, a) = blocking(move || shared.lookup_child(&parent, &name)).await?;
         Ok(self.0.entry_reply(a))
@@ -595,9 +610,11 @@ impl Filesystem for Fs {
                 _ => None,
             });
             if let Some(w) = self.0.writer_of(inode) {
+                let mut a = self.0.writer_attr(inode, &w.lock());
+                a.nlink = 0;
                 return Ok(ReplyAttr {
                     ttl: self.0.config.ttl,
-                    attr: self.0.writer_attr(inode, &w.lock()),
+                    attr: a,
                 });
             }
             let Some(size) = handle else {
@@ -774,6 +791,7 @@ impl Filesystem for Fs {
         let shared = Arc::clone(&self.0);
         let a = blocking(move || {
             let path = parent.child(&name, true);
+            check_key(&path)?;
             if parent.is_root() {
                 shared
                     .store
@@ -1352,9 +1370,7 @@ impl Filesystem for Fs {
         let shared = Arc::clone(&self.0);
         let (a, fh) = blocking(move || {
             let path = parent.child(&name, false);
-            if path.key.len() > 1024 {
-                return Err(errno(libc::ENAMETOOLONG));
-            }
+            check_key(&path)?;
             let exists = shared
                 .inodes
                 .lock()

@@ -164,9 +164,10 @@ fn insert_dir(tx: &Transaction, record: &DirRecord) -> rusqlite::Result<()> {
     Ok(())
 }
 
-/// Give the directory `prefix` a row if it has none (the top of a bucket, `""`, needs none), so it stays when
-/// its last entry leaves.
-fn keep_dir(
+/// An entry of the directory `prefix` was added or removed: give it a row if it has none, so it stays when its
+/// last entry leaves, and set its modification time (`attrs.mtime_ns`, POSIX). The top of a bucket (`""`)
+/// has no row.
+fn touch_dir(
     tx: &Transaction,
     bucket: &str,
     prefix: &str,
@@ -176,15 +177,22 @@ fn keep_dir(
     if prefix.is_empty() {
         return Ok(());
     }
-    insert_dir(
-        tx,
-        &DirRecord {
-            bucket: bucket.to_string(),
-            path: prefix.to_string(),
-            attrs: *attrs,
-            created_ms: now_ms,
-        },
-    )
+    tx.prepare_cached(
+        "INSERT INTO fs_directories (bucket, path, parent, mode, uid, gid, mtime_ns, created_ms)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
+         ON CONFLICT (bucket, path) DO UPDATE SET mtime_ns = excluded.mtime_ns",
+    )?
+    .execute(params![
+        bucket,
+        prefix.as_bytes(),
+        parent_of(prefix).as_bytes(),
+        attrs.mode as i64,
+        attrs.uid as i64,
+        attrs.gid as i64,
+        attrs.mtime_ns,
+        now_ms as i64,
+    ])?;
+    Ok(())
 }
 
 fn delete_dir_row(tx: &Transaction, bucket: &str, path: &str) -> rusqlite::Result<()> {
@@ -195,7 +203,13 @@ fn delete_dir_row(tx: &Transaction, bucket: &str, path: &str) -> rusqlite::Resul
 
 /// A path argument: not empty, no trailing `/`, every component showable.
 fn check_path(path: &str) -> Result<()> {
-    if path.len() > KEY_BYTES_MAX || !path.split('/').all(showable_name) {
+    if path.len() > KEY_BYTES_MAX {
+        return Err(refused(
+            Refusal::NameTooLong,
+            format!("{path:?} has {} bytes", path.len()),
+        ));
+    }
+    if !path.split('/').all(showable_name) {
         return Err(refused(
             Refusal::Invalid,
             format!("{path:?} is not a path of the namespace"),
@@ -357,7 +371,7 @@ impl SqliteCatalog {
                 ));
             }
             insert_dir(tx, record).map_err(e)?;
-            keep_dir(
+            touch_dir(
                 tx,
                 &record.bucket,
                 parent_of(&record.path),
@@ -394,7 +408,7 @@ impl SqliteCatalog {
             if marker {
                 Self::remove_object(tx, bucket, path, now_ms).map_err(e)?;
             }
-            keep_dir(tx, bucket, parent_of(path), parent_attrs, now_ms).map_err(e)
+            touch_dir(tx, bucket, parent_of(path), parent_attrs, now_ms).map_err(e)
         })
     }
 
@@ -412,7 +426,7 @@ impl SqliteCatalog {
             if !Self::remove_object(tx, bucket, key, now_ms).map_err(e)? {
                 return Err(refused(Refusal::NotFound, format!("{bucket}/{key}")));
             }
-            keep_dir(tx, bucket, parent_of(key), parent_attrs, now_ms).map_err(e)
+            touch_dir(tx, bucket, parent_of(key), parent_attrs, now_ms).map_err(e)
         })
     }
 
@@ -475,12 +489,13 @@ impl SqliteCatalog {
                     }
                     move_tree(self, tx, r, &path, &target_prefix)?;
                     if record.is_none() {
-                        keep_dir(tx, &r.to_bucket, &target_prefix, &r.dir_attrs, now_ms)
+                        touch_dir(tx, &r.to_bucket, &target_prefix, &r.dir_attrs, now_ms)
                             .map_err(e)?;
                     }
                 }
             }
-            keep_dir(tx, &r.from_bucket, parent_of(&r.from), &r.dir_attrs, now_ms).map_err(e)
+            touch_dir(tx, &r.from_bucket, parent_of(&r.from), &r.dir_attrs, now_ms).map_err(e)?;
+            touch_dir(tx, &r.to_bucket, parent_of(&r.to), &r.dir_attrs, now_ms).map_err(e)
         })
     }
 
@@ -587,7 +602,7 @@ fn move_tree(
         let new = format!("{to_prefix}{}", &key[from_prefix.len()..]);
         if new.len() > KEY_BYTES_MAX {
             return Err(refused(
-                Refusal::Invalid,
+                Refusal::NameTooLong,
                 format!(
                     "{}/{new} would be longer than {KEY_BYTES_MAX} bytes",
                     r.to_bucket
