@@ -2,6 +2,7 @@
 getfattr, rsync, tar, git, Python's open(), boto3 on the same archive, and SIGKILL of the server."""
 
 import hashlib
+import io
 import os
 import random
 import signal
@@ -11,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+from boto3.s3.transfer import TransferConfig
 
 from admin import (EVICT_PATH, PERSIST_PATH, admin_json, data_disk_of, disks, evict, gc, power_state_name,
                    spin_ups, spun_up_since, status, wait_all_off, wait_persisted)
@@ -228,6 +230,13 @@ def test_files_cross_between_the_mount_and_s3(tmp_path):
         s3.put_object(Bucket="shared", Key="from-s3/deep/b.txt", Body=b"uploaded through S3\n")
         assert (m.mnt / "shared" / "from-s3" / "deep" / "b.txt").read_bytes() == b"uploaded through S3\n"
         assert sorted(os.listdir(m.mnt / "shared")) == ["from-mount", "from-s3"]
+        # A multipart upload is a list of parts: it reads back whole through the mount.
+        parts_body = random.Random(4).randbytes(13 << 20)
+        s3.upload_fileobj(io.BytesIO(parts_body), "shared", "from-s3/parts.bin",
+                          Config=TransferConfig(multipart_threshold=5 << 20, multipart_chunksize=5 << 20))
+        assert sha(m.mnt / "shared" / "from-s3" / "parts.bin") == hashlib.sha256(parts_body).hexdigest()
+        assert os.stat(m.mnt / "shared" / "from-s3" / "parts.bin").st_blocks * 512 >= 13 << 20
+        s3.delete_object(Bucket="shared", Key="from-s3/parts.bin")
         s3.delete_object(Bucket="shared", Key="from-s3/deep/b.txt")
         assert "from-s3" not in os.listdir(m.mnt / "shared")
         s3.create_bucket(Bucket="made-by-s3")

@@ -59,8 +59,8 @@ const SCHEMA_BASE_VERSION: u32 = 2;
 const MIGRATIONS: &[(u32, &str)] = &[
     (
         3,
-    // Part-list contents (a completed multipart upload is its list of parts) and parts as contents.
-    "CREATE TABLE content_parts (
+        // Part-list contents (a completed multipart upload is its list of parts) and parts as contents.
+        "CREATE TABLE content_parts (
         content BLOB NOT NULL,
         seq BIGINT NOT NULL,
         part BLOB NOT NULL,

@@ -17,17 +17,31 @@ pub const NAMES: [&str; 5] = [STATE, BLAKE3, DISK, ENCODING, PERSISTED_AT];
 
 /// The value of `name` for a stored file's content; `None` for names that are not ours (or not set yet:
 /// `persisted_at` before the content is persisted).
+/// A part list (an object uploaded in parts) is as far along as its least advanced part; its BLAKE3 is that of
+/// its list of parts (docs/formats.md), each part being checked against its own.
 pub fn value(store: &Store, content: &ContentRecord, name: &str) -> Option<String> {
+    let parts = store.parts(content).unwrap_or_default();
     match name {
-        STATE => Some(content.state.as_str().to_string()),
+        STATE => {
+            let state = parts.iter().map(|p| p.state).chain([content.state]).min()?;
+            Some(state.as_str().to_string())
+        }
         BLAKE3 => Some(content.id.hash.iter().map(|b| format!("{b:02x}")).collect()),
         DISK => Some(disk(store, content)),
-        ENCODING => Some(encoding(content)),
-        PERSISTED_AT => store
-            .persisted_ms(&content.id)
-            .ok()
-            .flatten()
-            .map(format_utc_ms),
+        ENCODING if parts.is_empty() => Some(encoding(content)),
+        ENCODING => Some(format!(
+            "parts {}: {}",
+            parts.len(),
+            parts.iter().map(encoding).collect::<Vec<_>>().join("; ")
+        )),
+        PERSISTED_AT => {
+            let mut latest = None;
+            for c in parts.iter().chain([content]) {
+                let at = store.persisted_ms(&c.id).ok().flatten()?;
+                latest = latest.max(Some(at));
+            }
+            latest.map(format_utc_ms)
+        }
         _ => None,
     }
 }
@@ -50,6 +64,7 @@ fn encoding(content: &ContentRecord) -> String {
     let form = match content.stored_form {
         StoredForm::Raw => "raw".to_string(),
         StoredForm::AsSent => format!("as-sent {}", content.id.encoding),
+        StoredForm::Parts => "parts".to_string(),
         StoredForm::Chunked => {
             let mut algorithms: Vec<&str> = Vec::new();
             if let Ok((index, _)) = ChunkIndex::decode(&content.chunk_index) {

@@ -6,7 +6,8 @@
 use std::sync::Arc;
 
 use permafrost_catalog::{
-    CatalogError, ContentId, ContentRecord, DirAttrs, DirRecord, FsEntry, FsPage, FsRename, Refusal,
+    CatalogError, ContentId, ContentRecord, DirAttrs, DirRecord, FsEntry, FsPage, FsRename,
+    Refusal, StoredForm,
 };
 use permafrost_disk::power::PowerState;
 
@@ -176,14 +177,44 @@ impl Store {
         Ok(self.inner().catalog.get_content(id)?)
     }
 
+    /// The parts of a part-list content (a completed multipart upload), in order; empty for other contents.
+    pub fn parts(&self, content: &ContentRecord) -> Result<Vec<ContentRecord>> {
+        Ok(self
+            .inner()
+            .parts_of(content)?
+            .into_iter()
+            .map(|(_, c)| c)
+            .collect())
+    }
+
     /// When the content became fully persisted, if it has.
     pub fn persisted_ms(&self, id: &ContentId) -> Result<Option<u64>> {
         Ok(self.inner().catalog.persisted_ms(id)?)
     }
 
     /// Where the content is and whether reading it now would wait for a spin-up (catalog and power states
-    /// only: never wakes a disk).
+    /// only: never wakes a disk). A part list (a completed multipart upload) is where its parts are: cached when
+    /// all of them are, on the disk of the first part a read would wait for (else of its first part).
     pub fn residence(&self, content: &ContentRecord) -> Residence {
+        if content.stored_form == StoredForm::Parts {
+            let parts: Vec<Residence> = match self.inner().parts_of(content) {
+                Ok(parts) => parts.iter().map(|(_, c)| self.residence_of(c)).collect(),
+                Err(_) => Vec::new(),
+            };
+            return parts
+                .iter()
+                .find(|r| r.must_wait())
+                .or(parts.first())
+                .map(|r| Residence {
+                    cached: parts.iter().all(|p| p.cached),
+                    ..*r
+                })
+                .unwrap_or_else(|| self.residence_of(content));
+        }
+        self.residence_of(content)
+    }
+
+    fn residence_of(&self, content: &ContentRecord) -> Residence {
         let engine = &self.inner().engine;
         let disk = content.grid_bucket.and_then(|b| {
             let b = b as usize;
@@ -199,22 +230,32 @@ impl Store {
         }
     }
 
-    /// Start spinning up the disk a read of `content` will need, without waiting for it (a thread holds the
-    /// disk for an instant; the idle timer runs from there). Nothing to do when cached or already spinning.
+    /// Start spinning up the disks a read of `content` will need, without waiting for them (a thread holds
+    /// each disk for an instant; the idle timer runs from there). Nothing to do for what is cached or spinning.
     pub fn begin_spin_up(&self, content: &ContentRecord) {
-        let residence = self.residence(content);
-        let Some((disk, PowerState::Off)) = residence.disk else {
-            return;
+        let mut disks = Vec::new();
+        let mut note = |r: Residence| {
+            if let (false, Some((disk, PowerState::Off))) = (r.cached, r.disk) {
+                if !disks.contains(&disk) {
+                    disks.push(disk);
+                }
+            }
         };
-        if residence.cached {
-            return;
+        if content.stored_form == StoredForm::Parts {
+            for (_, part) in self.inner().parts_of(content).unwrap_or_default() {
+                note(self.residence_of(&part));
+            }
+        } else {
+            note(self.residence_of(content));
         }
-        let power = Arc::clone(self.inner().engine.power());
-        let spawned = std::thread::Builder::new()
-            .name("permafrost-spin-up".into())
-            .spawn(move || drop(power.acquire(disk)));
-        if let Err(e) = spawned {
-            tracing::warn!("cannot start an early spin-up of disk {disk}: {e}");
+        for disk in disks {
+            let power = Arc::clone(self.inner().engine.power());
+            let spawned = std::thread::Builder::new()
+                .name("permafrost-spin-up".into())
+                .spawn(move || drop(power.acquire(disk)));
+            if let Err(e) = spawned {
+                tracing::warn!("cannot start an early spin-up of disk {disk}: {e}");
+            }
         }
     }
 
@@ -229,7 +270,8 @@ impl Store {
                     bucket: String::new(),
                     key: format!("content {id}"),
                 })?;
-        let reader = ObjectReader::open(self.inner(), &content, range, None, false)?;
+        let parts = self.inner().parts_of(&content)?;
+        let reader = ObjectReader::open(self.inner(), &content, parts, range, None, false)?;
         self.inner().touch(content.id);
         Ok(reader)
     }

@@ -108,11 +108,25 @@ fn dir_exists(c: &Connection, bucket: &str, prefix: &str) -> rusqlite::Result<bo
 }
 
 fn file_of(c: &Connection, object: ObjectRecord) -> rusqlite::Result<FsFile> {
-    let (stored_bytes, state) = c
-        .prepare_cached("SELECT stored_bytes, state FROM contents WHERE content = ?1")?
-        .query_row(params![&object.content.to_key()[..]], |r| {
-            Ok((r.get::<_, i64>(0)? as u64, r.get::<_, String>(1)?))
+    let key = object.content.to_key();
+    let (mut stored_bytes, state, form) = c
+        .prepare_cached("SELECT stored_bytes, state, stored_form FROM contents WHERE content = ?1")?
+        .query_row(params![&key[..]], |r| {
+            Ok((
+                r.get::<_, i64>(0)? as u64,
+                r.get::<_, String>(1)?,
+                r.get::<_, String>(2)?,
+            ))
         })?;
+    if form == "parts" {
+        // A part list stores nothing itself: its parts hold the bytes.
+        stored_bytes = c
+            .prepare_cached(
+                "SELECT COALESCE(SUM(c.stored_bytes), 0) FROM content_parts p
+                 JOIN contents c ON c.content = p.part WHERE p.content = ?1",
+            )?
+            .query_row(params![&key[..]], |r| r.get::<_, i64>(0))? as u64;
+    }
     let state = ContentState::ALL
         .into_iter()
         .find(|s| s.as_str() == state)
