@@ -188,7 +188,9 @@ impl Shared {
         self.writers.lock().get(&ino).cloned()
     }
 
-    /// Paths of the files being written and not committed yet.
+    /// Paths of the files being written and not committed yet. A writer busy committing counts as not
+    /// committed (the listing then finds it in the catalog too, and shows it once); no lock is held while
+    /// another is taken, and none waits for a commit.
     fn writing_paths(&self) -> Vec<NodePath> {
         let writers: Vec<(u64, Arc<Mutex<Writer>>)> = self
             .writers
@@ -196,14 +198,15 @@ impl Shared {
             .iter()
             .map(|(i, w)| (*i, Arc::clone(w)))
             .collect();
-        let inodes = self.inodes.lock();
-        writers
+        let uncommitted: Vec<u64> = writers
             .into_iter()
-            .filter(|(_, w)| {
-                let w = w.lock();
-                !w.committed && !w.unlinked
-            })
-            .filter_map(|(ino, _)| match inodes.path(ino) {
+            .filter(|(_, w)| w.try_lock().is_none_or(|w| !w.committed && !w.unlinked))
+            .map(|(ino, _)| ino)
+            .collect();
+        let inodes = self.inodes.lock();
+        uncommitted
+            .into_iter()
+            .filter_map(|ino| match inodes.path(ino) {
                 Some((p, false)) => Some(p),
                 _ => None,
             })
