@@ -18,7 +18,7 @@ fi
 # End-to-end tests (tests/e2e, pytest) drive the real server with unmodified S3 clients: boto3, the AWS CLI
 # (pip `awscli`) and rclone. Python packages go into the project venv (.venv), rclone comes from apt.
 venv=.venv
-e2e_packages=(boto3 awscli pytest requests zstandard lz4)
+e2e_packages=(boto3 awscli pytest requests zstandard lz4 awscrt pyarrow)
 if [ ! -x "$venv/bin/python" ]; then
   python3 -m venv "$venv" || { echo "setup-deps: cannot create $venv (python3-venv missing?)" >&2; exit 1; }
 fi

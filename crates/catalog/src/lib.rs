@@ -27,10 +27,17 @@
 //!
 //! **Not here.** Bytes (the cache files and the grid are the store's), hashing, formats, policies.
 
+mod archive;
 mod list;
 mod namespace;
 mod sqlite;
 
+pub use archive::{
+    AttributeChange, BucketArchive, DefaultRetention, DeleteOutcome, Lifecycle, LifecycleFilter,
+    LifecycleRule, LockMode, LockViolation, ObjectAttributes, ObjectLock, RestoreOutcome,
+    RestoreRecord, Retention, StorageClass, VersionPage, VersionQuery, VersionRecord, Versioning,
+    DAY_MS, NULL_VERSION,
+};
 use serde::{Deserialize, Serialize};
 
 pub use namespace::{
@@ -50,6 +57,22 @@ pub enum CatalogError {
     BucketNotEmpty(String),
     #[error("no such object: {bucket}/{key}")]
     NoSuchKey { bucket: String, key: String },
+    #[error("no such version {version_id} of {bucket}/{key}")]
+    NoSuchVersion {
+        bucket: String,
+        key: String,
+        version_id: String,
+    },
+    /// Object Lock forbids the change (S3 `AccessDenied`).
+    #[error("{0}")]
+    Locked(String),
+    /// The bucket's state forbids the configuration change (S3 `InvalidBucketState`).
+    #[error("{0}")]
+    InvalidBucketState(String),
+    /// The request does not fit the bucket or version (S3 `InvalidRequest`): a lock without Object Lock, tags on
+    /// a delete marker.
+    #[error("{0}")]
+    InvalidRequest(String),
     #[error("no such multipart upload: {0}")]
     NoSuchUpload(String),
     #[error("no such content: {0}")]
@@ -318,6 +341,8 @@ pub struct BucketRecord {
     pub name: String,
     pub created_ms: u64,
     pub settings: BucketSettings,
+    /// Versioning, Object Lock, lifecycle, tags.
+    pub archive: BucketArchive,
 }
 
 /// One object: a key of an S3 bucket and the content it names.
@@ -338,6 +363,13 @@ pub struct ObjectRecord {
     pub checksums: Vec<(String, String)>,
     /// Dataset id (`bucket/prefix…`).
     pub dataset: String,
+    /// S3 version id ([`NULL_VERSION`] unless written while versioning was enabled); assigned by the catalog
+    /// when the object is stored (what a caller passes is ignored).
+    pub version_id: String,
+    /// Headers, tags, storage class, Object Lock.
+    pub attributes: ObjectAttributes,
+    /// When the bucket's lifecycle expires this version (computed by the catalog; `None` = never).
+    pub expires_ms: Option<u64>,
 }
 
 /// A content: stored bytes shared by every object with the same [`ContentId`].
@@ -491,6 +523,25 @@ pub struct DatasetRecord {
     pub grid_bucket: Option<u32>,
 }
 
+/// What the current objects of one dataset add up to (see [`Catalog::dataset_stats`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct DatasetStats {
+    pub dataset: String,
+    pub objects: u64,
+    /// Logical bytes.
+    pub size_bytes: u64,
+    /// Stored bytes (after compression; shared contents counted once per object).
+    pub stored_bytes: u64,
+    pub first_write_ms: u64,
+    pub last_write_ms: u64,
+    /// The earliest lifecycle expiry of its objects.
+    pub expires_ms: Option<u64>,
+    /// Objects whose content is fully persisted.
+    pub persisted_objects: u64,
+    /// Distinct `(key, value)` tags of its objects, sorted.
+    pub tags: Vec<(String, String)>,
+}
+
 /// A multipart upload in progress.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UploadRecord {
@@ -622,32 +673,40 @@ pub struct CatalogStats {
 pub trait Catalog: Send + Sync {
     // ---- buckets
     fn create_bucket(&self, name: &str, settings: &BucketSettings) -> Result<()>;
-    /// Deletes an empty bucket (no objects, no uploads in progress).
-    fn delete_bucket(&self, name: &str) -> Result<()>;
+    /// Deletes a bucket without versions (current or noncurrent, delete markers included) and with it its
+    /// multipart uploads in progress (as S3 does); work items delete their part files.
+    fn delete_bucket(&self, name: &str) -> Result<Vec<WorkItem>>;
     fn get_bucket(&self, name: &str) -> Result<Option<BucketRecord>>;
     /// Replace a bucket's settings (they apply to uploads from now on).
     fn set_bucket_settings(&self, name: &str, settings: &BucketSettings) -> Result<()>;
     fn list_buckets(&self) -> Result<Vec<BucketRecord>>;
 
-    // ---- objects
-    /// Make `object` visible, replacing any object under the same key (whose content loses a reference). When
-    /// `content.id` exists, the object references it and `content.cache_path` is scheduled for deletion;
-    /// otherwise the content is inserted in state `Cached`. The dataset row is created if missing.
+    // ---- objects (the current version of each key; docs/archive.md for versions)
+    /// Make `object` the current version of its key, with a new version id when the bucket's versioning is
+    /// enabled, else [`NULL_VERSION`]. The version it replaces becomes noncurrent (versioning enabled) or is
+    /// removed (a null version; refused with `Locked` if Object Lock protects it), its content losing a
+    /// reference. The bucket's default retention applies when `object` has none; `expires_ms` is computed from
+    /// its lifecycle. When `content.id` exists, the object references it and `content.cache_path` is scheduled
+    /// for deletion; otherwise the content is inserted in state `Cached`. The dataset row is created if missing.
     fn put_object(
         &self,
         object: &ObjectRecord,
         content: &NewContent,
         now_ms: u64,
     ) -> Result<PutOutcome>;
+    /// The current version of a key, unless it is a delete marker or its lifecycle expiry passed.
     fn get_object(&self, bucket: &str, key: &str) -> Result<Option<(ObjectRecord, ContentRecord)>>;
-    /// Remove the object; its content loses a reference. `Ok(false)` if there was no such key.
+    /// Delete the current version as S3 DeleteObject without a version id does (see
+    /// [`Catalog::delete_version`]). `Ok(false)` if the key had no current version.
     fn delete_object(&self, bucket: &str, key: &str, now_ms: u64) -> Result<bool>;
-    /// A new object referencing the same content as `source` (catalog only). `object.content`, size and ETag
-    /// are taken from the source.
+    /// A new current version referencing the same content as the source (its current version, or
+    /// `src_version`), as [`Catalog::put_object`] stores versions (catalog only). `object.content`, size, ETag
+    /// and checksums are taken from the source.
     fn copy_object(
         &self,
         src_bucket: &str,
         src_key: &str,
+        src_version: Option<&str>,
         object: &ObjectRecord,
         now_ms: u64,
     ) -> Result<ObjectRecord>;
@@ -655,6 +714,80 @@ pub trait Catalog: Send + Sync {
     /// Every object in key order after `start_after` (for verify), at most `limit`.
     fn objects_after(&self, after: Option<(&str, &str)>, limit: usize)
         -> Result<Vec<ObjectRecord>>;
+
+    // ---- versions, tags, Object Lock (docs/archive.md). Every removal of a version checks
+    //      `ObjectLock::may_delete` in the same transaction.
+    /// Replace a bucket's archive configuration (checked with `BucketArchive::may_become`: `InvalidBucketState`
+    /// when refused). When the lifecycle changes, every current object's `expires_ms` is recomputed.
+    fn set_bucket_archive(&self, name: &str, archive: &BucketArchive) -> Result<()>;
+    /// One version of a key (`version_id` [`NULL_VERSION`] for the null version), delete markers included,
+    /// with its content (none for a marker). Expired versions are still returned.
+    fn get_object_version(
+        &self,
+        bucket: &str,
+        key: &str,
+        version_id: &str,
+    ) -> Result<Option<(VersionRecord, Option<ContentRecord>)>>;
+    /// S3 DeleteObject: without `version_id`, remove the current version (unversioned bucket) or add a delete
+    /// marker (versioned, suspended); with it, remove that version if Object Lock allows (`Locked`), promoting
+    /// the next newest version. A missing version is not an error (`version_id: None` in the outcome).
+    fn delete_version(
+        &self,
+        bucket: &str,
+        key: &str,
+        version_id: Option<&str>,
+        bypass_governance: bool,
+        now_ms: u64,
+    ) -> Result<DeleteOutcome>;
+    /// Versions of a bucket: key order, newest first within a key; delete markers included.
+    fn list_object_versions(&self, bucket: &str, query: &VersionQuery) -> Result<VersionPage>;
+    /// Change tags, retention or legal hold of a version (the current one when `version_id` is `None`), under
+    /// the retention rule `ObjectLock::may_set_retention`. Returns the version id changed.
+    fn change_attributes(
+        &self,
+        bucket: &str,
+        key: &str,
+        version_id: Option<&str>,
+        change: &AttributeChange,
+        bypass_governance: bool,
+        now_ms: u64,
+    ) -> Result<String>;
+
+    // ---- lifecycle (catalog only: no disk is read)
+    /// Expire up to `limit` current versions whose `expires_ms` passed, as DeleteObject without a version id
+    /// would (a delete marker in versioned buckets). Returns how many.
+    fn expire_objects(&self, now_ms: u64, limit: usize) -> Result<u64>;
+    /// Delete up to `limit` noncurrent versions and lone delete markers the lifecycle rules of their bucket
+    /// expire at `now_ms`, skipping versions Object Lock protects. Returns how many.
+    fn expire_noncurrent(&self, now_ms: u64, limit: usize) -> Result<u64>;
+
+    // ---- restores
+    /// Ask for a restore of a version (current when `version_id` is `None`) kept for `duration_ms` once done.
+    fn request_restore(
+        &self,
+        bucket: &str,
+        key: &str,
+        version_id: Option<&str>,
+        duration_ms: u64,
+        now_ms: u64,
+    ) -> Result<(RestoreOutcome, RestoreRecord)>;
+    /// The restore of a version, if one was asked for and has not expired.
+    fn restore_of(
+        &self,
+        bucket: &str,
+        key: &str,
+        version_id: &str,
+    ) -> Result<Option<RestoreRecord>>;
+    /// Restores not done yet, oldest first, at most `limit`.
+    fn pending_restores(&self, limit: usize) -> Result<Vec<RestoreRecord>>;
+    /// The content is in the cache: every pending restore of it is done, and it is pinned there (never evicted)
+    /// until the latest of their expiries.
+    fn finish_restores(&self, content: &ContentId, now_ms: u64) -> Result<()>;
+    /// Give a content evicted from the cache its cache file back (a restore read it from the grid).
+    /// `false` when it has one already (the caller deletes its file).
+    fn recache_content(&self, content: &ContentId, cache_path: &str, now_ms: u64) -> Result<bool>;
+    /// Forget restores whose expiry passed and unpin their contents. Returns how many.
+    fn expire_restores(&self, now_ms: u64) -> Result<u64>;
 
     // ---- contents
     fn get_content(&self, id: &ContentId) -> Result<Option<ContentRecord>>;
@@ -715,6 +848,9 @@ pub trait Catalog: Send + Sync {
 
     // ---- datasets
     fn datasets(&self) -> Result<Vec<DatasetRecord>>;
+    /// Per dataset with at least one current object: counts, sizes, write times, expiry, persistence and the
+    /// tags its objects carry (catalog only).
+    fn dataset_stats(&self) -> Result<Vec<DatasetStats>>;
 
     // ---- multipart
     fn create_upload(&self, upload: &UploadRecord) -> Result<()>;

@@ -117,7 +117,7 @@ pub(crate) fn list_with<E>(
     Ok(page)
 }
 
-fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+pub(crate) fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
     if needle.is_empty() || needle.len() > haystack.len() {
         return None;
     }
@@ -144,6 +144,9 @@ mod tests {
             user_metadata: vec![],
             checksums: vec![],
             dataset: "b".into(),
+            version_id: String::new(),
+            attributes: Default::default(),
+            expires_ms: None,
         }
     }
 

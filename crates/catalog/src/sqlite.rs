@@ -45,6 +45,8 @@ use parking_lot::Mutex;
 use rusqlite::{params, Connection, OpenFlags, OptionalExtension, Row, Transaction};
 
 use crate::list::{list_with, prefix_successor};
+
+mod archive;
 use crate::*;
 
 mod namespace;
@@ -89,6 +91,7 @@ const MIGRATIONS: &[(u32, &str)] = &[
     CREATE INDEX fs_directories_by_parent ON fs_directories(bucket, parent, path);
     ALTER TABLE contents ADD COLUMN persisted_ms BIGINT;",
     ),
+    (5, ARCHIVE_MIGRATION),
 ];
 
 /// Schema version this build reads and writes (`meta.schema_version`).
@@ -239,8 +242,54 @@ CREATE TABLE IF NOT EXISTS pending_work (
 );
 ";
 
+/// Schema version 5: versions, tags, Object Lock, lifecycle, restores (docs/archive.md).
+const ARCHIVE_MIGRATION: &str = "
+ALTER TABLE buckets ADD COLUMN archive TEXT NOT NULL DEFAULT '{}';
+ALTER TABLE objects ADD COLUMN version_id TEXT NOT NULL DEFAULT 'null';
+ALTER TABLE objects ADD COLUMN version_seq INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE objects ADD COLUMN attributes TEXT NOT NULL DEFAULT '{}';
+ALTER TABLE objects ADD COLUMN expires_ms INTEGER;
+CREATE INDEX objects_expiring ON objects(expires_ms) WHERE expires_ms IS NOT NULL;
+ALTER TABLE contents ADD COLUMN pinned_until_ms INTEGER;
+CREATE TABLE object_versions (
+    bucket TEXT NOT NULL,
+    key BLOB NOT NULL,
+    content BLOB,
+    size_bytes INTEGER NOT NULL,
+    etag TEXT NOT NULL,
+    last_modified_ms INTEGER NOT NULL,
+    content_type TEXT,
+    user_metadata TEXT NOT NULL,
+    checksums TEXT NOT NULL,
+    dataset TEXT NOT NULL,
+    version_id TEXT NOT NULL,
+    version_seq INTEGER NOT NULL,
+    attributes TEXT NOT NULL,
+    expires_ms INTEGER,
+    delete_marker INTEGER NOT NULL,
+    noncurrent_since_ms INTEGER NOT NULL,
+    PRIMARY KEY (bucket, key, version_seq)
+);
+CREATE INDEX versions_by_content ON object_versions(content);
+CREATE TABLE counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
+INSERT INTO counters (name, value) VALUES ('version_seq', 0);
+CREATE TABLE restores (
+    bucket TEXT NOT NULL,
+    key BLOB NOT NULL,
+    version_id TEXT NOT NULL,
+    content BLOB NOT NULL,
+    requested_ms INTEGER NOT NULL,
+    duration_ms INTEGER NOT NULL,
+    done_ms INTEGER,
+    expiry_ms INTEGER,
+    PRIMARY KEY (bucket, key, version_id)
+);
+CREATE INDEX restores_pending ON restores(requested_ms) WHERE done_ms IS NULL;
+";
+
 const OBJECT_COLUMNS: &str =
-    "bucket, key, content, size_bytes, etag, last_modified_ms, content_type, user_metadata, checksums, dataset";
+    "bucket, key, content, size_bytes, etag, last_modified_ms, content_type, user_metadata, checksums, dataset, \
+     version_id, version_seq, attributes, expires_ms";
 const CONTENT_COLUMNS: &str =
     "content, logical_bytes, stored_bytes, stored_form, chunk_index, md5, state, refcount, \
      dataset, grid_bucket, cache_path, created_ms, last_access_ms, unreferenced_since_ms";
@@ -277,7 +326,22 @@ fn object_from_row(row: &Row) -> rusqlite::Result<ObjectRecord> {
         user_metadata: json_pairs(&row.get::<_, String>(7)?)?,
         checksums: json_pairs(&row.get::<_, String>(8)?)?,
         dataset: row.get(9)?,
+        version_id: row.get(10)?,
+        attributes: attributes_from_json(&row.get::<_, String>(12)?)?,
+        expires_ms: row.get::<_, Option<i64>>(13)?.map(|v| v as u64),
     })
+}
+
+fn attributes_from_json(text: &str) -> rusqlite::Result<ObjectAttributes> {
+    serde_json::from_str(text).map_err(|e| conversion(corrupt(format!("attributes column: {e}"))))
+}
+
+fn attributes_json(attributes: &ObjectAttributes) -> String {
+    serde_json::to_string(attributes).expect("attributes serialize")
+}
+
+fn archive_from_json(text: &str) -> Result<BucketArchive> {
+    serde_json::from_str(text).map_err(|e| corrupt(format!("bucket archive configuration: {e}")))
 }
 
 fn fixed<const N: usize>(bytes: Vec<u8>, what: &str) -> rusqlite::Result<[u8; N]> {
@@ -887,9 +951,10 @@ impl SqliteCatalog {
         .optional()
     }
 
-    fn insert_object(tx: &Transaction, o: &ObjectRecord) -> rusqlite::Result<()> {
+    /// Insert `o` as the current version of its key, with version order `seq`.
+    fn insert_object(tx: &Transaction, o: &ObjectRecord, seq: i64) -> rusqlite::Result<()> {
         tx.prepare_cached(&format!(
-            "INSERT INTO objects ({OBJECT_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)"
+            "INSERT INTO objects ({OBJECT_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)"
         ))?
         .execute(params![
             o.bucket,
@@ -902,24 +967,40 @@ impl SqliteCatalog {
             pairs_json(&o.user_metadata),
             pairs_json(&o.checksums),
             o.dataset,
+            o.version_id,
+            seq,
+            attributes_json(&o.attributes),
+            o.expires_ms.map(|v| v as i64),
         ])?;
         Ok(())
     }
 
-    /// Remove the object at `(bucket, key)` if any, dropping its content reference.
-    fn remove_object(
+    /// Remove an upload and its parts inside `tx`; work items delete the part files. `None` if no such upload.
+    fn remove_upload_on(
         tx: &Transaction,
-        bucket: &str,
-        key: &str,
-        now_ms: u64,
-    ) -> rusqlite::Result<bool> {
-        let Some(old) = Self::get_object_on(tx, bucket, key)? else {
-            return Ok(false);
-        };
-        tx.prepare_cached("DELETE FROM objects WHERE bucket = ?1 AND key = ?2")?
-            .execute(params![bucket, key.as_bytes()])?;
-        add_reference(tx, &old.content.to_key(), -1, now_ms)?;
-        Ok(true)
+        upload_id: &str,
+    ) -> rusqlite::Result<Option<Vec<WorkItem>>> {
+        let removed = tx.execute(
+            "DELETE FROM multipart_uploads WHERE upload_id = ?1",
+            params![upload_id],
+        )?;
+        if removed == 0 {
+            return Ok(None);
+        }
+        let paths: Vec<String> = tx
+            .prepare_cached("SELECT cache_path FROM multipart_parts WHERE upload_id = ?1")?
+            .query_map(params![upload_id], |r| r.get(0))?
+            .collect::<rusqlite::Result<_>>()?;
+        tx.execute(
+            "DELETE FROM multipart_parts WHERE upload_id = ?1",
+            params![upload_id],
+        )?;
+        let now = now_ms();
+        paths
+            .into_iter()
+            .map(|path| add_work(tx, WorkKind::DeleteCacheFile { path }, now))
+            .collect::<rusqlite::Result<Vec<_>>>()
+            .map(Some)
     }
 
     fn ensure_dataset(
@@ -950,7 +1031,7 @@ impl Catalog for SqliteCatalog {
         })
     }
 
-    fn delete_bucket(&self, name: &str) -> Result<()> {
+    fn delete_bucket(&self, name: &str) -> Result<Vec<WorkItem>> {
         self.write_with(|tx| {
             let q = |sql: &str| -> Result<bool> {
                 tx.prepare_cached(sql)
@@ -962,9 +1043,22 @@ impl Catalog for SqliteCatalog {
                 return Err(CatalogError::NoSuchBucket(name.to_string()));
             }
             if q("SELECT 1 FROM objects WHERE bucket = ?1 LIMIT 1")?
-                || q("SELECT 1 FROM multipart_uploads WHERE bucket = ?1 LIMIT 1")?
+                || q("SELECT 1 FROM object_versions WHERE bucket = ?1 LIMIT 1")?
             {
                 return Err(CatalogError::BucketNotEmpty(name.to_string()));
+            }
+            // Uploads in progress do not keep a bucket (S3 deletes them with it).
+            let uploads: Vec<String> = tx
+                .prepare_cached("SELECT upload_id FROM multipart_uploads WHERE bucket = ?1")
+                .and_then(|mut s| s.query_map(params![name], |r| r.get(0))?.collect())
+                .map_err(|e| self.db_error(e))?;
+            let mut work = Vec::new();
+            for upload_id in uploads {
+                work.extend(
+                    Self::remove_upload_on(tx, &upload_id)
+                        .map_err(|e| self.db_error(e))?
+                        .unwrap_or_default(),
+                );
             }
             tx.execute("DELETE FROM buckets WHERE name = ?1", params![name])
                 .map_err(|e| self.db_error(e))?;
@@ -974,28 +1068,32 @@ impl Catalog for SqliteCatalog {
                 params![name],
             )
             .map_err(|e| self.db_error(e))?;
-            Ok(())
+            Ok(work)
         })
     }
 
     fn get_bucket(&self, name: &str) -> Result<Option<BucketRecord>> {
         let row = self.read(|c| {
-            c.prepare_cached("SELECT name, created_ms, settings FROM buckets WHERE name = ?1")?
-                .query_row(params![name], |r| {
-                    Ok((
-                        r.get::<_, String>(0)?,
-                        r.get::<_, i64>(1)?,
-                        r.get::<_, String>(2)?,
-                    ))
-                })
-                .optional()
+            c.prepare_cached(
+                "SELECT name, created_ms, settings, archive FROM buckets WHERE name = ?1",
+            )?
+            .query_row(params![name], |r| {
+                Ok((
+                    r.get::<_, String>(0)?,
+                    r.get::<_, i64>(1)?,
+                    r.get::<_, String>(2)?,
+                    r.get::<_, String>(3)?,
+                ))
+            })
+            .optional()
         })?;
-        row.map(|(name, created_ms, settings)| {
+        row.map(|(name, created_ms, settings, archive)| {
             Ok(BucketRecord {
                 name,
                 created_ms: created_ms as u64,
                 settings: serde_json::from_str(&settings)
                     .map_err(|e| corrupt(format!("bucket settings: {e}")))?,
+                archive: archive_from_json(&archive)?,
             })
         })
         .transpose()
@@ -1019,23 +1117,27 @@ impl Catalog for SqliteCatalog {
 
     fn list_buckets(&self) -> Result<Vec<BucketRecord>> {
         let rows = self.read(|c| {
-            c.prepare_cached("SELECT name, created_ms, settings FROM buckets ORDER BY name")?
-                .query_map([], |r| {
-                    Ok((
-                        r.get::<_, String>(0)?,
-                        r.get::<_, i64>(1)?,
-                        r.get::<_, String>(2)?,
-                    ))
-                })?
-                .collect::<rusqlite::Result<Vec<_>>>()
+            c.prepare_cached(
+                "SELECT name, created_ms, settings, archive FROM buckets ORDER BY name",
+            )?
+            .query_map([], |r| {
+                Ok((
+                    r.get::<_, String>(0)?,
+                    r.get::<_, i64>(1)?,
+                    r.get::<_, String>(2)?,
+                    r.get::<_, String>(3)?,
+                ))
+            })?
+            .collect::<rusqlite::Result<Vec<_>>>()
         })?;
         rows.into_iter()
-            .map(|(name, created_ms, settings)| {
+            .map(|(name, created_ms, settings, archive)| {
                 Ok(BucketRecord {
                     name,
                     created_ms: created_ms as u64,
                     settings: serde_json::from_str(&settings)
                         .map_err(|e| corrupt(format!("bucket settings: {e}")))?,
+                    archive: archive_from_json(&archive)?,
                 })
             })
             .collect()
@@ -1053,15 +1155,16 @@ impl Catalog for SqliteCatalog {
         );
         self.write_with(|tx| {
             let run = || -> rusqlite::Result<Result<PutOutcome>> {
-                if !Self::bucket_exists(tx, &object.bucket)? {
+                let Some(archive) = Self::bucket_archive_on(tx, &object.bucket)? else {
                     return Ok(Err(CatalogError::NoSuchBucket(object.bucket.clone())));
-                }
+                };
                 let key = content.id.to_key();
                 let mut work = Vec::new();
                 let exists = insert_content(tx, content, &object.dataset, now_ms, &mut work)?;
-                Self::remove_object(tx, &object.bucket, &object.key, now_ms)?;
-                Self::insert_object(tx, object)?;
                 add_reference(tx, &key, 1, now_ms)?;
+                if let Err(e) = Self::store_version(tx, &archive, object, now_ms)? {
+                    return Ok(Err(e));
+                }
                 Self::ensure_dataset(tx, &object.dataset, &object.bucket, now_ms)?;
                 Ok(Ok(PutOutcome {
                     deduplicated: exists,
@@ -1073,10 +1176,14 @@ impl Catalog for SqliteCatalog {
     }
 
     fn get_object(&self, bucket: &str, key: &str) -> Result<Option<(ObjectRecord, ContentRecord)>> {
+        let now = now_ms();
         self.read(|c| {
             let Some(object) = Self::get_object_on(c, bucket, key)? else {
                 return Ok(None);
             };
+            if object.expires_ms.is_some_and(|at| at <= now) {
+                return Ok(None);
+            }
             let content = c
                 .prepare_cached(&format!(
                     "SELECT {CONTENT_COLUMNS} FROM contents WHERE content = ?1"
@@ -1090,10 +1197,11 @@ impl Catalog for SqliteCatalog {
 
     fn delete_object(&self, bucket: &str, key: &str, now_ms: u64) -> Result<bool> {
         self.write_with(|tx| {
-            if !Self::bucket_exists(tx, bucket).map_err(|e| self.db_error(e))? {
-                return Err(CatalogError::NoSuchBucket(bucket.to_string()));
-            }
-            Self::remove_object(tx, bucket, key, now_ms).map_err(|e| self.db_error(e))
+            let had = Self::get_object_on(tx, bucket, key)
+                .map_err(|e| self.db_error(e))?
+                .is_some();
+            self.delete_version_on(tx, bucket, key, None, false, now_ms)?;
+            Ok(had)
         })
     }
 
@@ -1101,23 +1209,40 @@ impl Catalog for SqliteCatalog {
         &self,
         src_bucket: &str,
         src_key: &str,
+        src_version: Option<&str>,
         object: &ObjectRecord,
         now_ms: u64,
     ) -> Result<ObjectRecord> {
         self.write_with(|tx| {
             let e = |e| self.db_error(e);
-            for b in [src_bucket, &object.bucket] {
-                if !Self::bucket_exists(tx, b).map_err(e)? {
-                    return Err(CatalogError::NoSuchBucket(b.to_string()));
-                }
+            if !Self::bucket_exists(tx, src_bucket).map_err(e)? {
+                return Err(CatalogError::NoSuchBucket(src_bucket.to_string()));
             }
-            let Some(source) = Self::get_object_on(tx, src_bucket, src_key).map_err(e)? else {
+            let Some(archive) = Self::bucket_archive_on(tx, &object.bucket).map_err(e)? else {
+                return Err(CatalogError::NoSuchBucket(object.bucket.clone()));
+            };
+            let source = match src_version {
+                None => Self::get_object_on(tx, src_bucket, src_key)
+                    .map_err(e)?
+                    .filter(|o| o.expires_ms.is_none_or(|at| at > now_ms)),
+                Some(v) => match Self::version_on(tx, src_bucket, src_key, v).map_err(e)? {
+                    Some(found) => found.object,
+                    None => {
+                        return Err(CatalogError::NoSuchVersion {
+                            bucket: src_bucket.to_string(),
+                            key: src_key.to_string(),
+                            version_id: v.to_string(),
+                        })
+                    }
+                },
+            };
+            let Some(source) = source else {
                 return Err(CatalogError::NoSuchKey {
                     bucket: src_bucket.to_string(),
                     key: src_key.to_string(),
                 });
             };
-            let copy = ObjectRecord {
+            let mut copy = ObjectRecord {
                 content: source.content,
                 size_bytes: source.size_bytes,
                 etag: source.etag.clone(),
@@ -1125,8 +1250,7 @@ impl Catalog for SqliteCatalog {
             };
             // Reference first: copying onto itself must not drop the content to zero on the way.
             add_reference(tx, &copy.content.to_key(), 1, now_ms).map_err(e)?;
-            Self::remove_object(tx, &copy.bucket, &copy.key, now_ms).map_err(e)?;
-            Self::insert_object(tx, &copy).map_err(e)?;
+            copy = Self::store_version(tx, &archive, &copy, now_ms).map_err(e)??;
             Self::ensure_dataset(tx, &copy.dataset, &copy.bucket, now_ms).map_err(e)?;
             Ok(copy)
         })
@@ -1137,11 +1261,16 @@ impl Catalog for SqliteCatalog {
             if !Self::bucket_exists(c, bucket)? {
                 return Ok(None);
             }
+            // Versions whose lifecycle expiry passed are gone for readers at once (the lifecycle thread removes
+            // them soon after).
+            let now = now_ms() as i64;
             let mut stmt = c.prepare_cached(&format!(
-                "SELECT {OBJECT_COLUMNS} FROM objects WHERE bucket = ?1 AND key >= ?2 ORDER BY key LIMIT ?3"
+                "SELECT {OBJECT_COLUMNS} FROM objects WHERE bucket = ?1 AND key >= ?2
+                 AND (expires_ms IS NULL OR expires_ms > ?4) ORDER BY key LIMIT ?3"
             ))?;
             let page = list_with(query, |from: &[u8], limit: usize| {
-                stmt.query_map(params![bucket, from, limit as i64], object_from_row)?.collect::<rusqlite::Result<Vec<_>>>()
+                stmt.query_map(params![bucket, from, limit as i64, now], object_from_row)?
+                    .collect::<rusqlite::Result<Vec<_>>>()
             })?;
             Ok(Some(page))
         })?;
@@ -1161,6 +1290,95 @@ impl Catalog for SqliteCatalog {
             .query_map(params![bucket, key.as_bytes(), limit as i64], object_from_row)?
             .collect()
         })
+    }
+
+    // ---- versions, tags, Object Lock, lifecycle, restores: in `archive`.
+    fn set_bucket_archive(&self, name: &str, archive: &BucketArchive) -> Result<()> {
+        self.set_bucket_archive_impl(name, archive)
+    }
+
+    fn get_object_version(
+        &self,
+        bucket: &str,
+        key: &str,
+        version_id: &str,
+    ) -> Result<Option<(VersionRecord, Option<ContentRecord>)>> {
+        self.get_object_version_impl(bucket, key, version_id)
+    }
+
+    fn delete_version(
+        &self,
+        bucket: &str,
+        key: &str,
+        version_id: Option<&str>,
+        bypass_governance: bool,
+        now_ms: u64,
+    ) -> Result<DeleteOutcome> {
+        self.delete_version_impl(bucket, key, version_id, bypass_governance, now_ms)
+    }
+
+    fn list_object_versions(&self, bucket: &str, query: &VersionQuery) -> Result<VersionPage> {
+        self.list_object_versions_impl(bucket, query)
+    }
+
+    fn change_attributes(
+        &self,
+        bucket: &str,
+        key: &str,
+        version_id: Option<&str>,
+        change: &AttributeChange,
+        bypass_governance: bool,
+        now_ms: u64,
+    ) -> Result<String> {
+        self.change_attributes_impl(bucket, key, version_id, change, bypass_governance, now_ms)
+    }
+
+    fn expire_objects(&self, now_ms: u64, limit: usize) -> Result<u64> {
+        self.expire_objects_impl(now_ms, limit)
+    }
+
+    fn expire_noncurrent(&self, now_ms: u64, limit: usize) -> Result<u64> {
+        self.expire_noncurrent_impl(now_ms, limit)
+    }
+
+    fn request_restore(
+        &self,
+        bucket: &str,
+        key: &str,
+        version_id: Option<&str>,
+        duration_ms: u64,
+        now_ms: u64,
+    ) -> Result<(RestoreOutcome, RestoreRecord)> {
+        self.request_restore_impl(bucket, key, version_id, duration_ms, now_ms)
+    }
+
+    fn restore_of(
+        &self,
+        bucket: &str,
+        key: &str,
+        version_id: &str,
+    ) -> Result<Option<RestoreRecord>> {
+        self.restore_of_impl(bucket, key, version_id)
+    }
+
+    fn pending_restores(&self, limit: usize) -> Result<Vec<RestoreRecord>> {
+        self.pending_restores_impl(limit)
+    }
+
+    fn finish_restores(&self, content: &ContentId, now_ms: u64) -> Result<()> {
+        self.finish_restores_impl(content, now_ms)
+    }
+
+    fn recache_content(&self, content: &ContentId, cache_path: &str, now_ms: u64) -> Result<bool> {
+        self.recache_content_impl(content, cache_path, now_ms)
+    }
+
+    fn dataset_stats(&self) -> Result<Vec<DatasetStats>> {
+        self.dataset_stats_impl()
+    }
+
+    fn expire_restores(&self, now_ms: u64) -> Result<u64> {
+        self.expire_restores_impl(now_ms)
     }
 
     fn get_content(&self, id: &ContentId) -> Result<Option<ContentRecord>> {
@@ -1299,7 +1517,7 @@ impl Catalog for SqliteCatalog {
         self.read(|c| {
             c.prepare_cached(&format!(
                 "SELECT {CONTENT_COLUMNS} FROM contents WHERE state = 'persisted' AND cache_path IS NOT NULL
-                 ORDER BY last_access_ms LIMIT ?1"
+                 AND pinned_until_ms IS NULL ORDER BY last_access_ms LIMIT ?1"
             ))?
             .query_map(params![limit as i64], |r| content_from_row(r, 0))?
             .collect()
@@ -1314,7 +1532,8 @@ impl Catalog for SqliteCatalog {
                 let key = id.to_key();
                 let path: Option<String> = tx
                     .prepare_cached(
-                        "SELECT cache_path FROM contents WHERE content = ?1 AND state = 'persisted'",
+                        "SELECT cache_path FROM contents WHERE content = ?1 AND state = 'persisted'
+                         AND pinned_until_ms IS NULL",
                     )?
                     .query_row(params![&key[..]], |r| r.get(0))
                     .optional()?
@@ -1690,7 +1909,10 @@ impl Catalog for SqliteCatalog {
                     )));
                 }
             }
-            let run = || -> rusqlite::Result<PutOutcome> {
+            let Some(archive) = Self::bucket_archive_on(tx, &object.bucket).map_err(e)? else {
+                return Err(CatalogError::NoSuchBucket(object.bucket.clone()));
+            };
+            let run = || -> rusqlite::Result<Result<PutOutcome>> {
                 let key = list.id.to_key();
                 let exists = tx
                     .prepare_cached("SELECT 1 FROM contents WHERE content = ?1")?
@@ -1728,17 +1950,18 @@ impl Catalog for SqliteCatalog {
                 let mut work = remove_parts(tx, upload_id, None, now_ms)?;
                 tx.prepare_cached("DELETE FROM multipart_uploads WHERE upload_id = ?1")?
                     .execute(params![upload_id])?;
-                // The object's old content loses its reference after the new one is taken (same list again).
-                Self::remove_object(tx, &object.bucket, &object.key, now_ms)?;
-                Self::insert_object(tx, object)?;
+                // The version it replaces loses its reference after the new one is taken (same list again).
+                if let Err(refused) = Self::store_version(tx, &archive, object, now_ms)? {
+                    return Ok(Err(refused));
+                }
                 Self::ensure_dataset(tx, &object.dataset, &object.bucket, now_ms)?;
                 work.shrink_to_fit();
-                Ok(PutOutcome {
+                Ok(Ok(PutOutcome {
                     deduplicated: exists,
                     work,
-                })
+                }))
             };
-            run().map_err(e)
+            run().map_err(e)?
         })
     }
 
@@ -1775,6 +1998,19 @@ impl Catalog for SqliteCatalog {
             let Some((refcount, cache_path, stored_bytes, state)) = row else { return Ok(outcome) };
             // A content being written to the grid is left to finish first.
             if refcount != 0 || state == "persisting" {
+                return Ok(outcome);
+            }
+            // Never drop bytes a version still names (a locked one above all), whatever the count says.
+            let named = tx
+                .prepare_cached(
+                    "SELECT 1 FROM objects WHERE content = ?1
+                     UNION ALL SELECT 1 FROM object_versions WHERE content = ?1 LIMIT 1",
+                )?
+                .query_row(params![&key[..]], |_| Ok(()))
+                .optional()?
+                .is_some();
+            if named {
+                tracing::error!("garbage collection: content {id} has refcount 0 but a version names it; kept");
                 return Ok(outcome);
             }
             let extent_ids: Vec<i64> = tx
@@ -1951,7 +2187,8 @@ impl Catalog for SqliteCatalog {
             let mut stmt = c.prepare(
                 "SELECT c.content, c.refcount, (SELECT COUNT(*) FROM objects o WHERE o.content = c.content)
                      + (SELECT COUNT(*) FROM content_parts p WHERE p.part = c.content)
-                     + (SELECT COUNT(*) FROM multipart_parts m WHERE m.content = c.content) FROM contents c",
+                     + (SELECT COUNT(*) FROM multipart_parts m WHERE m.content = c.content)
+                     + (SELECT COUNT(*) FROM object_versions v WHERE v.content = c.content) FROM contents c",
             )?;
             let rows = stmt.query_map([], |r| Ok((r.get::<_, Vec<u8>>(0)?, r.get::<_, i64>(1)?, r.get::<_, i64>(2)?)))?;
             for row in rows {
@@ -2041,6 +2278,9 @@ mod tests {
             user_metadata: vec![],
             checksums: vec![],
             dataset: "b/".into(),
+            version_id: String::new(),
+            attributes: Default::default(),
+            expires_ms: None,
         };
         let content = NewContent {
             id,

@@ -39,6 +39,9 @@ fn object(bucket: &str, key: &str, n: u8) -> ObjectRecord {
         user_metadata: vec![("a".into(), "b".into())],
         checksums: vec![],
         dataset: format!("{bucket}/d"),
+        version_id: NULL_VERSION.into(),
+        attributes: Default::default(),
+        expires_ms: None,
     }
 }
 
@@ -177,13 +180,16 @@ fn copy_adds_a_reference_and_copy_onto_itself_keeps_the_content() {
     c.create_bucket("b", &BucketSettings::default()).unwrap();
     c.create_bucket("c", &BucketSettings::default()).unwrap();
     put(&c, "b", "k", 1);
-    let copy = c.copy_object("b", "k", &object("c", "k2", 99), 5).unwrap();
+    let copy = c
+        .copy_object("b", "k", None, &object("c", "k2", 99), 5)
+        .unwrap();
     assert_eq!(copy.content, cid(1));
     assert_eq!(c.get_content(&cid(1)).unwrap().unwrap().refcount, 2);
-    c.copy_object("b", "k", &object("b", "k", 99), 6).unwrap();
+    c.copy_object("b", "k", None, &object("b", "k", 99), 6)
+        .unwrap();
     assert_eq!(c.get_content(&cid(1)).unwrap().unwrap().refcount, 2);
     assert!(matches!(
-        c.copy_object("b", "missing", &object("c", "x", 1), 7),
+        c.copy_object("b", "missing", None, &object("c", "x", 1), 7),
         Err(CatalogError::NoSuchKey { .. })
     ));
     assert!(c.check().unwrap().is_empty());
@@ -561,10 +567,6 @@ fn uploaded_parts_are_referenced_contents_and_replacing_or_aborting_drops_the_re
     assert_eq!(c.owner_of(&cid(1)).unwrap(), None);
     assert_eq!(c.list_uploads("b", "bi", 10).unwrap(), vec![u.clone()]);
     assert!(c.list_uploads("b", "x", 10).unwrap().is_empty());
-    assert!(matches!(
-        c.delete_bucket("b"),
-        Err(CatalogError::BucketNotEmpty(_))
-    ));
     assert!(c.check().unwrap().is_empty(), "{:?}", c.check());
     assert!(c.remove_upload("u1").unwrap().is_empty());
     assert_eq!(refcount(&c, 2), 0);
@@ -771,7 +773,7 @@ fn a_schema_2_catalog_is_migrated_and_keeps_its_parts() {
             |r| r.get(0),
         )
         .unwrap();
-    assert_eq!(version, "4", "migrated to the latest version");
+    assert_eq!(version, "5", "migrated to the latest version");
 }
 
 #[test]

@@ -42,6 +42,9 @@ fn put(c: &SqliteCatalog, key: &str) -> Result<PutOutcome> {
         user_metadata: vec![],
         checksums: vec![],
         dataset: "b/".into(),
+        version_id: String::new(),
+        attributes: Default::default(),
+        expires_ms: None,
     };
     let content = NewContent {
         id,

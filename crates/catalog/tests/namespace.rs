@@ -37,6 +37,9 @@ fn put(c: &dyn Catalog, bucket: &str, key: &str, n: u8) {
         user_metadata: vec![],
         checksums: vec![],
         dataset: bucket.into(),
+        version_id: String::new(),
+        attributes: Default::default(),
+        expires_ms: None,
     };
     let content = NewContent {
         id: cid(n),

@@ -49,8 +49,9 @@ enum Command {
     Get(object::GetArgs),
     /// List buckets, or the keys of bucket[/prefix].
     Ls(object::LsArgs),
-    /// Remove bucket/key.
-    Rm(object::KeyArgs),
+    /// Remove bucket/key (a delete marker in versioned buckets), or one version with --version-id; Object Lock
+    /// decides.
+    Rm(object::RmArgs),
     /// Show what the archive knows of bucket/key: size, etag, encoding, persistence state, extents.
     Stat(object::KeyArgs),
     /// Make a bucket, optionally with its settings (compression, placement, write mode).
@@ -59,6 +60,10 @@ enum Command {
     Settings(object::SettingsArgs),
     /// Remove an empty bucket.
     Rb(object::BucketArgs),
+    /// Restore every object under bucket[/prefix] into the cache: one spin-up per disk, on-disk order.
+    Restore(object::RestoreArgs),
+    /// Datasets (bucket + prefix): size, objects, first/last write, tags, expiry, persistence, disk.
+    Datasets(object::DatasetsArgs),
     /// Disks per power state, cache fill, bytes waiting per grid bucket, energy, contents per state.
     Status(object::StatusArgs),
     /// Re-read every object and check its hashes; exits 1 when any object fails.
@@ -75,11 +80,9 @@ enum SimCommand {
     Cache(permafrost_sim_cache::cli::CacheArgs),
 }
 
-/// The log filter unless `PERMAFROST_LOG` sets one: warnings and errors, but not s3s's error-level line for
-/// every failed S3 operation (`s3s::ops`: a 404 or a refused signature is the client's business, and a busy
-/// server would flood its log). Server errors (5xx) stay visible: s3s logs them again as responses
-/// (`s3s::service`), and permafrost logs the cause of its own internal errors.
-const LOG_FILTER_DEFAULT: &str = "warn,s3s::ops=off";
+/// The log filter unless `PERMAFROST_LOG` sets one. Warnings and errors; one info line per failed S3 request (`permafrost_s3::requests`); s3s's own lines are
+/// Debug dumps of whole requests and responses, so they are off (`PERMAFROST_LOG` overrides all of this).
+const LOG_FILTER_DEFAULT: &str = "warn,s3s=off,permafrost_s3::requests=info";
 
 /// Large buffers (read-ahead chunks, IDR batches, upload pieces) go straight to `mmap` and back to the kernel
 /// when freed. glibc otherwise raises its mmap threshold after the first large free (up to 32 MiB), so later
@@ -100,6 +103,7 @@ fn main() {
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let cli = Cli::parse();
     let result = match cli.command {
@@ -118,6 +122,8 @@ fn main() {
         Command::Mb(args) => object::mb(args),
         Command::Settings(args) => object::settings(args),
         Command::Rb(args) => object::rb(args),
+        Command::Restore(args) => object::restore(args),
+        Command::Datasets(args) => object::datasets(args),
         Command::Status(args) => object::status(args),
         Command::Verify(args) => object::verify(args),
         Command::Salvage(args) => object::salvage(args),

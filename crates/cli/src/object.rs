@@ -27,7 +27,9 @@ use clap::Args;
 use serde::Serialize;
 
 use crate::units::format_bytes;
-use permafrost_store::{BucketSettings, BucketSettingsReport};
+use permafrost_store::{
+    BucketSettings, BucketSettingsReport, DatasetFilter, DatasetSummary, RestoreBatch,
+};
 
 /// Where the archive is: a data directory opened in this process, or a running server.
 #[derive(Args, Clone, Debug)]
@@ -108,6 +110,53 @@ pub struct LsArgs {
 pub struct KeyArgs {
     /// `bucket/key` or `s3://bucket/key`.
     object: String,
+    #[command(flatten)]
+    target: Target,
+}
+
+/// An object to remove.
+#[derive(Args, Debug)]
+pub struct RmArgs {
+    /// `bucket/key` or `s3://bucket/key`.
+    object: String,
+    /// Remove this version for good (without it, a versioned bucket only gets a delete marker). Object Lock
+    /// decides: a legal hold or a retention date in the future refuses.
+    #[arg(long)]
+    version_id: Option<String>,
+    /// Lift a GOVERNANCE retention for this delete (never a COMPLIANCE one, never a legal hold).
+    #[arg(long)]
+    bypass_governance_retention: bool,
+    #[command(flatten)]
+    target: Target,
+}
+
+/// Restore objects into the cache, scheduled by disk.
+#[derive(Args, Debug)]
+pub struct RestoreArgs {
+    /// `bucket`, `bucket/prefix` or `s3://bucket/prefix`: every current object under it.
+    prefix: String,
+    /// Keep the restored copies in the cache this many (lifecycle) days.
+    #[arg(long, default_value_t = 1)]
+    days: u32,
+    #[command(flatten)]
+    target: Target,
+}
+
+/// Datasets and what they hold.
+#[derive(Args, Debug)]
+pub struct DatasetsArgs {
+    /// Only datasets of this bucket.
+    #[arg(long)]
+    bucket: Option<String>,
+    /// Only datasets whose objects (or bucket) carry this tag, `KEY=VALUE`.
+    #[arg(long)]
+    tag: Option<String>,
+    /// Only datasets written to at or after this time (RFC 3339, e.g. 2026-01-31T00:00:00Z, or a date).
+    #[arg(long)]
+    after: Option<String>,
+    /// Only datasets first written at or before this time.
+    #[arg(long)]
+    before: Option<String>,
     #[command(flatten)]
     target: Target,
 }
@@ -333,7 +382,17 @@ trait Archive {
     ) -> Result<u64>;
     fn list(&self, bucket: &str, prefix: &str, recursive: bool) -> Result<Listing>;
     fn list_buckets(&self) -> Result<Vec<String>>;
-    fn remove(&self, bucket: &str, key: &str) -> Result<()>;
+    /// Delete a key (a delete marker in versioned buckets) or, with `version_id`, one version for good.
+    fn remove(
+        &self,
+        bucket: &str,
+        key: &str,
+        version_id: Option<&str>,
+        bypass_governance: bool,
+    ) -> Result<permafrost_store::DeleteOutcome>;
+    /// Restore every current object under `bucket/prefix` into the cache (by disk), and wait until done.
+    fn restore(&self, bucket: &str, prefix: &str, days: u32, json: bool) -> Result<RestoreBatch>;
+    fn datasets(&self, filter: &DatasetFilter) -> Result<Vec<DatasetSummary>>;
     fn stat(&self, bucket: &str, key: &str) -> Result<ObjectStat>;
     fn make_bucket(&self, bucket: &str) -> Result<()>;
     /// The bucket's settings; with `change`, after replacing them.
@@ -623,18 +682,146 @@ pub fn ls(args: LsArgs) -> Result<()> {
     Ok(())
 }
 
-pub fn rm(args: KeyArgs) -> Result<()> {
+pub fn rm(args: RmArgs) -> Result<()> {
     let (bucket, key) = split_path(&args.object, true)?;
     let archive = connect(&args.target)?;
     // S3 deletes of a missing key succeed; a person asking to remove one wants to know.
-    archive.stat(&bucket, &key)?;
-    archive.remove(&bucket, &key)?;
+    if args.version_id.is_none() {
+        archive.stat(&bucket, &key)?;
+    }
+    let outcome = archive.remove(
+        &bucket,
+        &key,
+        args.version_id.as_deref(),
+        args.bypass_governance_retention,
+    )?;
+    if let (Some(v), None) = (&args.version_id, &outcome.version_id) {
+        bail!("no such version: {bucket}/{key} version {v}");
+    }
+    let text = match (&args.version_id, outcome.delete_marker, &outcome.version_id) {
+        (None, true, Some(marker)) => {
+            format!("removed {bucket}/{key} (delete marker {marker}; older versions stay)")
+        }
+        (Some(v), true, _) => format!("removed delete marker {v} of {bucket}/{key}"),
+        (Some(v), false, _) => format!("removed version {v} of {bucket}/{key}"),
+        _ => format!("removed {bucket}/{key}"),
+    };
     if args.target.json {
-        print_json(&serde_json::json!({ "removed": format!("{bucket}/{key}") }))
+        print_json(&serde_json::json!({
+            "removed": format!("{bucket}/{key}"),
+            "version_id": outcome.version_id,
+            "delete_marker": outcome.delete_marker,
+        }))
     } else {
-        println!("removed {bucket}/{key}");
+        println!("{text}");
         Ok(())
     }
+}
+
+pub fn restore(args: RestoreArgs) -> Result<()> {
+    let (bucket, prefix) = split_path(&args.prefix, false)?;
+    if args.days == 0 {
+        bail!("--days must be at least 1");
+    }
+    let archive = connect(&args.target)?;
+    let batch = archive.restore(&bucket, &prefix, args.days, args.target.json)?;
+    if args.target.json {
+        return print_json(&batch);
+    }
+    println!(
+        "restored {} of {} objects under {bucket}/{prefix} ({} read from {} disk(s): {}); they stay in the \
+         cache for {} day(s)",
+        batch.done,
+        batch.requested,
+        format_bytes(batch.bytes_read),
+        batch.grid_buckets.len(),
+        batch
+            .grid_buckets
+            .iter()
+            .map(|b| format!("grid bucket {b}"))
+            .collect::<Vec<_>>()
+            .join(", "),
+        args.days
+    );
+    Ok(())
+}
+
+/// A time given on the command line: RFC 3339, or a date (midnight UTC), or milliseconds since the epoch.
+fn parse_time_ms(text: &str) -> Result<u64> {
+    if let Ok(ms) = text.parse::<u64>() {
+        return Ok(ms);
+    }
+    let with_time = if text.len() == 10 {
+        format!("{text}T00:00:00Z")
+    } else {
+        text.to_string()
+    };
+    let t: jiff::Timestamp = with_time.parse().with_context(|| {
+        format!(
+            "{text:?} is not a time: use RFC 3339 (2026-01-31T12:00:00Z) or a date (2026-01-31)"
+        )
+    })?;
+    u64::try_from(t.as_millisecond()).map_err(|_| anyhow::anyhow!("{text:?} is before 1970"))
+}
+
+fn time_text(ms: u64) -> String {
+    jiff::Timestamp::from_millisecond(ms as i64)
+        .map(|t| t.strftime("%Y-%m-%d %H:%M:%S").to_string())
+        .unwrap_or_default()
+}
+
+pub fn datasets(args: DatasetsArgs) -> Result<()> {
+    let tag = match &args.tag {
+        None => None,
+        Some(t) => {
+            let (k, v) = t
+                .split_once('=')
+                .with_context(|| format!("--tag {t:?}: expected KEY=VALUE"))?;
+            Some((k.to_string(), v.to_string()))
+        }
+    };
+    let filter = DatasetFilter {
+        tag,
+        written_after_ms: args.after.as_deref().map(parse_time_ms).transpose()?,
+        written_before_ms: args.before.as_deref().map(parse_time_ms).transpose()?,
+        bucket: args.bucket.clone(),
+    };
+    let archive = connect(&args.target)?;
+    let list = archive.datasets(&filter)?;
+    if args.target.json {
+        return print_json(&list);
+    }
+    if list.is_empty() {
+        println!("no datasets match");
+        return Ok(());
+    }
+    println!(
+        "{:<32} {:>8} {:>10} {:<19} {:<19} {:<19} {:<18} {:>5}  tags",
+        "dataset", "objects", "size", "first write", "last write", "expires", "persistence", "grid"
+    );
+    for d in list {
+        println!(
+            "{:<32} {:>8} {:>10} {:<19} {:<19} {:<19} {:<18} {:>5}  {}",
+            d.dataset,
+            d.objects,
+            format_bytes(d.size_bytes),
+            time_text(d.first_write_ms),
+            time_text(d.last_write_ms),
+            d.expires_ms
+                .map(time_text)
+                .unwrap_or_else(|| "never".into()),
+            d.persistence,
+            d.grid_bucket
+                .map(|g| g.to_string())
+                .unwrap_or_else(|| "-".into()),
+            d.tags
+                .iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect::<Vec<_>>()
+                .join(",")
+        );
+    }
+    Ok(())
 }
 
 pub fn stat(args: KeyArgs) -> Result<()> {

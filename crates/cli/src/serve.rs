@@ -183,6 +183,32 @@ fn random_token(len: usize) -> String {
         .collect()
 }
 
+/// Whether disk power is real or simulated, in words: file-backed disks have no motor, and block devices
+/// without a configured controller keep only the model.
+fn power_description(disks: &[permafrost_engine::DiskSpec]) -> String {
+    use permafrost_disk::power::PowerControl;
+    let simulated = disks
+        .iter()
+        .filter(|d| {
+            matches!(
+                d,
+                permafrost_engine::DiskSpec::File { .. }
+                    | permafrost_engine::DiskSpec::Block {
+                        power_control: PowerControl::Simulated,
+                        ..
+                    }
+            )
+        })
+        .count();
+    match (simulated, disks.len()) {
+        (s, n) if s == n => "disk power is simulated (no motor is switched)".to_owned(),
+        (0, _) => "disk power is switched for real".to_owned(),
+        (s, n) => {
+            format!("disk power is simulated for {s} of {n} disks, switched for real for the rest")
+        }
+    }
+}
+
 /// The root credentials and a description of where they came from.
 fn credentials(data_dir: &Path) -> Result<(Credentials, String)> {
     let user = std::env::var("PERMAFROST_ROOT_USER")
@@ -249,11 +275,11 @@ fn credentials(data_dir: &Path) -> Result<(Credentials, String)> {
                     credentials.access_key, credentials.secret_key
                 ),
             )?;
-            let secret = credentials.secret_key.clone();
+            // The secret goes only into the 0600 file, never to stdout (which often ends up in a log file).
             Ok((
                 credentials,
                 format!(
-                    "generated, stored in {} (mode 0600); secret key {secret}",
+                    "generated; the secret key is in {} (mode 0600)",
                     path.display()
                 ),
             ))
@@ -341,12 +367,14 @@ pub fn run(args: ServeArgs) -> Result<()> {
     let started = Instant::now();
     let store = Store::open(data_dir, config)
         .with_context(|| format!("cannot open the archive in {}", data_dir.display()))?;
+    let grid = store.engine().config();
     note!(
-        "permafrost: archive open in {} ms: grid {}, {} buckets of {}",
+        "permafrost: archive open in {} ms: grid {}, {} grid buckets (data disks) of {}; {}",
         started.elapsed().as_millis(),
-        store.engine().config().layout,
+        grid.layout,
         store.engine().buckets(),
-        format_bytes(store.engine().bucket_capacity_bytes())
+        format_bytes(store.engine().bucket_capacity_bytes()),
+        power_description(&grid.disks)
     );
     let store = Arc::new(store);
     let mounted = match &args.mount {

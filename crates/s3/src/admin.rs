@@ -105,7 +105,7 @@ fn json_response(status: StatusCode, value: &impl Serialize) -> S3Response<Body>
     response
 }
 
-fn json_error(status: StatusCode, message: impl Into<String>) -> S3Response<Body> {
+pub(crate) fn json_error(status: StatusCode, message: impl Into<String>) -> S3Response<Body> {
     json_response(
         status,
         &serde_json::json!({ "error": status.canonical_reason().unwrap_or("error"), "message": message.into() }),
@@ -125,7 +125,7 @@ fn store_error(error: StoreError) -> S3Response<Body> {
 }
 
 /// Run a blocking store call and answer its result as JSON.
-async fn run<T, F>(f: F) -> S3Response<Body>
+pub(crate) async fn run<T, F>(f: F) -> S3Response<Body>
 where
     T: Serialize + Send + 'static,
     F: FnOnce() -> Result<T, StoreError> + Send + 'static,
@@ -180,7 +180,9 @@ impl S3Route for AdminRoute {
     /// endpoints need the root user's (a request with a wrong signature never gets here: s3s refuses it).
     async fn check_access(&self, req: &mut S3Request<Body>) -> S3Result<()> {
         let path = req.uri.path();
-        let endpoint = ENDPOINTS.contains(&path) || settings_bucket(path).is_some();
+        let endpoint = ENDPOINTS.contains(&path)
+            || settings_bucket(path).is_some()
+            || crate::archive_api::is_archive_endpoint(path);
         let public = path == HEALTH_PATH || !endpoint;
         match req.credentials {
             Some(_) => Ok(()),
@@ -190,6 +192,9 @@ impl S3Route for AdminRoute {
     }
 
     async fn call(&self, req: S3Request<Body>) -> S3Result<S3Response<Body>> {
+        if crate::archive_api::is_archive_endpoint(req.uri.path()) {
+            return Ok(crate::archive_api::call(&self.store, req).await);
+        }
         if let Some(bucket) = settings_bucket(req.uri.path()) {
             let bucket = bucket.to_owned();
             return Ok(self.bucket_settings(req, bucket).await);
@@ -235,7 +240,11 @@ impl S3Route for AdminRoute {
     }
 }
 
-fn method_not_allowed(method: &Method, path: &str, allowed: &'static str) -> S3Response<Body> {
+pub(crate) fn method_not_allowed(
+    method: &Method,
+    path: &str,
+    allowed: &'static str,
+) -> S3Response<Body> {
     let mut r = json_error(
         StatusCode::METHOD_NOT_ALLOWED,
         format!("{method} {path}: use {allowed}"),
@@ -255,6 +264,10 @@ struct SettingsBody {
     placement: Option<String>,
     #[serde(default)]
     write_mode: Option<String>,
+    /// `STANDARD` or `GLACIER`: the storage class of uploads that name none (docs/archive.md); absent =
+    /// unchanged.
+    #[serde(default)]
+    storage_class: Option<permafrost_store::StorageClass>,
 }
 
 impl AdminRoute {
@@ -273,20 +286,33 @@ impl AdminRoute {
                         )
                     }
                 };
-                let settings = match serde_json::from_slice::<SettingsBody>(&body) {
-                    Ok(b) => BucketSettings {
-                        compression: b.compression,
-                        placement: b.placement,
-                        write_mode: b.write_mode,
-                    },
+                let (settings, storage_class) = match serde_json::from_slice::<SettingsBody>(&body) {
+                    Ok(b) => (
+                        BucketSettings {
+                            compression: b.compression,
+                            placement: b.placement,
+                            write_mode: b.write_mode,
+                        },
+                        b.storage_class,
+                    ),
                     Err(e) => {
                         return json_error(
                             StatusCode::BAD_REQUEST,
-                            format!("bucket settings: {e} (expected {{\"compression\": \"zstd\"|\"lz4\"|\"none\", \"placement\": NAME, \"write_mode\": MODE}})"),
+                            format!("bucket settings: {e} (expected {{\"compression\": \"zstd\"|\"lz4\"|\"none\", \"placement\": NAME, \"write_mode\": MODE, \"storage_class\": \"STANDARD\"|\"GLACIER\"}})"),
                         )
                     }
                 };
-                run(move || store.set_bucket_settings(&bucket, settings)).await
+                run(move || {
+                    store.set_bucket_settings(&bucket, settings)?;
+                    // Absent: unchanged (it lives with versioning and lifecycle, not with these settings).
+                    if let Some(class) = storage_class {
+                        let mut archive = store.bucket_archive(&bucket)?;
+                        archive.storage_class = class;
+                        store.set_bucket_archive(&bucket, archive)?;
+                    }
+                    store.bucket_settings(&bucket)
+                })
+                .await
             }
             ref method => method_not_allowed(method, req.uri.path(), "GET, HEAD, PUT"),
         }

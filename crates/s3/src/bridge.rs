@@ -47,12 +47,14 @@ enum Piece {
     End(Option<String>),
 }
 
-/// Stream `body` into the handle `begin` opens, verify the announced trailing checksum, and finish.
+/// Stream `body` into the handle `begin` opens, verify the announced trailing checksum (and `header_check`, a
+/// checksum header the store does not verify itself: CRC64NVME), and finish.
 pub(crate) async fn upload<F>(
     body: Option<StreamingBlob>,
     begin: F,
     trailer: Option<TrailerChecksum>,
     trailing_headers: Option<TrailingHeaders>,
+    header_check: Option<(TrailerChecksum, String)>,
 ) -> S3Result<ObjectInfo>
 where
     F: FnOnce() -> Result<PutHandle, StoreError> + Send + 'static,
@@ -62,15 +64,31 @@ where
     let writer = tokio::task::spawn_blocking(move || -> Result<ObjectInfo, StoreError> {
         let mut handle = begin()?;
         let mut hasher = trailer_for_writer.map(|t| t.hasher());
+        let mut header_hasher = header_check.as_ref().map(|(t, _)| t.hasher());
         loop {
             match rx.blocking_recv() {
                 Some(Piece::Data(bytes)) => {
                     if let Some(h) = hasher.as_mut() {
                         h.update(&bytes);
                     }
+                    if let Some(h) = header_hasher.as_mut() {
+                        h.update(&bytes);
+                    }
                     handle.write(&bytes)?;
                 }
                 Some(Piece::End(trailer_value)) => {
+                    if let (Some(h), Some((t, sent))) =
+                        (header_hasher.take(), header_check.as_ref())
+                    {
+                        let computed = h.finish_base64();
+                        if computed != sent.trim() {
+                            handle.abort();
+                            return Err(StoreError::BadDigest(format!(
+                                "{}: the client sent {sent}, the body has {computed}",
+                                t.header_name()
+                            )));
+                        }
+                    }
                     if let (Some(h), Some(t)) = (hasher.take(), trailer_for_writer.as_ref()) {
                         let Some(sent) = trailer_value else {
                             handle.abort();

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use permafrost_store::{BucketSettings, Store};
+use permafrost_store::{BucketArchive, BucketSettings, Store, Versioning};
 use s3s::dto::*;
 use s3s::{S3Error, S3ErrorCode, S3Request, S3Response, S3Result};
 
@@ -45,9 +45,36 @@ pub(crate) async fn create_bucket(
             ),
         ));
     }
+    let object_lock = req.input.object_lock_enabled_for_bucket.unwrap_or(false);
+    if req
+        .input
+        .acl
+        .as_ref()
+        .is_some_and(|a| a.as_str() != BucketCannedACL::PRIVATE)
+    {
+        return Err(S3Error::with_message(
+            S3ErrorCode::AccessDenied,
+            "only the canned ACL \"private\" is accepted: this server has one user and nothing can be made public",
+        ));
+    }
     let store = Arc::clone(store);
     let name = req.input.bucket.clone();
-    blocking(move || store.create_bucket(&name, BucketSettings::default())).await?;
+    blocking(move || {
+        store.create_bucket(&name, BucketSettings::default())?;
+        if object_lock {
+            // Object Lock comes with versioning enabled, for good.
+            store.set_bucket_archive(
+                &name,
+                BucketArchive {
+                    versioning: Versioning::Enabled,
+                    object_lock: true,
+                    ..Default::default()
+                },
+            )?;
+        }
+        Ok(())
+    })
+    .await?;
     Ok(S3Response::new(CreateBucketOutput {
         location: Some(format!("/{}", req.input.bucket)),
     }))

@@ -3,8 +3,13 @@
 use std::time::{Duration, SystemTime};
 
 use http::{HeaderMap, HeaderValue};
-use permafrost_store::{ContentState, ObjectInfo};
-use s3s::dto::{ETag, Metadata, Owner, Timestamp};
+use permafrost_store::{
+    ContentState, LockMode, ObjectAttributes, ObjectInfo, Retention, StorageClass, StoreError,
+};
+use s3s::dto::{ETag, Metadata, Owner, Timestamp, TimestampFormat};
+use s3s::S3Result;
+
+use crate::error::s3_error;
 
 /// The response header that shows an object's persistence state on HEAD and GET: `cached`, `placed`,
 /// `persisting` or `persisted` (every extent and all parity on the grid).
@@ -74,6 +79,162 @@ pub(crate) fn object_headers(info: &ObjectInfo) -> HeaderMap {
     }
     headers.insert(STORED_BYTES_HEADER, HeaderValue::from(info.stored_bytes));
     headers
+}
+
+/// Milliseconds since the epoch of an S3 timestamp.
+pub(crate) fn timestamp_ms(t: &Timestamp) -> u64 {
+    let mut text = Vec::new();
+    if t.format(TimestampFormat::EpochSeconds, &mut text).is_err() {
+        return 0;
+    }
+    std::str::from_utf8(&text)
+        .ok()
+        .and_then(|s| s.parse::<f64>().ok())
+        .map_or(0, |secs| (secs * 1000.0).max(0.0) as u64)
+}
+
+/// An HTTP date (`Fri, 23 Dec 2012 00:00:00 GMT`).
+pub(crate) fn http_date(ms: u64) -> String {
+    let mut text = Vec::new();
+    let _ = timestamp(ms).format(TimestampFormat::HttpDate, &mut text);
+    String::from_utf8(text).unwrap_or_default()
+}
+
+/// Decode `application/x-www-form-urlencoded` text (`+` is a space, `%XX` a byte).
+pub(crate) fn form_decode(s: &str) -> Option<String> {
+    let mut bytes = Vec::with_capacity(s.len());
+    let mut it = s.bytes();
+    while let Some(b) = it.next() {
+        match b {
+            b'+' => bytes.push(b' '),
+            b'%' => {
+                let hi = (it.next()? as char).to_digit(16)?;
+                let lo = (it.next()? as char).to_digit(16)?;
+                bytes.push((hi * 16 + lo) as u8);
+            }
+            other => bytes.push(other),
+        }
+    }
+    String::from_utf8(bytes).ok()
+}
+
+/// The tags of an `x-amz-tagging` header (`k1=v1&k2=v2`, URL-encoded).
+pub(crate) fn parse_tagging(header: &str) -> S3Result<Vec<(String, String)>> {
+    let mut tags = Vec::new();
+    for pair in header.split('&').filter(|p| !p.is_empty()) {
+        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+        match (form_decode(k), form_decode(v)) {
+            (Some(k), Some(v)) => tags.push((k, v)),
+            _ => {
+                return Err(s3_error(StoreError::InvalidArgument(format!(
+                    "x-amz-tagging {header:?} is not URL-encoded key=value pairs"
+                ))))
+            }
+        }
+    }
+    permafrost_store::validate_tags(&tags).map_err(s3_error)?;
+    Ok(tags)
+}
+
+/// A storage class a client asked for: STANDARD or GLACIER; anything else is refused, never changed.
+pub(crate) fn storage_class(
+    requested: Option<&str>,
+    default: StorageClass,
+) -> S3Result<StorageClass> {
+    match requested {
+        None => Ok(default),
+        Some(name) => name
+            .parse()
+            .map_err(|m: String| s3_error(StoreError::InvalidStorageClass(m))),
+    }
+}
+
+/// What a PUT, a multipart upload or a copy says about the new version besides its bytes.
+pub(crate) struct NewVersion<'a> {
+    pub cache_control: Option<String>,
+    pub content_disposition: Option<String>,
+    pub content_language: Option<String>,
+    pub expires: Option<Timestamp>,
+    pub tagging: Option<&'a str>,
+    pub storage_class: Option<&'a str>,
+    pub lock_mode: Option<&'a str>,
+    pub retain_until: Option<Timestamp>,
+    pub legal_hold: Option<&'a str>,
+}
+
+impl NewVersion<'_> {
+    /// The attributes of the new version (`default_class`: the bucket's storage class).
+    pub(crate) fn attributes(self, default_class: StorageClass) -> S3Result<ObjectAttributes> {
+        let mut headers = Vec::new();
+        for (name, value) in [
+            ("cache-control", self.cache_control),
+            ("content-disposition", self.content_disposition),
+            ("content-language", self.content_language),
+            (
+                "expires",
+                self.expires.as_ref().map(|t| http_date(timestamp_ms(t))),
+            ),
+        ] {
+            if let Some(v) = value {
+                headers.push((name.to_string(), v));
+            }
+        }
+        let retention =
+            match (self.lock_mode, self.retain_until) {
+                (None, None) => None,
+                (Some(mode), Some(until)) => Some(Retention {
+                    mode: mode
+                        .parse::<LockMode>()
+                        .map_err(|m| s3_error(StoreError::InvalidArgument(m)))?,
+                    retain_until_ms: timestamp_ms(&until),
+                }),
+                _ => return Err(s3_error(StoreError::InvalidArgument(
+                    "x-amz-object-lock-mode and x-amz-object-lock-retain-until-date go together"
+                        .into(),
+                ))),
+            };
+        if retention.is_some_and(|r| r.retain_until_ms <= permafrost_store::now_ms()) {
+            return Err(s3_error(StoreError::InvalidArgument(
+                "x-amz-object-lock-retain-until-date must be in the future".into(),
+            )));
+        }
+        let legal_hold = match self.legal_hold {
+            None | Some("OFF") => false,
+            Some("ON") => true,
+            Some(other) => {
+                return Err(s3_error(StoreError::InvalidArgument(format!(
+                    "x-amz-object-lock-legal-hold {other:?}: expected ON or OFF"
+                ))))
+            }
+        };
+        Ok(ObjectAttributes {
+            headers,
+            tags: match self.tagging {
+                Some(t) => parse_tagging(t)?,
+                None => Vec::new(),
+            },
+            storage_class: storage_class(self.storage_class, default_class)?,
+            lock: permafrost_store::ObjectLock {
+                retention,
+                legal_hold,
+            },
+        })
+    }
+}
+
+/// A stored header of a version (`cache-control`, …).
+pub(crate) fn stored_header(info: &ObjectInfo, name: &str) -> Option<String> {
+    info.attributes
+        .headers
+        .iter()
+        .find(|(n, _)| n == name)
+        .map(|(_, v)| v.clone())
+}
+
+/// `Expires` as stored, as a timestamp.
+pub(crate) fn stored_expires(info: &ObjectInfo) -> Option<Timestamp> {
+    stored_header(info, "expires")
+        .and_then(|v| Timestamp::parse(TimestampFormat::HttpDate, &v).ok())
 }
 
 /// `Content-Type` of an object stored without one (what S3 answers).

@@ -9,12 +9,16 @@
 use std::sync::Arc;
 
 use http::HeaderMap;
-use permafrost_store::{ByteRange, Encoding, ObjectInfo, Store};
+use permafrost_store::{ByteRange, Encoding, ObjectInfo, RestoreInfo, Store};
 use s3s::dto::*;
 use s3s::{S3Request, S3Response, S3Result};
 
 use crate::bridge::{blocking, download};
-use crate::common::{etag, metadata, object_headers, timestamp, DEFAULT_CONTENT_TYPE};
+use crate::common::{
+    etag, http_date, metadata, object_headers, stored_expires, stored_header, timestamp,
+    DEFAULT_CONTENT_TYPE,
+};
+use crate::versioning::{bucket_archive, expiration_header, version_header};
 
 /// The stored encodings (`zstd`, `lz4`) the client accepts, from `Accept-Encoding` (`q=0` excludes; `*` is
 /// not taken as a yes: decoded bytes are always safe).
@@ -59,6 +63,89 @@ fn content_encoding(encoding: Encoding) -> Option<String> {
     (encoding != Encoding::Identity).then(|| encoding.as_str().to_owned())
 }
 
+/// The part of GET and HEAD answers that describes the version (besides size and body).
+pub(crate) struct VersionHeaders {
+    pub cache_control: Option<String>,
+    pub content_disposition: Option<String>,
+    pub content_language: Option<String>,
+    pub expires: Option<Timestamp>,
+    pub version_id: Option<String>,
+    pub expiration: Option<String>,
+    pub restore: Option<String>,
+    pub storage_class: Option<StorageClass>,
+    pub lock_mode: Option<ObjectLockMode>,
+    pub retain_until: Option<Timestamp>,
+    pub legal_hold: Option<ObjectLockLegalHoldStatus>,
+    pub checksums: Vec<(String, String)>,
+}
+
+/// `x-amz-restore` of a version: `ongoing-request="true"`, or `ongoing-request="false", expiry-date="…"`.
+pub(crate) fn restore_header(restore: Option<RestoreInfo>) -> Option<String> {
+    let r = restore?;
+    Some(match (r.ongoing, r.expiry_ms) {
+        (true, _) | (false, None) => "ongoing-request=\"true\"".to_owned(),
+        (false, Some(at)) => format!(
+            "ongoing-request=\"false\", expiry-date=\"{}\"",
+            http_date(at)
+        ),
+    })
+}
+
+/// Everything HEAD and GET say about a version besides its bytes (catalog only).
+pub(crate) async fn version_headers(
+    store: &Arc<Store>,
+    info: &ObjectInfo,
+    checksum_mode: bool,
+) -> S3Result<VersionHeaders> {
+    let archive = bucket_archive(store, &info.bucket).await?;
+    let restore = {
+        let store = Arc::clone(store);
+        let info = info.clone();
+        blocking(move || store.restore_info(&info)).await?
+    };
+    let lock = info.attributes.lock;
+    Ok(VersionHeaders {
+        cache_control: stored_header(info, "cache-control"),
+        content_disposition: stored_header(info, "content-disposition"),
+        content_language: stored_header(info, "content-language"),
+        expires: stored_expires(info),
+        version_id: version_header(&archive, &info.version_id),
+        expiration: expiration_header(&archive, info),
+        restore: restore_header(restore),
+        // S3 leaves STANDARD out.
+        storage_class: (info.attributes.storage_class != permafrost_store::StorageClass::Standard)
+            .then(|| StorageClass::from(info.attributes.storage_class.as_str().to_owned())),
+        lock_mode: lock
+            .retention
+            .map(|r| ObjectLockMode::from(r.mode.as_str().to_owned())),
+        retain_until: lock.retention.map(|r| timestamp(r.retain_until_ms)),
+        legal_hold: archive.object_lock.then(|| {
+            ObjectLockLegalHoldStatus::from_static(if lock.legal_hold {
+                ObjectLockLegalHoldStatus::ON
+            } else {
+                ObjectLockLegalHoldStatus::OFF
+            })
+        }),
+        checksums: if checksum_mode {
+            info.checksums.clone()
+        } else {
+            Vec::new()
+        },
+    })
+}
+
+fn checksum(h: &VersionHeaders, name: &str) -> Option<String> {
+    h.checksums
+        .iter()
+        .find(|(n, _)| n == name)
+        .map(|(_, v)| v.clone())
+}
+
+fn checksum_mode(mode: &Option<ChecksumMode>) -> bool {
+    mode.as_ref()
+        .is_some_and(|m| m.as_str().eq_ignore_ascii_case(ChecksumMode::ENABLED))
+}
+
 pub(crate) async fn get_object(
     store: &Arc<Store>,
     req: S3Request<GetObjectInput>,
@@ -67,20 +154,26 @@ pub(crate) async fn get_object(
     let input = req.input;
     let range = byte_range(input.range);
     let opener = Arc::clone(store);
+    let (bucket, key, version) = (
+        input.bucket.clone(),
+        input.key.clone(),
+        input.version_id.clone(),
+    );
     let (info, reader) = blocking(move || {
         let accept = match accepted.as_slice() {
             [] => None,
             [one] => Some(*one),
             _ => {
                 let encoding = opener
-                    .head_object(&input.bucket, &input.key)?
+                    .head_version(&bucket, &key, version.as_deref())?
                     .content_encoding;
                 accepted.contains(&encoding).then_some(encoding)
             }
         };
-        opener.open_object(&input.bucket, &input.key, range, accept)
+        opener.open_version(&bucket, &key, version.as_deref(), range, accept)
     })
     .await?;
+    let h = version_headers(store, &info, checksum_mode(&input.checksum_mode)).await?;
     let content_range = reader.range().map(|(offset, length)| {
         format!(
             "bytes {}-{}/{}",
@@ -98,6 +191,23 @@ pub(crate) async fn get_object(
         e_tag: Some(etag(&info.etag)),
         last_modified: Some(timestamp(info.last_modified_ms)),
         metadata: metadata(&info.user_metadata),
+        tag_count: (!info.attributes.tags.is_empty()).then_some(info.attributes.tags.len() as i32),
+        checksum_crc32: checksum(&h, "crc32"),
+        checksum_crc32c: checksum(&h, "crc32c"),
+        checksum_sha1: checksum(&h, "sha1"),
+        checksum_sha256: checksum(&h, "sha256"),
+        checksum_crc64nvme: checksum(&h, "crc64nvme"),
+        cache_control: h.cache_control,
+        content_disposition: h.content_disposition,
+        content_language: h.content_language,
+        expires: h.expires,
+        version_id: h.version_id,
+        expiration: h.expiration,
+        restore: h.restore,
+        storage_class: h.storage_class,
+        object_lock_mode: h.lock_mode,
+        object_lock_retain_until_date: h.retain_until,
+        object_lock_legal_hold_status: h.legal_hold,
         body: Some(download(reader, Arc::clone(store))),
         ..Default::default()
     };
@@ -117,9 +227,17 @@ pub(crate) async fn head_object(
     req: S3Request<HeadObjectInput>,
 ) -> S3Result<S3Response<HeadObjectOutput>> {
     let accepted = accepted_encodings(&req.headers);
-    let store = Arc::clone(store);
     let input = req.input;
-    let info = blocking(move || store.head_object(&input.bucket, &input.key)).await?;
+    let info = {
+        let store = Arc::clone(store);
+        let (bucket, key, version) = (
+            input.bucket.clone(),
+            input.key.clone(),
+            input.version_id.clone(),
+        );
+        blocking(move || store.head_version(&bucket, &key, version.as_deref())).await?
+    };
+    let h = version_headers(store, &info, checksum_mode(&input.checksum_mode)).await?;
     let as_stored =
         info.content_encoding != Encoding::Identity && accepted.contains(&info.content_encoding);
     let output = HeadObjectOutput {
@@ -139,6 +257,22 @@ pub(crate) async fn head_object(
         e_tag: Some(etag(&info.etag)),
         last_modified: Some(timestamp(info.last_modified_ms)),
         metadata: metadata(&info.user_metadata),
+        checksum_crc32: checksum(&h, "crc32"),
+        checksum_crc32c: checksum(&h, "crc32c"),
+        checksum_sha1: checksum(&h, "sha1"),
+        checksum_sha256: checksum(&h, "sha256"),
+        checksum_crc64nvme: checksum(&h, "crc64nvme"),
+        cache_control: h.cache_control,
+        content_disposition: h.content_disposition,
+        content_language: h.content_language,
+        expires: h.expires,
+        version_id: h.version_id,
+        expiration: h.expiration,
+        restore: h.restore,
+        storage_class: h.storage_class,
+        object_lock_mode: h.lock_mode,
+        object_lock_retain_until_date: h.retain_until,
+        object_lock_legal_hold_status: h.legal_hold,
         ..Default::default()
     };
     let mut response = S3Response::new(output);

@@ -35,7 +35,9 @@
 //! **Not here.** Virtual-hosted-style addressing (path style only), versioning, ACLs and policies (one root
 //! user), SigV2, object lock, tagging.
 
+mod acl;
 mod admin;
+mod archive_api;
 mod auth;
 mod bridge;
 mod bucket;
@@ -45,15 +47,21 @@ mod copy;
 mod delete;
 mod error;
 mod get;
+mod lifecycle;
 mod list;
+mod lock;
 mod multipart;
 mod put;
+mod restore;
 mod server;
 mod service;
+mod tagging;
+mod versioning;
 
 pub use admin::{
     BUCKETS_PREFIX, EVICT_PATH, GC_PATH, HEALTH_PATH, PERSIST_PATH, RESERVED_PREFIX, STATUS_PATH,
 };
+pub use archive_api::{DATASETS_PATH, RESTORES_PATH};
 pub use auth::Credentials;
 pub use bridge::{BODY_PIECES_IN_FLIGHT, READ_PIECE_BYTES};
 pub use common::{GRID_BUCKET_HEADER, STATE_HEADER, STORED_BYTES_HEADER};

@@ -73,8 +73,8 @@ fn object_entry(record: ObjectRecord, with_owner: bool, encoder: &Encoder) -> Ob
         e_tag: Some(etag(&record.etag)),
         last_modified: Some(timestamp(record.last_modified_ms)),
         owner: with_owner.then(owner),
-        storage_class: Some(ObjectStorageClass::from_static(
-            ObjectStorageClass::STANDARD,
+        storage_class: Some(ObjectStorageClass::from(
+            record.attributes.storage_class.as_str().to_owned(),
         )),
         ..Default::default()
     }

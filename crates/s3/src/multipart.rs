@@ -11,15 +11,16 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::FutureExt;
-use permafrost_store::{ObjectInfo, PutOptions, Store, StoreError};
+use permafrost_store::{BucketArchive, ObjectInfo, PutOptions, Store, StoreError};
 use s3s::dto::*;
 use s3s::{S3Request, S3Response, S3Result};
 
 use crate::bridge::{blocking, upload};
 use crate::checksum::{self, TrailerChecksum};
-use crate::common::{etag, metadata_pairs, owner, timestamp};
+use crate::common::{etag, metadata_pairs, owner, timestamp, NewVersion};
 use crate::error::{internal, s3_error};
 use crate::put::store_encoding;
+use crate::versioning::{bucket_archive, expiration_header, version_header};
 
 /// How long CompleteMultipartUpload waits before it switches to a kept-alive answer.
 pub(crate) const COMPLETE_INLINE_MS: u64 = 2_000;
@@ -33,12 +34,29 @@ pub(crate) async fn create_multipart_upload(
     req: S3Request<CreateMultipartUploadInput>,
 ) -> S3Result<S3Response<CreateMultipartUploadOutput>> {
     let input = req.input;
+    let archive = bucket_archive(store, &input.bucket).await?;
+    let attributes = NewVersion {
+        cache_control: input.cache_control.clone(),
+        content_disposition: input.content_disposition.clone(),
+        content_language: input.content_language.clone(),
+        expires: input.expires.clone(),
+        tagging: input.tagging.as_deref(),
+        storage_class: input.storage_class.as_ref().map(|c| c.as_str()),
+        lock_mode: input.object_lock_mode.as_ref().map(|m| m.as_str()),
+        retain_until: input.object_lock_retain_until_date.clone(),
+        legal_hold: input
+            .object_lock_legal_hold_status
+            .as_ref()
+            .map(|h| h.as_str()),
+    }
+    .attributes(archive.storage_class)?;
     let options = PutOptions {
         content_encoding: store_encoding(input.content_encoding.as_deref()),
         decoded_length: None,
         user_metadata: metadata_pairs(input.metadata),
         content_type: input.content_type.map(|m| m.to_string()),
         expected: Default::default(),
+        attributes,
     };
     let store = Arc::clone(store);
     let (bucket, key) = (input.bucket.clone(), input.key.clone());
@@ -71,8 +89,10 @@ pub(crate) async fn upload_part(
         checksum_crc32c: input.checksum_crc32c.clone(),
         checksum_sha1: input.checksum_sha1.clone(),
         checksum_sha256: input.checksum_sha256.clone(),
+        checksum_crc64nvme: input.checksum_crc64nvme.clone(),
         ..Default::default()
     };
+    let crc64nvme = input.checksum_crc64nvme.clone();
     let expected = checksum::from_headers(
         input.content_md5,
         input.checksum_crc32,
@@ -87,6 +107,7 @@ pub(crate) async fn upload_part(
         move || store.upload_part(&upload_id, number, expected),
         trailer,
         req.trailing_headers,
+        crc64nvme.map(|v| (TrailerChecksum::Crc64nvme, v)),
     )
     .await?;
     Ok(S3Response::new(UploadPartOutput {
@@ -95,10 +116,12 @@ pub(crate) async fn upload_part(
     }))
 }
 
-fn complete_output(info: ObjectInfo) -> CompleteMultipartUploadOutput {
+fn complete_output(info: ObjectInfo, archive: &BucketArchive) -> CompleteMultipartUploadOutput {
     CompleteMultipartUploadOutput {
         location: Some(format!("/{}/{}", info.bucket, info.key)),
         e_tag: Some(etag(&info.etag)),
+        version_id: version_header(archive, &info.version_id),
+        expiration: expiration_header(archive, &info),
         bucket: Some(info.bucket),
         key: Some(info.key),
         ..Default::default()
@@ -126,12 +149,13 @@ pub(crate) async fn complete_multipart_upload(
         })?;
         parts.push((part_number(number)?, tag.value().to_owned()));
     }
+    let archive = bucket_archive(store, &input.bucket).await?;
     let store = Arc::clone(store);
     let upload_id = input.upload_id;
     let mut task =
         tokio::task::spawn_blocking(move || store.complete_multipart(&upload_id, &parts));
-    let joined = |r: Result<Result<ObjectInfo, StoreError>, tokio::task::JoinError>| match r {
-        Ok(Ok(info)) => Ok(complete_output(info)),
+    let joined = move |r: Result<Result<ObjectInfo, StoreError>, tokio::task::JoinError>| match r {
+        Ok(Ok(info)) => Ok(complete_output(info, &archive)),
         Ok(Err(e)) => Err(s3_error(e)),
         Err(e) => Err(internal(format!("completing the upload failed: {e}"))),
     };

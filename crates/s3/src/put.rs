@@ -14,7 +14,8 @@ use s3s::{S3Request, S3Response, S3Result};
 
 use crate::bridge::upload;
 use crate::checksum::{self, TrailerChecksum};
-use crate::common::{etag, metadata_pairs};
+use crate::common::{etag, metadata_pairs, NewVersion};
+use crate::versioning::{bucket_archive, expiration_header, version_header};
 
 /// The encoding the store should know of, from a `Content-Encoding` header: `zstd` or `lz4` (alone, or after
 /// `aws-chunked`); anything else is identity.
@@ -40,6 +41,22 @@ pub(crate) async fn put_object(
 ) -> S3Result<S3Response<PutObjectOutput>> {
     let trailer = TrailerChecksum::from_request(&req.headers)?;
     let input = req.input;
+    let archive = bucket_archive(store, &input.bucket).await?;
+    let attributes = NewVersion {
+        cache_control: input.cache_control.clone(),
+        content_disposition: input.content_disposition.clone(),
+        content_language: input.content_language.clone(),
+        expires: input.expires.clone(),
+        tagging: input.tagging.as_deref(),
+        storage_class: input.storage_class.as_ref().map(|c| c.as_str()),
+        lock_mode: input.object_lock_mode.as_ref().map(|m| m.as_str()),
+        retain_until: input.object_lock_retain_until_date.clone(),
+        legal_hold: input
+            .object_lock_legal_hold_status
+            .as_ref()
+            .map(|h| h.as_str()),
+    }
+    .attributes(archive.storage_class)?;
     let user_metadata = metadata_pairs(input.metadata);
     let content_encoding = store_encoding(input.content_encoding.as_deref());
     let echo = PutObjectOutput {
@@ -47,8 +64,10 @@ pub(crate) async fn put_object(
         checksum_crc32c: input.checksum_crc32c.clone(),
         checksum_sha1: input.checksum_sha1.clone(),
         checksum_sha256: input.checksum_sha256.clone(),
+        checksum_crc64nvme: input.checksum_crc64nvme.clone(),
         ..Default::default()
     };
+    let crc64nvme = input.checksum_crc64nvme.clone();
     let options = PutOptions {
         content_encoding,
         decoded_length: None,
@@ -61,6 +80,7 @@ pub(crate) async fn put_object(
             input.checksum_sha1,
             input.checksum_sha256,
         ),
+        attributes,
     };
     let store = Arc::clone(store);
     let (bucket, key) = (input.bucket, input.key);
@@ -69,11 +89,14 @@ pub(crate) async fn put_object(
         move || store.begin_put(&bucket, &key, options),
         trailer,
         req.trailing_headers,
+        crc64nvme.map(|v| (TrailerChecksum::Crc64nvme, v)),
     )
     .await?;
     Ok(S3Response::new(PutObjectOutput {
         e_tag: Some(etag(&info.etag)),
         size: i64::try_from(info.size_bytes).ok(),
+        version_id: version_header(&archive, &info.version_id),
+        expiration: expiration_header(&archive, &info),
         ..echo
     }))
 }

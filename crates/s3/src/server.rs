@@ -18,6 +18,10 @@ use crate::admin::{AdminRoute, ReservedNameValidation};
 use crate::auth::{Credentials, RootAuth};
 use crate::service::PermafrostS3;
 
+/// A response header an operation sets when s3s would not send the status it needs (RestoreObject's `202`):
+/// [`handle`] applies the status and removes the header.
+pub(crate) const STATUS_OVERRIDE_HEADER: &str = "x-permafrost-status-override";
+
 /// How long a shutdown waits for requests in flight before it closes their connections.
 pub const DRAIN_TIMEOUT_MS: u64 = 30_000;
 
@@ -63,8 +67,18 @@ fn declares_no_body(headers: &HeaderMap) -> bool {
 async fn handle(s3: S3Service, request: Request<Incoming>) -> Result<Response<Body>, HttpError> {
     let (method, path) = (request.method().clone(), request.uri().path().to_owned());
     let expects_continue = expects_continue(request.headers());
+    let access_key = signing_access_key(&request);
     let no_body = declares_no_body(request.headers());
     let mut response = s3.call(request.map(Body::from)).await?;
+    explain_signature_mismatch(&mut response, access_key.as_deref());
+    if let Some(status) = response
+        .headers_mut()
+        .remove(STATUS_OVERRIDE_HEADER)
+        .and_then(|v| v.to_str().ok()?.parse::<u16>().ok())
+        .and_then(|v| http::StatusCode::from_u16(v).ok())
+    {
+        *response.status_mut() = status;
+    }
     let status = response.status();
     let body_maybe_unread = !no_body && !status.is_success();
     if (expects_continue && no_body) || body_maybe_unread {
@@ -72,11 +86,98 @@ async fn handle(s3: S3Service, request: Request<Incoming>) -> Result<Response<Bo
             .headers_mut()
             .insert(http::header::CONNECTION, HeaderValue::from_static("close"));
     }
-    // s3s logs server errors itself (target `s3s::service`); client errors are the client's business.
-    if status.is_client_error() {
-        tracing::debug!("{method} {path}: {status}");
+    if !status.is_success() && !status.is_redirection() {
+        log_failure(&method, &path, &response);
     }
     Ok(response)
+}
+
+/// The access key id a request was signed with (from `Authorization: AWS4-HMAC-SHA256 Credential=KEY/…` or a
+/// presigned URL's `X-Amz-Credential=KEY%2F…`).
+fn signing_access_key<B>(request: &Request<B>) -> Option<String> {
+    let from_header = request
+        .headers()
+        .get(http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split("Credential=").nth(1))
+        .and_then(|c| c.split('/').next())
+        .map(str::to_owned);
+    from_header.or_else(|| {
+        request.uri().query()?.split('&').find_map(|pair| {
+            let value = pair.strip_prefix("X-Amz-Credential=")?;
+            let end = value
+                .find("%2F")
+                .or_else(|| value.find("%2f"))
+                .or_else(|| value.find('/'))
+                .unwrap_or(value.len());
+            Some(value[..end].to_owned())
+        })
+    })
+}
+
+/// s3s answers a wrong signature with a bare `SignatureDoesNotMatch` (the AWS CLI then prints "Unknown"): say
+/// which access key signed and what differed, as S3 does.
+fn explain_signature_mismatch(response: &mut Response<Body>, access_key: Option<&str>) {
+    let Some((code, message)) = error_code_and_message(response.body()) else {
+        return;
+    };
+    if code != "SignatureDoesNotMatch" || !message.is_empty() {
+        return;
+    }
+    let message = format!(
+        "The request signature we calculated does not match the signature you provided: the string to sign          differed. Check the secret key of access key {} and your signing method.",
+        access_key.unwrap_or("(none given)")
+    );
+    let xml = format!(
+        "<?xml version=\"1.0\" encoding=\"UTF-8\"?><Error><Code>SignatureDoesNotMatch</Code><Message>{}</Message></Error>",
+        xml_escape(&message)
+    );
+    response
+        .headers_mut()
+        .insert(http::header::CONTENT_LENGTH, HeaderValue::from(xml.len()));
+    *response.body_mut() = Body::from(xml);
+}
+
+fn xml_escape(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+}
+
+/// The `<Code>` and `<Message>` of an S3 XML error body (`None` when the body is not one, e.g. the admin
+/// API's JSON, or is streamed).
+fn error_code_and_message(body: &Body) -> Option<(String, String)> {
+    let bytes = body.bytes()?;
+    let text = std::str::from_utf8(&bytes).ok()?;
+    let element = |name: &str| {
+        let open = format!("<{name}>");
+        let close = format!("</{name}>");
+        let start = text.find(&open)? + open.len();
+        let end = start + text[start..].find(&close)?;
+        Some(text[start..end].to_owned())
+    };
+    Some((element("Code")?, element("Message").unwrap_or_default()))
+}
+
+/// One log line per failed request, in words: method, path (never the query: a presigned URL's signature is
+/// there), status, S3 code and message. Client errors (4xx) at info, `NotImplemented` at warn, other server
+/// errors at error. (s3s's own log lines, Debug dumps of whole responses, are switched off by the binary.)
+fn log_failure(method: &http::Method, path: &str, response: &Response<Body>) {
+    let status = response.status();
+    let (code, message) = error_code_and_message(response.body()).unwrap_or_default();
+    let detail = match (code.is_empty(), message.is_empty()) {
+        (true, _) => String::new(),
+        (false, true) => format!(" {code}"),
+        (false, false) => format!(" {code}: {message}"),
+    };
+    let line = format!("{method} {path}: {}{detail}", status.as_u16());
+    if status.is_client_error() {
+        tracing::info!(target: "permafrost_s3::requests", "{line}");
+    } else if code == "NotImplemented" {
+        tracing::warn!(target: "permafrost_s3::requests", "{line}");
+    } else {
+        tracing::error!(target: "permafrost_s3::requests", "{line}");
+    }
 }
 
 /// Serve S3 on `listener` until `shutdown` completes; then stop accepting, let requests in flight finish (up to
@@ -144,6 +245,19 @@ mod tests {
                 )
             })
             .collect()
+    }
+
+    #[test]
+    fn the_code_and_message_of_an_xml_error_are_found() {
+        let body = Body::from(
+            "<?xml version=\"1.0\"?><Error><Code>NoSuchKey</Code><Message>no such key: a/b</Message></Error>"
+                .to_owned(),
+        );
+        assert_eq!(
+            error_code_and_message(&body),
+            Some(("NoSuchKey".into(), "no such key: a/b".into()))
+        );
+        assert_eq!(error_code_and_message(&Body::from("{}".to_owned())), None);
     }
 
     #[test]

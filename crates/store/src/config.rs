@@ -109,6 +109,8 @@ pub struct StoreConfig {
     pub grid: GridSetup,
     /// Power profile override for the grid's disks (tests use `PowerProfile::for_tests()`).
     pub power_profile: Option<PowerProfile>,
+    /// Length of a lifecycle "day" (lifecycle rules and restore periods): 86,400,000 ms; tests make it seconds.
+    pub lifecycle_day_ms: u64,
 }
 
 impl Default for StoreConfig {
@@ -131,6 +133,7 @@ impl Default for StoreConfig {
             fsync: true,
             grid: GridSetup::default(),
             power_profile: None,
+            lifecycle_day_ms: permafrost_catalog::DAY_MS,
         }
     }
 }
@@ -174,6 +177,12 @@ impl StoreConfig {
                 "default_placement = {:?} is unknown; known: {}",
                 self.default_placement,
                 permafrost_policy::placement_names().join(", ")
+            ));
+        }
+        if self.lifecycle_day_ms < 1000 {
+            return bad(format!(
+                "lifecycle_day_ms = {} must be at least 1000",
+                self.lifecycle_day_ms
             ));
         }
         if self.persist_batch_bytes_max < self.extent_bytes_max {

@@ -31,6 +31,7 @@
 //!
 //! **Not here.** HTTP and S3 wire formats (crates/s3), formats (permafrost-format), decisions (permafrost-policy).
 
+mod archive;
 mod cache;
 mod config;
 mod gc;
@@ -43,13 +44,18 @@ mod salvage;
 mod store;
 mod summary;
 
+pub use archive::{validate_tags, DatasetFilter, DatasetSummary, RestoreBatch, RestoreInfo};
 pub use config::{GridSetup, StoreConfig};
 pub use gc::GcReport;
 pub use mount::{CacheReservation, FsError, Residence, Usage};
+pub use permafrost_catalog::now_ms;
 pub use permafrost_catalog::{
-    BucketRecord, BucketSettings, Compression, ContentId, ContentRecord, ContentState, DirAttrs,
-    DirRecord, Encoding, FsEntry, FsFile, FsPage, FsRename, ListPage, ListQuery, ObjectRecord,
-    Refusal, StoredForm,
+    AttributeChange, BucketArchive, BucketRecord, BucketSettings, Compression, ContentId,
+    ContentRecord, ContentState, DefaultRetention, DeleteOutcome, DirAttrs, DirRecord, Encoding,
+    FsEntry, FsFile, FsPage, FsRename, Lifecycle, LifecycleFilter, LifecycleRule, ListPage,
+    ListQuery, LockMode, ObjectAttributes, ObjectLock, ObjectRecord, Refusal, RestoreOutcome,
+    Retention, StorageClass, StoredForm, VersionPage, VersionQuery, VersionRecord, Versioning,
+    NULL_VERSION,
 };
 pub use permafrost_engine::WriteMode;
 pub use put::{Checksums, PutHandle, PutOptions};
@@ -90,6 +96,24 @@ pub enum StoreError {
     EntityTooSmall(String),
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
+    #[error("no such version: {0}")]
+    NoSuchVersion(String),
+    /// Object Lock (or another rule) forbids it.
+    #[error("access denied: {0}")]
+    AccessDenied(String),
+    #[error("invalid bucket state: {0}")]
+    InvalidBucketState(String),
+    #[error("invalid request: {0}")]
+    InvalidRequest(String),
+    /// A GLACIER object not restored.
+    #[error("invalid object state: {0}")]
+    InvalidObjectState(String),
+    #[error("restore already in progress: {0}")]
+    RestoreAlreadyInProgress(String),
+    #[error("invalid storage class: {0}")]
+    InvalidStorageClass(String),
+    #[error("method not allowed: {0}")]
+    MethodNotAllowed(String),
     #[error("internal error: {0}")]
     Internal(String),
 }
@@ -111,6 +135,14 @@ impl StoreError {
             StoreError::NoSuchUpload(_) => "NoSuchUpload",
             StoreError::EntityTooSmall(_) => "EntityTooSmall",
             StoreError::InvalidArgument(_) => "InvalidArgument",
+            StoreError::NoSuchVersion(_) => "NoSuchVersion",
+            StoreError::AccessDenied(_) => "AccessDenied",
+            StoreError::InvalidBucketState(_) => "InvalidBucketState",
+            StoreError::InvalidRequest(_) => "InvalidRequest",
+            StoreError::InvalidObjectState(_) => "InvalidObjectState",
+            StoreError::RestoreAlreadyInProgress(_) => "RestoreAlreadyInProgress",
+            StoreError::InvalidStorageClass(_) => "InvalidStorageClass",
+            StoreError::MethodNotAllowed(_) => "MethodNotAllowed",
             StoreError::Internal(_) => "InternalError",
         }
     }
@@ -125,6 +157,14 @@ impl From<permafrost_catalog::CatalogError> for StoreError {
             C::BucketNotEmpty(b) => StoreError::BucketNotEmpty(b),
             C::NoSuchKey { bucket, key } => StoreError::NoSuchKey { bucket, key },
             C::NoSuchUpload(u) => StoreError::NoSuchUpload(u),
+            C::NoSuchVersion {
+                bucket,
+                key,
+                version_id,
+            } => StoreError::NoSuchVersion(format!("{bucket}/{key} has no version {version_id}")),
+            C::Locked(m) => StoreError::AccessDenied(m),
+            C::InvalidBucketState(m) => StoreError::InvalidBucketState(m),
+            C::InvalidRequest(m) => StoreError::InvalidRequest(m),
             other => StoreError::Internal(other.to_string()),
         }
     }

@@ -213,6 +213,9 @@ impl Store {
             user_metadata: options.user_metadata.clone(),
             checksums: Vec::new(),
             dataset: inner.dataset_of(&upload.bucket, &upload.key),
+            version_id: String::new(),
+            attributes: options.attributes.clone(),
+            expires_ms: None,
         };
         let outcome = inner
             .catalog

@@ -45,6 +45,9 @@ pub struct PutOptions {
     pub user_metadata: Vec<(String, String)>,
     pub content_type: Option<String>,
     pub expected: Checksums,
+    /// Headers, tags, storage class and Object Lock of the new version (docs/archive.md).
+    #[serde(default)]
+    pub attributes: permafrost_catalog::ObjectAttributes,
 }
 
 impl PutOptions {
@@ -522,6 +525,9 @@ impl PutHandle {
                     user_metadata: self.options.user_metadata.clone(),
                     checksums,
                     dataset: dataset.clone(),
+                    version_id: String::new(),
+                    attributes: self.options.attributes.clone(),
+                    expires_ms: None,
                 };
                 self.inner.commit_put(&object, &content)
             }

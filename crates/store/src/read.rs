@@ -306,10 +306,10 @@ impl Read for ObjectReader {
 }
 
 /// The stored bytes of a content, from the cache or the grid.
-trait Source: Read + Seek + Send {}
+pub(crate) trait Source: Read + Seek + Send {}
 impl<T: Read + Seek + Send> Source for T {}
 
-fn open_source(
+pub(crate) fn open_source(
     inner: &Arc<Inner>,
     content: &ContentRecord,
     prefer_grid: bool,

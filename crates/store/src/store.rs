@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 use parking_lot::{Condvar, Mutex};
 use permafrost_catalog::{
     BucketRecord, BucketSettings, Catalog, CatalogStats, Compression, ContentId, ContentPart,
-    ContentRecord, ContentState, Encoding, ListPage, ListQuery, NewContent, ObjectRecord,
-    SqliteCatalog, SqliteOptions, StoredForm, WorkItem, WorkKind,
+    ContentRecord, ContentState, Encoding, ListPage, ListQuery, NewContent, ObjectAttributes,
+    ObjectRecord, SqliteCatalog, SqliteOptions, StoredForm, WorkItem, WorkKind,
 };
 use permafrost_engine::{Engine, GridStatus, OpenOptions, WriteMode};
 
@@ -91,6 +91,14 @@ pub struct ObjectInfo {
     pub grid_bucket: Option<u32>,
     /// The content id (`hex(blake3):encoding`).
     pub content_id: String,
+    /// S3 version id (`null` unless written while versioning was enabled).
+    pub version_id: String,
+    /// Headers, tags, storage class, Object Lock.
+    pub attributes: ObjectAttributes,
+    /// When the bucket's lifecycle expires it (`None` = never).
+    pub expires_ms: Option<u64>,
+    /// Whether the content has a copy in the cache (a read wakes no disk).
+    pub in_cache: bool,
 }
 
 impl ObjectInfo {
@@ -131,6 +139,14 @@ impl ObjectInfo {
             dataset: object.dataset.clone(),
             grid_bucket: content.grid_bucket,
             content_id: content.id.to_string(),
+            version_id: object.version_id.clone(),
+            attributes: object.attributes.clone(),
+            expires_ms: object.expires_ms,
+            in_cache: if content.stored_form == StoredForm::Parts {
+                parts.iter().all(|(_, c)| c.cache_path.is_some())
+            } else {
+                content.cache_path.is_some()
+            },
         }
     }
 
@@ -156,6 +172,10 @@ impl ObjectInfo {
             dataset: String::new(),
             grid_bucket: None,
             content_id: String::new(),
+            version_id: String::new(),
+            attributes: ObjectAttributes::default(),
+            expires_ms: None,
+            in_cache: true,
         }
     }
 }
@@ -210,6 +230,9 @@ pub struct BucketSettingsReport {
     pub bucket: String,
     pub chosen: BucketSettings,
     pub effective: EffectiveSettings,
+    /// Storage class of new versions uploaded without one (`STANDARD` or `GLACIER`; docs/archive.md).
+    #[serde(default)]
+    pub storage_class: permafrost_catalog::StorageClass,
 }
 
 /// The store's state for `permafrost status` and the admin API.
@@ -260,6 +283,8 @@ pub(crate) struct Inner {
     wake_lock: Mutex<bool>,
     wake: Condvar,
     pub last_error: Mutex<Option<String>>,
+    /// The restore thread's state (`archive`).
+    pub restores: crate::archive::Restores,
 }
 
 impl Inner {
@@ -602,6 +627,7 @@ impl Store {
             wake_lock: Mutex::new(false),
             wake: Condvar::new(),
             last_error: Mutex::new(None),
+            restores: Default::default(),
         });
         crate::gc::recover(&inner)?;
         inner.persister.remember_datasets(&inner)?;
@@ -629,6 +655,20 @@ impl Store {
                 .name("permafrost-gc".into())
                 .spawn(move || crate::gc::gc_loop(&inner))
                 .expect("spawn the garbage collector"),
+        );
+        let inner = Arc::clone(&self.inner);
+        threads.push(
+            std::thread::Builder::new()
+                .name("permafrost-lifecycle".into())
+                .spawn(move || crate::archive::lifecycle_loop(&inner))
+                .expect("spawn the lifecycle thread"),
+        );
+        let inner = Arc::clone(&self.inner);
+        threads.push(
+            std::thread::Builder::new()
+                .name("permafrost-restore".into())
+                .spawn(move || crate::archive::restore_loop(&inner))
+                .expect("spawn the restore thread"),
         );
     }
 
@@ -664,6 +704,7 @@ impl Store {
             bucket: record.name,
             effective: self.inner.resolve_settings(&record.settings),
             chosen: record.settings,
+            storage_class: record.archive.storage_class,
         })
     }
 
@@ -681,7 +722,9 @@ impl Store {
 
     /// Delete an empty S3 bucket.
     pub fn delete_bucket(&self, name: &str) -> Result<()> {
-        Ok(self.inner.catalog.delete_bucket(name)?)
+        let work = self.inner.catalog.delete_bucket(name)?;
+        self.inner.run_work(work);
+        Ok(())
     }
 
     /// The bucket's record, `NoSuchBucket` if it does not exist.
@@ -788,33 +831,9 @@ impl Store {
         dst_key: &str,
         metadata: Option<ReplaceMetadata>,
     ) -> Result<ObjectInfo> {
-        validate_key(dst_key)?;
-        let (source, _) = self.lookup(src_bucket, src_key)?;
-        let (user_metadata, content_type) =
-            metadata.unwrap_or((source.user_metadata.clone(), source.content_type.clone()));
-        let object = ObjectRecord {
-            bucket: dst_bucket.to_string(),
-            key: dst_key.to_string(),
-            last_modified_ms: permafrost_catalog::now_ms(),
-            user_metadata,
-            content_type,
-            dataset: self.inner.dataset_of(dst_bucket, dst_key),
-            ..source
-        };
-        let copy = self.inner.catalog.copy_object(
-            src_bucket,
-            src_key,
-            &object,
-            permafrost_catalog::now_ms(),
-        )?;
-        let content = self
-            .inner
-            .catalog
-            .get_content(&copy.content)?
-            .ok_or_else(|| {
-                StoreError::Internal(format!("content of {dst_bucket}/{dst_key} vanished"))
-            })?;
-        self.inner.object_info(&copy, &content)
+        self.copy_version(
+            src_bucket, src_key, None, dst_bucket, dst_key, metadata, None,
+        )
     }
 
     /// List objects (S3 ListObjects semantics; catalog only).

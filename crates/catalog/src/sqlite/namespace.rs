@@ -474,6 +474,7 @@ impl SqliteCatalog {
                         }
                         None => {}
                     }
+                    SqliteCatalog::refuse_locked_move(tx, &r.from_bucket, &r.from, now_ms)?;
                     move_key(tx, &r.from_bucket, &r.from, &r.to_bucket, &r.to).map_err(e)?;
                 }
                 FsEntry::Dir { path, record } => {

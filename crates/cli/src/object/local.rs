@@ -272,8 +272,50 @@ impl Archive for Local {
             .collect())
     }
 
-    fn remove(&self, bucket: &str, key: &str) -> Result<()> {
-        Ok(self.store().delete_object(bucket, key)?)
+    fn remove(
+        &self,
+        bucket: &str,
+        key: &str,
+        version_id: Option<&str>,
+        bypass_governance: bool,
+    ) -> Result<permafrost_store::DeleteOutcome> {
+        Ok(self
+            .store()
+            .delete_version(bucket, key, version_id, bypass_governance)?)
+    }
+
+    fn restore(
+        &self,
+        bucket: &str,
+        prefix: &str,
+        days: u32,
+        json: bool,
+    ) -> Result<permafrost_store::RestoreBatch> {
+        let store = self.store();
+        let requested = store.restore_prefix(bucket, prefix, days)?;
+        let bar = super::count_bar("restore", json);
+        bar.set_length(requested.requested);
+        // This process is the archive's only user: run the pass here (the restore thread may take it first;
+        // either way it ends when nothing is pending).
+        loop {
+            let progress = store.run_restores()?;
+            bar.set_position(progress.done);
+            if progress.pending == 0 {
+                bar.finish_and_clear();
+                return Ok(progress);
+            }
+            if let Some(e) = progress.last_error {
+                bail!("restore: {e}");
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+    }
+
+    fn datasets(
+        &self,
+        filter: &permafrost_store::DatasetFilter,
+    ) -> Result<Vec<permafrost_store::DatasetSummary>> {
+        Ok(self.store().datasets(filter)?)
     }
 
     fn stat(&self, bucket: &str, key: &str) -> Result<ObjectStat> {

@@ -177,6 +177,57 @@ impl Remote {
         )
     }
 
+    /// A signed request to one of the server's JSON endpoints; its answer parsed.
+    fn admin_json<T: serde::de::DeserializeOwned>(
+        &self,
+        what: &str,
+        method: Method,
+        path: &str,
+        query: Option<&[(&str, String)]>,
+        body: Option<&str>,
+    ) -> Result<T> {
+        let mut url = self.endpoint.clone();
+        url.set_path(path);
+        if let Some(pairs) = query.filter(|q| !q.is_empty()) {
+            url.query_pairs_mut()
+                .extend_pairs(pairs.iter().map(|(k, v)| (*k, v.as_str())));
+        }
+        let verb = match method {
+            Method::Post => "POST",
+            Method::Put => "PUT",
+            Method::Delete => "DELETE",
+            _ => "GET",
+        };
+        let url = rusty_s3::signing::sign(
+            &jiff::Timestamp::now(),
+            method,
+            url,
+            self.credentials.key(),
+            self.credentials.secret(),
+            None,
+            &self.region,
+            SIGNATURE_VALID.as_secs(),
+            std::iter::empty(),
+            std::iter::empty(),
+        );
+        let request = self.agent.request_url(verb, &url);
+        let result = match body {
+            Some(b) => request
+                .set("Content-Type", "application/json")
+                .send_string(b),
+            None => request.call(),
+        };
+        let response = self.check(what, result)?;
+        let mut text = String::new();
+        response
+            .into_reader()
+            .take(RESPONSE_BYTES_MAX)
+            .read_to_string(&mut text)
+            .with_context(|| format!("reading the {what}"))?;
+        serde_json::from_str(&text)
+            .with_context(|| format!("the {what} from {} has an unknown shape", self.endpoint))
+    }
+
     /// Send a request; turn HTTP errors into messages naming what failed (S3 error code and message).
     fn send(
         &self,
@@ -229,8 +280,36 @@ impl Remote {
                     _ => bail!("{what}: HTTP {status}"),
                 }
             }
-            Err(ureq::Error::Transport(e)) => bail!("{what}: cannot reach {}: {e}", self.endpoint),
+            Err(ureq::Error::Transport(e)) => bail!(
+                "{what}: cannot reach {}: {}",
+                self.endpoint,
+                transport_error(&e)
+            ),
         }
+    }
+
+    /// A connection that broke while an upload's body was being sent: the server may have answered early (a
+    /// `NoSuchBucket` before the body was read) and closed, which the HTTP client only sees as a broken pipe.
+    /// Ask the server about the bucket and report its answer, else the broken connection (never the URL: it
+    /// carries the signature).
+    fn explain_cut_upload(&self, what: &str, bucket: &str, e: &ureq::Transport) -> anyhow::Error {
+        let probe = self.bucket(bucket).map(|b| {
+            let mut action = ListObjectsV2::new(&b, Some(&self.credentials));
+            action.with_max_keys(1);
+            action.sign(SIGNATURE_VALID)
+        });
+        if let Ok(url) = probe {
+            if let Err(answer) = self.check(what, self.agent.request_url("GET", &url).call()) {
+                if !answer.to_string().contains("cannot reach") {
+                    return answer;
+                }
+            }
+        }
+        anyhow::anyhow!(
+            "{what}: the connection to {} broke while sending the body: {}",
+            self.endpoint,
+            transport_error(e)
+        )
     }
 
     /// `permafrost status` through the server's status endpoint.
@@ -413,6 +492,17 @@ fn header_stat(bucket: &str, key: &str, response: &ureq::Response) -> ObjectStat
     }
 }
 
+/// What went wrong with a connection, without the request's URL (a presigned URL holds the signature).
+fn transport_error(e: &ureq::Transport) -> String {
+    match e.message() {
+        Some(message) => format!("{}: {message}", e.kind()),
+        None => match std::error::Error::source(e) {
+            Some(source) => format!("{}: {source}", e.kind()),
+            None => e.kind().to_string(),
+        },
+    }
+}
+
 impl Archive for Remote {
     fn put(
         &self,
@@ -462,7 +552,15 @@ impl Archive for Remote {
             inner: reader,
             bar: bar.clone(),
         });
-        let response = self.send(&format!("put {bucket}/{key}"), req, Some((reader, len)))?;
+        let what = format!("put {bucket}/{key}");
+        let result = req.set("Content-Length", &len.to_string()).send(reader);
+        let response = match result {
+            Err(ureq::Error::Transport(e)) => {
+                bar.finish_and_clear();
+                return Err(self.explain_cut_upload(&what, bucket, &e));
+            }
+            other => self.check(&what, other)?,
+        };
         bar.finish_and_clear();
         let etag = response.header("etag").unwrap_or_default().to_string();
         let mut stat = self.stat(bucket, key).unwrap_or_else(|_| ObjectStat {
@@ -585,15 +683,94 @@ impl Archive for Remote {
             .collect())
     }
 
-    fn remove(&self, bucket: &str, key: &str) -> Result<()> {
+    fn remove(
+        &self,
+        bucket: &str,
+        key: &str,
+        version_id: Option<&str>,
+        bypass_governance: bool,
+    ) -> Result<permafrost_store::DeleteOutcome> {
         let b = self.bucket(bucket)?;
-        let url = DeleteObject::new(&b, Some(&self.credentials), key).sign(SIGNATURE_VALID);
-        self.send(
-            &format!("rm {bucket}/{key}"),
-            self.agent.request_url("DELETE", &url),
+        let mut action = DeleteObject::new(&b, Some(&self.credentials), key);
+        if let Some(v) = version_id {
+            action.query_mut().insert("versionId", v.to_string());
+        }
+        if bypass_governance {
+            action
+                .headers_mut()
+                .insert("x-amz-bypass-governance-retention", "true");
+        }
+        let url = action.sign(SIGNATURE_VALID);
+        let mut request = self.agent.request_url("DELETE", &url);
+        if bypass_governance {
+            request = request.set("x-amz-bypass-governance-retention", "true");
+        }
+        let response = self.send(&format!("rm {bucket}/{key}"), request, None)?;
+        Ok(permafrost_store::DeleteOutcome {
+            version_id: response.header("x-amz-version-id").map(str::to_owned),
+            delete_marker: response.header("x-amz-delete-marker") == Some("true"),
+        })
+    }
+
+    fn restore(
+        &self,
+        bucket: &str,
+        prefix: &str,
+        days: u32,
+        json: bool,
+    ) -> Result<permafrost_store::RestoreBatch> {
+        let body =
+            serde_json::json!({ "bucket": bucket, "prefix": prefix, "days": days }).to_string();
+        let started: permafrost_store::RestoreBatch = self.admin_json(
+            "restore",
+            Method::Post,
+            permafrost_s3::RESTORES_PATH,
             None,
+            Some(&body),
         )?;
-        Ok(())
+        let bar = super::count_bar("restore", json);
+        bar.set_length(started.requested);
+        loop {
+            let progress: permafrost_store::RestoreBatch = self.admin_json(
+                "restore progress",
+                Method::Get,
+                permafrost_s3::RESTORES_PATH,
+                None,
+                None,
+            )?;
+            bar.set_position(progress.done);
+            if progress.pending == 0 {
+                bar.finish_and_clear();
+                return Ok(progress);
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    fn datasets(
+        &self,
+        filter: &permafrost_store::DatasetFilter,
+    ) -> Result<Vec<permafrost_store::DatasetSummary>> {
+        let mut query = Vec::new();
+        if let Some(b) = &filter.bucket {
+            query.push(("bucket", b.clone()));
+        }
+        if let Some((k, v)) = &filter.tag {
+            query.push(("tag", format!("{k}={v}")));
+        }
+        if let Some(t) = filter.written_after_ms {
+            query.push(("after", t.to_string()));
+        }
+        if let Some(t) = filter.written_before_ms {
+            query.push(("before", t.to_string()));
+        }
+        self.admin_json(
+            "datasets",
+            Method::Get,
+            permafrost_s3::DATASETS_PATH,
+            Some(&query),
+            None,
+        )
     }
 
     fn stat(&self, bucket: &str, key: &str) -> Result<ObjectStat> {

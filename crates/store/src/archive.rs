@@ -1,0 +1,738 @@
+//! What archive users expect besides bytes (`docs/archive.md`): versions, Object Lock, tags, lifecycle, storage
+//! classes and restores, batch restores scheduled by disk, and dataset queries.
+//!
+//! - **Object Lock** is decided in one place, `ObjectLock::may_delete` (permafrost-catalog), which every catalog
+//!   transaction that removes a version applies; [`Store::may_delete`] asks the same question without deleting
+//!   (for the mount and the CLI).
+//! - **Lifecycle** is catalog only: each current version carries the expiry its bucket's rules give it; readers
+//!   stop seeing it at that instant, and the lifecycle thread turns it into a delete (a delete marker in
+//!   versioned buckets) soon after; noncurrent versions, lone delete markers and old multipart uploads go the
+//!   same way. No disk is woken: the bytes are reclaimed by garbage collection, which only frees catalog ranges
+//!   and cache files. A lifecycle "day" is `StoreConfig::lifecycle_day_ms` (shorter in tests).
+//! - **Restores** copy a version's stored bytes from the grid into the cache and pin them there for the
+//!   requested days. The restore thread takes every pending restore at once, groups them by grid bucket (one
+//!   data disk each), keeps that disk spinning for the whole group (one spin-up per disk), and reads the
+//!   contents in on-disk order (first extent offset).
+
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use permafrost_catalog::{
+    now_ms, AttributeChange, BucketArchive, ContentId, ContentRecord, DeleteOutcome, ListQuery,
+    ObjectRecord, RestoreOutcome, RestoreRecord, StorageClass, VersionPage, VersionQuery,
+};
+use serde::Serialize;
+
+use crate::cache::{Cache, CONTENTS_DIR};
+use crate::read::ObjectReader;
+use crate::store::{ByteRange, Inner, ObjectInfo, ReplaceMetadata};
+use crate::{Encoding, Result, Store, StoreError};
+
+/// Pending restores taken per pass of the restore thread.
+const RESTORE_BATCH_MAX: usize = 100_000;
+/// Expirations per catalog transaction of the lifecycle thread.
+const EXPIRE_BATCH_MAX: usize = 1000;
+/// Buffer of a restore copy.
+const RESTORE_BUFFER_BYTES: usize = 1 << 20;
+
+/// The restore state of a version, for `x-amz-restore`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct RestoreInfo {
+    pub ongoing: bool,
+    /// When the restored copy may leave the cache (once done).
+    pub expiry_ms: Option<u64>,
+}
+
+/// Progress of the restores the restore thread works on (and of the last batch).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct RestoreBatch {
+    /// Restores requested by the last `restore_prefix` (0 for single restores).
+    pub requested: u64,
+    /// Restores done since the last `restore_prefix`.
+    pub done: u64,
+    /// Restores still waiting.
+    pub pending: u64,
+    /// Bytes read from the grid for them.
+    pub bytes_read: u64,
+    /// Grid buckets (data disks) the current pass reads, in the order it reads them.
+    pub grid_buckets: Vec<u32>,
+    /// Grid bucket being read now.
+    pub reading_grid_bucket: Option<u32>,
+    /// The last error, if a restore failed (it stays pending and is retried).
+    pub last_error: Option<String>,
+}
+
+/// Which datasets [`Store::datasets`] lists.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DatasetFilter {
+    /// Only datasets whose objects (or bucket) carry this tag.
+    pub tag: Option<(String, String)>,
+    /// Only datasets written to at or after this time…
+    pub written_after_ms: Option<u64>,
+    /// … and at or before this time.
+    pub written_before_ms: Option<u64>,
+    /// Only datasets of this bucket.
+    pub bucket: Option<String>,
+}
+
+/// One dataset (an S3 bucket and key prefix) as `permafrost datasets` shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct DatasetSummary {
+    pub dataset: String,
+    pub bucket: String,
+    pub prefix: String,
+    pub objects: u64,
+    pub size_bytes: u64,
+    pub stored_bytes: u64,
+    pub first_write_ms: u64,
+    pub last_write_ms: u64,
+    /// Tags of its objects and of its bucket.
+    pub tags: Vec<(String, String)>,
+    /// The earliest lifecycle expiry of its objects.
+    pub expires_ms: Option<u64>,
+    /// `persisted` when every object is, else `N of M persisted`.
+    pub persistence: String,
+    /// The grid bucket (data disk) its data goes to.
+    pub grid_bucket: Option<u32>,
+}
+
+/// State of the restore thread, shared with the API.
+#[derive(Default)]
+pub(crate) struct Restores {
+    /// Held while a batch is being requested and while a pass runs, so a pass never sees half a batch.
+    pub lock: Mutex<()>,
+    pub progress: Mutex<RestoreBatch>,
+    pub wake: Mutex<bool>,
+    pub wake_cv: parking_lot::Condvar,
+}
+
+impl Restores {
+    fn wake(&self) {
+        *self.wake.lock() = true;
+        self.wake_cv.notify_all();
+    }
+}
+
+fn version_text(version_id: Option<&str>) -> String {
+    version_id.map_or_else(String::new, |v| format!(" version {v}"))
+}
+
+impl Store {
+    // ---------------------------------------------------------------- bucket configuration
+
+    /// A bucket's versioning, Object Lock, lifecycle and tags.
+    pub fn bucket_archive(&self, bucket: &str) -> Result<BucketArchive> {
+        Ok(self.head_bucket(bucket)?.archive)
+    }
+
+    /// Replace a bucket's versioning, Object Lock, lifecycle and tags (`InvalidBucketState` when S3's rules
+    /// forbid the change). A lifecycle's day length is the store's `lifecycle_day_ms`.
+    pub fn set_bucket_archive(&self, bucket: &str, mut archive: BucketArchive) -> Result<()> {
+        if let Some(lifecycle) = archive.lifecycle.as_mut() {
+            lifecycle.day_ms = self.inner().config.lifecycle_day_ms;
+        }
+        Ok(self.inner().catalog.set_bucket_archive(bucket, &archive)?)
+    }
+
+    // ---------------------------------------------------------------- versions
+
+    fn version_records(
+        &self,
+        bucket: &str,
+        key: &str,
+        version_id: Option<&str>,
+    ) -> Result<(ObjectRecord, ContentRecord)> {
+        let inner = self.inner();
+        let Some(version_id) = version_id else {
+            return match inner.catalog.get_object(bucket, key)? {
+                Some(found) => Ok(found),
+                None => {
+                    self.head_bucket(bucket)?;
+                    Err(StoreError::NoSuchKey {
+                        bucket: bucket.to_string(),
+                        key: key.to_string(),
+                    })
+                }
+            };
+        };
+        match inner.catalog.get_object_version(bucket, key, version_id)? {
+            Some((record, Some(content))) if record.object.is_some() => {
+                Ok((record.object.expect("checked"), content))
+            }
+            Some(_) => Err(StoreError::MethodNotAllowed(format!(
+                "{bucket}/{key} version {version_id} is a delete marker"
+            ))),
+            None => {
+                self.head_bucket(bucket)?;
+                Err(StoreError::NoSuchVersion(format!(
+                    "{bucket}/{key} has no version {version_id}"
+                )))
+            }
+        }
+    }
+
+    /// What the catalog knows of a version (the current one without `version_id`); never touches a disk.
+    pub fn head_version(
+        &self,
+        bucket: &str,
+        key: &str,
+        version_id: Option<&str>,
+    ) -> Result<ObjectInfo> {
+        let (object, content) = self.version_records(bucket, key, version_id)?;
+        self.inner().object_info(&object, &content)
+    }
+
+    /// Open a version for reading (see [`Store::open_object`]). A GLACIER version whose content is not in the
+    /// cache and that is not restored is `InvalidObjectState`: reading it would wake a disk.
+    pub fn open_version(
+        &self,
+        bucket: &str,
+        key: &str,
+        version_id: Option<&str>,
+        range: Option<ByteRange>,
+        accept_encoding: Option<Encoding>,
+    ) -> Result<(ObjectInfo, ObjectReader)> {
+        let (object, content) = self.version_records(bucket, key, version_id)?;
+        let inner = self.inner();
+        let parts = inner.parts_of(&content)?;
+        let info = ObjectInfo::from_records(&object, &content, &parts);
+        if object.attributes.storage_class == StorageClass::Glacier && !info.in_cache {
+            let restored = self.restore_info(&info)?.is_some_and(|r| !r.ongoing);
+            if !restored {
+                return Err(StoreError::InvalidObjectState(format!(
+                    "{bucket}/{key}{} is in the GLACIER storage class and not restored: restore it first \
+                     (RestoreObject, or `permafrost restore {bucket}/{key}`)",
+                    version_text(version_id)
+                )));
+            }
+        }
+        let reader = ObjectReader::open(inner, &content, parts, range, accept_encoding, false)?;
+        inner.touch(content.id);
+        Ok((info, reader))
+    }
+
+    /// S3 DeleteObject: without `version_id` the current version goes (a delete marker in versioned buckets);
+    /// with it, that version, if Object Lock allows (`AccessDenied` otherwise).
+    pub fn delete_version(
+        &self,
+        bucket: &str,
+        key: &str,
+        version_id: Option<&str>,
+        bypass_governance: bool,
+    ) -> Result<DeleteOutcome> {
+        Ok(self.inner().catalog.delete_version(
+            bucket,
+            key,
+            version_id,
+            bypass_governance,
+            now_ms(),
+        )?)
+    }
+
+    /// Whether a delete would be allowed now, by the rule every delete obeys (`ObjectLock::may_delete`):
+    /// `Ok(())`, or `AccessDenied` saying why. Deleting the current version of a versioned bucket only adds a
+    /// delete marker, which is always allowed; for unversioned buckets the current version itself is checked.
+    pub fn may_delete(
+        &self,
+        bucket: &str,
+        key: &str,
+        version_id: Option<&str>,
+        bypass_governance: bool,
+    ) -> Result<()> {
+        let archive = self.bucket_archive(bucket)?;
+        let target = match (version_id, archive.versioning) {
+            (Some(v), _) => Some(v.to_string()),
+            (None, permafrost_catalog::Versioning::Enabled) => None,
+            (None, _) => self
+                .inner()
+                .catalog
+                .get_object(bucket, key)?
+                .map(|(o, _)| o.version_id)
+                .filter(|v| v == permafrost_catalog::NULL_VERSION),
+        };
+        let Some(v) = target else { return Ok(()) };
+        match self.inner().catalog.get_object_version(bucket, key, &v)? {
+            Some((record, _)) => match record.object {
+                Some(o) => o
+                    .attributes
+                    .lock
+                    .may_delete(now_ms(), bypass_governance)
+                    .map_err(|e| {
+                        StoreError::AccessDenied(format!("{bucket}/{key} version {v}: {e}"))
+                    }),
+                None => Ok(()),
+            },
+            None => Ok(()),
+        }
+    }
+
+    /// S3 ListObjectVersions (catalog only).
+    pub fn list_object_versions(&self, bucket: &str, query: &VersionQuery) -> Result<VersionPage> {
+        Ok(self.inner().catalog.list_object_versions(bucket, query)?)
+    }
+
+    /// Change tags, retention or legal hold of a version; returns its version id.
+    pub fn change_attributes(
+        &self,
+        bucket: &str,
+        key: &str,
+        version_id: Option<&str>,
+        change: &AttributeChange,
+        bypass_governance: bool,
+    ) -> Result<String> {
+        if let AttributeChange::Tags(tags) = change {
+            validate_tags(tags)?;
+        }
+        Ok(self.inner().catalog.change_attributes(
+            bucket,
+            key,
+            version_id,
+            change,
+            bypass_governance,
+            now_ms(),
+        )?)
+    }
+
+    /// Copy a version (the current one without `src_version`) to `dst_bucket/dst_key` as a new version there
+    /// (catalog only: a new reference to the same content). `metadata = None` copies user metadata and content
+    /// type; `attributes = None` copies headers, tags and storage class (never the source's lock: the
+    /// destination bucket's default retention applies).
+    #[allow(clippy::too_many_arguments)]
+    pub fn copy_version(
+        &self,
+        src_bucket: &str,
+        src_key: &str,
+        src_version: Option<&str>,
+        dst_bucket: &str,
+        dst_key: &str,
+        metadata: Option<ReplaceMetadata>,
+        attributes: Option<permafrost_catalog::ObjectAttributes>,
+    ) -> Result<ObjectInfo> {
+        crate::store::validate_key(dst_key)?;
+        let (source, _) = self.version_records(src_bucket, src_key, src_version)?;
+        let inner = self.inner();
+        let (user_metadata, content_type) =
+            metadata.unwrap_or((source.user_metadata.clone(), source.content_type.clone()));
+        let mut attributes = attributes.unwrap_or_else(|| source.attributes.clone());
+        if attributes.lock == source.attributes.lock {
+            attributes.lock = Default::default();
+        }
+        let object = ObjectRecord {
+            bucket: dst_bucket.to_string(),
+            key: dst_key.to_string(),
+            last_modified_ms: now_ms(),
+            user_metadata,
+            content_type,
+            dataset: inner.dataset_of(dst_bucket, dst_key),
+            attributes,
+            ..source
+        };
+        let copy =
+            inner
+                .catalog
+                .copy_object(src_bucket, src_key, src_version, &object, now_ms())?;
+        let content = inner.catalog.get_content(&copy.content)?.ok_or_else(|| {
+            StoreError::Internal(format!("content of {dst_bucket}/{dst_key} vanished"))
+        })?;
+        inner.object_info(&copy, &content)
+    }
+
+    // ---------------------------------------------------------------- restores
+
+    /// S3 RestoreObject: a copy of the version in the cache, pinned for `days` lifecycle days once done.
+    pub fn restore_object(
+        &self,
+        bucket: &str,
+        key: &str,
+        version_id: Option<&str>,
+        days: u32,
+    ) -> Result<RestoreOutcome> {
+        let inner = self.inner();
+        let duration_ms = u64::from(days.max(1)) * inner.config.lifecycle_day_ms;
+        let (outcome, _) =
+            inner
+                .catalog
+                .request_restore(bucket, key, version_id, duration_ms, now_ms())?;
+        if outcome == RestoreOutcome::Started {
+            inner.restores.wake();
+        }
+        Ok(outcome)
+    }
+
+    /// The restore state of a version (`None`: never restored, or its copy expired).
+    pub fn restore_info(&self, info: &ObjectInfo) -> Result<Option<RestoreInfo>> {
+        Ok(self
+            .inner()
+            .catalog
+            .restore_of(&info.bucket, &info.key, &info.version_id)?
+            .map(|r| RestoreInfo {
+                ongoing: r.done_ms.is_none(),
+                expiry_ms: r.expiry_ms,
+            }))
+    }
+
+    /// Restore every current object under `bucket/prefix` for `days` lifecycle days: all requests first, then
+    /// one pass of the restore thread reads them grouped by disk, each disk once, in on-disk order. Returns at
+    /// once; [`Store::restore_progress`] tells how far it got.
+    pub fn restore_prefix(&self, bucket: &str, prefix: &str, days: u32) -> Result<RestoreBatch> {
+        let inner = self.inner();
+        let duration_ms = u64::from(days.max(1)) * inner.config.lifecycle_day_ms;
+        let _batch = inner.restores.lock.lock();
+        let mut requested = 0u64;
+        let mut start_after: Option<String> = None;
+        loop {
+            let page = inner.catalog.list_objects(
+                bucket,
+                &ListQuery {
+                    prefix: prefix.to_string(),
+                    delimiter: None,
+                    start_after: start_after.clone(),
+                    max_keys: 1000,
+                },
+            )?;
+            for o in &page.objects {
+                let (outcome, _) = inner.catalog.request_restore(
+                    bucket,
+                    &o.key,
+                    Some(&o.version_id),
+                    duration_ms,
+                    now_ms(),
+                )?;
+                if outcome != RestoreOutcome::InProgress {
+                    requested += 1;
+                }
+            }
+            if !page.is_truncated {
+                break;
+            }
+            start_after = page.next_start_after;
+        }
+        {
+            let mut progress = inner.restores.progress.lock();
+            *progress = RestoreBatch {
+                requested,
+                pending: inner.catalog.pending_restores(RESTORE_BATCH_MAX)?.len() as u64,
+                ..Default::default()
+            };
+        }
+        inner.restores.wake();
+        Ok(inner.restores.progress.lock().clone())
+    }
+
+    /// Progress of the restores (see [`RestoreBatch`]).
+    pub fn restore_progress(&self) -> Result<RestoreBatch> {
+        let inner = self.inner();
+        let mut progress = inner.restores.progress.lock();
+        progress.pending = inner.catalog.pending_restores(RESTORE_BATCH_MAX)?.len() as u64;
+        Ok(progress.clone())
+    }
+
+    /// Run the pending restores now (what the restore thread does), and return when they are done.
+    pub fn run_restores(&self) -> Result<RestoreBatch> {
+        restore_pass(self.inner())?;
+        self.restore_progress()
+    }
+
+    // ---------------------------------------------------------------- datasets
+
+    /// Datasets (bucket + prefix) with their size, object count, write times, tags, expiry, persistence and
+    /// disk, answered from the catalog alone.
+    pub fn datasets(&self, filter: &DatasetFilter) -> Result<Vec<DatasetSummary>> {
+        let inner = self.inner();
+        let records: BTreeMap<String, permafrost_catalog::DatasetRecord> = inner
+            .catalog
+            .datasets()?
+            .into_iter()
+            .map(|d| (d.id.clone(), d))
+            .collect();
+        let buckets: BTreeMap<String, BucketArchive> = inner
+            .catalog
+            .list_buckets()?
+            .into_iter()
+            .map(|b| (b.name, b.archive))
+            .collect();
+        let mut out = Vec::new();
+        for s in inner.catalog.dataset_stats()? {
+            let record = records.get(&s.dataset);
+            let bucket = record
+                .map(|r| r.bucket.clone())
+                .unwrap_or_else(|| s.dataset.split('/').next().unwrap_or("").to_string());
+            let prefix = s
+                .dataset
+                .strip_prefix(&bucket)
+                .unwrap_or("")
+                .trim_start_matches('/')
+                .to_string();
+            let mut tags = s.tags.clone();
+            if let Some(archive) = buckets.get(&bucket) {
+                tags.extend(archive.tags.iter().cloned());
+            }
+            tags.sort();
+            tags.dedup();
+            let keep = filter.bucket.as_ref().is_none_or(|b| *b == bucket)
+                && filter.tag.as_ref().is_none_or(|t| tags.contains(t))
+                && filter.written_after_ms.is_none_or(|t| s.last_write_ms >= t)
+                && filter
+                    .written_before_ms
+                    .is_none_or(|t| s.first_write_ms <= t);
+            if !keep {
+                continue;
+            }
+            out.push(DatasetSummary {
+                persistence: if s.persisted_objects == s.objects {
+                    "persisted".into()
+                } else {
+                    format!("{} of {} persisted", s.persisted_objects, s.objects)
+                },
+                grid_bucket: record.and_then(|r| r.grid_bucket),
+                dataset: s.dataset,
+                bucket,
+                prefix,
+                objects: s.objects,
+                size_bytes: s.size_bytes,
+                stored_bytes: s.stored_bytes,
+                first_write_ms: s.first_write_ms,
+                last_write_ms: s.last_write_ms,
+                tags,
+                expires_ms: s.expires_ms,
+            });
+        }
+        Ok(out)
+    }
+}
+
+/// S3's tag limits: at most 10 per object, keys up to 128 and values up to 256 characters, keys unique.
+pub fn validate_tags(tags: &[(String, String)]) -> Result<()> {
+    if tags.len() > 10 {
+        return Err(StoreError::InvalidArgument(format!(
+            "{} tags: an object can have at most 10",
+            tags.len()
+        )));
+    }
+    for (i, (k, v)) in tags.iter().enumerate() {
+        if k.is_empty() || k.chars().count() > 128 || v.chars().count() > 256 {
+            return Err(StoreError::InvalidArgument(format!(
+                "tag {k:?}={v:?}: keys have 1 to 128 characters, values at most 256"
+            )));
+        }
+        if tags[..i].iter().any(|(other, _)| other == k) {
+            return Err(StoreError::InvalidArgument(format!(
+                "tag key {k:?} appears twice"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// The lifecycle thread: expire what the rules say, release restored copies whose days are over, abort old
+/// uploads. Catalog only.
+pub(crate) fn lifecycle_loop(inner: &Arc<Inner>) {
+    let interval_ms = (inner.config.lifecycle_day_ms / 8).clamp(100, 60_000);
+    let mut last = std::time::Instant::now();
+    while !inner.stop.load(Ordering::SeqCst) {
+        std::thread::sleep(Duration::from_millis(50));
+        if (last.elapsed().as_millis() as u64) < interval_ms {
+            continue;
+        }
+        last = std::time::Instant::now();
+        if let Err(e) = lifecycle_pass(inner) {
+            inner.record_error(format!("lifecycle: {e}"));
+        }
+    }
+}
+
+/// One lifecycle pass (see [`lifecycle_loop`]).
+pub(crate) fn lifecycle_pass(inner: &Inner) -> Result<u64> {
+    let now = now_ms();
+    let mut total = 0;
+    loop {
+        let n = inner.catalog.expire_objects(now, EXPIRE_BATCH_MAX)?;
+        total += n;
+        if n < EXPIRE_BATCH_MAX as u64 {
+            break;
+        }
+    }
+    total += inner.catalog.expire_noncurrent(now, usize::MAX)?;
+    inner.catalog.expire_restores(now)?;
+    // Multipart uploads a rule says to abort.
+    let mut lifecycles: BTreeMap<String, Option<permafrost_catalog::Lifecycle>> = BTreeMap::new();
+    for upload in inner.catalog.all_uploads()? {
+        let lifecycle = match lifecycles.get(&upload.bucket) {
+            Some(l) => l.clone(),
+            None => {
+                let l = inner
+                    .catalog
+                    .get_bucket(&upload.bucket)?
+                    .and_then(|b| b.archive.lifecycle);
+                lifecycles.insert(upload.bucket.clone(), l.clone());
+                l
+            }
+        };
+        let Some(lifecycle) = lifecycle else { continue };
+        if let Some(days) = lifecycle.abort_upload_days(&upload.key) {
+            if lifecycle.days_after(upload.created_ms, days) <= now {
+                match inner.catalog.remove_upload(&upload.upload_id) {
+                    Ok(work) => {
+                        inner.run_work(work);
+                        total += 1;
+                    }
+                    Err(permafrost_catalog::CatalogError::NoSuchUpload(_)) => {}
+                    Err(e) => return Err(e.into()),
+                }
+            }
+        }
+    }
+    Ok(total)
+}
+
+/// The restore thread: a pass whenever woken (a restore was requested) or every second.
+pub(crate) fn restore_loop(inner: &Arc<Inner>) {
+    while !inner.stop.load(Ordering::SeqCst) {
+        {
+            let mut woken = inner.restores.wake.lock();
+            if !*woken {
+                inner
+                    .restores
+                    .wake_cv
+                    .wait_for(&mut woken, Duration::from_millis(1000));
+            }
+            *woken = false;
+        }
+        if inner.stop.load(Ordering::SeqCst) {
+            return;
+        }
+        if let Err(e) = restore_pass(inner) {
+            inner.restores.progress.lock().last_error = Some(e.to_string());
+            inner.record_error(format!("restore: {e}"));
+        }
+    }
+}
+
+/// Do every pending restore: contents already in the cache at once; the others grouped by grid bucket, one
+/// disk spun up per group and held up for it, contents read in on-disk order.
+fn restore_pass(inner: &Arc<Inner>) -> Result<()> {
+    let _pass = inner.restores.lock.lock();
+    let pending = inner.catalog.pending_restores(RESTORE_BATCH_MAX)?;
+    if pending.is_empty() {
+        return Ok(());
+    }
+    let mut by_content: BTreeMap<ContentId, Vec<RestoreRecord>> = BTreeMap::new();
+    for r in pending {
+        by_content.entry(r.content).or_default().push(r);
+    }
+    // grid bucket -> (first extent offset, restored content, content to read: itself or one of its parts)
+    let mut by_disk: BTreeMap<u32, Vec<(u64, ContentId, ContentRecord)>> = BTreeMap::new();
+    // restored content -> contents still to read for it
+    let mut waiting: BTreeMap<ContentId, usize> = BTreeMap::new();
+    for id in by_content.keys() {
+        let Some(content) = inner.catalog.get_content(id)? else {
+            // Collected meanwhile (its versions were deleted): nothing to restore.
+            inner.catalog.finish_restores(id, now_ms())?;
+            continue;
+        };
+        // What has to be in the cache: the content, or each part of a part list.
+        let needed: Vec<ContentRecord> = match inner.parts_of(&content)? {
+            parts if parts.is_empty() => vec![content],
+            parts => parts.into_iter().map(|(_, c)| c).collect(),
+        };
+        let missing: Vec<ContentRecord> = needed
+            .into_iter()
+            .filter(|c| c.cache_path.is_none())
+            .collect();
+        if missing.is_empty() {
+            // Under the progress lock, so that `pending` and `done` are read consistently.
+            let mut progress = inner.restores.progress.lock();
+            inner.catalog.finish_restores(id, now_ms())?;
+            progress.done += by_content[id].len() as u64;
+            continue;
+        }
+        waiting.insert(*id, missing.len());
+        for c in missing {
+            let segments = inner.catalog.segments(&c.id)?;
+            let (Some(first), Some(grid_bucket)) = (segments.first(), c.grid_bucket) else {
+                return Err(StoreError::Internal(format!(
+                    "content {} is neither in the cache nor on the grid",
+                    c.id
+                )));
+            };
+            let offset = first.extent.offset + first.segment.offset_in_payload;
+            by_disk
+                .entry(grid_bucket)
+                .or_default()
+                .push((offset, *id, c));
+        }
+    }
+    inner.restores.progress.lock().grid_buckets = by_disk.keys().copied().collect();
+    for (grid_bucket, mut contents) in by_disk {
+        contents.sort_by_key(|(offset, _, _)| *offset);
+        inner.restores.progress.lock().reading_grid_bucket = Some(grid_bucket);
+        // Hold the disk up for the whole group: one spin-up, however many contents.
+        let disk = inner.engine.geometry().bucket_disk(grid_bucket as usize);
+        let _spinning = inner.engine.power().acquire(disk);
+        for (_, restored, content) in contents {
+            let bytes = copy_into_cache(inner, &content)?;
+            let left = waiting.get_mut(&restored).expect("counted above");
+            *left -= 1;
+            let mut progress = inner.restores.progress.lock();
+            progress.bytes_read += bytes;
+            if *left == 0 {
+                inner.catalog.finish_restores(&restored, now_ms())?;
+                progress.done += by_content[&restored].len() as u64;
+            }
+        }
+    }
+    inner.restores.progress.lock().reading_grid_bucket = None;
+    Ok(())
+}
+
+/// Read a content's stored bytes from the grid (verified) into a new cache file and give it to the content.
+fn copy_into_cache(inner: &Arc<Inner>, content: &ContentRecord) -> Result<u64> {
+    inner.reserve_cache(content.stored_bytes)?;
+    let relative = Cache::new_path(CONTENTS_DIR);
+    let path = inner.cache.absolute(&relative);
+    let result = (|| -> Result<()> {
+        let mut source = crate::read::open_source(inner, content, true, true)?;
+        let mut file = std::fs::File::create(&path)
+            .map_err(|e| crate::io_error(format!("cannot create {}", path.display()), e))?;
+        let mut buffer = vec![0u8; RESTORE_BUFFER_BYTES];
+        let mut copied = 0u64;
+        loop {
+            let n = match source.read(&mut buffer) {
+                Ok(0) => break,
+                Ok(n) => n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    return Err(StoreError::Internal(format!(
+                        "restoring content {}: {e}",
+                        content.id
+                    )))
+                }
+            };
+            file.write_all(&buffer[..n])
+                .map_err(|e| crate::io_error(format!("cannot write {}", path.display()), e))?;
+            copied += n as u64;
+        }
+        if copied != content.stored_bytes {
+            return Err(StoreError::Internal(format!(
+                "restoring content {}: read {copied} of {} stored bytes",
+                content.id, content.stored_bytes
+            )));
+        }
+        inner.cache.sync_file(&file, &path)
+    })();
+    let adopted = result.and_then(|()| {
+        Ok(inner
+            .catalog
+            .recache_content(&content.id, &relative, now_ms())?)
+    });
+    if let Ok(true) = adopted {
+        return Ok(content.stored_bytes);
+    }
+    let _ = inner.cache.remove(&relative);
+    inner.cache.release(content.stored_bytes);
+    adopted.map(|_| 0)
+}
