@@ -987,20 +987,7 @@ impl SqliteCatalog {
         if removed == 0 {
             return Ok(None);
         }
-        let paths: Vec<String> = tx
-            .prepare_cached("SELECT cache_path FROM multipart_parts WHERE upload_id = ?1")?
-            .query_map(params![upload_id], |r| r.get(0))?
-            .collect::<rusqlite::Result<_>>()?;
-        tx.execute(
-            "DELETE FROM multipart_parts WHERE upload_id = ?1",
-            params![upload_id],
-        )?;
-        let now = now_ms();
-        paths
-            .into_iter()
-            .map(|path| add_work(tx, WorkKind::DeleteCacheFile { path }, now))
-            .collect::<rusqlite::Result<Vec<_>>>()
-            .map(Some)
+        remove_parts(tx, upload_id, None, now_ms()).map(Some)
     }
 
     fn ensure_dataset(

@@ -731,12 +731,22 @@ fn a_schema_2_catalog_is_migrated_and_keeps_its_parts() {
         upload(&c, "old");
     }
     {
-        // Take the database back to schema 2 (no part lists, parts as files, no mount tables) with one part
-        // uploaded then.
+        // Take the database back to schema 2 (no part lists, parts as files, no mount tables, no archive tables)
+        // with one part uploaded then.
         let db = rusqlite::Connection::open(&path).unwrap();
         db.execute_batch(
             "DROP TABLE fs_directories;
              ALTER TABLE contents DROP COLUMN persisted_ms;
+             DROP INDEX objects_expiring;
+             ALTER TABLE objects DROP COLUMN version_id;
+             ALTER TABLE objects DROP COLUMN version_seq;
+             ALTER TABLE objects DROP COLUMN attributes;
+             ALTER TABLE objects DROP COLUMN expires_ms;
+             ALTER TABLE buckets DROP COLUMN archive;
+             ALTER TABLE contents DROP COLUMN pinned_until_ms;
+             DROP TABLE object_versions;
+             DROP TABLE counters;
+             DROP TABLE restores;
              DROP TABLE content_parts;
              DROP INDEX multipart_parts_by_content;
              ALTER TABLE multipart_parts DROP COLUMN content;
