@@ -596,7 +596,7 @@ pub struct NewPartList {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ContentOwner {
     /// An object names it.
-    Object(ObjectRecord),
+    Object(Box<ObjectRecord>),
     /// It is only a part: of a part-list content whose object is this one, or of the multipart upload of
     /// `bucket/key` (not completed yet).
     Part {

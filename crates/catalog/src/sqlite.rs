@@ -1419,7 +1419,7 @@ impl Catalog for SqliteCatalog {
                 .query_row(params![key], object_from_row)
                 .optional()?
             {
-                return Ok(Some(ContentOwner::Object(object)));
+                return Ok(Some(ContentOwner::Object(Box::new(object))));
             }
             let of_list = c
                 .prepare_cached(
