@@ -60,3 +60,21 @@ if ! command -v pjdfstest >/dev/null 2>&1 && [ ! -x "$HOME/.cargo/bin/pjdfstest"
   # A debug build: it compiles in a fraction of the time, and the suite's speed is the file system's.
   cargo install --quiet --locked --debug pjdfstest
 fi
+# Archive clients of the e2e suite (tests/e2e/test_archive_clients.py): restic from apt, and the MinIO client `mc`
+# built from its Go module (Debian's `mc` is Midnight Commander; its `minio-client` package is not in bookworm).
+if ! command -v restic >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ]; then
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq restic
+  else
+    echo "setup-deps: restic missing (run as root to install)" >&2
+  fi
+fi
+MC_VERSION=v0.0.0-20250313080218-cf909e1063a9
+if ! (command -v mc >/dev/null 2>&1 && mc --version 2>/dev/null | grep -qi minio); then
+  if [ "$(id -u)" = 0 ] && command -v go >/dev/null 2>&1; then
+    GOBIN=/usr/local/bin GOFLAGS=-mod=mod go install "github.com/minio/mc@$MC_VERSION" \
+      || echo "setup-deps: building the MinIO client failed" >&2
+  else
+    echo "setup-deps: the MinIO client (mc) is missing (run as root with Go installed)" >&2
+  fi
+fi

@@ -511,3 +511,49 @@ def test_pyarrow_writes_and_reads_a_parquet_dataset_with_its_default_settings(se
     assert back.num_rows == 20_000
     assert sorted(back.column("x").to_pylist()) == [float(i) for i in range(20_000)]
     assert pq.read_table(f"{b}/big.parquet", filesystem=fs).num_rows == 3_000_000
+
+
+def test_failed_requests_are_logged_in_one_plain_line_and_the_startup_says_grid_buckets(server, s3):
+    b = new_name()
+    s3.create_bucket(Bucket=b)
+    error_of(s3.get_object, Bucket=b, Key="nothing-here")
+    deadline = time.time() + 10
+    while f"GET /{b}/nothing-here: 404 NoSuchKey" not in server.log_tail(1_000_000):
+        assert time.time() < deadline, server.log_tail(3000)
+        time.sleep(0.1)
+    log = server.log_tail(1_000_000)
+    assert "\x1b[" not in log, "ANSI colour codes in a log file"
+    assert "Response {" not in log and "once: b\"" not in log, "Debug dumps in the log"
+    assert "grid buckets" in log and "disk power is simulated" in log
+    assert "pf-e2e-secret-key" not in log
+
+
+def test_curl_sigv4_reaches_the_admin_endpoints_without_extra_headers(server):
+    import shutil
+    curl = shutil.which("curl")
+    assert curl, "curl is not installed"
+    from conftest import SECRET_KEY
+    r = subprocess_run([curl, "-sS", "-w", "\n%{http_code}", "--aws-sigv4", "aws:amz:us-east-1:s3",
+                        "--user", f"{ACCESS_KEY}:{SECRET_KEY}", f"{server.endpoint}/_permafrost/api/v1/datasets"])
+    body, code = r.stdout.rsplit("\n", 1)
+    assert code == "200", r.stdout + r.stderr
+    assert isinstance(json.loads(body), list)
+    r = subprocess_run([curl, "-sS", "-w", "\n%{http_code}", "--aws-sigv4", "aws:amz:us-east-1:s3",
+                        "--user", f"{ACCESS_KEY}:wrong-secret", f"{server.endpoint}/_permafrost/status"])
+    assert r.stdout.rsplit("\n", 1)[1] == "403"
+
+
+def subprocess_run(cmd):
+    import subprocess
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+
+
+def test_a_cli_upload_cut_short_reports_the_servers_answer_and_no_signed_url(server, tmp_path):
+    from conftest import SECRET_KEY, binary
+    big = tmp_path / "big.bin"
+    big.write_bytes(b"\0" * (20 << 20))
+    r = subprocess_run([str(binary()), "put", str(big), "no-such-bucket-here/x.bin", "--endpoint", server.endpoint,
+                        "--access-key", ACCESS_KEY, "--secret-key", SECRET_KEY])
+    assert r.returncode == 1
+    assert "NoSuchBucket" in r.stderr, r.stderr
+    assert "X-Amz-Signature" not in r.stderr and "X-Amz-Credential" not in r.stderr, r.stderr

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use permafrost_store::Store;
+use permafrost_store::{ByteRange, Store};
 use s3s::dto::*;
 use s3s::{S3Error, S3ErrorCode, S3Request, S3Response, S3Result};
 
@@ -148,6 +148,111 @@ pub(crate) async fn copy_object(
         version_id: version_header(&archive, &info.version_id),
         copy_source_version_id: source_version_echo,
         expiration: expiration_header(&archive, &info),
+        ..Default::default()
+    }))
+}
+
+/// Bytes moved per read and write of an UploadPartCopy.
+const PART_COPY_PIECE_BYTES: usize = 1 << 20;
+
+/// `x-amz-copy-source-range: bytes=FIRST-LAST` (both inclusive, both required, as S3 wants).
+fn copy_source_range(text: &str) -> S3Result<ByteRange> {
+    let bad = || {
+        S3Error::with_message(
+            S3ErrorCode::InvalidArgument,
+            format!("x-amz-copy-source-range {text:?}: expected bytes=FIRST-LAST"),
+        )
+    };
+    let (first, last) = text
+        .trim()
+        .strip_prefix("bytes=")
+        .and_then(|r| r.split_once('-'))
+        .ok_or_else(bad)?;
+    let first: u64 = first.trim().parse().map_err(|_| bad())?;
+    let last: u64 = last.trim().parse().map_err(|_| bad())?;
+    if last < first {
+        return Err(bad());
+    }
+    Ok(ByteRange::FromTo(first, last))
+}
+
+/// UploadPartCopy: a part made of (a range of) another object's bytes. The source is read like a GET (from the
+/// cache, or its disk spins up; a GLACIER source must be restored first) and streamed into the part, which is
+/// stored and verified like an uploaded one. Memory: one piece of [`PART_COPY_PIECE_BYTES`].
+pub(crate) async fn upload_part_copy(
+    store: &Arc<Store>,
+    req: S3Request<UploadPartCopyInput>,
+) -> S3Result<S3Response<UploadPartCopyOutput>> {
+    let input = req.input;
+    let (source_bucket, source_key, source_version) = match &input.copy_source {
+        CopySource::Bucket {
+            bucket,
+            key,
+            version_id,
+        } => (
+            bucket.to_string(),
+            key.to_string(),
+            version_id.as_deref().map(str::to_owned),
+        ),
+        _ => {
+            return Err(S3Error::with_message(
+                S3ErrorCode::NotImplemented,
+                "access points are not supported",
+            ));
+        }
+    };
+    let range = input
+        .copy_source_range
+        .as_deref()
+        .map(copy_source_range)
+        .transpose()?;
+    let number = u32::try_from(input.part_number).map_err(|_| {
+        S3Error::with_message(
+            S3ErrorCode::InvalidArgument,
+            format!("part number {} is negative", input.part_number),
+        )
+    })?;
+    let source_archive = bucket_archive(store, &source_bucket).await?;
+    let store = Arc::clone(store);
+    let upload_id = input.upload_id;
+    let version_for_copy = source_version.clone();
+    let (source, part) = blocking(move || {
+        let (source, mut reader) = store.open_version(
+            &source_bucket,
+            &source_key,
+            version_for_copy.as_deref(),
+            range,
+            None,
+        )?;
+        let mut handle = store.upload_part(&upload_id, number, Default::default())?;
+        let mut buffer = vec![0u8; PART_COPY_PIECE_BYTES];
+        loop {
+            let n = match std::io::Read::read(&mut reader, &mut buffer) {
+                Ok(0) => break,
+                Ok(n) => n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    handle.abort();
+                    return Err(permafrost_store::StoreError::Internal(format!(
+                        "reading {source_bucket}/{source_key} for a part copy: {e}"
+                    )));
+                }
+            };
+            if let Err(e) = handle.write(&buffer[..n]) {
+                handle.abort();
+                return Err(e);
+            }
+        }
+        Ok((source, handle.finish()?))
+    })
+    .await?;
+    Ok(S3Response::new(UploadPartCopyOutput {
+        copy_part_result: Some(CopyPartResult {
+            e_tag: Some(etag(&part.etag)),
+            last_modified: Some(timestamp(part.last_modified_ms)),
+            ..Default::default()
+        }),
+        copy_source_version_id: version_header(&source_archive, &source.version_id),
         ..Default::default()
     }))
 }

@@ -5,9 +5,12 @@
 //! headers, presigned URLs and `aws-chunked` bodies) is the `s3s` crate's; this crate maps S3 operations to the
 //! store, one module per family of operations: [`bucket`](crate) (ListBuckets, CreateBucket, DeleteBucket,
 //! HeadBucket, GetBucketLocation), `put`, `get` (GetObject with ranges, HeadObject), `list` (ListObjectsV2,
-//! ListObjects), `multipart`, `copy`, `delete` (DeleteObject, DeleteObjects); store errors become S3 errors in
+//! ListObjects), `multipart`, `copy` (CopyObject, UploadPartCopy), `delete` (DeleteObject, DeleteObjects),
+//! `versioning` (Get/PutBucketVersioning, ListObjectVersions), `tagging`, `lock` (Object Lock), `lifecycle`,
+//! `restore` (RestoreObject), `acl` (ACLs and policies, answered honestly); store errors become S3 errors in
 //! one place (`error`), trailing checksums are checked in `checksum`, and `bridge` moves bodies between the
-//! async server and the blocking store.
+//! async server and the blocking store. What versions, Object Lock, lifecycle, storage classes and restores
+//! mean here is in docs/archive.md.
 //!
 //! **Guarantees.**
 //! - A PUT (or part, or completion) is answered `200` only after the store acknowledged it durable; a request
@@ -32,8 +35,11 @@
 //! encoding gets the stored bytes with `Content-Encoding`; any other GET gets the decoded bytes, and ranges
 //! apply to the representation returned.
 //!
-//! **Not here.** Virtual-hosted-style addressing (path style only), versioning, ACLs and policies (one root
-//! user), SigV2, object lock, tagging.
+//! - A failed request is logged as one line (method, path, status, S3 code and message; 4xx at info, 5xx at
+//!   error), never with its query string (a presigned URL's signature is there).
+//!
+//! **Not here.** Virtual-hosted-style addressing (path style only), users other than root (ACLs and policies
+//! can only say so), SigV2, storage-class transitions, SELECT.
 
 mod acl;
 mod admin;

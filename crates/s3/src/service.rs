@@ -346,4 +346,18 @@ impl S3 for PermafrostS3 {
     ) -> S3Result<S3Response<RestoreObjectOutput>> {
         restore::restore_object(&self.store, req).await
     }
+
+    async fn upload_part_copy(
+        &self,
+        req: S3Request<UploadPartCopyInput>,
+    ) -> S3Result<S3Response<UploadPartCopyOutput>> {
+        copy::upload_part_copy(&self.store, req).await
+    }
+
+    async fn get_object_attributes(
+        &self,
+        req: S3Request<GetObjectAttributesInput>,
+    ) -> S3Result<S3Response<GetObjectAttributesOutput>> {
+        get::get_object_attributes(&self.store, req).await
+    }
 }
