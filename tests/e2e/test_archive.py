@@ -460,7 +460,9 @@ def test_the_cli_obeys_object_lock_and_restores_and_lists_datasets(server, s3):
     s3.put_object(Bucket=b, Key="runs/r2", Body=b"2" * 5000, Tagging="kind=raw")
     r = run("datasets", "--bucket", b, "--tag", "kind=raw", "--json")
     assert r.returncode == 0, r.stderr
-    (d,) = json.loads(r.stdout)
+    found = json.loads(r.stdout)
+    assert len(found) == 1, r.stdout
+    (d,) = found
     assert d["dataset"] == f"{b}/runs" and d["objects"] == 1 and d["tags"] == [["kind", "raw"]]
     r = run("restore", f"{b}/runs/", "--days", "1")
     assert r.returncode == 0 and "restored 1 of 1" in r.stdout, r.stdout + r.stderr

@@ -188,16 +188,14 @@ impl Remote {
     ) -> Result<T> {
         let mut url = self.endpoint.clone();
         url.set_path(path);
-        if let Some(pairs) = query.filter(|q| !q.is_empty()) {
-            url.query_pairs_mut()
-                .extend_pairs(pairs.iter().map(|(k, v)| (*k, v.as_str())));
-        }
         let verb = match method {
             Method::Post => "POST",
             Method::Put => "PUT",
             Method::Delete => "DELETE",
             _ => "GET",
         };
+        // rusty-s3 builds the query from this list (a query already in the URL would be dropped).
+        let pairs = query.unwrap_or(&[]);
         let url = rusty_s3::signing::sign(
             &jiff::Timestamp::now(),
             method,
@@ -207,7 +205,7 @@ impl Remote {
             None,
             &self.region,
             SIGNATURE_VALID.as_secs(),
-            std::iter::empty(),
+            pairs.iter().map(|(k, v)| (*k, v.as_str())),
             std::iter::empty(),
         );
         let request = self.agent.request_url(verb, &url);
