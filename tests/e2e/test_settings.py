@@ -35,7 +35,8 @@ def cli(server, *args):
 
 
 def test_a_bucket_takes_the_defaults_until_its_settings_change_what_uploads_get(server, s3, bucket):
-    assert settings_of(server.endpoint, bucket) == {"bucket": bucket, "chosen": UNCHOSEN, "effective": DEFAULTS}
+    assert settings_of(server.endpoint, bucket) == {"bucket": bucket, "chosen": UNCHOSEN, "effective": DEFAULTS,
+                                                    "storage_class": "STANDARD"}
     s3.put_object(Bucket=bucket, Key="zstd", Body=TEXT)
     zstd_bytes = stored_bytes(s3, bucket, "zstd")
     assert zstd_bytes < len(TEXT) // 5

@@ -173,7 +173,15 @@ pub(crate) async fn get_object(
         opener.open_version(&bucket, &key, version.as_deref(), range, accept)
     })
     .await?;
-    let h = version_headers(store, &info, checksum_mode(&input.checksum_mode)).await?;
+    // A checksum describes the whole object as uploaded: not a range, not the decoded form of bytes sent
+    // pre-compressed (a client that checks it would reject correct bytes).
+    let whole_as_uploaded = reader.range().is_none() && reader.encoding() == info.content_encoding;
+    let h = version_headers(
+        store,
+        &info,
+        checksum_mode(&input.checksum_mode) && whole_as_uploaded,
+    )
+    .await?;
     let content_range = reader.range().map(|(offset, length)| {
         format!(
             "bytes {}-{}/{}",
@@ -237,9 +245,15 @@ pub(crate) async fn head_object(
         );
         blocking(move || store.head_version(&bucket, &key, version.as_deref())).await?
     };
-    let h = version_headers(store, &info, checksum_mode(&input.checksum_mode)).await?;
     let as_stored =
         info.content_encoding != Encoding::Identity && accepted.contains(&info.content_encoding);
+    let as_uploaded = info.content_encoding == Encoding::Identity || as_stored;
+    let h = version_headers(
+        store,
+        &info,
+        checksum_mode(&input.checksum_mode) && as_uploaded && input.range.is_none(),
+    )
+    .await?;
     let output = HeadObjectOutput {
         accept_ranges: Some("bytes".into()),
         content_length: i64::try_from(if as_stored {
