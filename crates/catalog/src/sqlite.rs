@@ -2293,6 +2293,11 @@ mod tests {
             c.write(|tx| {
                 tx.execute_batch(
                     "ALTER TABLE contents DROP COLUMN persisted_ms; DROP TABLE fs_directories;
+                     DROP INDEX objects_expiring;
+                     ALTER TABLE objects DROP COLUMN version_id; ALTER TABLE objects DROP COLUMN version_seq;
+                     ALTER TABLE objects DROP COLUMN attributes; ALTER TABLE objects DROP COLUMN expires_ms;
+                     ALTER TABLE buckets DROP COLUMN archive; ALTER TABLE contents DROP COLUMN pinned_until_ms;
+                     DROP TABLE object_versions; DROP TABLE counters; DROP TABLE restores;
                      UPDATE meta SET value = '3' WHERE key = 'schema_version';",
                 )
             })
