@@ -440,3 +440,49 @@ fn spin_up_delay_follows_the_injected_clock() {
         10_000
     );
 }
+
+#[test]
+fn a_spin_up_is_recorded_with_the_reason_of_the_work_that_caused_it() {
+    use permafrost_disk::power::{WakeContext, WakeKind, WakeReason, WakeWitness};
+    let r = rig(fast(30, 10_000), 3, 3);
+    let mut buf = vec![0u8; BLOCK_BYTES];
+    let witness = WakeWitness::new();
+    {
+        let _g = WakeContext {
+            reason: WakeReason::read("photos", "2024/a.tif"),
+            witness: Some(witness.clone()),
+        }
+        .enter();
+        r.disks[1].read_at(0, &mut buf).unwrap();
+        // On now: a second read waits for nothing.
+        r.disks[1].read_at(0, &mut buf).unwrap();
+    }
+    assert_eq!(witness.spin_ups(), 1, "only the first read waited");
+    assert!(
+        witness.waited_ms() >= 30,
+        "waited {} ms",
+        witness.waited_ms()
+    );
+    let wake = r.manager.last_wake(1).expect("disk 1 woke");
+    assert_eq!(wake.reason.describe(), "read of photos/2024/a.tif");
+    assert!(wake.spin_up_ms >= 30);
+    {
+        let _g = WakeReason::about(WakeKind::Scrub, "disk 2").enter();
+        r.disks[2].read_at(0, &mut buf).unwrap();
+    }
+    r.disks[0].write_at(0, &buf).unwrap(); // no reason given
+    assert_eq!(r.manager.wake_counts(1), vec![(WakeKind::Read, 1)]);
+    assert_eq!(r.manager.wake_counts(2), vec![(WakeKind::Scrub, 1)]);
+    assert_eq!(r.manager.wake_counts(0), vec![(WakeKind::Unattributed, 1)]);
+    let all = r.manager.wakes_since(0);
+    assert_eq!(
+        all.iter().map(|w| w.disk).collect::<Vec<_>>(),
+        vec![1, 2, 0]
+    );
+    assert_eq!(r.manager.last_wake_seq(), 3);
+    assert_eq!(r.manager.wakes_since(2).len(), 1);
+    assert_eq!(r.manager.spin_up_histogram().count, 3);
+    let snapshot = r.manager.snapshot();
+    assert_eq!(snapshot.len(), 3);
+    assert!(snapshot.iter().all(|(s, _)| *s != PowerState::Off));
+}

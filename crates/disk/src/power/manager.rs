@@ -1,8 +1,9 @@
 //! The power manager: one model per disk, a budget of spinning disks, idle spin-down.
 
+use super::wake::{unix_ms, WakeLog};
 use super::{
     Admission, PowerBudget, PowerController, PowerError, PowerModel, PowerProfile, PowerState,
-    PowerStats, SimulatedPower,
+    PowerStats, SimulatedPower, SpinUpHistogram, WakeContext, WakeKind, WakeReason, WakeRecord,
 };
 use crate::{check_io, Disk, DiskError};
 use parking_lot::{Condvar, Mutex, MutexGuard, RwLock};
@@ -122,6 +123,8 @@ struct Inner {
     /// Notified whenever a guard drops, a disk turns off or the queue moves.
     changed: Condvar,
     on_spin_up: RwLock<Option<SpinUpHook>>,
+    /// Every spin-up with its reason (a lock of its own: never held with `state`).
+    wakes: Mutex<WakeLog>,
 }
 
 struct State {
@@ -187,6 +190,7 @@ impl PowerManager {
             }),
             changed: Condvar::new(),
             on_spin_up: RwLock::new(None),
+            wakes: Mutex::new(WakeLog::new(n_disks)),
         });
         let worker = inner.clone();
         let thread = std::thread::Builder::new()
@@ -257,12 +261,17 @@ impl PowerManager {
         if let Some(&disk) = disks.iter().find(|&&d| d >= n_disks) {
             return Err(PowerError::NoSuchDisk { disk, n_disks });
         }
+        let context = WakeContext::current();
+        let start_ms = inner.clock.now_ms();
         let mut st = inner.state.lock();
         // Fast path for the common case: disks that are already on and not due
         // to turn off. Needs no budget and no settling of others.
-        if let Some(grant) = st.budget.acquire_on(disks, inner.clock.now_ms()) {
+        if let Some(grant) = st.budget.acquire_on(disks, start_ms) {
             drop(st);
             inner.sleep_until(grant.ready_ms);
+            if grant.ready_ms > start_ms {
+                inner.note_wait(&context, start_ms); // someone else's spin-up is under way
+            }
             return Ok(inner.guards(disks));
         }
         let mut ticket = None;
@@ -283,20 +292,46 @@ impl PowerManager {
             }
         };
         let guards = inner.guards(disks);
+        let granted_ms = inner.clock.now_ms();
         drop(st);
         inner.changed.notify_all();
 
         let spun_up = grant.spun_up;
-        for &disk in &spun_up {
+        let mut controller_failed = vec![false; spun_up.len()];
+        for (i, &disk) in spun_up.iter().enumerate() {
             tracing::debug!(disk, "spinning up");
             let controller = inner.controller(disk);
             if let Err(e) = controller.spin_up() {
                 // The I/O that follows reports the drive's real state; note it here.
                 tracing::warn!(disk, controller = %controller.describe(), "spin-up failed: {e}");
                 inner.state.lock().controller_errors += 1;
+                controller_failed[i] = true;
             }
         }
         inner.sleep_until(grant.ready_ms);
+        if !spun_up.is_empty() {
+            let ready_ms = inner.clock.now_ms();
+            let reason = context.as_ref().map_or_else(
+                || WakeReason::new(WakeKind::Unattributed),
+                |c| c.reason.clone(),
+            );
+            let at_unix_ms = unix_ms().saturating_sub(ready_ms - granted_ms);
+            let mut wakes = inner.wakes.lock();
+            for (&disk, failed) in spun_up.iter().zip(controller_failed) {
+                wakes.record(WakeRecord {
+                    seq: 0,
+                    disk,
+                    reason: reason.clone(),
+                    at_ms: granted_ms,
+                    at_unix_ms,
+                    spin_up_ms: ready_ms - granted_ms,
+                    controller_failed: failed,
+                });
+            }
+        }
+        if grant.ready_ms > granted_ms || !spun_up.is_empty() {
+            inner.note_wait(&context, start_ms);
+        }
         if !spun_up.is_empty() {
             let hook = inner.on_spin_up.read().clone();
             if let Some(hook) = hook {
@@ -362,6 +397,42 @@ impl PowerManager {
         self.inner.controllers.write()[disk] = controller;
     }
 
+    /// Every disk's state and counters up to now, read at one instant.
+    pub fn snapshot(&self) -> Vec<(PowerState, PowerStats)> {
+        let now_ms = self.inner.clock.now_ms();
+        let st = self.inner.state.lock();
+        (0..st.budget.n_disks())
+            .map(|d| {
+                let model = st.budget.model_at(d, now_ms);
+                (model.state(), model.stats())
+            })
+            .collect()
+    }
+    /// The last spin-up of `disk` with its reason (`None` if it never spun up in this manager's life).
+    pub fn last_wake(&self, disk: usize) -> Option<WakeRecord> {
+        self.inner.wakes.lock().last(disk)
+    }
+    /// Spin-ups of `disk` per reason (kinds with at least one), in this manager's life.
+    pub fn wake_counts(&self, disk: usize) -> Vec<(WakeKind, u64)> {
+        self.inner.wakes.lock().counts(disk)
+    }
+    /// Spin-ups numbered after `seq`, oldest first (at most the last
+    /// [`super::WAKE_LOG_RECENT_MAX`]); `last_wake_seq` is the newest number.
+    pub fn wakes_since(&self, seq: u64) -> Vec<WakeRecord> {
+        self.inner.wakes.lock().since(seq)
+    }
+    /// Number of the newest spin-up (0 if none yet).
+    pub fn last_wake_seq(&self) -> u64 {
+        self.inner.wakes.lock().last_seq()
+    }
+    /// How long spin-ups took until the disk could serve I/O.
+    pub fn spin_up_histogram(&self) -> SpinUpHistogram {
+        self.inner.wakes.lock().histogram()
+    }
+    /// The manager's clock now (ms), the time base of [`WakeRecord::at_ms`].
+    pub fn now_ms(&self) -> u64 {
+        self.inner.clock.now_ms()
+    }
     fn peek(&self, disk: usize) -> PowerModel {
         let now_ms = self.inner.clock.now_ms();
         self.inner.state.lock().budget.model_at(disk, now_ms)
@@ -383,6 +454,12 @@ impl Inner {
         self.controllers.read()[disk].clone()
     }
 
+    /// Tell the acquiring work's witness (if any) that it waited for a spin-up since `start_ms`.
+    fn note_wait(&self, context: &Option<WakeContext>, start_ms: u64) {
+        if let Some(witness) = context.as_ref().and_then(|c| c.witness.as_ref()) {
+            witness.note_wait(self.clock.now_ms().saturating_sub(start_ms));
+        }
+    }
     /// Guards for a granted request, one per entry of `disks`.
     fn guards(self: &Arc<Self>, disks: &[usize]) -> Vec<ActivityGuard> {
         disks

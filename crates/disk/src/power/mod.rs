@@ -17,6 +17,9 @@
 //!   spinning disks down after their idle timeout (a background thread), and
 //!   handing out [`ActivityGuard`]s that keep a disk on. [`PoweredDisk`] wraps
 //!   a [`crate::Disk`] so every I/O holds a guard.
+//! - [`WakeReason`] says why work touches disks (a read of object X, persist, scrub, rebuild); the manager
+//!   records each spin-up with the reason of the thread that caused it ([`WakeRecord`], per-reason counts,
+//!   a duration histogram) for the operator's view. Reasons never change what the manager does.
 //!
 //! Invariants: per disk, `Σ ms_in_state == now − start` and
 //! `joules == Σ ms_in_state[s] · watts[s] / 1000`; a budget never has more
@@ -28,6 +31,7 @@ mod budget;
 mod controller;
 mod manager;
 mod model;
+mod wake;
 
 pub use budget::{Admission, Grant, PowerBudget, PowerError, Ticket};
 pub use controller::{
@@ -35,3 +39,7 @@ pub use controller::{
 };
 pub use manager::{ActivityGuard, Clock, ManualClock, PowerManager, PoweredDisk, SystemClock};
 pub use model::{PowerModel, PowerProfile, PowerState, PowerStats};
+pub use wake::{
+    ReasonGuard, SpinUpHistogram, WakeContext, WakeKind, WakeReason, WakeRecord, WakeWitness,
+    SPIN_UP_BUCKETS_S, WAKE_LOG_RECENT_MAX,
+};
