@@ -416,9 +416,25 @@ pub fn run(args: ServeArgs) -> Result<()> {
             "permafrost: health http://{address}{}",
             permafrost_s3::HEALTH_PATH
         );
-        permafrost_s3::serve(listener, Arc::clone(&store), credentials, shutdown_signal())
-            .await
-            .context("serving S3")
+        note!(
+            "permafrost: dashboard http://{address}{}/",
+            permafrost_admin::UI_PREFIX
+        );
+        let admin = permafrost_admin::Admin::start(
+            Arc::clone(&store),
+            &credentials.access_key,
+            &credentials.secret_key,
+            permafrost_admin::AdminOptions {
+                config_path: Some(data_dir.join(CONFIG_FILE)),
+                ..Default::default()
+            },
+        );
+        let served =
+            permafrost_s3::serve_admin(listener, admin.clone(), credentials, shutdown_signal())
+                .await
+                .context("serving S3");
+        admin.stop();
+        served
     });
     note!("permafrost: stopping, closing the archive");
     if let Some(mounted) = mounted {

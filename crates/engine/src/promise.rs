@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use parking_lot::Mutex;
+use permafrost_disk::power::WakeContext;
 
 use crate::engine::Shared;
 use crate::{Error, Result, WriteMode};
@@ -192,9 +193,11 @@ impl ReadPromise {
             let shared = Arc::clone(&shared);
             let stop = Arc::clone(&stop);
             let spare = Arc::clone(&spare);
+            let wake = WakeContext::current(); // the reader's reason, for the spin-ups it causes
             let thread = std::thread::Builder::new()
                 .name(format!("permafrost-read-{disk}"))
                 .spawn(move || {
+                    let _wake = WakeContext::enter_opt(wake);
                     let mut k = first as u64;
                     while let Some((from, to)) = chunk_range(offset, end, chunk_max, k) {
                         if stop.load(Ordering::SeqCst) {

@@ -89,6 +89,8 @@ pub(crate) fn is_admin_path(path: &str) -> bool {
 /// The admin endpoints over one store.
 pub(crate) struct AdminRoute {
     pub(crate) store: Arc<Store>,
+    /// The admin API v1, metrics and dashboard (`permafrost-admin`), for requests signed like S3.
+    pub(crate) admin: permafrost_admin::Admin,
 }
 
 fn json_response(status: StatusCode, value: &impl Serialize) -> S3Response<Body> {
@@ -182,7 +184,7 @@ impl S3Route for AdminRoute {
         let path = req.uri.path();
         let endpoint = ENDPOINTS.contains(&path)
             || settings_bucket(path).is_some()
-            || crate::archive_api::is_archive_endpoint(path);
+            || permafrost_admin::Admin::owns_path(path);
         let public = path == HEALTH_PATH || !endpoint;
         match req.credentials {
             Some(_) => Ok(()),
@@ -192,8 +194,17 @@ impl S3Route for AdminRoute {
     }
 
     async fn call(&self, req: S3Request<Body>) -> S3Result<S3Response<Body>> {
-        if crate::archive_api::is_archive_endpoint(req.uri.path()) {
-            return Ok(crate::archive_api::call(&self.store, req).await);
+        if permafrost_admin::Admin::owns_path(req.uri.path()) {
+            // Signed: s3s checked the root user's signature.
+            let mut request = http::Request::new(req.input);
+            *request.method_mut() = req.method;
+            *request.uri_mut() = req.uri;
+            *request.headers_mut() = req.headers;
+            let response = self.admin.handle(request, true).await;
+            let (parts, body) = response.into_parts();
+            let mut r = S3Response::with_status(body, parts.status);
+            r.headers = parts.headers;
+            return Ok(r);
         }
         if let Some(bucket) = settings_bucket(req.uri.path()) {
             let bucket = bucket.to_owned();

@@ -16,6 +16,7 @@ use std::task::{Context, Poll};
 
 use bytes::{Bytes, BytesMut};
 use futures::{Stream, StreamExt};
+use permafrost_disk::power::WakeContext;
 use permafrost_store::{ObjectInfo, ObjectReader, PutHandle, StoreError};
 use s3s::dto::StreamingBlob;
 use s3s::{S3Error, S3ErrorCode, S3Result, TrailingHeaders};
@@ -199,10 +200,12 @@ impl Stream for ReaderStream {
 pub(crate) fn download<K: Send + Sync + 'static>(
     mut reader: ObjectReader,
     keep: Arc<K>,
+    wake: Option<WakeContext>,
 ) -> StreamingBlob {
     let (tx, rx) = mpsc::channel(BODY_PIECES_IN_FLIGHT);
     tokio::task::spawn_blocking(move || {
         let _keep = keep;
+        let _wake = WakeContext::enter_opt(wake); // why the reads wake disks
         let mut remaining = reader.len();
         loop {
             let mut buf = BytesMut::zeroed(READ_PIECE_BYTES);

@@ -19,6 +19,7 @@ use crate::common::{
     DEFAULT_CONTENT_TYPE,
 };
 use crate::versioning::{bucket_archive, expiration_header, version_header};
+use permafrost_disk::power::{WakeContext, WakeReason, WakeWitness};
 
 /// The stored encodings (`zstd`, `lz4`) the client accepts, from `Accept-Encoding` (`q=0` excludes; `*` is
 /// not taken as a yes: decoded bytes are always safe).
@@ -151,6 +152,11 @@ pub(crate) async fn get_object(
     req: S3Request<GetObjectInput>,
 ) -> S3Result<S3Response<GetObjectOutput>> {
     let accepted = accepted_encodings(&req.headers);
+    // Why its disk wakes, if it must: this read (and whether the request waited, for the metrics).
+    let wake = WakeContext {
+        reason: WakeReason::read(&req.input.bucket, &req.input.key),
+        witness: req.extensions.get::<Arc<WakeWitness>>().cloned(),
+    };
     let input = req.input;
     let range = byte_range(input.range);
     let opener = Arc::clone(store);
@@ -159,7 +165,9 @@ pub(crate) async fn get_object(
         input.key.clone(),
         input.version_id.clone(),
     );
+    let opening = wake.clone();
     let (info, reader) = blocking(move || {
+        let _wake = opening.enter();
         let accept = match accepted.as_slice() {
             [] => None,
             [one] => Some(*one),
@@ -216,7 +224,7 @@ pub(crate) async fn get_object(
         object_lock_mode: h.lock_mode,
         object_lock_retain_until_date: h.retain_until,
         object_lock_legal_hold_status: h.legal_hold,
-        body: Some(download(reader, Arc::clone(store))),
+        body: Some(download(reader, Arc::clone(store), Some(wake))),
         ..Default::default()
     };
     let mut response = S3Response::new(output);

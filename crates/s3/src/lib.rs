@@ -56,6 +56,7 @@ mod get;
 mod lifecycle;
 mod list;
 mod lock;
+mod metrics;
 mod multipart;
 mod put;
 mod restore;
@@ -67,8 +68,8 @@ mod versioning;
 pub use admin::{
     BUCKETS_PREFIX, EVICT_PATH, GC_PATH, HEALTH_PATH, PERSIST_PATH, RESERVED_PREFIX, STATUS_PATH,
 };
-pub use archive_api::{DATASETS_PATH, RESTORES_PATH};
+pub use archive_api::{add_archive_endpoints, DATASETS_PATH, RESTORES_PATH};
 pub use auth::Credentials;
 pub use bridge::{BODY_PIECES_IN_FLIGHT, READ_PIECE_BYTES};
 pub use common::{GRID_BUCKET_HEADER, STATE_HEADER, STORED_BYTES_HEADER};
-pub use server::{s3_service, serve, DRAIN_TIMEOUT_MS};
+pub use server::{s3_service, serve, serve_admin, DRAIN_TIMEOUT_MS};

@@ -3,12 +3,15 @@
 
 use std::future::Future;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use http::{HeaderMap, HeaderValue, Request, Response};
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 use hyper_util::server::graceful::GracefulShutdown;
+use permafrost_admin::is_sigv4;
+use permafrost_admin::{Admin, AdminOptions};
+use permafrost_disk::power::WakeWitness;
 use permafrost_store::Store;
 use s3s::service::{S3Service, S3ServiceBuilder};
 use s3s::{Body, HttpError};
@@ -25,13 +28,15 @@ pub(crate) const STATUS_OVERRIDE_HEADER: &str = "x-permafrost-status-override";
 /// How long a shutdown waits for requests in flight before it closes their connections.
 pub const DRAIN_TIMEOUT_MS: u64 = 30_000;
 
-/// The S3 service (s3s) over `store`, checking signatures against `credentials`.
-pub fn s3_service(store: Arc<Store>, credentials: Credentials) -> S3Service {
+/// The S3 service (s3s) over the admin's store, checking signatures against `credentials`; signed requests to
+/// the admin API go to `admin`.
+pub fn s3_service(admin: Admin, credentials: Credentials) -> S3Service {
+    let store = Arc::clone(admin.store());
     let mut builder = S3ServiceBuilder::new(PermafrostS3 {
         store: Arc::clone(&store),
     });
     builder.set_auth(RootAuth::new(credentials));
-    builder.set_route(AdminRoute { store });
+    builder.set_route(AdminRoute { store, admin });
     builder.set_validation(ReservedNameValidation);
     builder.build()
 }
@@ -64,8 +69,20 @@ fn declares_no_body(headers: &HeaderMap) -> bool {
 ///   `Expect`, never sent), and the client must not reuse a connection whose state it cannot know.
 ///
 /// A fresh connection costs one TCP handshake.
-async fn handle(s3: S3Service, request: Request<Incoming>) -> Result<Response<Body>, HttpError> {
+async fn handle(
+    s3: S3Service,
+    admin: Admin,
+    request: Request<Incoming>,
+) -> Result<Response<Body>, HttpError> {
     let (method, path) = (request.method().clone(), request.uri().path().to_owned());
+    // The admin API, metrics and dashboard, unless signed like S3 (then s3s checks the signature and its route
+    // hands the request to the admin).
+    if Admin::owns_path(&path) && !is_sigv4(request.headers(), request.uri().query()) {
+        return Ok(admin.handle(request.map(Body::from), false).await);
+    }
+    let started = Instant::now();
+    let operation = crate::metrics::operation(&method, request.uri(), request.headers());
+    let witness = WakeWitness::new();
     let expects_continue = expects_continue(request.headers());
     let access_key = signing_access_key(&request);
     let no_body = declares_no_body(request.headers());
@@ -73,6 +90,8 @@ async fn handle(s3: S3Service, request: Request<Incoming>) -> Result<Response<Bo
         Ok(r) => r,
         Err(response) => return Ok(*response),
     };
+    let mut request = request;
+    request.extensions_mut().insert(Arc::clone(&witness));
     let mut response = s3.call(request).await?;
     explain_signature_mismatch(&mut response, access_key.as_deref());
     if let Some(status) = response
@@ -84,6 +103,15 @@ async fn handle(s3: S3Service, request: Request<Incoming>) -> Result<Response<Bo
         *response.status_mut() = status;
     }
     let status = response.status();
+    if !path.starts_with(crate::RESERVED_PREFIX) {
+        response = crate::metrics::timed(
+            response,
+            admin.metrics().clone(),
+            operation,
+            started,
+            witness,
+        );
+    }
     let body_maybe_unread = !no_body && !status.is_success();
     if (expects_continue && no_body) || body_maybe_unread {
         response
@@ -235,7 +263,26 @@ pub async fn serve(
     credentials: Credentials,
     shutdown: impl Future<Output = ()>,
 ) -> std::io::Result<()> {
-    let s3 = s3_service(store, credentials);
+    let admin = Admin::start(
+        store,
+        &credentials.access_key,
+        &credentials.secret_key,
+        AdminOptions::default(),
+    );
+    let result = serve_admin(listener, admin.clone(), credentials, shutdown).await;
+    admin.stop();
+    result
+}
+
+/// [`serve`] with an admin side the caller made (its options, endpoints other crates added). The caller stops
+/// it afterwards ([`Admin::stop`]).
+pub async fn serve_admin(
+    listener: TcpListener,
+    admin: Admin,
+    credentials: Credentials,
+    shutdown: impl Future<Output = ()>,
+) -> std::io::Result<()> {
+    let s3 = s3_service(admin.clone(), credentials);
     let graceful = GracefulShutdown::new();
     let mut http = hyper::server::conn::http1::Builder::new();
     http.timer(hyper_util::rt::TokioTimer::new())
@@ -255,8 +302,9 @@ pub async fn serve(
                     }
                 };
                 let s3 = s3.clone();
+                let admin = admin.clone();
                 let service = hyper::service::service_fn(move |request: Request<Incoming>| {
-                    handle(s3.clone(), request)
+                    handle(s3.clone(), admin.clone(), request)
                 });
                 let connection = graceful.watch(http.serve_connection(TokioIo::new(stream), service));
                 tokio::spawn(async move {
@@ -269,6 +317,7 @@ pub async fn serve(
         }
     }
     drop(listener);
+    admin.close_streams(); // event streams never end on their own
     tokio::select! {
         () = graceful.shutdown() => {}
         () = tokio::time::sleep(Duration::from_millis(DRAIN_TIMEOUT_MS)) => {

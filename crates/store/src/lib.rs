@@ -37,6 +37,7 @@ mod config;
 mod gc;
 mod mount;
 mod multipart;
+mod operator;
 mod persist;
 mod put;
 mod read;

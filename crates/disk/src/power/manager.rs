@@ -297,6 +297,32 @@ impl PowerManager {
         inner.changed.notify_all();
 
         let spun_up = grant.spun_up;
+        // Recorded before the drives are told, so whoever sees a disk spinning up can learn why.
+        let seqs: Vec<u64> = if spun_up.is_empty() {
+            Vec::new()
+        } else {
+            let reason = context.as_ref().map_or_else(
+                || WakeReason::new(WakeKind::Unattributed),
+                |c| c.reason.clone(),
+            );
+            let at_unix_ms = unix_ms();
+            let mut wakes = inner.wakes.lock();
+            spun_up
+                .iter()
+                .map(|&disk| {
+                    wakes.record(WakeRecord {
+                        seq: 0,
+                        disk,
+                        reason: reason.clone(),
+                        at_ms: granted_ms,
+                        at_unix_ms,
+                        spin_up_ms: 0,
+                        ready: false,
+                        controller_failed: false,
+                    })
+                })
+                .collect()
+        };
         let mut controller_failed = vec![false; spun_up.len()];
         for (i, &disk) in spun_up.iter().enumerate() {
             tracing::debug!(disk, "spinning up");
@@ -310,23 +336,10 @@ impl PowerManager {
         }
         inner.sleep_until(grant.ready_ms);
         if !spun_up.is_empty() {
-            let ready_ms = inner.clock.now_ms();
-            let reason = context.as_ref().map_or_else(
-                || WakeReason::new(WakeKind::Unattributed),
-                |c| c.reason.clone(),
-            );
-            let at_unix_ms = unix_ms().saturating_sub(ready_ms - granted_ms);
+            let spin_up_ms = inner.clock.now_ms() - granted_ms;
             let mut wakes = inner.wakes.lock();
-            for (&disk, failed) in spun_up.iter().zip(controller_failed) {
-                wakes.record(WakeRecord {
-                    seq: 0,
-                    disk,
-                    reason: reason.clone(),
-                    at_ms: granted_ms,
-                    at_unix_ms,
-                    spin_up_ms: ready_ms - granted_ms,
-                    controller_failed: failed,
-                });
+            for (&seq, failed) in seqs.iter().zip(controller_failed) {
+                wakes.complete(seq, spin_up_ms, failed);
             }
         }
         if grant.ready_ms > granted_ms || !spun_up.is_empty() {

@@ -238,8 +238,11 @@ pub struct WakeRecord {
     pub at_ms: u64,
     /// When the spin-up was granted, wall clock (ms since the Unix epoch).
     pub at_unix_ms: u64,
-    /// How long it took until the disk could serve I/O (the controller's call and the spin-up delay), ms.
+    /// How long it took until the disk could serve I/O (the controller's call and the spin-up delay), ms;
+    /// 0 while `ready` is false.
     pub spin_up_ms: u64,
+    /// Whether the spin-up has completed (a record is made when the spin-up is granted).
+    pub ready: bool,
     /// Whether the controller's `spin_up` failed (the I/O that follows reports the drive's real state).
     pub controller_failed: bool,
 }
@@ -298,18 +301,35 @@ impl WakeLog {
         }
     }
 
+    /// A spin-up granted now (`ready` false); returns its number.
     pub(crate) fn record(&mut self, mut record: WakeRecord) -> u64 {
         let seq = self.next_seq;
         self.next_seq += 1;
         record.seq = seq;
+        record.ready = false;
         self.counts[record.disk][record.reason.kind.index()] += 1;
-        self.histogram.observe(record.spin_up_ms as f64 / 1000.0);
         self.last[record.disk] = Some(record.clone());
         if self.recent.len() == WAKE_LOG_RECENT_MAX {
             self.recent.pop_front();
         }
         self.recent.push_back(record);
         seq
+    }
+
+    /// Spin-up `seq` completed after `spin_up_ms`.
+    pub(crate) fn complete(&mut self, seq: u64, spin_up_ms: u64, controller_failed: bool) {
+        self.histogram.observe(spin_up_ms as f64 / 1000.0);
+        let update = |r: &mut WakeRecord| {
+            r.ready = true;
+            r.spin_up_ms = spin_up_ms;
+            r.controller_failed = controller_failed;
+        };
+        if let Some(r) = self.recent.iter_mut().rev().find(|r| r.seq == seq) {
+            update(r);
+        }
+        for r in self.last.iter_mut().flatten().filter(|r| r.seq == seq) {
+            update(r);
+        }
     }
 
     pub(crate) fn last(&self, disk: usize) -> Option<WakeRecord> {
@@ -395,12 +415,21 @@ mod tests {
             reason: WakeReason::new(kind),
             at_ms: 0,
             at_unix_ms: 0,
-            spin_up_ms: 120,
+            spin_up_ms: 0,
+            ready: false,
             controller_failed: false,
         };
-        assert_eq!(log.record(record(1, WakeKind::Read)), 1);
-        assert_eq!(log.record(record(1, WakeKind::Scrub)), 2);
-        assert_eq!(log.record(record(1, WakeKind::Read)), 3);
+        for (seq, kind) in [
+            (1, WakeKind::Read),
+            (2, WakeKind::Scrub),
+            (3, WakeKind::Read),
+        ] {
+            assert_eq!(log.record(record(1, kind)), seq);
+            assert!(!log.last(1).unwrap().ready);
+            log.complete(seq, 120, false);
+        }
+        assert!(log.last(1).unwrap().ready);
+        assert_eq!(log.last(1).unwrap().spin_up_ms, 120);
         assert_eq!(
             log.counts(1),
             vec![(WakeKind::Read, 2), (WakeKind::Scrub, 1)]

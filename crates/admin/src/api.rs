@@ -1,0 +1,740 @@
+//! The built-in endpoints of the admin API (below [`crate::API_PREFIX`]):
+//!
+//! | endpoint | answers |
+//! |---|---|
+//! | `GET /` | every endpoint |
+//! | `POST /login`, `POST /logout` | dashboard session (`{"access_key", "secret_key"}`) |
+//! | `GET /state` | everything at once: disks, cache, tasks, energy ([`state`]) |
+//! | `GET /disks`, `GET /disks/{disk}` | the disks |
+//! | `POST /disks/{disk}/scrub` | task: verify the disk's written ranges |
+//! | `POST /disks/{disk}/fail` | mark it failed now |
+//! | `POST /disks/{disk}/replace` | a fresh disk in its place; `{"rebuild": true}` (default) queues its rebuild |
+//! | `POST /disks/{disk}/rebuild` | task: recover its defect ranges |
+//! | `POST /scrub` | task: scrub what is overdue (`{"max_age_hours": H}`, default the grid's setting) |
+//! | `POST /persist` | task: persist everything waiting |
+//! | `POST /cache/evict` | drop persisted contents from the cache now |
+//! | `GET /tasks`, `GET /tasks/{id}` | queued, running and recent tasks |
+//! | `GET /wakes` | recent spin-ups with their reasons |
+//! | `GET /events` | server-sent events ([`crate::events`]) |
+//! | `GET /wait` | block until an object, prefix or bucket is persisted (`?bucket=B&key=K` or `&prefix=P`, `&timeout_ms=`, `&persist_now=true` to persist at once instead of when the watchdog decides) |
+//! | `GET`/`PUT /buckets/{bucket}/placement` | a bucket's placement strategy |
+//!
+//! Disk numbers are grid positions (`row · x + column`); an unknown one is a 400 naming the valid range.
+
+use std::time::{Duration, Instant};
+
+use http::{HeaderValue, Method, StatusCode};
+use permafrost_disk::power::PowerState;
+use permafrost_grid::Role;
+use permafrost_store::{ListQuery, StatusReport};
+use serde::{Deserialize, Serialize};
+
+use crate::monitor::{state_name, wake_json, DiskView};
+use crate::router::{blocking, handler, json, json_status, ApiError, ApiRequest, ApiResult};
+use crate::tasks::Lane;
+use crate::Admin;
+
+pub(crate) fn add_routes(admin: &Admin) {
+    admin.route(Method::GET, "/", handler(index));
+    admin.route(Method::POST, "/login", handler(login));
+    admin.route(Method::POST, "/logout", handler(logout));
+    admin.route(Method::GET, "/state", handler(get_state));
+    admin.route(Method::GET, "/disks", handler(get_disks));
+    admin.route(Method::GET, "/disks/{disk}", handler(get_disk));
+    admin.route(Method::POST, "/disks/{disk}/scrub", handler(scrub_disk));
+    admin.route(Method::POST, "/disks/{disk}/fail", handler(fail_disk));
+    admin.route(Method::POST, "/disks/{disk}/replace", handler(replace_disk));
+    admin.route(Method::POST, "/disks/{disk}/rebuild", handler(rebuild_disk));
+    admin.route(Method::POST, "/scrub", handler(scrub_overdue));
+    admin.route(Method::POST, "/persist", handler(persist));
+    admin.route(Method::POST, "/cache/evict", handler(evict));
+    admin.route(Method::GET, "/tasks", handler(get_tasks));
+    admin.route(Method::GET, "/tasks/{id}", handler(get_task));
+    admin.route(Method::GET, "/wakes", handler(get_wakes));
+    admin.route(Method::GET, "/events", handler(get_events));
+    admin.route(Method::GET, "/wait", handler(wait));
+    admin.route(
+        Method::GET,
+        "/buckets/{bucket}/placement",
+        handler(get_placement),
+    );
+    admin.route(
+        Method::PUT,
+        "/buckets/{bucket}/placement",
+        handler(put_placement),
+    );
+}
+
+async fn index(admin: Admin, _: ApiRequest) -> ApiResult {
+    json(&serde_json::json!({ "prefix": crate::API_PREFIX, "endpoints": admin.endpoints() }))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Login {
+    access_key: String,
+    secret_key: String,
+}
+
+async fn login(admin: Admin, request: ApiRequest) -> ApiResult {
+    let login: Login = request.json()?;
+    let session = admin.auth().login(&login.access_key, &login.secret_key)?;
+    let mut response = json_status(StatusCode::OK, &serde_json::json!({ "logged_in": true }));
+    let cookie = format!(
+        "{}={session}; Path=/_permafrost/; HttpOnly; SameSite=Strict; Max-Age={}",
+        crate::auth::SESSION_COOKIE,
+        crate::auth::SESSION_TTL.as_secs()
+    );
+    response.headers_mut().insert(
+        http::header::SET_COOKIE,
+        HeaderValue::from_str(&cookie).map_err(|e| ApiError::internal(e.to_string()))?,
+    );
+    Ok(response)
+}
+
+async fn logout(admin: Admin, request: ApiRequest) -> ApiResult {
+    admin.auth().logout(&request.headers);
+    let mut response = json_status(StatusCode::OK, &serde_json::json!({ "logged_in": false }));
+    let cookie = format!(
+        "{}=; Path=/_permafrost/; HttpOnly; SameSite=Strict; Max-Age=0",
+        crate::auth::SESSION_COOKIE
+    );
+    if let Ok(v) = HeaderValue::from_str(&cookie) {
+        response.headers_mut().insert(http::header::SET_COOKIE, v);
+    }
+    Ok(response)
+}
+
+// ---------------------------------------------------------------- state
+
+/// Energy of one disk or all.
+#[derive(Debug, Clone, Serialize)]
+pub struct Energy {
+    /// Power drawn now, by the power model of the current state.
+    pub watts: f64,
+    /// Energy since the grid was created (counters kept in the journal across restarts).
+    pub joules: f64,
+    pub kwh: f64,
+}
+
+/// One disk as the API shows it.
+#[derive(Debug, Clone, Serialize)]
+pub struct DiskState {
+    pub disk: usize,
+    pub name: String,
+    pub column: usize,
+    pub row: usize,
+    /// `data`, `hp` (horizontal parity), `vp` (vertical parity of its column).
+    pub role: &'static str,
+    /// Grid bucket of a data disk, parity group of an `hp`, column of a `vp`.
+    pub role_index: usize,
+    /// A `vp` whose column holds `hp` disks is also their `vhP` (the parity of parity).
+    pub vhp: bool,
+    /// `off`, `spinning_up`, `idle`, `active` (the power model now).
+    pub power_state: &'static str,
+    /// What the dashboard shows: `failed`, else the power state, `active` when there was I/O in the last sample.
+    pub shown_state: &'static str,
+    pub shown_since_unix_ms: Option<u64>,
+    pub failed: bool,
+    /// `ok`, `degraded` (ranges waiting for recovery), `failed`.
+    pub health: &'static str,
+    pub capacity_bytes: u64,
+    pub written_bytes: u64,
+    pub fill: f64,
+    /// Bytes of ranges waiting for recovery (what a rebuild still has to do).
+    pub defect_bytes: u64,
+    pub pending_parity_bytes: u64,
+    pub read_bytes: u64,
+    pub written_physical_bytes: u64,
+    /// Spin-ups since the grid was created.
+    pub spin_ups: u64,
+    /// Spin-ups of this server's life by reason (`read`, `persist`, `scrub`, …).
+    pub spin_ups_by_reason: std::collections::BTreeMap<&'static str, u64>,
+    /// Seconds in each power state since the grid was created.
+    pub seconds_in_state: std::collections::BTreeMap<&'static str, f64>,
+    pub energy: Energy,
+    /// The last spin-up of this server's life and why (`null`: none yet).
+    pub last_wake: Option<serde_json::Value>,
+    /// When the last full scrub pass ended (ms since the epoch, `null` = never).
+    pub last_scrub_unix_ms: Option<u64>,
+    /// When the longest-unverified written range was last known good (`null` = nothing written).
+    pub verified_oldest_unix_ms: Option<u64>,
+    /// SMART figures: read only while a disk spins anyway, served with their age.
+    pub smart: serde_json::Value,
+}
+
+/// Everything at once.
+#[derive(Debug, Clone, Serialize)]
+pub struct State {
+    pub at_unix_ms: u64,
+    pub grid_id: String,
+    pub layout: String,
+    pub columns: usize,
+    pub rows: usize,
+    pub disks: Vec<DiskState>,
+    pub disks_by_state: std::collections::BTreeMap<&'static str, usize>,
+    pub spinning_now: usize,
+    pub spinning_max: usize,
+    pub cache: CacheState,
+    pub energy: Energy,
+    pub tasks: Vec<crate::TaskInfo>,
+    pub last_background_error: Option<String>,
+}
+
+/// The write-back cache.
+#[derive(Debug, Clone, Serialize)]
+pub struct CacheState {
+    pub capacity_bytes: u64,
+    pub used_bytes: u64,
+    /// Stored bytes not yet persisted (cached, placed or persisting).
+    pub dirty_bytes: u64,
+    /// Age of the oldest content waiting to be persisted (`null`: nothing waits).
+    pub oldest_unpersisted_age_seconds: Option<f64>,
+    pub waiting_bytes_per_grid_bucket: Vec<GridBucketBytes>,
+    pub objects: u64,
+    pub buckets: u64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct GridBucketBytes {
+    pub grid_bucket: u32,
+    /// The data disk of that grid bucket.
+    pub disk: usize,
+    pub bytes: u64,
+    pub contents: u64,
+    pub oldest_unix_ms: u64,
+}
+
+fn role_of(role: Role) -> (&'static str, usize) {
+    match role {
+        Role::Data { bucket } => ("data", bucket),
+        Role::HParity { hpg } => ("hp", hpg),
+        Role::VParity { column } => ("vp", column),
+    }
+}
+
+/// The state from memory and the catalog; touches no disk.
+pub fn state(admin: &Admin) -> Result<State, ApiError> {
+    let store = admin.store();
+    let report: StatusReport = store.status()?;
+    let outstanding = store.catalog_outstanding()?;
+    let engine = store.engine();
+    let power = engine.power();
+    let geometry = engine.geometry();
+    let profile = power.profile().clone();
+    let views: Vec<DiskView> = admin.monitor().views();
+    let layout = geometry.layout();
+    let now = crate::unix_ms();
+    let mut disks_by_state = std::collections::BTreeMap::new();
+    let mut total_watts = 0.0;
+    let mut total_joules = 0.0;
+    let disks: Vec<DiskState> = report
+        .engine
+        .disks
+        .iter()
+        .map(|d| {
+            let (role, role_index) = role_of(d.role);
+            let vhp = role == "vp"
+                && (0..geometry.disks()).any(|o| {
+                    geometry.column(o) == geometry.column(d.index)
+                        && matches!(geometry.role(o), Role::HParity { .. })
+                });
+            let view = views.get(d.index);
+            let shown_state = if d.failed {
+                "failed"
+            } else {
+                view.map_or(state_name(d.power_state), |v| v.shown_state)
+            };
+            *disks_by_state.entry(shown_state).or_insert(0) += 1;
+            let watts = profile.watts(d.power_state);
+            total_watts += watts;
+            total_joules += d.power.joules;
+            let seconds_in_state = [
+                PowerState::Off,
+                PowerState::SpinningUp,
+                PowerState::Idle,
+                PowerState::Active,
+            ]
+            .iter()
+            .map(|&s| {
+                (
+                    state_name(s),
+                    d.power.ms_in_state[s.index()] as f64 / 1000.0,
+                )
+            })
+            .collect();
+            let spin_ups_by_reason = power
+                .wake_counts(d.index)
+                .into_iter()
+                .map(|(k, n)| (k.as_str(), n))
+                .collect();
+            DiskState {
+                disk: d.index,
+                name: d.name.clone(),
+                column: geometry.column(d.index),
+                row: geometry.row(d.index),
+                role,
+                role_index,
+                vhp,
+                power_state: state_name(d.power_state),
+                shown_state,
+                shown_since_unix_ms: view.map(|v| v.since_unix_ms),
+                failed: d.failed,
+                health: if d.failed {
+                    "failed"
+                } else if d.defect_bytes > 0 {
+                    "degraded"
+                } else {
+                    "ok"
+                },
+                capacity_bytes: report.engine.bucket_capacity_bytes,
+                written_bytes: d.written_bytes,
+                fill: if report.engine.bucket_capacity_bytes == 0 {
+                    0.0
+                } else {
+                    d.written_bytes as f64 / report.engine.bucket_capacity_bytes as f64
+                },
+                defect_bytes: d.defect_bytes,
+                pending_parity_bytes: d.pending_delta_bytes,
+                read_bytes: d.io.physical_read_bytes,
+                written_physical_bytes: d.io.physical_written_bytes,
+                spin_ups: d.power.spin_ups,
+                spin_ups_by_reason,
+                seconds_in_state,
+                energy: Energy {
+                    watts,
+                    joules: d.power.joules,
+                    kwh: d.power.joules / 3.6e6,
+                },
+                last_wake: power.last_wake(d.index).as_ref().map(wake_json),
+                last_scrub_unix_ms: (d.last_scrub_pass_ms > 0).then_some(d.last_scrub_pass_ms),
+                verified_oldest_unix_ms: d.verified_oldest_ms,
+                smart: smart_of(&d.name),
+            }
+        })
+        .collect();
+    let dirty_bytes = report
+        .catalog
+        .contents_by_state
+        .iter()
+        .filter(|(s, _, _)| s.as_str() != "persisted")
+        .map(|(_, _, bytes)| *bytes)
+        .sum();
+    let oldest = outstanding.iter().map(|o| o.oldest_ms).min();
+    Ok(State {
+        at_unix_ms: now,
+        grid_id: report.engine.grid_id.clone(),
+        layout: report.engine.layout.clone(),
+        columns: layout.x,
+        rows: layout.y,
+        disks,
+        disks_by_state,
+        spinning_now: report.engine.spinning_now,
+        spinning_max: power.budget(),
+        cache: CacheState {
+            capacity_bytes: report.cache_capacity_bytes,
+            used_bytes: report.cache_used_bytes,
+            dirty_bytes,
+            oldest_unpersisted_age_seconds: oldest.map(|ms| now.saturating_sub(ms) as f64 / 1000.0),
+            waiting_bytes_per_grid_bucket: outstanding
+                .iter()
+                .map(|o| GridBucketBytes {
+                    grid_bucket: o.grid_bucket,
+                    disk: geometry.bucket_disk(o.grid_bucket as usize),
+                    bytes: o.stored_bytes,
+                    contents: o.contents,
+                    oldest_unix_ms: o.oldest_ms,
+                })
+                .collect(),
+            objects: report.catalog.objects,
+            buckets: report.catalog.buckets,
+        },
+        energy: Energy {
+            watts: total_watts,
+            joules: total_joules,
+            kwh: total_joules / 3.6e6,
+        },
+        tasks: admin.tasks().list(),
+        last_background_error: report.last_background_error.clone(),
+    })
+}
+
+/// SMART of a disk. File-backed disks have none; block devices would be read (`smartctl -n standby`) only
+/// while spinning — not implemented yet, and said so.
+fn smart_of(name: &str) -> serde_json::Value {
+    if name.starts_with("/dev/") {
+        serde_json::json!({
+            "available": false,
+            "why": "SMART reading is not implemented yet (it will be read only while the disk spins anyway)",
+        })
+    } else {
+        serde_json::json!({
+            "available": false,
+            "why": "file-backed disk: no drive, no SMART",
+        })
+    }
+}
+
+async fn get_state(admin: Admin, _: ApiRequest) -> ApiResult {
+    let state = blocking(move || state(&admin)).await?;
+    json(&state)
+}
+
+async fn get_disks(admin: Admin, _: ApiRequest) -> ApiResult {
+    let state = blocking(move || state(&admin)).await?;
+    json(&serde_json::json!({ "disks": state.disks }))
+}
+
+/// The disk named by the request's `{disk}`, checked against the grid.
+fn disk_param(admin: &Admin, request: &ApiRequest) -> Result<usize, ApiError> {
+    let text = request.param("disk");
+    let n = admin.store().engine().geometry().disks();
+    match text.parse::<usize>() {
+        Ok(d) if d < n => Ok(d),
+        _ => Err(ApiError::bad_request(format!(
+            "unknown disk {text:?}: this grid has disks 0 to {}",
+            n - 1
+        ))),
+    }
+}
+
+async fn get_disk(admin: Admin, request: ApiRequest) -> ApiResult {
+    let disk = disk_param(&admin, &request)?;
+    let state = blocking(move || state(&admin)).await?;
+    json(&state.disks[disk])
+}
+
+fn accepted(task: &crate::TaskInfo) -> ApiResult {
+    Ok(json_status(
+        StatusCode::ACCEPTED,
+        &serde_json::json!({ "task": task }),
+    ))
+}
+
+async fn scrub_disk(admin: Admin, request: ApiRequest) -> ApiResult {
+    let disk = disk_param(&admin, &request)?;
+    if admin.store().engine().is_failed(disk) {
+        return Err(ApiError::conflict(format!(
+            "disk {disk} has failed: replace it instead of scrubbing it"
+        )));
+    }
+    let store = admin.store().clone();
+    let task = admin.tasks().submit(
+        "scrub",
+        format!("disk {disk}"),
+        Some(disk),
+        Lane::Maintenance,
+        move |progress| {
+            let engine = store.engine();
+            let len = engine.bucket_capacity_bytes();
+            progress.set(0, len);
+            let _reason = permafrost_disk::power::WakeReason::about(
+                permafrost_disk::power::WakeKind::Scrub,
+                format!("disk {disk} (operator)"),
+            )
+            .enter();
+            let report = engine.scrub(disk, 0, len).map_err(|e| e.to_string())?;
+            progress.set(len, len);
+            Ok(serde_json::json!({
+                "bytes_verified": report.bytes_verified,
+                "blocks_repaired": report.blocks_repaired,
+                "check_blocks_repaired": report.check_blocks_repaired,
+                "unrecoverable": report.unrecoverable,
+            }))
+        },
+    );
+    accepted(&task)
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct ScrubOverdue {
+    max_age_hours: Option<f64>,
+}
+
+async fn scrub_overdue(admin: Admin, request: ApiRequest) -> ApiResult {
+    let body: ScrubOverdue = request.json()?;
+    let max_age = match body.max_age_hours {
+        Some(h) if !(h.is_finite() && h >= 0.0) => {
+            return Err(ApiError::bad_request(format!(
+                "max_age_hours {h}: must be a number of hours, 0 or more"
+            )))
+        }
+        Some(h) => Duration::from_secs_f64(h * 3600.0),
+        None => Duration::from_millis(admin.store().engine().config().scrub_overdue_after_ms),
+    };
+    let store = admin.store().clone();
+    let task = admin.tasks().submit(
+        "scrub_overdue",
+        format!(
+            "everything not verified for {:.1} h",
+            max_age.as_secs_f64() / 3600.0
+        ),
+        None,
+        Lane::Maintenance,
+        move |_| {
+            let _reason = permafrost_disk::power::WakeReason::about(
+                permafrost_disk::power::WakeKind::Scrub,
+                "overdue ranges (operator)",
+            )
+            .enter();
+            let report = store
+                .engine()
+                .scrub_overdue(max_age)
+                .map_err(|e| e.to_string())?;
+            Ok(serde_json::to_value(&report).unwrap_or_default())
+        },
+    );
+    accepted(&task)
+}
+
+async fn fail_disk(admin: Admin, request: ApiRequest) -> ApiResult {
+    let disk = disk_param(&admin, &request)?;
+    let store = admin.store().clone();
+    blocking(move || Ok(store.engine().fail_disk(disk)?)).await?;
+    admin.events().emit(
+        "disk",
+        format!("disk {disk} marked failed by the operator"),
+        serde_json::json!({ "disk": disk, "state": "failed", "reason": "failed by the operator" }),
+    );
+    json(&serde_json::json!({ "disk": disk, "failed": true }))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Replace {
+    #[serde(default = "yes")]
+    rebuild: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+async fn replace_disk(admin: Admin, request: ApiRequest) -> ApiResult {
+    let disk = disk_param(&admin, &request)?;
+    let body: Replace = request.json()?;
+    if !admin.store().engine().is_failed(disk) {
+        return Err(ApiError::conflict(format!(
+            "disk {disk} has not failed: mark it failed first (POST .../disks/{disk}/fail)"
+        )));
+    }
+    let store = admin.store().clone();
+    blocking(move || Ok(store.engine().replace_disk(disk, None)?)).await?;
+    admin.events().emit(
+        "disk",
+        format!("disk {disk} replaced by a fresh disk"),
+        serde_json::json!({ "disk": disk, "replaced": true }),
+    );
+    let task = body.rebuild.then(|| submit_rebuild(&admin, disk));
+    json(&serde_json::json!({ "disk": disk, "replaced": true, "rebuild_task": task }))
+}
+
+fn submit_rebuild(admin: &Admin, disk: usize) -> crate::TaskInfo {
+    let store = admin.store().clone();
+    admin.tasks().submit(
+        "rebuild",
+        format!("disk {disk}"),
+        Some(disk),
+        Lane::Maintenance,
+        move |progress| {
+            let _reason = permafrost_disk::power::WakeReason::about(
+                permafrost_disk::power::WakeKind::Rebuild,
+                format!("disk {disk}"),
+            )
+            .enter();
+            progress.set(0, store.engine().defect_bytes(disk));
+            let report = store
+                .engine()
+                .rebuild(disk, &|done, total| progress.set(done, total))
+                .map_err(|e| e.to_string())?;
+            Ok(serde_json::to_value(&report).unwrap_or_default())
+        },
+    )
+}
+
+async fn rebuild_disk(admin: Admin, request: ApiRequest) -> ApiResult {
+    let disk = disk_param(&admin, &request)?;
+    if admin.store().engine().is_failed(disk) {
+        return Err(ApiError::conflict(format!(
+            "disk {disk} has failed: replace it first (POST .../disks/{disk}/replace)"
+        )));
+    }
+    accepted(&submit_rebuild(&admin, disk))
+}
+
+async fn persist(admin: Admin, _: ApiRequest) -> ApiResult {
+    let store = admin.store().clone();
+    let task = admin.tasks().submit(
+        "persist",
+        "everything waiting in the cache".into(),
+        None,
+        Lane::Cache,
+        move |_| {
+            store.persist_now().map_err(|e| e.to_string())?;
+            Ok(serde_json::json!({ "persisted": true }))
+        },
+    );
+    accepted(&task)
+}
+
+async fn evict(admin: Admin, _: ApiRequest) -> ApiResult {
+    let store = admin.store().clone();
+    let evicted_bytes = blocking(move || Ok(store.evict_cache()?)).await?;
+    json(&serde_json::json!({ "evicted_bytes": evicted_bytes }))
+}
+
+async fn get_tasks(admin: Admin, _: ApiRequest) -> ApiResult {
+    json(&serde_json::json!({ "tasks": admin.tasks().list() }))
+}
+
+async fn get_task(admin: Admin, request: ApiRequest) -> ApiResult {
+    let text = request.param("id");
+    let task = text
+        .parse()
+        .ok()
+        .and_then(|id| admin.tasks().get(id))
+        .ok_or_else(|| ApiError::not_found(format!("no such task: {text}")))?;
+    json(&task)
+}
+
+async fn get_wakes(admin: Admin, request: ApiRequest) -> ApiResult {
+    let after: u64 = request.query_parse("after", 0)?;
+    let wakes: Vec<_> = admin
+        .store()
+        .engine()
+        .power()
+        .wakes_since(after)
+        .iter()
+        .map(wake_json)
+        .collect();
+    json(&serde_json::json!({ "wakes": wakes }))
+}
+
+async fn get_events(admin: Admin, request: ApiRequest) -> ApiResult {
+    let last_id = request
+        .headers
+        .get("last-event-id")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse().ok());
+    let last_id = match request.query("after") {
+        Some(_) => Some(request.query_parse("after", 0u64)?),
+        None => last_id,
+    };
+    Ok(admin.events().sse(last_id))
+}
+
+/// Longest a wait may block.
+pub const WAIT_MS_MAX: u64 = 3_600_000;
+
+async fn wait(admin: Admin, request: ApiRequest) -> ApiResult {
+    let bucket = request
+        .query("bucket")
+        .filter(|b| !b.is_empty())
+        .ok_or_else(|| ApiError::bad_request("wait: give bucket= (and key= or prefix=)"))?
+        .to_string();
+    let key = request.query("key").map(str::to_string);
+    let prefix = request.query("prefix").unwrap_or("").to_string();
+    if key.is_some() && !prefix.is_empty() {
+        return Err(ApiError::bad_request(
+            "wait: give key= or prefix=, not both",
+        ));
+    }
+    let timeout_ms: u64 = request.query_parse("timeout_ms", 60_000)?;
+    let persist_now: bool = request.query_parse("persist_now", false)?;
+    if timeout_ms > WAIT_MS_MAX {
+        return Err(ApiError::bad_request(format!(
+            "timeout_ms={timeout_ms}: at most {WAIT_MS_MAX}"
+        )));
+    }
+    let store = admin.store().clone();
+    let answer = blocking(move || {
+        let deadline = Instant::now() + Duration::from_millis(timeout_ms);
+        let left = || deadline.saturating_duration_since(Instant::now());
+        if persist_now {
+            store.head_bucket(&bucket)?;
+            store.persist_now()?;
+        }
+        let mut objects = 0u64;
+        let mut persisted = true;
+        match key {
+            Some(key) => {
+                objects = 1;
+                persisted = store.wait_persisted(&bucket, &key, left())?;
+            }
+            None => {
+                store.head_bucket(&bucket)?;
+                let mut query = ListQuery {
+                    prefix: prefix.clone(),
+                    ..Default::default()
+                };
+                'pages: loop {
+                    let page = store.list_objects(&bucket, &query)?;
+                    for entry in &page.objects {
+                        objects += 1;
+                        if !store.wait_persisted(&bucket, &entry.key, left())? {
+                            persisted = false;
+                            break 'pages;
+                        }
+                    }
+                    match page.next_start_after {
+                        Some(after) if page.is_truncated => query.start_after = Some(after),
+                        _ => break,
+                    }
+                }
+            }
+        }
+        Ok(serde_json::json!({
+            "bucket": bucket,
+            "key": request.query("key"),
+            "prefix": prefix,
+            "objects": objects,
+            "persisted": persisted,
+        }))
+    })
+    .await?;
+    json(&answer)
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Placement {
+    placement: Option<String>,
+}
+
+async fn get_placement(admin: Admin, request: ApiRequest) -> ApiResult {
+    let bucket = request.param("bucket").to_string();
+    let store = admin.store().clone();
+    let report = blocking(move || Ok(store.bucket_settings(&bucket)?)).await?;
+    json(&serde_json::json!({
+        "bucket": report.bucket,
+        "placement": report.chosen.placement,
+        "effective": report.effective.placement,
+    }))
+}
+
+async fn put_placement(admin: Admin, request: ApiRequest) -> ApiResult {
+    let bucket = request.param("bucket").to_string();
+    let body: Placement = request.json()?;
+    if let Some(name) = &body.placement {
+        let names = permafrost_policy::placement_names();
+        if !names.contains(&name.as_str()) {
+            return Err(ApiError::bad_request(format!(
+                "unknown placement strategy {name:?}: use one of {}",
+                names.join(", ")
+            )));
+        }
+    }
+    let store = admin.store().clone();
+    let report = blocking(move || {
+        let mut settings = store.bucket_settings(&bucket)?.chosen;
+        settings.placement = body.placement;
+        Ok(store.set_bucket_settings(&bucket, settings)?)
+    })
+    .await?;
+    json(&serde_json::json!({
+        "bucket": report.bucket,
+        "placement": report.chosen.placement,
+        "effective": report.effective.placement,
+    }))
+}

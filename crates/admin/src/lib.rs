@@ -1,0 +1,318 @@
+//! # permafrost-admin: the operator's view of a running archive
+//!
+//! **Job.** Let an operator of a few hundred mostly sleeping disks see what each disk does and *why it woke
+//! up*, what waits in the cache, how much energy the array uses and what is at risk, and act on it — without
+//! ever waking a disk to find out. Mounted in the S3 server (`permafrost-s3`) under `/_permafrost/`:
+//!
+//! | path | what |
+//! |---|---|
+//! | [`API_PREFIX`] (`/_permafrost/api/v1/`) | the admin API, JSON ([`api`]; `GET /_permafrost/api/v1/` lists every endpoint) |
+//! | `/_permafrost/api/v1/events` | server-sent events ([`events`]) |
+//! | [`METRICS_PATH`] (`/_permafrost/metrics`) | Prometheus text format ([`metrics`]) |
+//! | [`UI_PREFIX`] (`/_permafrost/ui/`) | the dashboard: static HTML/CSS/JS compiled into the binary ([`ui`]) |
+//!
+//! Authentication ([`auth`]): the root user's AWS Signature V4 (checked by s3s, as for S3), the bearer token
+//! [`api_token`] derived from the root credentials, or a dashboard session cookie. The dashboard's files need
+//! none (they hold no data).
+//!
+//! **Invariants.**
+//! - *Monitoring never wakes a disk.* Everything the API, the metrics, the events and the dashboard show comes
+//!   from memory (the power manager's models and spin-up log, the engine's counters and maps) and the catalog:
+//!   no read of a grid disk, no `ActivityGuard`, so no idle timer is reset. SMART figures would be read only
+//!   while a disk spins anyway (file-backed disks have none; see `docs/admin.md`).
+//! - A sampling thread ([`monitor`]) turns state changes into events every [`AdminOptions::sample_ms`]; it
+//!   shows a disk `active` when it had I/O since the previous sample, so short reads are not missed.
+//! - Long operator actions are tasks ([`tasks`]), queued per lane, with progress.
+//!
+//! Other crates add endpoints with [`Admin::route`] and [`router::handler`], in files of their own.
+
+pub mod api;
+pub mod auth;
+pub mod events;
+pub mod metrics;
+pub mod monitor;
+pub mod router;
+pub mod tasks;
+pub mod ui;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::{Method, Request, Response, StatusCode};
+use parking_lot::RwLock;
+use permafrost_store::Store;
+use s3s::Body;
+
+pub use auth::{api_token, is_sigv4, Caller};
+pub use events::{Event, EventBus};
+pub use metrics::Metrics;
+pub use router::{blocking, handler, json, json_status, ApiError, ApiRequest, ApiResult, Handler};
+pub use tasks::{Lane, TaskInfo, TaskState, Tasks};
+
+/// The admin API's paths start here.
+pub const API_PREFIX: &str = "/_permafrost/api/v1";
+/// Prometheus metrics.
+pub const METRICS_PATH: &str = "/_permafrost/metrics";
+/// The dashboard.
+pub const UI_PREFIX: &str = "/_permafrost/ui";
+
+/// Settings of the admin side of a server.
+#[derive(Debug, Clone)]
+pub struct AdminOptions {
+    /// The configuration file run-time changes are written to (`None`: they last until the server stops).
+    pub config_path: Option<PathBuf>,
+    /// How often the monitor samples disk states (ms).
+    pub sample_ms: u64,
+}
+
+impl Default for AdminOptions {
+    fn default() -> Self {
+        AdminOptions {
+            config_path: None,
+            sample_ms: 200,
+        }
+    }
+}
+
+/// The admin side of one server: cheap to clone (shared).
+#[derive(Clone)]
+pub struct Admin {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    store: Arc<Store>,
+    auth: auth::Auth,
+    router: RwLock<router::Router>,
+    events: Arc<EventBus>,
+    tasks: Tasks,
+    metrics: Metrics,
+    options: AdminOptions,
+    monitor: monitor::Monitor,
+}
+
+impl Admin {
+    /// The admin side of `store`, for the root user `access_key`/`secret_key`; starts the monitor and the task
+    /// threads (stopped by [`Admin::stop`] or when the last clone drops).
+    pub fn start(
+        store: Arc<Store>,
+        access_key: &str,
+        secret_key: &str,
+        options: AdminOptions,
+    ) -> Admin {
+        let events = Arc::new(EventBus::new());
+        let metrics = Metrics::new();
+        let monitor = monitor::Monitor::start(store.clone(), events.clone(), options.sample_ms);
+        let admin = Admin {
+            inner: Arc::new(Inner {
+                store,
+                auth: auth::Auth::new(access_key, secret_key),
+                router: RwLock::new(router::Router::default()),
+                tasks: Tasks::new(events.clone()),
+                events,
+                metrics,
+                options,
+                monitor,
+            }),
+        };
+        api::add_routes(&admin);
+        admin
+    }
+
+    /// Add an endpoint: `pattern` is a path below [`API_PREFIX`] such as `/datasets/{id}`.
+    ///
+    /// # Panics
+    /// If the same method and pattern were added before.
+    pub fn route(&self, method: Method, pattern: &str, handler: Handler) {
+        self.inner.router.write().add(method, pattern, handler);
+    }
+
+    pub fn store(&self) -> &Arc<Store> {
+        &self.inner.store
+    }
+    pub fn events(&self) -> &Arc<EventBus> {
+        &self.inner.events
+    }
+    pub fn tasks(&self) -> &Tasks {
+        &self.inner.tasks
+    }
+    pub fn metrics(&self) -> &Metrics {
+        &self.inner.metrics
+    }
+    pub fn options(&self) -> &AdminOptions {
+        &self.inner.options
+    }
+    pub fn monitor(&self) -> &monitor::Monitor {
+        &self.inner.monitor
+    }
+
+    /// Whether the admin side answers `path` (the API, the metrics, the dashboard).
+    pub fn owns_path(path: &str) -> bool {
+        under(path, API_PREFIX) || under(path, UI_PREFIX) || path == METRICS_PATH
+    }
+
+    /// End the event streams (the server is shutting down; a draining server must not wait for them).
+    pub fn close_streams(&self) {
+        self.inner.events.close();
+    }
+
+    /// Stop the monitor and the task threads (after the tasks running now).
+    pub fn stop(&self) {
+        self.inner.events.close();
+        self.inner.monitor.stop();
+        self.inner.tasks.stop();
+    }
+
+    /// Answer a request for one of [`Admin::owns_path`]'s paths. `signed`: s3s checked its AWS signature
+    /// (of the root user); otherwise the bearer token or session cookie is checked here.
+    pub async fn handle(&self, request: Request<Body>, signed: bool) -> Response<Body> {
+        let (parts, body) = request.into_parts();
+        let path = parts.uri.path().to_string();
+        if under(&path, UI_PREFIX) {
+            return ui::serve(&parts.method, &path);
+        }
+        let public =
+            path == format!("{API_PREFIX}/login") || path == format!("{API_PREFIX}/logout");
+        let caller = if signed {
+            Ok(Caller::Signed)
+        } else if public {
+            Ok(Caller::Token) // answered below without touching anything
+        } else {
+            self.inner.auth.check(&parts.method, &parts.headers)
+        };
+        if let Err(e) = caller {
+            let unauthorized = e.status == StatusCode::UNAUTHORIZED;
+            let mut response = e.into_response();
+            if unauthorized {
+                response.headers_mut().insert(
+                    http::header::WWW_AUTHENTICATE,
+                    http::HeaderValue::from_static("Bearer realm=\"permafrost\""),
+                );
+            }
+            return response;
+        }
+        if path == METRICS_PATH {
+            return match parts.method {
+                Method::GET | Method::HEAD => self.inner.metrics.scrape(self).await,
+                ref m => method_not_allowed(m, &path, &[Method::GET]),
+            };
+        }
+        let below = path[API_PREFIX.len()..].to_string();
+        let below = if below.is_empty() {
+            "/".to_string()
+        } else {
+            below
+        };
+        let found = self.inner.router.read().find(&parts.method, &below);
+        let (handler, params) = match found {
+            router::Found::Handler(h, p) => (h, p),
+            router::Found::WrongMethod(methods) => {
+                return method_not_allowed(&parts.method, &path, &methods)
+            }
+            router::Found::Missing => {
+                return ApiError::not_found(format!(
+                    "no such endpoint: {path} (GET {API_PREFIX}/ lists them)"
+                ))
+                .into_response()
+            }
+        };
+        let body = match read_body(body).await {
+            Ok(b) => b,
+            Err(e) => return e.into_response(),
+        };
+        let request = ApiRequest {
+            method: parts.method,
+            path: below,
+            params,
+            query: router::parse_query(parts.uri.query()),
+            headers: parts.headers,
+            body,
+        };
+        match handler(self.clone(), request).await {
+            Ok(r) => r,
+            Err(e) => e.into_response(),
+        }
+    }
+
+    /// Every endpoint, `METHOD /pattern`.
+    pub fn endpoints(&self) -> Vec<String> {
+        self.inner.router.read().describe()
+    }
+
+    pub(crate) fn auth(&self) -> &auth::Auth {
+        &self.inner.auth
+    }
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        self.events.close();
+        self.monitor.stop();
+        self.tasks.stop();
+    }
+}
+
+/// `path` is `prefix` or below it.
+fn under(path: &str, prefix: &str) -> bool {
+    path.strip_prefix(prefix)
+        .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
+}
+
+fn method_not_allowed(method: &Method, path: &str, allowed: &[Method]) -> Response<Body> {
+    let list = allowed
+        .iter()
+        .map(Method::as_str)
+        .collect::<Vec<_>>()
+        .join(", ");
+    let mut response = ApiError::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "MethodNotAllowed",
+        format!("{method} {path}: use {list}"),
+    )
+    .into_response();
+    if let Ok(v) = http::HeaderValue::from_str(&list) {
+        response.headers_mut().insert(http::header::ALLOW, v);
+    }
+    response
+}
+
+async fn read_body(mut body: Body) -> Result<Bytes, ApiError> {
+    body.store_all_limited(router::BODY_BYTES_MAX)
+        .await
+        .map_err(|e| {
+            ApiError::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "BadRequest",
+                format!(
+                    "cannot read the request body (at most {} bytes): {e}",
+                    router::BODY_BYTES_MAX
+                ),
+            )
+        })
+}
+
+/// Wall-clock milliseconds since the Unix epoch.
+pub(crate) fn unix_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_admin_side_owns_the_api_the_metrics_and_the_ui() {
+        assert!(Admin::owns_path("/_permafrost/api/v1"));
+        assert!(Admin::owns_path("/_permafrost/api/v1/disks/3"));
+        assert!(Admin::owns_path("/_permafrost/metrics"));
+        assert!(Admin::owns_path("/_permafrost/ui/"));
+        assert!(Admin::owns_path("/_permafrost/ui/app.js"));
+        assert!(!Admin::owns_path("/_permafrost/api/v10"));
+        assert!(!Admin::owns_path("/_permafrost/status"));
+        assert!(!Admin::owns_path("/_permafrost/metricsx"));
+        assert!(!Admin::owns_path("/bucket/_permafrost/metrics"));
+    }
+}
