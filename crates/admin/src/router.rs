@@ -386,10 +386,7 @@ mod tests {
             Found::WrongMethod(m) if m == vec![Method::POST]
         ));
         assert!(matches!(r.find(&Method::GET, "/nope"), Found::Missing));
-        assert!(matches!(
-            r.find(&Method::GET, "/disks/7/x"),
-            Found::Missing
-        ));
+        assert!(matches!(r.find(&Method::GET, "/disks/7/x"), Found::Missing));
     }
 
     #[test]

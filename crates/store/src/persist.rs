@@ -10,6 +10,7 @@
 //! and marks the contents `persisted` (delayed mode: once the engine's parity deltas are drained). A failure
 //! frees the allocation and returns the contents to `placed`.
 
+use permafrost_disk::power::{WakeKind, WakeReason};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fs::File;
 use std::io::{self, BufReader, Read, Write};
@@ -262,6 +263,7 @@ pub(crate) fn persist_all(inner: &Inner) -> Result<()> {
 
 /// Delayed mode: drain every parity delta now and mark the contents written so far persisted.
 pub(crate) fn complete_parity(inner: &Inner) -> Result<()> {
+    let _wake = WakeReason::about(WakeKind::Persist, "parity of delayed writes").enter();
     let waiting = written_but_persisting(inner)?;
     inner.engine.flush()?;
     inner.catalog.mark_persisted(&waiting)?;
@@ -385,6 +387,7 @@ enum Unit {
 
 /// Persist the contents placed on `grid_bucket`, one bounded batch after another.
 pub(crate) fn persist_grid_bucket(inner: &Inner, grid_bucket: u32) -> Result<()> {
+    let _wake = WakeReason::about(WakeKind::Persist, format!("grid bucket {grid_bucket}")).enter();
     let _guard = inner.persister.work_lock.lock();
     let mut skipped: HashSet<ContentId> = HashSet::new();
     loop {

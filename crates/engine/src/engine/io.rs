@@ -11,6 +11,7 @@
 //! - The caller holds a range lock over what it reads (shared at least); this module takes none itself except in
 //!   `read_chunk`, which takes its own and drops them before reconstructing.
 
+use permafrost_disk::power::WakeContext;
 use std::sync::atomic::Ordering;
 
 use permafrost_idr::IdrError;
@@ -178,10 +179,16 @@ impl Shared {
             return sources.iter().map(|&source| read(source)).collect();
         }
         let read = &read;
+        let wake = &WakeContext::current(); // the reader's reason, for the spin-ups of its sources
         std::thread::scope(|scope| {
             let handles: Vec<_> = sources
                 .iter()
-                .map(|&source| scope.spawn(move || read(source)))
+                .map(|&source| {
+                    scope.spawn(move || {
+                        let _wake = WakeContext::enter_opt(wake.clone());
+                        read(source)
+                    })
+                })
                 .collect();
             handles
                 .into_iter()

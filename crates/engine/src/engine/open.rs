@@ -9,6 +9,7 @@
 //! - Closing stops the threads first (each finishes its piece in flight and journals it), then saves the power
 //!   counters; a dropped engine closes itself.
 
+use permafrost_disk::power::{WakeKind, WakeReason};
 use std::collections::{HashMap, VecDeque};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -285,15 +286,25 @@ impl Engine {
     fn start_threads(&self) {
         let mut threads = self.threads.lock();
         let shared = Arc::clone(&self.shared);
-        threads.push(spawn("permafrost-recovery", move || shared.recovery_loop()));
+        // Each thread names the reason of the spin-ups it causes (the operator's view shows them).
+        threads.push(spawn("permafrost-recovery", move || {
+            let _wake = WakeReason::about(WakeKind::Recovery, "background recovery").enter();
+            shared.recovery_loop()
+        }));
         for &disk in self.shared.geometry.parity_disks() {
             let shared = Arc::clone(&self.shared);
             threads.push(spawn(&format!("permafrost-drain-{disk}"), move || {
+                let _wake =
+                    WakeReason::about(WakeKind::Parity, format!("parity deltas of disk {disk}"))
+                        .enter();
                 shared.drain_loop(disk)
             }));
         }
         let shared = Arc::clone(&self.shared);
-        threads.push(spawn("permafrost-scrub", move || shared.scrub_loop()));
+        threads.push(spawn("permafrost-scrub", move || {
+            let _wake = WakeReason::about(WakeKind::Scrub, "background scrub").enter();
+            shared.scrub_loop()
+        }));
         let weak = Arc::downgrade(&self.shared);
         self.shared.power.set_on_spin_up(Box::new(move |disk| {
             if let Some(shared) = weak.upgrade() {

@@ -10,6 +10,7 @@
 //! - A piece that cannot be recovered now stays defect and the run goes on; only a failed target or a journal error
 //!   ends it.
 
+use permafrost_disk::power::WakeContext;
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -82,8 +83,10 @@ impl Shared {
         let mut reconstruct_error = None;
         let pool = &BufferPool::default();
         let (sender, receiver) = std::sync::mpsc::sync_channel::<(u64, Vec<u8>)>(0);
+        let wake = WakeContext::current(); // the rebuild's reason, for the writer's spin-ups
         let written = std::thread::scope(|scope| {
             let writer = scope.spawn(move || -> std::result::Result<RangeSet, IdrError> {
+                let _wake = WakeContext::enter_opt(wake);
                 let mut runs = RangeSet::new();
                 for (offset, data) in receiver {
                     slot.idr.write(offset, &data)?;

@@ -10,6 +10,7 @@ use super::write::ChunkWrite;
 use super::{CrashPoint, Shared};
 use crate::journal::{now_ms, PARITY_SLOTS};
 use crate::{Error, Result};
+use permafrost_disk::power::WakeContext;
 
 impl Shared {
     pub(super) fn write_direct(&self, mut w: ChunkWrite) -> Result<()> {
@@ -21,11 +22,13 @@ impl Shared {
         let _guards = self.power.acquire_many(&live).ok();
         let crash_parity = *self.crash_point.lock() == Some(CrashPoint::ParityHalfWritten);
         let w = &w;
+        let wake = &WakeContext::current(); // the writer's reason, for the parity disks' spin-ups
         let results: Vec<Result<bool>> = std::thread::scope(|scope| {
             let handles: Vec<_> = PARITY_SLOTS
                 .iter()
                 .map(|&slot| {
                     scope.spawn(move || {
+                        let _wake = WakeContext::enter_opt(wake.clone());
                         self.update_parity(w.row.disks[slot as usize], w, crash_parity)
                     })
                 })
