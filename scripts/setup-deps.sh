@@ -19,6 +19,8 @@ fi
 # (pip `awscli`) and rclone. Python packages go into the project venv (.venv), rclone comes from apt.
 venv=.venv
 e2e_packages=(boto3 awscli pytest requests zstandard lz4 awscrt pyarrow)
+# The operator tests parse /_permafrost/metrics with Prometheus's own Python parser.
+e2e_packages+=(prometheus_client)
 if [ ! -x "$venv/bin/python" ]; then
   python3 -m venv "$venv" || { echo "setup-deps: cannot create $venv (python3-venv missing?)" >&2; exit 1; }
 fi
@@ -77,4 +79,16 @@ if ! (command -v mc >/dev/null 2>&1 && mc --version 2>/dev/null | grep -qi minio
   else
     echo "setup-deps: the MinIO client (mc) is missing (run as root with Go installed)" >&2
   fi
+fi
+# The dashboard test (tests/e2e/test_dashboard.py) drives Debian's headless Chromium with playwright-core from npm
+# (pinned in tests/e2e/ui/package.json and its lock file; installed into tests/e2e/ui/node_modules).
+if [ ! -x /usr/bin/chromium ] || ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ]; then
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium nodejs npm
+  else
+    echo "setup-deps: chromium, nodejs or npm missing (run as root to install); the dashboard test will fail" >&2
+  fi
+fi
+if [ ! -d tests/e2e/ui/node_modules/playwright-core ] && command -v npm >/dev/null 2>&1; then
+  (cd tests/e2e/ui && npm ci --no-audit --no-fund --loglevel=error)
 fi

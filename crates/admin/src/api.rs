@@ -3,7 +3,7 @@
 //! | endpoint | answers |
 //! |---|---|
 //! | `GET /` | every endpoint |
-//! | `POST /login`, `POST /logout` | dashboard session (`{"access_key", "secret_key"}`) |
+//! | `POST /login`, `POST /logout`, `GET /session` | dashboard session (`{"access_key", "secret_key"}`; `/session` says whether the caller's is valid) |
 //! | `GET /state` | everything at once: disks, cache, tasks, energy ([`state`]) |
 //! | `GET /disks`, `GET /disks/{disk}` | the disks |
 //! | `POST /disks/{disk}/scrub` | task: verify the disk's written ranges |
@@ -17,6 +17,9 @@
 //! | `GET /wakes` | recent spin-ups with their reasons |
 //! | `GET /events` | server-sent events ([`crate::events`]) |
 //! | `GET /wait` | block until an object, prefix or bucket is persisted (`?bucket=B&key=K` or `&prefix=P`, `&timeout_ms=`, `&persist_now=true` to persist at once instead of when the watchdog decides) |
+//! | `GET`/`PUT /watchdog` | the watchdog's thresholds; a `PUT` changes the given ones at once and writes them into the configuration file |
+//! | `GET /history` | samples over time with rates (`?since_ms=`, `&limit=`, default 1440) ([`crate::history`]) |
+//! | `GET`/`POST /webhooks`, `DELETE /webhooks/{id}` | webhooks fired once when an object, prefix or bucket is persisted ([`crate::webhooks`]) |
 //! | `GET`/`PUT /buckets/{bucket}/placement` | a bucket's placement strategy |
 //!
 //! Disk numbers are grid positions (`row · x + column`); an unknown one is a 400 naming the valid range.
@@ -38,6 +41,7 @@ pub(crate) fn add_routes(admin: &Admin) {
     admin.route(Method::GET, "/", handler(index));
     admin.route(Method::POST, "/login", handler(login));
     admin.route(Method::POST, "/logout", handler(logout));
+    admin.route(Method::GET, "/session", handler(session));
     admin.route(Method::GET, "/state", handler(get_state));
     admin.route(Method::GET, "/disks", handler(get_disks));
     admin.route(Method::GET, "/disks/{disk}", handler(get_disk));
@@ -53,6 +57,12 @@ pub(crate) fn add_routes(admin: &Admin) {
     admin.route(Method::GET, "/wakes", handler(get_wakes));
     admin.route(Method::GET, "/events", handler(get_events));
     admin.route(Method::GET, "/wait", handler(wait));
+    admin.route(Method::GET, "/history", handler(get_history));
+    admin.route(Method::GET, "/watchdog", handler(get_watchdog));
+    admin.route(Method::PUT, "/watchdog", handler(put_watchdog));
+    admin.route(Method::GET, "/webhooks", handler(get_webhooks));
+    admin.route(Method::POST, "/webhooks", handler(add_webhook));
+    admin.route(Method::DELETE, "/webhooks/{id}", handler(remove_webhook));
     admin.route(
         Method::GET,
         "/buckets/{bucket}/placement",
@@ -90,6 +100,12 @@ async fn login(admin: Admin, request: ApiRequest) -> ApiResult {
         HeaderValue::from_str(&cookie).map_err(|e| ApiError::internal(e.to_string()))?,
     );
     Ok(response)
+}
+
+/// Whether the request's session cookie is valid (no credentials needed: the dashboard asks before logging in).
+async fn session(admin: Admin, request: ApiRequest) -> ApiResult {
+    let logged_in = admin.auth().check(&Method::GET, &request.headers).is_ok();
+    json(&serde_json::json!({ "logged_in": logged_in }))
 }
 
 async fn logout(admin: Admin, request: ApiRequest) -> ApiResult {
@@ -161,7 +177,13 @@ pub struct DiskState {
     pub verified_oldest_unix_ms: Option<u64>,
     /// SMART figures: read only while a disk spins anyway, served with their age.
     pub smart: serde_json::Value,
+    /// Datasets whose data lives on this disk (data disks; at most [`DATASETS_SHOWN`], then `datasets_more`).
+    pub datasets: Vec<String>,
+    pub datasets_more: usize,
 }
+
+/// Datasets named per disk in the state.
+pub const DATASETS_SHOWN: usize = 8;
 
 /// Everything at once.
 #[derive(Debug, Clone, Serialize)]
@@ -225,6 +247,12 @@ pub fn state(admin: &Admin) -> Result<State, ApiError> {
     let views: Vec<DiskView> = admin.monitor().views();
     let layout = geometry.layout();
     let now = crate::unix_ms();
+    let mut datasets_of: Vec<Vec<String>> = vec![Vec::new(); geometry.disks()];
+    for d in store.catalog().datasets()? {
+        if let Some(b) = d.grid_bucket.filter(|&b| (b as usize) < geometry.buckets()) {
+            datasets_of[geometry.bucket_disk(b as usize)].push(d.id);
+        }
+    }
     let mut disks_by_state = std::collections::BTreeMap::new();
     let mut total_watts = 0.0;
     let mut total_joules = 0.0;
@@ -310,6 +338,12 @@ pub fn state(admin: &Admin) -> Result<State, ApiError> {
                 last_scrub_unix_ms: (d.last_scrub_pass_ms > 0).then_some(d.last_scrub_pass_ms),
                 verified_oldest_unix_ms: d.verified_oldest_ms,
                 smart: smart_of(&d.name),
+                datasets_more: datasets_of[d.index].len().saturating_sub(DATASETS_SHOWN),
+                datasets: datasets_of[d.index]
+                    .iter()
+                    .take(DATASETS_SHOWN)
+                    .cloned()
+                    .collect(),
             }
         })
         .collect();
@@ -736,5 +770,161 @@ async fn put_placement(admin: Admin, request: ApiRequest) -> ApiResult {
         "bucket": report.bucket,
         "placement": report.chosen.placement,
         "effective": report.effective.placement,
+    }))
+}
+
+/// Most history points one request returns.
+pub const HISTORY_LIMIT_MAX: usize = 100_000;
+
+async fn get_history(admin: Admin, request: ApiRequest) -> ApiResult {
+    let since: u64 = request.query_parse("since_ms", 0)?;
+    let limit: usize = request.query_parse("limit", 1440)?;
+    if limit == 0 || limit > HISTORY_LIMIT_MAX {
+        return Err(ApiError::bad_request(format!(
+            "limit={limit}: between 1 and {HISTORY_LIMIT_MAX}"
+        )));
+    }
+    let interval_ms = admin.options().history_interval_ms;
+    let samples =
+        blocking(move || Ok(admin.store().catalog().history_since(since, limit)?)).await?;
+    json(&serde_json::json!({
+        "interval_ms": interval_ms,
+        "points": crate::history::points(&samples),
+    }))
+}
+
+fn webhook_json(hook: &permafrost_catalog::WebhookRecord) -> serde_json::Value {
+    serde_json::json!({
+        "id": hook.id,
+        "url": hook.url,
+        "bucket": hook.bucket,
+        "key": hook.key,
+        "prefix": if hook.key.is_none() { Some(&hook.prefix) } else { None },
+        "target": crate::webhooks::target(hook),
+        "created_unix_ms": hook.created_ms,
+        "delivered_unix_ms": hook.delivered_ms,
+        "attempts": hook.attempts,
+        "last_error": hook.last_error,
+    })
+}
+
+async fn get_webhooks(admin: Admin, _: ApiRequest) -> ApiResult {
+    let hooks = blocking(move || Ok(admin.store().catalog().webhooks()?)).await?;
+    json(&serde_json::json!({ "webhooks": hooks.iter().map(webhook_json).collect::<Vec<_>>() }))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NewWebhook {
+    url: String,
+    bucket: String,
+    key: Option<String>,
+    prefix: Option<String>,
+}
+
+async fn add_webhook(admin: Admin, request: ApiRequest) -> ApiResult {
+    let body: NewWebhook = request.json()?;
+    let valid_url = body
+        .url
+        .strip_prefix("http://")
+        .is_some_and(|rest| !rest.is_empty() && !rest.starts_with('/'));
+    if !valid_url {
+        return Err(ApiError::bad_request(format!(
+            "webhook url {:?}: give an http://HOST[:PORT]/PATH URL (the server sends no https)",
+            body.url
+        )));
+    }
+    if body.key.is_some() && body.prefix.is_some() {
+        return Err(ApiError::bad_request(
+            "webhook: give key or prefix, not both",
+        ));
+    }
+    if body.key.as_deref() == Some("") {
+        return Err(ApiError::bad_request(
+            "webhook: key is empty (leave it out to wait for the whole bucket)",
+        ));
+    }
+    let hook = blocking(move || {
+        let store = admin.store();
+        store.head_bucket(&body.bucket)?;
+        Ok(store.catalog().webhook_add(
+            &body.url,
+            &body.bucket,
+            body.key.as_deref(),
+            body.prefix.as_deref().unwrap_or(""),
+            crate::unix_ms(),
+        )?)
+    })
+    .await?;
+    Ok(json_status(StatusCode::CREATED, &webhook_json(&hook)))
+}
+
+async fn remove_webhook(admin: Admin, request: ApiRequest) -> ApiResult {
+    let text = request.param("id").to_string();
+    let id: u64 = text
+        .parse()
+        .map_err(|_| ApiError::bad_request(format!("webhook id {text:?} is not a number")))?;
+    let removed = blocking(move || Ok(admin.store().catalog().webhook_remove(id)?)).await?;
+    if !removed {
+        return Err(ApiError::not_found(format!("no such webhook: {id}")));
+    }
+    json(&serde_json::json!({ "id": id, "removed": true }))
+}
+
+async fn get_watchdog(admin: Admin, _: ApiRequest) -> ApiResult {
+    json(&serde_json::json!({
+        "watchdog": admin.store().watchdog(),
+        "config_path": admin.options().config_path,
+    }))
+}
+
+/// A change of some watchdog thresholds (absent = unchanged).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct WatchdogChange {
+    interval_ms: Option<u64>,
+    max_age_ms: Option<u64>,
+    start_off_disk_above_bytes: Option<u64>,
+    persist_spinning_above_bytes: Option<u64>,
+    pressure_fill_percent: Option<f64>,
+    persist_under_pressure_above_bytes: Option<u64>,
+}
+
+async fn put_watchdog(admin: Admin, request: ApiRequest) -> ApiResult {
+    let change: WatchdogChange = request.json()?;
+    let mut w = admin.store().watchdog();
+    w.interval_ms = change.interval_ms.unwrap_or(w.interval_ms);
+    w.max_age_ms = change.max_age_ms.unwrap_or(w.max_age_ms);
+    w.start_off_disk_above_bytes = change
+        .start_off_disk_above_bytes
+        .unwrap_or(w.start_off_disk_above_bytes);
+    w.persist_spinning_above_bytes = change
+        .persist_spinning_above_bytes
+        .unwrap_or(w.persist_spinning_above_bytes);
+    w.pressure_fill_percent = change
+        .pressure_fill_percent
+        .unwrap_or(w.pressure_fill_percent);
+    w.persist_under_pressure_above_bytes = change
+        .persist_under_pressure_above_bytes
+        .unwrap_or(w.persist_under_pressure_above_bytes);
+    let path = admin.options().config_path.clone();
+    let store = admin.store().clone();
+    let saved = w.clone();
+    blocking(move || {
+        store.set_watchdog(saved.clone())?;
+        if let Some(path) = &path {
+            crate::config::save_watchdog(path, &saved)?;
+        }
+        Ok(())
+    })
+    .await?;
+    admin.events().emit(
+        "config",
+        "watchdog thresholds changed by the operator",
+        serde_json::to_value(&w).unwrap_or_default(),
+    );
+    json(&serde_json::json!({
+        "watchdog": w,
+        "config_path": admin.options().config_path,
     }))
 }

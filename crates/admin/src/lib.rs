@@ -28,12 +28,15 @@
 
 pub mod api;
 pub mod auth;
+pub mod config;
 pub mod events;
+pub mod history;
 pub mod metrics;
 pub mod monitor;
 pub mod router;
 pub mod tasks;
 pub mod ui;
+pub mod webhooks;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -64,6 +67,12 @@ pub struct AdminOptions {
     pub config_path: Option<PathBuf>,
     /// How often the monitor samples disk states (ms).
     pub sample_ms: u64,
+    /// How often a history sample is kept in the catalog (ms).
+    pub history_interval_ms: u64,
+    /// History samples kept (the oldest go first).
+    pub history_keep: u64,
+    /// How often pending webhooks are checked (ms).
+    pub webhook_poll_ms: u64,
 }
 
 impl Default for AdminOptions {
@@ -71,6 +80,9 @@ impl Default for AdminOptions {
         AdminOptions {
             config_path: None,
             sample_ms: 200,
+            history_interval_ms: 60_000,
+            history_keep: 10_080, // a week of minutes
+            webhook_poll_ms: 500,
         }
     }
 }
@@ -90,6 +102,9 @@ struct Inner {
     metrics: Metrics,
     options: AdminOptions,
     monitor: monitor::Monitor,
+    /// History samples and webhook deliveries (holds only a weak reference to this).
+    background: parking_lot::Mutex<Option<std::thread::JoinHandle<()>>>,
+    stopping: std::sync::atomic::AtomicBool,
 }
 
 impl Admin {
@@ -114,9 +129,17 @@ impl Admin {
                 metrics,
                 options,
                 monitor,
+                background: parking_lot::Mutex::new(None),
+                stopping: std::sync::atomic::AtomicBool::new(false),
             }),
         };
         api::add_routes(&admin);
+        let weak = Arc::downgrade(&admin.inner);
+        let thread = std::thread::Builder::new()
+            .name("permafrost-ops".into())
+            .spawn(move || background(weak))
+            .expect("spawn the admin's background thread");
+        *admin.inner.background.lock() = Some(thread);
         admin
     }
 
@@ -157,11 +180,9 @@ impl Admin {
         self.inner.events.close();
     }
 
-    /// Stop the monitor and the task threads (after the tasks running now).
+    /// Stop the monitor, the background and the task threads (after the tasks running now).
     pub fn stop(&self) {
-        self.inner.events.close();
-        self.inner.monitor.stop();
-        self.inner.tasks.stop();
+        self.inner.stop();
     }
 
     /// Answer a request for one of [`Admin::owns_path`]'s paths. `signed`: s3s checked its AWS signature
@@ -172,8 +193,9 @@ impl Admin {
         if under(&path, UI_PREFIX) {
             return ui::serve(&parts.method, &path);
         }
-        let public =
-            path == format!("{API_PREFIX}/login") || path == format!("{API_PREFIX}/logout");
+        let public = ["/login", "/logout", "/session"]
+            .iter()
+            .any(|p| path.strip_prefix(API_PREFIX) == Some(p));
         let caller = if signed {
             Ok(Caller::Signed)
         } else if public {
@@ -245,11 +267,56 @@ impl Admin {
     }
 }
 
-impl Drop for Inner {
-    fn drop(&mut self) {
+impl Inner {
+    fn stop(&self) {
+        self.stopping
+            .store(true, std::sync::atomic::Ordering::SeqCst);
         self.events.close();
         self.monitor.stop();
         self.tasks.stop();
+        if let Some(t) = self.background.lock().take() {
+            if t.thread().id() != std::thread::current().id() {
+                let _ = t.join();
+            }
+        }
+    }
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// The background thread: history samples and webhook deliveries, until the admin stops or is dropped.
+fn background(weak: std::sync::Weak<Inner>) {
+    let mut deliverer = webhooks::Deliverer::default();
+    let mut next_history = std::time::Instant::now();
+    let mut next_webhooks = std::time::Instant::now();
+    loop {
+        let Some(inner) = weak.upgrade() else { return };
+        if inner.stopping.load(std::sync::atomic::Ordering::SeqCst) {
+            return;
+        }
+        let admin = Admin { inner };
+        let now = std::time::Instant::now();
+        if now >= next_history {
+            next_history = now
+                + std::time::Duration::from_millis(admin.options().history_interval_ms.max(100));
+            if let Err(e) = history::record(&admin) {
+                tracing::warn!("history: cannot keep a sample: {e}");
+            }
+        }
+        if now >= next_webhooks {
+            next_webhooks =
+                now + std::time::Duration::from_millis(admin.options().webhook_poll_ms.max(10));
+            deliverer.run_once(&admin);
+        }
+        let sleep = next_history
+            .min(next_webhooks)
+            .saturating_duration_since(std::time::Instant::now());
+        drop(admin); // never keep the admin alive while sleeping
+        std::thread::sleep(sleep.min(std::time::Duration::from_millis(100)));
     }
 }
 

@@ -8,6 +8,9 @@
 //! - Everything else is read at scrape time from [`crate::api::state`] — the same figures the API shows — and
 //!   the power manager's spin-up log. A scrape reads memory and the catalog only: it never wakes a disk.
 
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
 use http::{HeaderValue, Response, StatusCode};
 use permafrost_disk::power::SPIN_UP_BUCKETS_S;
 use prometheus_client::collector::Collector;
@@ -56,6 +59,7 @@ pub struct Metrics {
     duration: HistogramFamily<RequestLabels>,
     first_byte: HistogramFamily<RequestLabels>,
     requests: Family<RequestStatusLabels, Counter>,
+    requests_total: Arc<AtomicU64>,
 }
 
 impl Default for Metrics {
@@ -70,6 +74,7 @@ impl Metrics {
             duration: Family::new_with_constructor(request_histogram as fn() -> Histogram),
             first_byte: Family::new_with_constructor(request_histogram as fn() -> Histogram),
             requests: Family::default(),
+            requests_total: Arc::default(),
         }
     }
 
@@ -91,12 +96,18 @@ impl Metrics {
         if let Some(s) = first_byte_seconds {
             self.first_byte.get_or_create(&labels).observe(s);
         }
+        self.requests_total.fetch_add(1, Ordering::Relaxed);
         self.requests
             .get_or_create(&RequestStatusLabels {
                 operation: operation.to_string(),
                 status: status.to_string(),
             })
             .inc();
+    }
+
+    /// S3 requests answered since the server started.
+    pub fn requests_total(&self) -> u64 {
+        self.requests_total.load(Ordering::Relaxed)
     }
 
     /// The metrics text now.

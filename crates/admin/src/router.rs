@@ -168,6 +168,12 @@ impl From<permafrost_store::StoreError> for ApiError {
     }
 }
 
+impl From<permafrost_catalog::CatalogError> for ApiError {
+    fn from(e: permafrost_catalog::CatalogError) -> ApiError {
+        permafrost_store::StoreError::from(e).into()
+    }
+}
+
 impl From<permafrost_engine::Error> for ApiError {
     fn from(e: permafrost_engine::Error) -> ApiError {
         match e {
@@ -220,10 +226,20 @@ struct Route {
     handler: Handler,
 }
 
-#[derive(PartialEq)]
 enum Segment {
     Literal(String),
     Param(String),
+}
+
+/// Two patterns of the same shape match the same paths, whatever their parameters are called.
+impl PartialEq for Segment {
+    fn eq(&self, other: &Segment) -> bool {
+        match (self, other) {
+            (Segment::Literal(a), Segment::Literal(b)) => a == b,
+            (Segment::Param(_), Segment::Param(_)) => true,
+            _ => false,
+        }
+    }
 }
 
 /// The routes, in the order they were added (the first match wins).

@@ -513,6 +513,46 @@ pub struct Outstanding {
     pub oldest_ms: u64,
 }
 
+/// Delivered webhooks kept (the oldest are removed when new ones are added).
+pub const WEBHOOKS_DELIVERED_KEPT: u64 = 1000;
+
+/// One sample of the operator's history (`permafrost-admin`): counters are cumulative, so rates are differences
+/// between samples.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HistorySample {
+    /// When it was taken (ms since the Unix epoch); one sample per millisecond at most.
+    pub at_ms: u64,
+    /// Physical bytes read from and written to the grid's disks since the server started.
+    pub read_bytes: u64,
+    pub written_bytes: u64,
+    /// S3 requests answered since the server started.
+    pub requests: u64,
+    /// Spin-ups of all disks since the grid was made.
+    pub spin_ups: u64,
+    /// Power all disks drew at that moment, and their energy since the grid was made.
+    pub watts: f64,
+    pub joules: f64,
+    pub disks_spinning: u32,
+    pub cache_used_bytes: u64,
+    pub cache_dirty_bytes: u64,
+}
+
+/// A webhook: POSTed once when its object (or every object under its prefix, or in its bucket) is persisted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WebhookRecord {
+    pub id: u64,
+    pub url: String,
+    pub bucket: String,
+    /// The object it waits for, or `None` for a prefix (`prefix`, `""` = the whole bucket).
+    pub key: Option<String>,
+    pub prefix: String,
+    pub created_ms: u64,
+    /// When it was delivered (`None`: still pending).
+    pub delivered_ms: Option<u64>,
+    pub attempts: u32,
+    pub last_error: Option<String>,
+}
+
 /// A dataset (S3 bucket + key prefix) and its placement affinity.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DatasetRecord {
@@ -950,6 +990,32 @@ pub trait Catalog: Send + Sync {
     /// When the content became fully persisted (`None` while it is not, or for contents persisted before
     /// schema version 3).
     fn persisted_ms(&self, id: &ContentId) -> Result<Option<u64>>;
+    // ---- operator view: history and webhooks (`permafrost-admin`)
+    /// Add a history sample (replacing one of the same `at_ms`) and keep only the newest `keep` samples.
+    fn history_append(&self, sample: &HistorySample, keep: u64) -> Result<()>;
+    /// Samples with `at_ms >= since_ms`, oldest first, at most the newest `limit` of them.
+    fn history_since(&self, since_ms: u64, limit: usize) -> Result<Vec<HistorySample>>;
+    /// Register a webhook (pending); keeps at most the newest `WEBHOOKS_DELIVERED_KEPT` delivered ones.
+    fn webhook_add(
+        &self,
+        url: &str,
+        bucket: &str,
+        key: Option<&str>,
+        prefix: &str,
+        now_ms: u64,
+    ) -> Result<WebhookRecord>;
+    /// Every webhook kept, by id.
+    fn webhooks(&self) -> Result<Vec<WebhookRecord>>;
+    /// Remove a webhook; whether it existed.
+    fn webhook_remove(&self, id: u64) -> Result<bool>;
+    /// Count a delivery attempt of webhook `id`: failed with `error`, or delivered at `delivered_ms`. Returns
+    /// whether the webhook was pending before (a delivered one is never marked again: exactly once).
+    fn webhook_attempt(
+        &self,
+        id: u64,
+        error: Option<&str>,
+        delivered_ms: Option<u64>,
+    ) -> Result<bool>;
 
     // ---- whole catalog
     fn stats(&self) -> Result<CatalogStats>;

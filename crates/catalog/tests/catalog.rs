@@ -857,3 +857,80 @@ fn measure_put_commits_per_second() {
         }
     }
 }
+
+fn sample(at_ms: u64) -> HistorySample {
+    HistorySample {
+        at_ms,
+        read_bytes: at_ms * 10,
+        written_bytes: at_ms * 20,
+        requests: at_ms,
+        spin_ups: at_ms / 100,
+        watts: at_ms as f64 / 7.0,
+        joules: at_ms as f64 * 1.5,
+        disks_spinning: 3,
+        cache_used_bytes: 1 << 20,
+        cache_dirty_bytes: 1 << 10,
+    }
+}
+
+#[test]
+fn history_keeps_the_newest_samples_and_returns_them_in_order() {
+    let (_dir, c) = open();
+    let c: &dyn Catalog = &c;
+    for at in 1..=10u64 {
+        c.history_append(&sample(at * 1000), 4).unwrap();
+    }
+    let all = c.history_since(0, 100).unwrap();
+    assert_eq!(
+        all.iter().map(|s| s.at_ms).collect::<Vec<_>>(),
+        vec![7000, 8000, 9000, 10000]
+    );
+    assert_eq!(all[3], sample(10_000));
+    // The same instant again replaces the sample.
+    let mut again = sample(10_000);
+    again.watts = 99.5;
+    c.history_append(&again, 4).unwrap();
+    assert_eq!(c.history_since(10_000, 10).unwrap(), vec![again]);
+    // `limit` keeps the newest.
+    assert_eq!(
+        c.history_since(0, 2)
+            .unwrap()
+            .iter()
+            .map(|s| s.at_ms)
+            .collect::<Vec<_>>(),
+        vec![9000, 10000]
+    );
+    assert!(c.history_since(11_000, 10).unwrap().is_empty());
+}
+
+#[test]
+fn a_webhook_is_marked_delivered_exactly_once() {
+    let (_dir, c) = open();
+    let c: &dyn Catalog = &c;
+    let a = c
+        .webhook_add("http://127.0.0.1:1/h", "runs", Some("2026/a.bin"), "", 5)
+        .unwrap();
+    let b = c
+        .webhook_add("http://127.0.0.1:1/h", "runs", None, "2026/", 6)
+        .unwrap();
+    assert_ne!(a.id, b.id);
+    assert_eq!(c.webhooks().unwrap(), vec![a.clone(), b.clone()]);
+    assert!(c
+        .webhook_attempt(a.id, Some("connection refused"), None)
+        .unwrap());
+    assert!(
+        c.webhook_attempt(a.id, None, Some(77)).unwrap(),
+        "pending until delivered"
+    );
+    assert!(
+        !c.webhook_attempt(a.id, None, Some(88)).unwrap(),
+        "never delivered twice"
+    );
+    let stored = &c.webhooks().unwrap()[0];
+    assert_eq!((stored.delivered_ms, stored.attempts), (Some(77), 2));
+    assert_eq!(stored.last_error, None);
+    assert!(c.webhook_remove(b.id).unwrap());
+    assert!(!c.webhook_remove(b.id).unwrap());
+    assert_eq!(c.webhooks().unwrap().len(), 1);
+    assert!(!c.webhook_attempt(12345, None, Some(1)).unwrap());
+}

@@ -13,6 +13,7 @@
 //! object fails to read back verified; `salvage` never opens the catalog (it works when the catalog is lost).
 //! Results go to stdout (`--json` for scripts), progress bars and errors to stderr.
 
+mod grid_view;
 mod local;
 mod remote;
 
@@ -230,6 +231,9 @@ impl SettingsArgs {
 pub struct StatusArgs {
     #[command(flatten)]
     target: Target,
+    /// Redraw every SECONDS (through a running server's admin API) until interrupted.
+    #[arg(long, value_name = "SECONDS", num_args = 0..=1, default_missing_value = "2")]
+    watch: Option<f64>,
 }
 
 #[derive(Args, Debug)]
@@ -949,10 +953,35 @@ pub fn rb(args: BucketArgs) -> Result<()> {
 }
 
 pub fn status(args: StatusArgs) -> Result<()> {
-    if let Some(endpoint) = remote_endpoint(&args.target) {
-        return remote::Remote::connect(&endpoint, &args.target)?.status(args.target.json);
+    let watch = match args.watch {
+        Some(s) if !(s.is_finite() && s >= 0.1) => {
+            bail!("--watch {s}: give the seconds between redraws, at least 0.1")
+        }
+        Some(s) => Some(std::time::Duration::from_secs_f64(s)),
+        None => None,
+    };
+    // A server running on the data directory answers through its admin API (it wrote its address there).
+    let endpoint = remote_endpoint(&args.target).or_else(|| {
+        lock_data_dir(&args.target.data_dir).err()?;
+        running_server_endpoint(&args.target.data_dir)
+    });
+    if let Some(endpoint) = endpoint {
+        return remote::Remote::connect(&endpoint, &args.target)?.status(args.target.json, watch);
+    }
+    if watch.is_some() {
+        bail!("--watch needs a running server (--endpoint URL, or a server on the data directory)");
     }
     local::Local::open(&args.target.data_dir)?.status(args.target.json)
+}
+
+/// File in the data directory where a running `permafrost serve` keeps its endpoint (removed when it stops).
+pub(crate) const ENDPOINT_FILE: &str = "endpoint";
+
+/// The endpoint a server running on `data_dir` wrote, if any.
+fn running_server_endpoint(data_dir: &Path) -> Option<String> {
+    let text = std::fs::read_to_string(data_dir.join(ENDPOINT_FILE)).ok()?;
+    let endpoint = text.trim();
+    (!endpoint.is_empty()).then(|| endpoint.to_string())
 }
 
 pub fn verify(args: VerifyArgs) -> Result<()> {

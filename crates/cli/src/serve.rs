@@ -407,6 +407,11 @@ pub fn run(args: ServeArgs) -> Result<()> {
             .await
             .with_context(|| format!("cannot listen on {listen}"))?;
         let address: SocketAddr = listener.local_addr().context("the listening address")?;
+        // Where `permafrost status --data-dir` finds the running server (removed when it stops).
+        let endpoint_file = data_dir.join(crate::object::ENDPOINT_FILE);
+        if let Err(e) = std::fs::write(&endpoint_file, format!("http://{address}\n")) {
+            note!("permafrost: cannot write {}: {e}", endpoint_file.display());
+        }
         note!("permafrost: S3 endpoint http://{address}");
         note!(
             "permafrost: access key {} ({credentials_source})",
@@ -436,6 +441,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
         admin.stop();
         served
     });
+    let _ = std::fs::remove_file(data_dir.join(crate::object::ENDPOINT_FILE));
     note!("permafrost: stopping, closing the archive");
     if let Some(mounted) = mounted {
         let path = mounted.path().display().to_string();

@@ -2,9 +2,10 @@
 //! from the catalog and memory only (no disk is touched).
 
 use permafrost_catalog::{Catalog, Outstanding};
+use permafrost_policy::WatchdogConfig;
 
 use crate::store::Store;
-use crate::Result;
+use crate::{Result, StoreError};
 
 impl Store {
     /// Contents waiting to be persisted, per grid bucket (with the age of the oldest).
@@ -15,5 +16,30 @@ impl Store {
     /// The catalog, for the operator's own tables (history, webhooks).
     pub fn catalog(&self) -> &dyn Catalog {
         self.inner().catalog.as_ref()
+    }
+
+    /// The watchdog's thresholds in force (the configuration's, or the last [`Store::set_watchdog`]).
+    pub fn watchdog(&self) -> WatchdogConfig {
+        self.inner().persister.watchdog()
+    }
+
+    /// Change the watchdog's thresholds while running (the caller keeps them in the configuration file).
+    /// Refuses values that would make it misbehave, naming them.
+    pub fn set_watchdog(&self, config: WatchdogConfig) -> Result<()> {
+        if config.interval_ms < 10 {
+            return Err(StoreError::InvalidArgument(format!(
+                "watchdog interval_ms {}: at least 10",
+                config.interval_ms
+            )));
+        }
+        let fill = config.pressure_fill_percent;
+        if !(fill.is_finite() && fill > 0.0 && fill <= 100.0) {
+            return Err(StoreError::InvalidArgument(format!(
+                "watchdog pressure_fill_percent {fill}: more than 0 and at most 100"
+            )));
+        }
+        self.inner().persister.set_watchdog(config);
+        self.inner().wake_persister();
+        Ok(())
     }
 }

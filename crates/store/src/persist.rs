@@ -48,7 +48,8 @@ pub(crate) struct Persister {
     placement_config: PlacementConfig,
     /// Strategy instances by name (each keeps its own dataset map).
     placements: Mutex<HashMap<String, Box<dyn Placement>>>,
-    watchdog: WatchdogPolicy,
+    /// Replaced at run time by the operator (`Store::set_watchdog`).
+    watchdog: parking_lot::RwLock<WatchdogPolicy>,
     /// Serializes persist steps with each other and with the garbage collector.
     pub work_lock: Mutex<()>,
 }
@@ -60,9 +61,19 @@ impl Persister {
         Ok(Persister {
             placement_config,
             placements: Mutex::new(HashMap::new()),
-            watchdog: WatchdogPolicy::new(config.watchdog.clone()),
+            watchdog: parking_lot::RwLock::new(WatchdogPolicy::new(config.watchdog.clone())),
             work_lock: Mutex::new(()),
         })
+    }
+
+    /// The watchdog's thresholds in force.
+    pub fn watchdog(&self) -> permafrost_policy::WatchdogConfig {
+        self.watchdog.read().config().clone()
+    }
+
+    /// Replace the watchdog's thresholds (from the next round on).
+    pub fn set_watchdog(&self, config: permafrost_policy::WatchdogConfig) {
+        *self.watchdog.write() = WatchdogPolicy::new(config);
     }
 
     /// Tell the strategies about the datasets placed by earlier runs.
@@ -103,8 +114,8 @@ fn bucket_of_dataset(dataset: &str) -> &str {
 
 /// The thread body.
 pub(crate) fn manager_loop(inner: &Inner) {
-    let interval_ms = inner.config.watchdog.interval_ms.max(10);
     while !inner.stop.load(std::sync::atomic::Ordering::SeqCst) {
+        let interval_ms = inner.persister.watchdog().interval_ms.max(10);
         inner.sleep(interval_ms);
         if inner.stop.load(std::sync::atomic::Ordering::SeqCst) {
             break;
@@ -137,11 +148,12 @@ fn tick(inner: &Inner) -> Result<()> {
         used_bytes: inner.cache.used_bytes(),
         targets: &targets,
     };
-    for action in inner
+    let actions = inner
         .persister
         .watchdog
-        .decide(permafrost_catalog::now_ms(), &view)
-    {
+        .read()
+        .decide(permafrost_catalog::now_ms(), &view);
+    for action in actions {
         tracing::debug!(grid_bucket = action.disk, reason = ?action.reason, "persisting");
         persist_grid_bucket(inner, action.disk as u32)?;
     }

@@ -1,1 +1,386 @@
+// permafrost dashboard: plain JavaScript, no build step. Reads /_permafrost/api/v1 with the session cookie of
+// the root user's login, follows the event stream, and never asks for anything that wakes a disk.
+"use strict";
 
+const API = "/_permafrost/api/v1";
+const STATES = {
+  off: { symbol: "○", word: "off" },
+  spinning_up: { symbol: "◐", word: "spinning up" },
+  idle: { symbol: "●", word: "idle" },
+  active: { symbol: "▶", word: "active" },
+  failed: { symbol: "✖", word: "failed" },
+};
+const ROLE_PREFIX = { data: "D", hp: "hP", vp: "vP" };
+
+const $ = (id) => document.getElementById(id);
+let state = null;        // the last GET /state
+let source = null;       // the EventSource
+let watts = [];          // [time ms, watts] for the chart
+let pollTimer = null;
+let dialogDisk = null;
+
+class Unauthorized extends Error {}
+
+async function api(method, path, body) {
+  const headers = { "Accept": "application/json" };
+  if (method !== "GET") headers["X-Permafrost-Csrf"] = "1";
+  if (body !== undefined) headers["Content-Type"] = "application/json";
+  const response = await fetch(API + path, {
+    method, headers, credentials: "same-origin",
+    body: body === undefined ? undefined : JSON.stringify(body),
+  });
+  if (response.status === 401) throw new Unauthorized();
+  const data = await response.json().catch(() => ({}));
+  if (!response.ok) throw new Error(data.message || `${method} ${path}: HTTP ${response.status}`);
+  return data;
+}
+
+function bytes(n) {
+  const units = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
+  let i = 0;
+  while (n >= 1024 && i < units.length - 1) { n /= 1024; i++; }
+  return `${n.toFixed(i === 0 ? 0 : 1)} ${units[i]}`;
+}
+
+function clock(ms) {
+  return new Date(ms).toLocaleTimeString();
+}
+
+function text(el, value) { el.textContent = value; return el; }
+
+function make(tag, cls, content) {
+  const el = document.createElement(tag);
+  if (cls) el.className = cls;
+  if (content !== undefined) el.textContent = content;
+  return el;
+}
+
+// ---------------------------------------------------------------- login
+
+function showLogin(message) {
+  $("main").hidden = true;
+  $("login").hidden = false;
+  for (const id of ["logout", "persist-all", "scrub-overdue"]) $(id).hidden = true;
+  text($("login-error"), message || "");
+  if (source) { source.close(); source = null; }
+  if (pollTimer) { clearInterval(pollTimer); pollTimer = null; }
+  setConnection("logged out", "down");
+}
+
+async function login(event) {
+  event.preventDefault();
+  try {
+    await api("POST", "/login", { access_key: $("access-key").value, secret_key: $("secret-key").value });
+    $("secret-key").value = "";
+    await start();
+  } catch (e) {
+    text($("login-error"), e instanceof Unauthorized ? "wrong access key or secret key" : e.message);
+  }
+}
+
+async function logout() {
+  await api("POST", "/logout").catch(() => {});
+  showLogin("logged out");
+}
+
+// ---------------------------------------------------------------- state
+
+function setConnection(label, cls) {
+  const el = $("connection");
+  text(el, label);
+  el.className = "badge " + (cls || "");
+}
+
+async function refresh() {
+  try {
+    state = await api("GET", "/state");
+    render();
+  } catch (e) {
+    if (e instanceof Unauthorized) showLogin("the session ended: log in again");
+    else setConnection("error: " + e.message, "down");
+  }
+}
+
+function render() {
+  text($("grid-name"), `${state.layout} · grid ${state.grid_id.slice(0, 8)} · ${state.spinning_now} of at most ${state.spinning_max} spinning`);
+  renderGrid();
+  renderCache();
+  renderEnergy();
+  renderTasks(state.tasks);
+}
+
+function renderGrid() {
+  const grid = $("grid");
+  grid.style.gridTemplateColumns = `repeat(${state.columns}, minmax(96px, 1fr))`;
+  if (grid.children.length !== state.disks.length) {
+    grid.replaceChildren(...state.disks.map(() => make("button", "disk")));
+  }
+  // Disks are numbered row by row: the grid's cells are in the same order.
+  state.disks.forEach((d, i) => fillDisk(grid.children[i], d));
+}
+
+function roleLabel(d) {
+  const label = `${ROLE_PREFIX[d.role]}${d.role_index}`;
+  return d.vhp ? `${label}·vhP` : label;
+}
+
+function fillDisk(el, d) {
+  el.type = "button";
+  el.dataset.disk = d.disk;
+  el.dataset.role = d.role;
+  el.dataset.state = d.shown_state;
+  el.setAttribute("role", "gridcell");
+  const s = STATES[d.shown_state] || { symbol: "?", word: d.shown_state };
+  el.setAttribute("aria-label", `disk ${d.disk}, ${roleLabel(d)}, ${s.word}`);
+  el.replaceChildren();
+  const top = make("div", "top");
+  top.append(make("span", "num", `#${d.disk}`), make("span", "role", roleLabel(d)));
+  el.append(top);
+  el.append(make("div", "state", `${s.symbol} ${s.word}`));
+  const fill = make("div", "bar fill");
+  const fillInner = make("div");
+  fillInner.style.width = `${Math.min(100, d.fill * 100).toFixed(1)}%`;
+  fill.title = `${bytes(d.written_bytes)} of ${bytes(d.capacity_bytes)} written`;
+  fill.append(fillInner);
+  el.append(fill);
+  if (d.defect_bytes > 0) {
+    el.append(make("div", "why", `⚠ ${bytes(d.defect_bytes)} to rebuild`));
+    const bar = make("div", "bar rebuild");
+    const inner = make("div");
+    const total = Math.max(d.defect_bytes, d.rebuild_total || d.defect_bytes);
+    d.rebuild_total = total;
+    inner.style.width = `${(100 * (1 - d.defect_bytes / total)).toFixed(1)}%`;
+    bar.append(inner);
+    el.append(bar);
+  }
+  const why = d.last_wake ? `woke: ${d.last_wake.reason}` : "no spin-up yet";
+  el.append(make("div", "why", why));
+  if (d.datasets && d.datasets.length) el.append(make("div", "why", `▤ ${d.datasets.join(", ")}`));
+  el.title = `${why}\nspin-ups: ${d.spin_ups}\n${d.energy.watts.toFixed(1)} W now`;
+}
+
+function renderCache() {
+  const c = state.cache;
+  const used = c.capacity_bytes ? (100 * c.used_bytes) / c.capacity_bytes : 0;
+  const dirty = c.capacity_bytes ? (100 * c.dirty_bytes) / c.capacity_bytes : 0;
+  $("cache-used").style.width = `${used.toFixed(1)}%`;
+  $("cache-dirty").style.width = `${dirty.toFixed(1)}%`;
+  $("cache-gauge").setAttribute("aria-valuenow", used.toFixed(0));
+  const oldest = c.oldest_unpersisted_age_seconds === null ? "nothing waits"
+    : `oldest waiting ${Math.round(c.oldest_unpersisted_age_seconds)} s`;
+  const waiting = c.waiting_bytes_per_grid_bucket.map((g) => `disk ${g.disk}: ${bytes(g.bytes)}`).join(", ");
+  text($("cache-text"), `${bytes(c.used_bytes)} of ${bytes(c.capacity_bytes)} used, ${bytes(c.dirty_bytes)} not yet persisted (${oldest})` +
+    (waiting ? `. Waiting per disk: ${waiting}` : ""));
+}
+
+function renderEnergy() {
+  const e = state.energy;
+  text($("energy-text"), `${e.watts.toFixed(1)} W now · ${e.kwh.toFixed(4)} kWh since the grid was made`);
+  watts.push([state.at_unix_ms, e.watts]);
+  const cutoff = state.at_unix_ms - 12 * 3600 * 1000;
+  watts = watts.filter(([t]) => t >= cutoff);
+  drawChart();
+}
+
+function drawChart() {
+  const canvas = $("watts-chart");
+  const ctx = canvas.getContext("2d");
+  const w = canvas.width, h = canvas.height;
+  ctx.clearRect(0, 0, w, h);
+  if (watts.length < 2) return;
+  const t0 = watts[0][0], t1 = watts[watts.length - 1][0];
+  const max = Math.max(1, ...watts.map(([, v]) => v)) * 1.1;
+  ctx.strokeStyle = "#3b6ea5";
+  ctx.lineWidth = 2;
+  ctx.beginPath();
+  watts.forEach(([t, v], i) => {
+    const x = 30 + ((t - t0) / Math.max(1, t1 - t0)) * (w - 36);
+    const y = h - 14 - (v / max) * (h - 24);
+    if (i === 0) ctx.moveTo(x, y); else ctx.lineTo(x, y);
+  });
+  ctx.stroke();
+  ctx.fillStyle = "#5d6b7a";
+  ctx.font = "10px system-ui";
+  ctx.fillText(`${max.toFixed(0)} W`, 2, 10);
+  ctx.fillText("0", 2, h - 14);
+  ctx.fillText(`${Math.round((t1 - t0) / 1000)} s`, w - 40, h - 2);
+}
+
+function renderTasks(tasks) {
+  const list = $("tasks");
+  list.replaceChildren(...tasks.slice(0, 20).map((t) => {
+    const pct = t.total_bytes ? ` ${(100 * t.done_bytes / t.total_bytes).toFixed(0)}%` : "";
+    const li = make("li", "", `${t.kind} of ${t.subject}: ${t.state}${t.state === "running" ? pct : ""}`);
+    li.dataset.task = t.id;
+    li.dataset.state = t.state;
+    if (t.error) li.title = t.error;
+    return li;
+  }));
+  if (!tasks.length) list.append(make("li", "muted", "none"));
+}
+
+function addListItem(listId, time, message, max) {
+  const list = $(listId);
+  const li = make("li");
+  li.append(make("span", "time", clock(time)), document.createTextNode(message));
+  list.prepend(li);
+  while (list.children.length > max) list.lastChild.remove();
+}
+
+// ---------------------------------------------------------------- events
+
+function follow() {
+  if (source) source.close();
+  source = new EventSource(API + "/events");
+  source.onopen = () => setConnection("live", "live");
+  source.onerror = () => setConnection("reconnecting…", "down");
+  source.addEventListener("disk", (m) => {
+    const e = JSON.parse(m.data);
+    const d = state && state.disks[e.data.disk];
+    if (d && e.data.state) {
+      d.shown_state = e.data.state;
+      d.failed = e.data.state === "failed";
+      if (e.data.last_wake) d.last_wake = e.data.last_wake;
+      fillDisk($("grid").children[d.disk], d);
+    }
+    addListItem("events", e.at_unix_ms, e.text, 200);
+  });
+  source.addEventListener("wake", (m) => {
+    const e = JSON.parse(m.data);
+    addListItem("wakes", e.at_unix_ms, `disk ${e.data.disk}: ${e.data.reason} (${e.data.spin_up_ms} ms)`, 100);
+    const d = state && state.disks[e.data.disk];
+    if (d) { d.last_wake = e.data; fillDisk($("grid").children[d.disk], d); }
+  });
+  source.addEventListener("rebuild", (m) => {
+    const e = JSON.parse(m.data);
+    const d = state && state.disks[e.data.disk];
+    if (d) {
+      d.rebuild_total = Math.max(d.rebuild_total || 0, e.data.previous_bytes, e.data.remaining_bytes);
+      d.defect_bytes = e.data.remaining_bytes;
+      fillDisk($("grid").children[d.disk], d);
+    }
+  });
+  source.addEventListener("task", (m) => {
+    const e = JSON.parse(m.data);
+    if (state) {
+      const others = state.tasks.filter((t) => t.id !== e.data.id);
+      state.tasks = [e.data, ...others].sort((a, b) => order(a) - order(b) || b.id - a.id);
+      renderTasks(state.tasks);
+    }
+    if (!e.text.includes("%")) addListItem("events", e.at_unix_ms, e.text, 200);
+  });
+}
+
+function order(t) {
+  return { running: 0, queued: 1 }[t.state] ?? 2;
+}
+
+// ---------------------------------------------------------------- actions
+
+function confirmThen(message, action) {
+  text($("confirm-text"), message);
+  const dialog = $("confirm-dialog");
+  dialog.onclose = async () => {
+    if (dialog.returnValue !== "ok") return;
+    try {
+      await action();
+      await refresh();
+    } catch (e) {
+      addListItem("events", Date.now(), `failed: ${e.message}`, 200);
+    }
+  };
+  dialog.returnValue = "";
+  dialog.showModal();
+}
+
+async function openDisk(disk) {
+  let d = state.disks[disk];
+  try {
+    d = await api("GET", `/disks/${disk}`); // fresh: the actions offered depend on it
+    state.disks[disk] = d;
+  } catch (e) {
+    if (e instanceof Unauthorized) { showLogin("the session ended: log in again"); return; }
+  }
+  dialogDisk = disk;
+  text($("disk-title"), `Disk ${d.disk} (${roleLabel(d)}) — ${d.name}`);
+  const rows = [
+    ["position", `column ${d.column}, row ${d.row}`],
+    ["state", `${STATES[d.shown_state]?.word || d.shown_state} (power model: ${d.power_state})`],
+    ["health", d.health],
+    ["written", `${bytes(d.written_bytes)} of ${bytes(d.capacity_bytes)} (${(100 * d.fill).toFixed(1)}%)`],
+    ["to rebuild", bytes(d.defect_bytes)],
+    ["spin-ups", `${d.spin_ups} since the grid was made; this server: ` +
+      (Object.entries(d.spin_ups_by_reason).map(([k, v]) => `${k} ${v}`).join(", ") || "none")],
+    ["last wake", d.last_wake ? `${clock(d.last_wake.at_unix_ms)}: ${d.last_wake.reason}` : "none"],
+    ["energy", `${d.energy.watts.toFixed(1)} W now, ${d.energy.kwh.toFixed(4)} kWh`],
+    ["last scrub", d.last_scrub_unix_ms ? new Date(d.last_scrub_unix_ms).toLocaleString() : "never"],
+    ["SMART", d.smart.available ? JSON.stringify(d.smart) : d.smart.why],
+  ];
+  $("disk-details").replaceChildren(...rows.flatMap(([k, v]) => [make("dt", "", k), make("dd", "", v)]));
+  const dialog = $("disk-dialog");
+  for (const button of dialog.querySelectorAll("[data-action]")) {
+    const a = button.dataset.action;
+    button.hidden = (a === "replace") !== d.failed || (a === "scrub" && d.failed) || (a === "rebuild" && d.failed);
+  }
+  dialog.showModal();
+}
+
+function diskAction(action) {
+  const disk = dialogDisk;
+  $("disk-dialog").close();
+  const messages = {
+    scrub: `Scrub disk ${disk}? It spins up and every written range is read and verified.`,
+    fail: `Mark disk ${disk} failed? It is never read or written again until replaced; its data is served from parity.`,
+    replace: `Replace disk ${disk} with a fresh disk and rebuild it from parity?`,
+    rebuild: `Rebuild disk ${disk}'s damaged ranges from parity now?`,
+  };
+  const body = action === "replace" ? { rebuild: true } : undefined;
+  confirmThen(messages[action], () => api("POST", `/disks/${disk}/${action}`, body));
+}
+
+// ---------------------------------------------------------------- start
+
+async function start() {
+  const session = await api("GET", "/session");
+  if (!session.logged_in) { showLogin(); return; }
+  await refresh();
+  if (!state) return;
+  $("login").hidden = true;
+  $("main").hidden = false;
+  for (const id of ["logout", "persist-all", "scrub-overdue"]) $(id).hidden = false;
+  // Watts over the kept history (one sample a minute by default), then every refresh.
+  const history = await api("GET", "/history?limit=720");
+  watts = history.points.map((p) => [p.at_unix_ms, p.watts]).concat(watts).sort((a, b) => a[0] - b[0]);
+  drawChart();
+  const wakes = await api("GET", "/wakes");
+  for (const w of wakes.wakes) addListItem("wakes", w.at_unix_ms, `disk ${w.disk}: ${w.reason} (${w.spin_up_ms} ms)`, 100);
+  follow();
+  if (pollTimer) clearInterval(pollTimer);
+  pollTimer = setInterval(refresh, 5000);
+}
+
+function legend() {
+  $("legend").replaceChildren(...Object.values(STATES).map((s) => make("span", "", `${s.symbol} ${s.word}`)),
+    make("span", "", "D data · hP horizontal parity · vP vertical parity"));
+}
+
+document.addEventListener("DOMContentLoaded", () => {
+  legend();
+  $("login-form").addEventListener("submit", login);
+  $("logout").addEventListener("click", logout);
+  $("grid").addEventListener("click", (e) => {
+    const cell = e.target.closest(".disk");
+    if (cell) openDisk(Number(cell.dataset.disk));
+  });
+  for (const button of document.querySelectorAll("#disk-dialog [data-action]")) {
+    button.addEventListener("click", () => diskAction(button.dataset.action));
+  }
+  $("persist-all").addEventListener("click", () =>
+    confirmThen("Persist everything waiting in the cache now? The disks it goes to spin up.", () => api("POST", "/persist")));
+  $("scrub-overdue").addEventListener("click", () =>
+    confirmThen("Scrub every range not verified within the grid's scrub interval? Their disks spin up.", () => api("POST", "/scrub")));
+  start().catch((e) => {
+    if (e instanceof Unauthorized) showLogin();
+    else setConnection("error: " + e.message, "down");
+  });
+});

@@ -32,6 +32,8 @@ const RESPONSE_BYTES_MAX: u64 = 64 << 20;
 const STATE_HEADERS: [&str; 2] = ["x-amz-meta-permafrost-state", permafrost_s3::STATE_HEADER];
 /// The server's own status endpoint.
 const STATUS_PATH: &str = permafrost_s3::STATUS_PATH;
+/// Everything the admin API knows at once.
+const ADMIN_STATE_PATH: &str = "/_permafrost/api/v1/state";
 
 /// A running server.
 pub struct Remote {
@@ -310,8 +312,45 @@ impl Remote {
         )
     }
 
-    /// `permafrost status` through the server's status endpoint.
-    pub fn status(&self, json: bool) -> Result<()> {
+    /// `permafrost status` through the server: its status endpoint, then (for people) the grid from the admin
+    /// API v1; with `watch`, redrawn until interrupted.
+    pub fn status(&self, json: bool, watch: Option<Duration>) -> Result<()> {
+        let Some(every) = watch else {
+            return self.status_once(json);
+        };
+        let terminal = std::io::IsTerminal::is_terminal(&std::io::stdout());
+        loop {
+            if terminal {
+                print!("\x1b[2J\x1b[H"); // clear the screen, cursor home
+            } else {
+                println!("---- {}", jiff::Timestamp::now());
+            }
+            self.status_once(json)?;
+            std::io::Write::flush(&mut std::io::stdout()).ok();
+            std::thread::sleep(every);
+        }
+    }
+
+    /// The admin API's `GET /_permafrost/api/v1/state` (`None` from a server without the API).
+    fn admin_state(&self) -> Result<Option<serde_json::Value>> {
+        let url = self.sign_path(Method::Get, ADMIN_STATE_PATH);
+        let result = self.agent.request_url("GET", &url).call();
+        if let Err(ureq::Error::Status(404, _)) = result {
+            return Ok(None);
+        }
+        let response = self.check("admin state", result)?;
+        let mut text = String::new();
+        response
+            .into_reader()
+            .take(RESPONSE_BYTES_MAX)
+            .read_to_string(&mut text)
+            .context("reading the admin state")?;
+        let state = serde_json::from_str(&text)
+            .with_context(|| format!("the admin state from {} is not JSON", self.endpoint))?;
+        Ok(Some(state))
+    }
+
+    fn status_once(&self, json: bool) -> Result<()> {
         let url = self.sign_path(Method::Get, STATUS_PATH);
         let result = self.agent.request_url("GET", &url).call();
         if let Err(ureq::Error::Status(404, _)) = result {
@@ -339,6 +378,9 @@ impl Remote {
         let summary: permafrost_store::StatusSummary = serde_json::from_str(&text)
             .with_context(|| format!("the status from {} has an unknown shape", self.endpoint))?;
         print_status(&summary);
+        if let Some(state) = self.admin_state()? {
+            print!("{}", super::grid_view::render(&state));
+        }
         Ok(())
     }
 
