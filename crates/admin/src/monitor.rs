@@ -120,11 +120,22 @@ impl Shared {
         // Spin-ups up to this number are announced; `announced` holds those above it already announced.
         let mut wake_seq = power.last_wake_seq();
         let mut announced = std::collections::BTreeSet::new();
+        // Spin-ups up to this number were seen by the state sampling.
+        let mut spin_up_seq = wake_seq;
         let mut first = true;
         loop {
             let snapshot = power.snapshot();
             let io = engine.io_stats();
             let now = crate::unix_ms();
+            // Disks that spun up since the previous sample (also those whose spin-up is still under way).
+            let woke: std::collections::BTreeSet<usize> = power
+                .wakes_since(spin_up_seq)
+                .iter()
+                .map(|w| {
+                    spin_up_seq = spin_up_seq.max(w.seq);
+                    w.disk
+                })
+                .collect();
             let mut views = self.views.lock().clone();
             let mut changes = Vec::new();
             for disk in 0..n {
@@ -135,9 +146,10 @@ impl Shared {
                 let had_io = !first && counters != io_before[disk];
                 io_before[disk] = counters;
                 let (state, _) = snapshot[disk];
+                // I/O since the previous sample shows `active` even if the disk is idle or off again by now.
                 let shown = if failed {
                     "failed"
-                } else if had_io && state != PowerState::Off && state != PowerState::SpinningUp {
+                } else if had_io && state != PowerState::SpinningUp {
                     "active"
                 } else {
                     state_name(state)
@@ -151,6 +163,15 @@ impl Shared {
                         defect_bytes,
                     }),
                     Some(view) => {
+                        // A spin-up between two samples is shown, even if it was over before the second.
+                        if woke.contains(&disk)
+                            && view.shown_state == "off"
+                            && shown != "spinning_up"
+                            && shown != "failed"
+                        {
+                            changes.push((disk, "off", "spinning_up"));
+                            view.shown_state = "spinning_up";
+                        }
                         if view.shown_state != shown {
                             changes.push((disk, view.shown_state, shown));
                             view.shown_state = shown;

@@ -288,21 +288,20 @@ impl Engine {
         let shared = Arc::clone(&self.shared);
         // Each thread names the reason of the spin-ups it causes (the operator's view shows them).
         threads.push(spawn("permafrost-recovery", move || {
-            let _wake = WakeReason::about(WakeKind::Recovery, "background recovery").enter();
+            let _wake = WakeReason::about(WakeKind::Recovery, "damaged ranges").enter();
             shared.recovery_loop()
         }));
         for &disk in self.shared.geometry.parity_disks() {
             let shared = Arc::clone(&self.shared);
             threads.push(spawn(&format!("permafrost-drain-{disk}"), move || {
                 let _wake =
-                    WakeReason::about(WakeKind::Parity, format!("parity deltas of disk {disk}"))
-                        .enter();
+                    WakeReason::about(WakeKind::Parity, format!("deltas for disk {disk}")).enter();
                 shared.drain_loop(disk)
             }));
         }
         let shared = Arc::clone(&self.shared);
         threads.push(spawn("permafrost-scrub", move || {
-            let _wake = WakeReason::about(WakeKind::Scrub, "background scrub").enter();
+            let _wake = WakeReason::about(WakeKind::Scrub, "ranges due (background)").enter();
             shared.scrub_loop()
         }));
         let weak = Arc::downgrade(&self.shared);
