@@ -92,6 +92,33 @@ const MIGRATIONS: &[(u32, &str)] = &[
     ALTER TABLE contents ADD COLUMN persisted_ms BIGINT;",
     ),
     (5, ARCHIVE_MIGRATION),
+    (
+        6,
+        // The operator's history samples and webhooks (permafrost-admin, docs/admin.md).
+        "CREATE TABLE ops_history (
+        at_ms BIGINT PRIMARY KEY,
+        read_bytes BIGINT NOT NULL,
+        written_bytes BIGINT NOT NULL,
+        requests BIGINT NOT NULL,
+        spin_ups BIGINT NOT NULL,
+        watts DOUBLE PRECISION NOT NULL,
+        joules DOUBLE PRECISION NOT NULL,
+        disks_spinning BIGINT NOT NULL,
+        cache_used_bytes BIGINT NOT NULL,
+        cache_dirty_bytes BIGINT NOT NULL
+    );
+    CREATE TABLE webhooks (
+        id INTEGER PRIMARY KEY,
+        url TEXT NOT NULL,
+        bucket TEXT NOT NULL,
+        object_key TEXT,
+        prefix TEXT NOT NULL,
+        created_ms BIGINT NOT NULL,
+        delivered_ms BIGINT,
+        attempts BIGINT NOT NULL,
+        last_error TEXT
+    );",
+    ),
 ];
 
 /// Schema version this build reads and writes (`meta.schema_version`).
@@ -239,29 +266,6 @@ CREATE TABLE IF NOT EXISTS pending_work (
     id INTEGER PRIMARY KEY,
     item TEXT NOT NULL,
     created_ms INTEGER NOT NULL
-);
-CREATE TABLE IF NOT EXISTS ops_history (
-    at_ms INTEGER PRIMARY KEY,
-    read_bytes INTEGER NOT NULL,
-    written_bytes INTEGER NOT NULL,
-    requests INTEGER NOT NULL,
-    spin_ups INTEGER NOT NULL,
-    watts REAL NOT NULL,
-    joules REAL NOT NULL,
-    disks_spinning INTEGER NOT NULL,
-    cache_used_bytes INTEGER NOT NULL,
-    cache_dirty_bytes INTEGER NOT NULL
-);
-CREATE TABLE IF NOT EXISTS webhooks (
-    id INTEGER PRIMARY KEY,
-    url TEXT NOT NULL,
-    bucket TEXT NOT NULL,
-    object_key TEXT,
-    prefix TEXT NOT NULL,
-    created_ms INTEGER NOT NULL,
-    delivered_ms INTEGER,
-    attempts INTEGER NOT NULL,
-    last_error TEXT
 );
 ";
 

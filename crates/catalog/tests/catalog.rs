@@ -748,6 +748,8 @@ fn a_schema_2_catalog_is_migrated_and_keeps_its_parts() {
              DROP TABLE counters;
              DROP TABLE restores;
              DROP TABLE content_parts;
+             DROP TABLE ops_history;
+             DROP TABLE webhooks;
              DROP INDEX multipart_parts_by_content;
              ALTER TABLE multipart_parts DROP COLUMN content;
              INSERT INTO multipart_parts (upload_id, part_number, size_bytes, md5, cache_path, created_ms)
