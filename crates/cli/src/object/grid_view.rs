@@ -30,6 +30,11 @@ fn role(d: &Value) -> String {
     format!("{prefix}{}", d["role_index"])
 }
 
+/// A number of the state (0 if absent).
+fn num(v: &Value) -> u64 {
+    v.as_u64().unwrap_or(0)
+}
+
 /// The text `permafrost status` adds for a server with the admin API.
 pub(crate) fn render(state: &Value) -> String {
     let mut out = String::new();
@@ -45,7 +50,7 @@ pub(crate) fn render(state: &Value) -> String {
         for d in row {
             let cell = format!(
                 "{:>2} {:<4} {:<6}",
-                d["disk"],
+                num(&d["disk"]),
                 role(d),
                 state_mark(d["shown_state"].as_str().unwrap_or(""))
             );
@@ -72,7 +77,7 @@ pub(crate) fn render(state: &Value) -> String {
         let _ = writeln!(
             out,
             "woke      disk {:>2} ({}) for {} ({} ms to spin up)",
-            d["disk"],
+            num(&d["disk"]),
             role(d),
             w["reason"].as_str().unwrap_or("?"),
             w["spin_up_ms"]
@@ -85,7 +90,7 @@ pub(crate) fn render(state: &Value) -> String {
         let _ = writeln!(
             out,
             "rebuild   disk {:>2}: {} left to recover",
-            d["disk"],
+            num(&d["disk"]),
             format_bytes(d["defect_bytes"].as_u64().unwrap_or(0))
         );
     }
@@ -147,7 +152,7 @@ mod tests {
             "{text}"
         );
         assert!(
-            text.contains("rebuild   disk  2: 4.0 KiB left to recover"),
+            text.contains("rebuild   disk  2: 4.00 KiB left to recover"),
             "{text}"
         );
         assert!(
