@@ -33,7 +33,9 @@ def families(text: str) -> dict:
 
 def test_metrics_parse_with_prometheus_client_and_agree_with_the_api(quiet):
     from conftest import client
-    put_persisted(quiet, client(quiet.endpoint))
+    s3 = client(quiet.endpoint)
+    put_persisted(quiet, s3)
+    assert len(s3.get_object(Bucket="ops", Key="scan.bin")["Body"].read()) == 300 << 10  # a GET: TTFB series
     state = wait_all_off(quiet.endpoint)
     text = metrics(quiet.endpoint)
     after = ok(quiet.endpoint, "GET", "/state")
