@@ -2466,6 +2466,7 @@ mod tests {
                      ALTER TABLE objects DROP COLUMN attributes; ALTER TABLE objects DROP COLUMN expires_ms;
                      ALTER TABLE buckets DROP COLUMN archive; ALTER TABLE contents DROP COLUMN pinned_until_ms;
                      DROP TABLE object_versions; DROP TABLE counters; DROP TABLE restores;
+                     DROP TABLE ops_history; DROP TABLE webhooks;
                      UPDATE meta SET value = '3' WHERE key = 'schema_version';",
                 )
             })

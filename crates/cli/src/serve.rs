@@ -434,6 +434,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
                 ..Default::default()
             },
         );
+        permafrost_s3::add_archive_endpoints(&admin);
         let served =
             permafrost_s3::serve_admin(listener, admin.clone(), credentials, shutdown_signal())
                 .await
