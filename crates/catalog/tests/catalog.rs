@@ -785,7 +785,7 @@ fn a_schema_2_catalog_is_migrated_and_keeps_its_parts() {
             |r| r.get(0),
         )
         .unwrap();
-    assert_eq!(version, "5", "migrated to the latest version");
+    assert_eq!(version, "6", "migrated to the latest version");
 }
 
 #[test]
