@@ -103,6 +103,10 @@ async fn handle(
         *response.status_mut() = status;
     }
     let status = response.status();
+    // Logged before the metrics wrap the body (the log names the error code read from it).
+    if !status.is_success() && !status.is_redirection() {
+        log_failure(&method, &path, &response);
+    }
     if !path.starts_with(crate::RESERVED_PREFIX) {
         response = crate::metrics::timed(
             response,
@@ -117,9 +121,6 @@ async fn handle(
         response
             .headers_mut()
             .insert(http::header::CONNECTION, HeaderValue::from_static("close"));
-    }
-    if !status.is_success() && !status.is_redirection() {
-        log_failure(&method, &path, &response);
     }
     Ok(response)
 }
