@@ -632,6 +632,23 @@ pub struct NewPartList {
     pub parts: Vec<(u32, ContentPart)>,
 }
 
+/// One durable step of a growing object: see [`Catalog::append_growing`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GrowingAppend {
+    pub bucket: String,
+    pub key: String,
+    /// The growing object's part-list content (what [`Catalog::begin_growing`] created).
+    pub list: ContentId,
+    /// The upload whose part `part_number` becomes the list's next part.
+    pub upload_id: String,
+    pub part_number: u32,
+    /// The object's new ETag and the list's new MD5 (of its parts' MD5s, as a multipart ETag's digest).
+    pub etag: String,
+    pub md5: [u8; 16],
+    /// The object's user metadata from now on (replaces the previous pairs).
+    pub user_metadata: Vec<(String, String)>,
+}
+
 /// Who a content belongs to, for its manifest: [`Catalog::owner_of`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ContentOwner {
@@ -924,6 +941,19 @@ pub trait Catalog: Send + Sync {
     ) -> Result<PutOutcome>;
     /// Every upload (restart: parts whose files are gone).
     fn all_uploads(&self) -> Result<Vec<UploadRecord>>;
+
+    // ---- growing objects (the recorder: docs/store.md "Growing objects")
+    /// Start a growing object: insert the part-list content `object.content` with no parts (logical size 0,
+    /// state `Cached`) and make `object` (size 0) visible naming it. `Ok(false)` and no change when an object
+    /// already exists at its key or the content id is taken; `NoSuchBucket` when the bucket is missing.
+    fn begin_growing(&self, object: &ObjectRecord, now_ms: u64) -> Result<bool>;
+    /// Append part `part_number` of upload `upload_id` to the growing object `(bucket, key)` in one transaction:
+    /// a `content_parts` row at `seq` = its number of parts and `logical_offset` = its end (one more reference
+    /// of the part), the list's and the object's logical size raised by the part's size, the list's MD5 and the
+    /// object's ETag, user metadata and last-modified time set. Returns the new part, or `Ok(None)` and no
+    /// change when the object is gone or names another content (deleted or replaced while growing).
+    /// `NoSuchUpload` when the upload or the part is missing.
+    fn append_growing(&self, append: &GrowingAppend, now_ms: u64) -> Result<Option<ContentPart>>;
 
     // ---- garbage collection
     /// Contents unreferenced since at least `older_than_ms`, at most `limit`.

@@ -49,6 +49,7 @@ use crate::list::{list_with, prefix_successor};
 mod archive;
 use crate::*;
 
+mod growing;
 mod namespace;
 
 /// Schema version of [`SCHEMA`] (the base every database starts from).
@@ -2118,6 +2119,15 @@ impl Catalog for SqliteCatalog {
             };
             run().map_err(e)?
         })
+    }
+
+    // ---- growing objects (in sqlite/growing.rs)
+    fn begin_growing(&self, object: &ObjectRecord, now_ms: u64) -> Result<bool> {
+        self.begin_growing_tx(object, now_ms)
+    }
+
+    fn append_growing(&self, append: &GrowingAppend, now_ms: u64) -> Result<Option<ContentPart>> {
+        self.append_growing_tx(append, now_ms)
     }
 
     fn all_uploads(&self) -> Result<Vec<UploadRecord>> {

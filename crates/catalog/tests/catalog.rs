@@ -936,3 +936,119 @@ fn a_webhook_is_marked_delivered_exactly_once() {
     assert_eq!(c.webhooks().unwrap().len(), 1);
     assert!(!c.webhook_attempt(12345, None, Some(1)).unwrap());
 }
+
+fn growing_list() -> ContentId {
+    ContentId {
+        hash: [0x6A; 32],
+        encoding: Encoding::Identity,
+    }
+}
+
+fn growing_object(key: &str) -> ObjectRecord {
+    ObjectRecord {
+        content: growing_list(),
+        size_bytes: 0,
+        etag: "\"growing-0\"".into(),
+        ..object("b", key, 0)
+    }
+}
+
+fn append(c: &SqliteCatalog, key: &str, number: u32) -> Result<Option<ContentPart>> {
+    c.append_growing(
+        &GrowingAppend {
+            bucket: "b".into(),
+            key: key.into(),
+            list: growing_list(),
+            upload_id: "u1".into(),
+            part_number: number,
+            etag: format!("\"e{number}\""),
+            md5: [number as u8; 16],
+            user_metadata: vec![("parts".into(), number.to_string())],
+        },
+        30 + number as u64,
+    )
+}
+
+#[test]
+fn a_growing_object_gains_one_part_per_transaction_and_completes_into_an_ordinary_list() {
+    let (_d, c) = open();
+    c.create_bucket("b", &BucketSettings::default()).unwrap();
+    upload(&c, "u1");
+    assert!(c.begin_growing(&growing_object("big"), 20).unwrap());
+    let (o, list) = c.get_object("b", "big").unwrap().unwrap();
+    assert_eq!(
+        (o.size_bytes, list.stored_form, list.logical_bytes),
+        (0, StoredForm::Parts, 0)
+    );
+    assert!(c.content_parts(&growing_list()).unwrap().is_empty());
+    // A second start on the same key, or the same list id elsewhere, changes nothing.
+    assert!(!c.begin_growing(&growing_object("big"), 21).unwrap());
+    assert!(!c.begin_growing(&growing_object("other"), 21).unwrap());
+    assert!(c.get_object("b", "other").unwrap().is_none());
+
+    for (number, n) in [(1u32, 1u8), (2, 2), (3, 1)] {
+        put_part(&c, "u1", number, n).unwrap();
+        let part = append(&c, "big", number).unwrap().unwrap();
+        assert_eq!(part.seq, number - 1);
+        assert_eq!(part.logical_offset, 10 * (number as u64 - 1));
+        let (o, list) = c.get_object("b", "big").unwrap().unwrap();
+        assert_eq!(o.size_bytes, 10 * number as u64);
+        assert_eq!(list.logical_bytes, o.size_bytes);
+        assert_eq!(list.md5, [number as u8; 16]);
+        assert_eq!(o.etag, format!("\"e{number}\""));
+        assert_eq!(o.user_metadata, vec![("parts".into(), number.to_string())]);
+        assert!(c.check().unwrap().is_empty(), "{:?}", c.check());
+    }
+    // Content 1 is part 1 and part 3: referenced by both upload parts and both list rows.
+    assert_eq!(refcount(&c, 1), 4);
+    let rows = c.content_parts(&growing_list()).unwrap();
+    assert_eq!(
+        rows.iter().map(|(p, _)| p.part).collect::<Vec<_>>(),
+        vec![cid(1), cid(2), cid(1)]
+    );
+    // A part that was never uploaded is refused and changes nothing.
+    assert!(matches!(
+        append(&c, "big", 9),
+        Err(CatalogError::NoSuchUpload(_))
+    ));
+    assert_eq!(c.content_parts(&growing_list()).unwrap().len(), 3);
+
+    // Completion as an ordinary upload: the list's rows become a list of their own, the growing list is released.
+    let list = part_list(&[(1, 1), (2, 2), (3, 1)]);
+    c.complete_upload("u1", &list_object(&list), &list, 40)
+        .unwrap();
+    assert_eq!(
+        c.get_object("b", "big").unwrap().unwrap().0.content,
+        list.id
+    );
+    assert_eq!(c.gc_candidates(u64::MAX, 10).unwrap(), vec![growing_list()]);
+    c.gc_content(&growing_list()).unwrap();
+    assert_eq!(refcount(&c, 1), 2);
+    assert_eq!(refcount(&c, 2), 1);
+    assert!(c.check().unwrap().is_empty(), "{:?}", c.check());
+}
+
+#[test]
+fn a_growing_object_deleted_or_replaced_takes_no_more_parts() {
+    let (_d, c) = open();
+    c.create_bucket("b", &BucketSettings::default()).unwrap();
+    upload(&c, "u1");
+    assert!(matches!(
+        c.begin_growing(
+            &ObjectRecord {
+                bucket: "nope".into(),
+                ..growing_object("k")
+            },
+            1
+        ),
+        Err(CatalogError::NoSuchBucket(_))
+    ));
+    assert!(c.begin_growing(&growing_object("big"), 20).unwrap());
+    put_part(&c, "u1", 1, 1).unwrap();
+    put(&c, "b", "big", 7); // an ordinary PUT replaces the growing object
+    assert_eq!(append(&c, "big", 1).unwrap(), None);
+    assert!(c.delete_object("b", "big", 25).unwrap());
+    assert_eq!(append(&c, "big", 1).unwrap(), None);
+    assert_eq!(refcount(&c, 1), 1, "only the upload's part row names it");
+    assert!(c.check().unwrap().is_empty(), "{:?}", c.check());
+}

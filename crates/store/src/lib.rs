@@ -35,6 +35,7 @@ mod archive;
 mod cache;
 mod config;
 mod gc;
+mod growing;
 mod mount;
 mod multipart;
 mod operator;
@@ -48,6 +49,7 @@ mod summary;
 pub use archive::{validate_tags, DatasetFilter, DatasetSummary, RestoreBatch, RestoreInfo};
 pub use config::{GridSetup, StoreConfig};
 pub use gc::GcReport;
+pub use growing::{growing_list_id, GrowingObject, GrowingOptions, Piece, SealedPiece};
 pub use mount::{CacheReservation, FsError, Residence, Usage};
 pub use permafrost_catalog::now_ms;
 pub use permafrost_catalog::{

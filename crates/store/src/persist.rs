@@ -229,6 +229,9 @@ pub(crate) fn place_cached(inner: &Inner) -> Result<usize> {
             if content.refcount == 0 {
                 continue; // deleted before placement: the collector takes it
             }
+            if crate::growing::is_growing(inner, &content)? {
+                continue; // its list is not final yet: placed when the growing object is finished
+            }
             let bucket = bucket_of_dataset(&content.dataset);
             let name = inner.settings_of(bucket).placement;
             let size_bytes = footprint_bytes(&content);
