@@ -9,6 +9,7 @@ mod grid;
 mod object;
 mod pattern;
 mod progress;
+mod record;
 mod serve;
 mod units;
 
@@ -70,6 +71,9 @@ enum Command {
     Verify(object::VerifyArgs),
     /// Rebuild the objects of one data disk from its extents, without the catalog.
     Salvage(object::SalvageArgs),
+    /// e-VLBI recording: start, stop and watch scans of VDIF frames over UDP, schedules, a paced sender.
+    #[command(subcommand)]
+    Record(record::RecordCommand),
 }
 
 #[derive(Subcommand)]
@@ -127,6 +131,7 @@ fn main() {
         Command::Status(args) => object::status(args),
         Command::Verify(args) => object::verify(args),
         Command::Salvage(args) => object::salvage(args),
+        Command::Record(command) => record::run(command),
     };
     if let Err(error) = result {
         eprintln!("permafrost: {error:#}");

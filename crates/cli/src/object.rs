@@ -15,7 +15,7 @@
 
 mod grid_view;
 mod local;
-mod remote;
+pub(crate) mod remote;
 
 pub(crate) use local::{load_config, CONFIG_FILE};
 
@@ -449,6 +449,19 @@ impl Body {
             Body::Stdin => Box::new(std::io::stdin().lock()),
         }
     }
+}
+
+impl Target {
+    /// `--json` was given.
+    pub(crate) fn json(&self) -> bool {
+        self.json
+    }
+}
+
+/// Download `bucket/key` (a path as `get` takes it) into `sink`, from a running server or the data directory.
+pub(crate) fn get_into(target: &Target, path: &str, sink: &mut dyn std::io::Write) -> Result<u64> {
+    let (bucket, key) = split_path(path, true)?;
+    connect(target)?.get(&bucket, &key, None, sink, true)
 }
 
 fn connect(target: &Target) -> Result<Box<dyn Archive>> {
@@ -1004,7 +1017,7 @@ pub fn salvage(args: SalvageArgs) -> Result<()> {
     local::salvage_disk(&args.target.data_dir, disk, &args.out, args.target.json)
 }
 
-fn remote_endpoint(target: &Target) -> Option<String> {
+pub(crate) fn remote_endpoint(target: &Target) -> Option<String> {
     target.endpoint.clone().or_else(|| {
         std::env::var("PERMAFROST_ENDPOINT")
             .ok()

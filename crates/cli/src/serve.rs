@@ -396,6 +396,12 @@ pub fn run(args: ServeArgs) -> Result<()> {
             Some(mounted)
         }
     };
+    let record_config: permafrost_record::RecordConfig = config_table(data_dir, "record")?;
+    record_config
+        .validate()
+        .with_context(|| format!("{}: [record]", data_dir.join(CONFIG_FILE).display()))?;
+    let recorder = permafrost_record::Recorder::open(Arc::clone(&store), record_config)
+        .context("starting the recorder")?;
 
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -452,6 +458,8 @@ pub fn run(args: ServeArgs) -> Result<()> {
         }
     }
     runtime.shutdown_timeout(Duration::from_millis(CLOSE_WAIT_MS));
+    recorder.shutdown();
+    drop(recorder);
     served?;
     let mut store = store;
     let deadline = Instant::now() + Duration::from_millis(CLOSE_WAIT_MS);

@@ -29,6 +29,7 @@
 //!
 //! **Not here.** HTTP (the admin API's handlers call [`recorder::Recorder`]), the CLI (crates/cli).
 
+pub mod api;
 pub mod floor;
 pub mod loss;
 pub(crate) mod meta;

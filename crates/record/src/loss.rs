@@ -170,7 +170,7 @@ pub enum Numbering {
 }
 
 /// Where a frame sits in the stream, for reports.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(untagged)]
 pub enum Position {
     Sequence {
@@ -197,7 +197,7 @@ impl std::fmt::Display for Position {
 }
 
 /// A gap as stored with the scan.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct GapRecord {
     /// The first missing frame.
     pub from: Position,
@@ -217,7 +217,7 @@ impl std::fmt::Display for GapRecord {
 }
 
 /// Totals over every stream.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct LossTotals {
     pub frames_received: u64,
     pub frames_expected: u64,

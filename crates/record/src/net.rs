@@ -22,7 +22,7 @@ pub const RECEIVE_WAIT_MS: u64 = 100;
 const CONTROL_BYTES: usize = 64;
 
 /// What the kernel granted for the receive buffer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct RcvbufReport {
     pub requested_bytes: u64,
     /// What `SO_RCVBUF` reads back (Linux doubles the request for its bookkeeping, then caps it at twice

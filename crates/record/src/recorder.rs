@@ -53,7 +53,7 @@ pub struct ScheduleDefaults {
 }
 
 /// A scan waiting for its start time.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ScheduledScan {
     pub id: String,
     pub start_ms: u64,
@@ -62,12 +62,11 @@ pub struct ScheduledScan {
     pub listen: SocketAddr,
     /// Line of the schedule file.
     pub line: usize,
-    #[serde(skip)]
-    spec: ScanSpec,
+    pub spec: ScanSpec,
 }
 
 /// Everything `permafrost record status` shows.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct RecorderStatus {
     pub bucket: String,
     /// `net.core.rmem_max` of this host and what a scan asks for.

@@ -77,7 +77,7 @@ impl ScanSpec {
 }
 
 /// Life of a scan.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum ScanState {
     Recording,
@@ -116,12 +116,12 @@ pub(crate) struct ReceiverCounters {
     pub accepted_frames: AtomicU64,
     pub ring_dropped_frames: AtomicU64,
     pub kernel_drops: AtomicU64,
-    pub rejected: Mutex<BTreeMap<&'static str, u64>>,
+    pub rejected: Mutex<BTreeMap<String, u64>>,
     pub first_rejection: Mutex<Option<String>>,
 }
 
 /// What the writer and sealer know (live).
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default, Serialize, serde::Deserialize)]
 pub struct WriterView {
     /// Loss accounting of the frames stored so far.
     pub loss: LossTotals,
@@ -139,7 +139,7 @@ pub struct WriterView {
 }
 
 /// A scan's status, as `permafrost record status` and the API show it.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct ScanStatus {
     pub id: String,
     pub bucket: String,
@@ -156,7 +156,7 @@ pub struct ScanStatus {
     pub bytes_received: u64,
     pub frames_accepted: u64,
     /// Rejected datagrams by reason (`truncated`, `wrong-frame-size`, …).
-    pub frames_rejected: BTreeMap<&'static str, u64>,
+    pub frames_rejected: BTreeMap<String, u64>,
     pub first_rejection: Option<String>,
     /// Frames received but dropped because the writer fell behind (the ring was full).
     pub ring_dropped_frames: u64,
@@ -442,7 +442,7 @@ fn reject(shared: &Shared, error: &FrameError) {
     let c = &shared.counters;
     let total = {
         let mut rejected = c.rejected.lock();
-        *rejected.entry(error.kind()).or_default() += 1;
+        *rejected.entry(error.kind().to_string()).or_default() += 1;
         rejected.values().sum::<u64>()
     };
     c.first_rejection
@@ -721,12 +721,7 @@ fn writer_view(shared: &Shared, accounting: &Accounting, written: u64) -> Writer
     }
 }
 
-fn seal(
-    shared: &Shared,
-    store: &Store,
-    object: &GrowingObject,
-    pieces: Receiver<SealWork>,
-) {
+fn seal(shared: &Shared, store: &Store, object: &GrowingObject, pieces: Receiver<SealWork>) {
     let id = shared.spec.id();
     let mut last_durable = object.user_metadata();
     let mut last_view = WriterView::default();

@@ -312,6 +312,44 @@ impl Remote {
         )
     }
 
+    /// A JSON request to the service's own API (`/_permafrost/…`), signed as the root user; the answer's
+    /// JSON, or an error with the server's message.
+    pub fn admin(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<&serde_json::Value>,
+    ) -> Result<serde_json::Value> {
+        let signing = match method {
+            "GET" => Method::Get,
+            "POST" => Method::Post,
+            "PUT" => Method::Put,
+            "DELETE" => Method::Delete,
+            other => bail!("unsupported method {other}"),
+        };
+        let url = self.sign_path(signing, path);
+        let request = self
+            .agent
+            .request_url(method, &url)
+            .set("Content-Type", "application/json");
+        let result = match body {
+            Some(b) => request.send_string(&b.to_string()),
+            None => request.call(),
+        };
+        let response = self.check(&format!("{method} {path}"), result)?;
+        let mut text = String::new();
+        response
+            .into_reader()
+            .take(RESPONSE_BYTES_MAX)
+            .read_to_string(&mut text)
+            .with_context(|| format!("reading the answer to {method} {path}"))?;
+        if text.trim().is_empty() {
+            return Ok(serde_json::Value::Null);
+        }
+        serde_json::from_str(&text)
+            .with_context(|| format!("the answer to {method} {path} is not JSON"))
+    }
+
     /// `permafrost status` through the server: its status endpoint, then (for people) the grid from the admin
     /// API v1; with `watch`, redrawn until interrupted.
     pub fn status(&self, json: bool, watch: Option<Duration>) -> Result<()> {
