@@ -92,3 +92,17 @@ fi
 if [ ! -d tests/e2e/ui/node_modules/playwright-core ] && command -v npm >/dev/null 2>&1; then
   (cd tests/e2e/ui && npm ci --no-audit --no-fund --loglevel=error)
 fi
+
+# The recorder's tests receive UDP at hundreds of Mbit/s on a loaded machine: the kernel caps each socket's
+# receive buffer at net.core.rmem_max (4 MiB here, ~60 ms at 500 Mbit/s). Raise the cap (never lower it) so
+# the 256 MiB the recorder asks for is granted; on a production recorder this is the operator's call
+# (docs/record.md "Operating system").
+rmem_wanted=268435456
+rmem_now=$(cat /proc/sys/net/core/rmem_max 2>/dev/null || echo 0)
+if [ "$rmem_now" -lt "$rmem_wanted" ]; then
+  if [ "$(id -u)" = 0 ] && sysctl -q -w net.core.rmem_max=$rmem_wanted; then
+    echo "setup-deps: net.core.rmem_max raised from $rmem_now to $rmem_wanted for the recorder's tests"
+  else
+    echo "setup-deps: net.core.rmem_max is $rmem_now (run as root to raise it); recorder tests may see kernel drops" >&2
+  fi
+fi

@@ -464,6 +464,12 @@ pub(crate) fn get_into(target: &Target, path: &str, sink: &mut dyn std::io::Writ
     connect(target)?.get(&bucket, &key, None, sink, true)
 }
 
+/// What the archive knows of `bucket/key` (a path as `stat` takes it).
+pub(crate) fn stat_of(target: &Target, path: &str) -> Result<ObjectStat> {
+    let (bucket, key) = split_path(path, true)?;
+    connect(target)?.stat(&bucket, &key)
+}
+
 fn connect(target: &Target) -> Result<Box<dyn Archive>> {
     let endpoint = target.endpoint.clone().or_else(|| {
         std::env::var("PERMAFROST_ENDPOINT")

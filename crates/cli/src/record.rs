@@ -153,6 +153,10 @@ pub struct CheckArgs {
     object: String,
     #[command(flatten)]
     stream: StreamArgs,
+    /// Leave out the frames the scan itself lists as missing (its gaps, and what came after its last frame):
+    /// checks that the stored bytes are exactly the frames received.
+    #[arg(long)]
+    gaps_from_scan: bool,
     #[command(flatten)]
     target: Target,
 }
@@ -207,10 +211,39 @@ fn split_id(id: &str) -> Result<(&str, &str, &str)> {
     }
 }
 
-fn remote(target: &Target) -> Result<object::remote::Remote> {
+/// The server's recorder API.
+struct Api {
+    remote: object::remote::Remote,
+    endpoint: String,
+}
+
+impl Api {
+    fn call(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<&serde_json::Value>,
+    ) -> Result<serde_json::Value> {
+        self.remote.admin(method, path, body).map_err(|e| {
+            if e.to_string().contains("not found (HTTP 404)") {
+                anyhow::anyhow!(
+                    "{e}: the server at {} has no recorder API (a permafrost serve of this version has)",
+                    self.endpoint
+                )
+            } else {
+                e
+            }
+        })
+    }
+}
+
+fn remote(target: &Target) -> Result<Api> {
     let endpoint = object::remote_endpoint(target)
         .unwrap_or_else(|| format!("http://{}", crate::serve::LISTEN_DEFAULT));
-    object::remote::Remote::connect(&endpoint, target)
+    Ok(Api {
+        remote: object::remote::Remote::connect(&endpoint, target)?,
+        endpoint,
+    })
 }
 
 fn start(a: StartArgs) -> Result<()> {
@@ -226,7 +259,7 @@ fn start(a: StartArgs) -> Result<()> {
         "udps": a.format.udps, "frame_bytes": a.format.frame_bytes,
         "frames_per_second": a.format.frames_per_second, "duration_ms": duration_ms,
     });
-    let answer = remote(&a.target)?.admin("POST", &format!("{API}/scans"), Some(&body))?;
+    let answer = remote(&a.target)?.call("POST", &format!("{API}/scans"), Some(&body))?;
     if a.target.json() {
         println!("{answer}");
         return Ok(());
@@ -244,7 +277,7 @@ fn start(a: StartArgs) -> Result<()> {
 
 fn stop(a: StopArgs) -> Result<()> {
     split_id(&a.scan)?;
-    let answer = remote(&a.target)?.admin("POST", &format!("{API}/scans/{}/stop", a.scan), None)?;
+    let answer = remote(&a.target)?.call("POST", &format!("{API}/scans/{}/stop", a.scan), None)?;
     if a.target.json() {
         println!("{answer}");
         return Ok(());
@@ -258,7 +291,7 @@ fn status(a: StatusArgs) -> Result<()> {
     let remote = remote(&a.target)?;
     if let Some(id) = &a.scan {
         split_id(id)?;
-        let answer = remote.admin("GET", &format!("{API}/scans/{id}"), None)?;
+        let answer = remote.call("GET", &format!("{API}/scans/{id}"), None)?;
         if a.target.json() {
             println!("{answer}");
         } else {
@@ -266,7 +299,7 @@ fn status(a: StatusArgs) -> Result<()> {
         }
         return Ok(());
     }
-    let answer = remote.admin("GET", API, None)?;
+    let answer = remote.call("GET", API, None)?;
     if a.target.json() {
         println!("{answer}");
         return Ok(());
@@ -357,7 +390,7 @@ fn now_ms() -> u64 {
 fn schedule(a: ScheduleArgs) -> Result<()> {
     let remote = remote(&a.target)?;
     if a.clear {
-        let answer = remote.admin("DELETE", &format!("{API}/schedule"), None)?;
+        let answer = remote.call("DELETE", &format!("{API}/schedule"), None)?;
         println!("{answer}");
         return Ok(());
     }
@@ -380,7 +413,7 @@ fn schedule(a: ScheduleArgs) -> Result<()> {
         },
         "text": text,
     });
-    let answer = remote.admin("POST", &format!("{API}/schedule"), Some(&body))?;
+    let answer = remote.call("POST", &format!("{API}/schedule"), Some(&body))?;
     if a.target.json() {
         println!("{answer}");
         return Ok(());
@@ -495,11 +528,69 @@ impl Write for VerifyingSink {
     }
 }
 
+/// The scan's own record of what it misses: its gaps (from `vdif-gap-list-object` when it lists more than its
+/// metadata holds) and its last frame.
+fn missing_from_scan(target: &Target, path: &str, spec: &mut StreamSpec) -> Result<u64> {
+    use permafrost_record::loss::{GapRecord, Position};
+    let stat = object::stat_of(target, path)?;
+    let meta = |name: &str| {
+        stat.user_metadata
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.clone())
+    };
+    let gaps: Vec<GapRecord> = match meta("vdif-gap-list-object") {
+        Some(key) => {
+            let mut body = Vec::new();
+            object::get_into(target, &format!("{}/{key}", stat.bucket), &mut body)?;
+            serde_json::from_slice(&body).with_context(|| format!("{key} is not a gap list"))?
+        }
+        None => meta("vdif-gap-list")
+            .unwrap_or_default()
+            .split("; ")
+            .filter(|g| !g.is_empty() && !g.starts_with("and "))
+            .map(|g| g.parse().map_err(anyhow::Error::msg))
+            .collect::<Result<_>>()?,
+    };
+    let mut missing = 0;
+    for g in gaps {
+        let first = spec
+            .index_of(&g.from)
+            .with_context(|| format!("gap {g} is not in the stream given"))?;
+        spec.skip.push((first, g.frames));
+        missing += g.frames;
+    }
+    if let Some(last) = meta("vdif-last") {
+        let last: Position = last.parse().map_err(anyhow::Error::msg)?;
+        let index = spec.index_of(&last).with_context(|| {
+            format!("the scan's last frame ({last}) is not in the stream given")
+        })?;
+        spec.frames = spec.frames.min(index + 1);
+    }
+    Ok(missing)
+}
+
 fn check(a: CheckArgs) -> Result<()> {
-    let spec = stream_spec(&a.stream)?;
+    let mut spec = stream_spec(&a.stream)?;
+    let sent = spec.frames_sent();
+    let missing = if a.gaps_from_scan {
+        missing_from_scan(&a.target, &a.object, &mut spec)?
+    } else {
+        0
+    };
+    let after = sent
+        .saturating_sub(spec.frames_sent())
+        .saturating_sub(missing);
     let mut sink = VerifyingSink(Verifier::new(spec));
     object::get_into(&a.target, &a.object, &mut sink)?;
     match sink.0.finish() {
+        Ok(bytes) if a.gaps_from_scan => {
+            println!(
+                "{}: identical to the stream sent less the {missing} frames its gaps list and {after} after its last frame ({bytes} bytes)",
+                a.object
+            );
+            Ok(())
+        }
         Ok(bytes) => {
             println!("{}: identical to the stream sent ({bytes} bytes)", a.object);
             Ok(())

@@ -41,7 +41,7 @@ pub mod stream;
 pub mod vdif;
 
 pub use recorder::{Recorder, RecorderStatus};
-pub use scan::{ScanSpec, ScanState, ScanStatus, WriterView};
+pub use scan::{ScanSpec, ScanState, ScanStatus, ThreadCpu, WriterView};
 
 /// Settings of the recorder (`[record]` in permafrost.toml).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]

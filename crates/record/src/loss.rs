@@ -196,6 +196,47 @@ impl std::fmt::Display for Position {
     }
 }
 
+impl std::str::FromStr for Position {
+    type Err = String;
+    /// The text [`Position`]'s `Display` writes: `seq N` or `thread T second S frame F`.
+    fn from_str(text: &str) -> Result<Position, String> {
+        let words: Vec<&str> = text.split_whitespace().collect();
+        let number = |w: &str| {
+            w.parse::<u64>()
+                .map_err(|_| format!("position {text:?}: {w:?} is not a number"))
+        };
+        match words[..] {
+            ["seq", n] => Ok(Position::Sequence { seq: number(n)? }),
+            ["thread", t, "second", s, "frame", f] => Ok(Position::Time {
+                thread: number(t)? as u16,
+                second: number(s)? as u32,
+                frame: number(f)? as u32,
+            }),
+            _ => Err(format!(
+                "position {text:?}: expected `seq N` or `thread T second S frame F`"
+            )),
+        }
+    }
+}
+
+impl std::str::FromStr for GapRecord {
+    type Err = String;
+    /// The text [`GapRecord`]'s `Display` writes: `N frames missing from POSITION at byte B`.
+    fn from_str(text: &str) -> Result<GapRecord, String> {
+        let bad = || format!("gap {text:?}: expected `N frames missing from POSITION at byte B`");
+        let (frames, rest) = text
+            .trim()
+            .split_once(" frames missing from ")
+            .ok_or_else(bad)?;
+        let (position, at) = rest.rsplit_once(" at byte ").ok_or_else(bad)?;
+        Ok(GapRecord {
+            from: position.parse()?,
+            frames: frames.parse().map_err(|_| bad())?,
+            at_byte: at.parse().map_err(|_| bad())?,
+        })
+    }
+}
+
 /// A gap as stored with the scan.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct GapRecord {
@@ -492,6 +533,29 @@ mod tests {
                 },
             ]
         );
+    }
+
+    #[test]
+    fn gap_records_read_back_from_their_text() {
+        for g in [
+            GapRecord {
+                from: Position::Sequence { seq: 17 },
+                frames: 3,
+                at_byte: 8032,
+            },
+            GapRecord {
+                from: Position::Time {
+                    thread: 2,
+                    second: 99,
+                    frame: 5,
+                },
+                frames: 1,
+                at_byte: 0,
+            },
+        ] {
+            assert_eq!(g.to_string().parse::<GapRecord>(), Ok(g));
+        }
+        assert!("and 5 more".parse::<GapRecord>().is_err());
     }
 
     #[test]

@@ -525,6 +525,7 @@ fn interrupted_status(
         kernel_drops: 0,
         udp_rcvbuf_errors_system: None,
         writer,
+        cpu_seconds: Default::default(),
         error: Some("the server stopped during the scan".into()),
     }
 }

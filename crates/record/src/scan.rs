@@ -118,6 +118,9 @@ pub(crate) struct ReceiverCounters {
     pub kernel_drops: AtomicU64,
     pub rejected: Mutex<BTreeMap<String, u64>>,
     pub first_rejection: Mutex<Option<String>>,
+    pub cpu_receiver: CpuCounter,
+    pub cpu_writer: CpuCounter,
+    pub cpu_sealer: CpuCounter,
 }
 
 /// What the writer and sealer know (live).
@@ -165,7 +168,38 @@ pub struct ScanStatus {
     /// `/proc/net/snmp` Udp RcvbufErrors since the scan started (system-wide: every socket of the host).
     pub udp_rcvbuf_errors_system: Option<u64>,
     pub writer: WriterView,
+    /// CPU time (user + system) of the scan's threads so far.
+    pub cpu_seconds: ThreadCpu,
     pub error: Option<String>,
+}
+
+/// CPU seconds of a scan's threads.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, serde::Deserialize)]
+pub struct ThreadCpu {
+    pub receiver: f64,
+    pub writer: f64,
+    pub sealer: f64,
+}
+
+impl ThreadCpu {
+    pub fn total(&self) -> f64 {
+        self.receiver + self.writer + self.sealer
+    }
+}
+
+/// A thread's CPU seconds, kept as microseconds.
+#[derive(Debug, Default)]
+pub(crate) struct CpuCounter(AtomicU64);
+
+impl CpuCounter {
+    /// Record the calling thread's CPU time.
+    fn update(&self) {
+        let micros = (crate::floor::thread_cpu_seconds() * 1e6) as u64;
+        self.0.store(micros, Ordering::Relaxed);
+    }
+    fn seconds(&self) -> f64 {
+        self.0.load(Ordering::Relaxed) as f64 / 1e6
+    }
 }
 
 pub(crate) struct Shared {
@@ -220,6 +254,11 @@ impl Shared {
             kernel_drops: c.kernel_drops.load(Ordering::Relaxed),
             udp_rcvbuf_errors_system: self.snmp_errors_since_start(),
             writer: self.writer.lock().clone(),
+            cpu_seconds: ThreadCpu {
+                receiver: c.cpu_receiver.seconds(),
+                writer: c.cpu_writer.seconds(),
+                sealer: c.cpu_sealer.seconds(),
+            },
             error: self.error.lock().clone(),
         }
     }
@@ -536,6 +575,7 @@ fn receive(
     let mut datagrams: Vec<Datagram> = Vec::with_capacity(BATCH_MAX);
     let mut current: Option<(Block, Instant)> = None;
     let mut dropping_since: Option<(Instant, u64)> = None;
+    let mut iterations = 0u64;
     loop {
         if stop_due(shared) {
             break;
@@ -622,7 +662,12 @@ fn receive(
         }
         c.kernel_drops
             .store(receiver.kernel_drops(), Ordering::Relaxed);
+        iterations += 1;
+        if iterations % 256 == 0 {
+            c.cpu_receiver.update();
+        }
     }
+    c.cpu_receiver.update();
     if let Some((block, _)) = current.take() {
         if !block.frames.is_empty() {
             let _ = full.send(ToWriter::Block(block));
@@ -673,6 +718,7 @@ fn write(
                     }
                     written += block.len as u64;
                     *shared.writer.lock() = writer_view(shared, &accounting, written);
+                    shared.counters.cpu_writer.update();
                 }
                 Err(e) => {
                     failed = true;
@@ -703,6 +749,7 @@ fn write(
         }
     }
     *shared.all_gaps.lock() = accounting.gaps(usize::MAX);
+    shared.counters.cpu_writer.update();
     // Dropping `sealer` tells the sealer there is no more.
 }
 
@@ -745,6 +792,7 @@ fn seal(shared: &Shared, store: &Store, object: &GrowingObject, pieces: Receiver
                 drop(w);
                 last_durable = metadata;
                 last_view = view;
+                shared.counters.cpu_sealer.update();
                 tracing::debug!("scan {id}: durable point {number}: {len} bytes");
             }
             Err(e) => {
@@ -753,6 +801,7 @@ fn seal(shared: &Shared, store: &Store, object: &GrowingObject, pieces: Receiver
             }
         }
     }
+    shared.counters.cpu_sealer.update();
     // Every piece is sealed (or the scan failed): finish the object.
     *shared.state.lock() = ScanState::Finishing;
     let ended = permafrost_store_now_ms();

@@ -132,7 +132,7 @@ mod tests {
 
     #[test]
     fn a_schedule_reads_in_order_with_units_and_comments() {
-        let text = "# r1234 Ef\n\n2027-01-15T08:00:00Z 120s no0001  # first\n2027-01-15T08:02:00Z 2m no0002\n2027-01-15T09:00:00+01:00 1500ms no0003\n";
+        let text = "# r1234 Ef\n\n2027-01-15T08:00:00Z 120s no0001  # first\n2027-01-15T08:02:00Z 2m no0002\n2027-01-15T09:05:00+01:00 1500ms no0003\n";
         let s = parse(text, NOW).unwrap();
         assert_eq!(s.len(), 3);
         assert_eq!(
@@ -140,7 +140,7 @@ mod tests {
             (3, 120_000, "no0001")
         );
         assert_eq!(s[1].start_ms, s[0].start_ms + 120_000);
-        assert_eq!(s[2].start_ms, s[0].start_ms + 3_600_000 - 3_600_000);
+        assert_eq!(s[2].start_ms, s[0].start_ms + 300_000); // 09:05 at +01:00 is 08:05 UTC
         assert_eq!(s[2].duration_ms, 1500);
     }
 

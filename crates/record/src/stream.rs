@@ -90,6 +90,23 @@ impl StreamSpec {
             .filter(move |&i| !self.skipped(i))
     }
 
+    /// The index in this stream of the frame at `position` (`None` when it is not one of its frames).
+    pub fn index_of(&self, position: &crate::loss::Position) -> Option<u64> {
+        use crate::loss::Position;
+        match *position {
+            Position::Sequence { seq } => Some(seq),
+            Position::Time {
+                thread,
+                second,
+                frame,
+            } => {
+                let seconds = (second as u64).checked_sub(self.first_second as u64)?;
+                let n = seconds * self.frames_per_second + frame as u64;
+                Some(n * self.threads as u64 + thread as u64)
+            }
+        }
+    }
+
     /// Frames sent.
     pub fn frames_sent(&self) -> u64 {
         self.send_order().count() as u64

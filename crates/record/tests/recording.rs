@@ -300,7 +300,7 @@ fn bad_input_gets_a_clear_error_and_malformed_frames_are_counted_not_stored() {
     let rejected: Vec<(&str, u64)> = status
         .frames_rejected
         .iter()
-        .map(|(k, v)| (*k, *v))
+        .map(|(k, v)| (k.as_str(), *v))
         .collect();
     assert_eq!(
         rejected,
@@ -440,5 +440,97 @@ fn the_schedule_starts_and_stops_scans_on_time() {
         );
         assert_eq!(meta(&info, "vdif-frames-missing"), "0");
     }
+    recorder.shutdown();
+}
+
+#[test]
+fn recording_goes_on_with_a_failed_grid_disk_while_the_cache_drains() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = store(dir.path());
+    store.engine().fail_disk(0).unwrap();
+    let recorder = Recorder::open(Arc::clone(&store), config()).unwrap();
+    let listen = free_port();
+    let scan = spec("degraded", listen, true);
+    recorder.start(scan.clone()).unwrap();
+    let mut sent = StreamSpec::at_rate(100_000_000, 3.0, 8032);
+    sent.udps = true;
+    let sender = {
+        let sent = sent.clone();
+        std::thread::spawn(move || stream::send(&sent, listen).unwrap())
+    };
+    // Drain the cache to the (degraded) grid while recording, evicting what is persisted.
+    while !sender.is_finished() {
+        store.persist_now().unwrap();
+        store.evict_cache().unwrap();
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    sender.join().unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let status = recorder.stop(&scan.id()).unwrap();
+    assert_eq!(status.state, ScanState::Complete, "{status:?}");
+    assert_eq!(status.writer.loss.frames_missing, 0, "{status:?}");
+    store.persist_now().unwrap();
+    store.evict_cache().unwrap();
+    check_bytes(&store, &scan.key(), &sent);
+    recorder.shutdown();
+}
+
+/// The writer is held up (the cache is full and nothing persists): the receiver goes on, counts what it drops,
+/// and the scan fails with the reason, keeping its last durable point.
+#[test]
+fn a_writer_that_falls_behind_makes_counted_drops_and_a_failed_scan_keeps_its_durable_prefix() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config_store = StoreConfig {
+        cache_bytes_max: 24 << 20,
+        cache_wait_ms_max: 1_500,
+        fsync: false,
+        grid: GridSetup {
+            layout: "4x4:2+1".into(),
+            disk_capacity_bytes: 64 << 20,
+            spinning_max: 16,
+            ..GridSetup::default()
+        },
+        power_profile: Some(permafrost_disk::power::PowerProfile::for_tests()),
+        ..StoreConfig::default()
+    };
+    // Nothing persists on its own, so nothing can be evicted: the cache fills up.
+    config_store.watchdog.max_age_ms = u64::MAX / 4;
+    config_store.watchdog.start_off_disk_above_bytes = u64::MAX / 4;
+    config_store.watchdog.persist_spinning_above_bytes = u64::MAX / 4;
+    config_store.watchdog.persist_under_pressure_above_bytes = u64::MAX / 4;
+    config_store.watchdog.pressure_fill_percent = 100.0;
+    let store = Arc::new(Store::open(dir.path(), config_store).unwrap());
+    let small_ring = RecordConfig {
+        ring_bytes: 2 * 600_000,
+        block_bytes: 600_000,
+        seal_interval_ms: 200,
+        ..config()
+    };
+    let recorder = Recorder::open(Arc::clone(&store), small_ring).unwrap();
+    let listen = free_port();
+    let scan = spec("behind", listen, true);
+    recorder.start(scan.clone()).unwrap();
+    let mut sent = StreamSpec::at_rate(100_000_000, 4.0, 8032);
+    sent.udps = true;
+    stream::send(&sent, listen).unwrap();
+    wait_until("the scan to fail", Duration::from_secs(30), || {
+        recorder.scan_status(&scan.id()).unwrap().state.is_over()
+    });
+    let status = recorder.scan_status(&scan.id()).unwrap();
+    assert_eq!(status.state, ScanState::Failed, "{status:?}");
+    assert!(status.ring_dropped_frames > 0, "{status:?}");
+    let error = status.error.clone().unwrap();
+    assert!(
+        error.contains("writing to the archive failed") && error.contains("slow down"),
+        "{error}"
+    );
+    let info = store.head_object("vlbi", &scan.key()).unwrap();
+    assert_eq!(meta(&info, "record-state"), "failed");
+    assert_eq!(meta(&info, "record-error"), error);
+    // The object is its last durable point, and its metadata counts exactly its frames.
+    assert_eq!(info.size_bytes, status.writer.durable_bytes);
+    let received: u64 = meta(&info, "vdif-frames-received").parse().unwrap();
+    assert_eq!(received * 8032, info.size_bytes);
+    assert!(received > 0);
     recorder.shutdown();
 }
