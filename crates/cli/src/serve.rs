@@ -441,6 +441,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
             },
         );
         permafrost_s3::add_archive_endpoints(&admin);
+        permafrost_record::api::add_endpoints(&admin, &recorder);
         let served =
             permafrost_s3::serve_admin(listener, admin.clone(), credentials, shutdown_signal())
                 .await

@@ -10,9 +10,14 @@
 //! | `DELETE /record/schedule` | | `{"removed": N}` |
 //!
 //! Errors are `400` (bad input: names, sizes, a schedule in the past…), `404` (no such scan), `409` (the scan
-//! exists or runs, the port is taken) and `500`, each with a message that says what was wrong. The functions
-//! here are the endpoints without HTTP; the admin router calls them on a blocking thread.
+//! exists or runs, the port is taken) and `500`, each with a message that says what was wrong. [`call`] is
+//! the endpoints without HTTP; [`add_endpoints`] adds them to the admin router, which calls them on a blocking
+//! thread (authentication is the router's).
 
+use std::sync::Arc;
+
+use http::{Method, StatusCode};
+use permafrost_admin::{blocking, handler, json_status, Admin, ApiError};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
@@ -89,12 +94,43 @@ pub fn call(
     }
 }
 
-/// The HTTP status of an error.
-pub fn status_of(error: &RecordError) -> u16 {
+/// Add the [`ROUTES`] to the admin API's router, answered by `recorder`.
+pub fn add_endpoints(admin: &Admin, recorder: &Arc<Recorder>) {
+    for (method, pattern, endpoint) in ROUTES {
+        let method =
+            Method::from_bytes(method.as_bytes()).expect("the routes' methods are HTTP methods");
+        let recorder = Arc::clone(recorder);
+        admin.route(
+            method,
+            pattern,
+            handler(move |_admin, request| {
+                let recorder = Arc::clone(&recorder);
+                async move {
+                    let id = [
+                        request.param("experiment"),
+                        request.param("station"),
+                        request.param("scan"),
+                    ]
+                    .join("/");
+                    let (status, answer) = blocking(move || {
+                        call(&recorder, endpoint, &id, &request.body).map_err(|e| api_error(&e))
+                    })
+                    .await?;
+                    let status = StatusCode::from_u16(status).unwrap_or(StatusCode::OK);
+                    Ok(json_status(status, &answer))
+                }
+            }),
+        );
+    }
+}
+
+/// The answer to an error: `400`, `404`, `409` or `500` with its message.
+fn api_error(error: &RecordError) -> ApiError {
+    let message = error.to_string();
     match error {
-        RecordError::BadRequest(_) => 400,
-        RecordError::NotFound(_) => 404,
-        RecordError::Conflict(_) => 409,
-        RecordError::Internal(_) => 500,
+        RecordError::BadRequest(_) => ApiError::bad_request(message),
+        RecordError::NotFound(_) => ApiError::not_found(message),
+        RecordError::Conflict(_) => ApiError::conflict(message),
+        RecordError::Internal(_) => ApiError::internal(message),
     }
 }

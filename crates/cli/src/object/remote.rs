@@ -327,27 +327,14 @@ impl Remote {
             "DELETE" => Method::Delete,
             other => bail!("unsupported method {other}"),
         };
-        let url = self.sign_path(signing, path);
-        let request = self
-            .agent
-            .request_url(method, &url)
-            .set("Content-Type", "application/json");
-        let result = match body {
-            Some(b) => request.send_string(&b.to_string()),
-            None => request.call(),
-        };
-        let response = self.check(&format!("{method} {path}"), result)?;
-        let mut text = String::new();
-        response
-            .into_reader()
-            .take(RESPONSE_BYTES_MAX)
-            .read_to_string(&mut text)
-            .with_context(|| format!("reading the answer to {method} {path}"))?;
-        if text.trim().is_empty() {
-            return Ok(serde_json::Value::Null);
-        }
-        serde_json::from_str(&text)
-            .with_context(|| format!("the answer to {method} {path} is not JSON"))
+        let body = body.map(|b| b.to_string());
+        self.admin_json(
+            &format!("{method} {path}"),
+            signing,
+            path,
+            None,
+            body.as_deref(),
+        )
     }
 
     /// `permafrost status` through the server: its status endpoint, then (for people) the grid from the admin
