@@ -59,7 +59,8 @@ pub struct RecordConfig {
     pub seal_interval_ms: u64,
     /// A piece is sealed at this size at the latest.
     pub piece_bytes_max: u64,
-    /// Days a scan is kept: its `record-expires` date.
+    /// Days a scan is kept: its `record-expires` date, and the lifecycle rule (`record-retention`) of the bucket
+    /// when the recorder creates it (0: none).
     pub retention_days: u32,
     /// Gaps listed in a scan's metadata; more go into `KEY.gaps.json`.
     pub gaps_in_metadata_max: usize,

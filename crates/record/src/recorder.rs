@@ -9,7 +9,9 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use parking_lot::{Condvar, Mutex};
-use permafrost_store::{BucketSettings, Compression, Store, StoreError};
+use permafrost_store::{
+    BucketArchive, BucketSettings, Compression, Lifecycle, LifecycleRule, Store, StoreError,
+};
 use serde::{Deserialize, Serialize};
 
 use crate::scan::{permafrost_store_now_ms, Recording, ScanSpec, ScanState, ScanStatus};
@@ -101,20 +103,46 @@ fn internal(e: impl std::fmt::Display) -> RecordError {
     RecordError::Internal(e.to_string())
 }
 
+/// The lifecycle of a bucket the recorder creates: its scans expire `days` after they were written (the operator
+/// may change the rules later like any bucket's).
+fn retention_rule(days: u32) -> BucketArchive {
+    BucketArchive {
+        lifecycle: Some(Lifecycle {
+            rules: vec![LifecycleRule {
+                id: "record-retention".into(),
+                enabled: true,
+                expiration_days: Some(days),
+                ..LifecycleRule::default()
+            }],
+            ..Lifecycle::default()
+        }),
+        ..BucketArchive::default()
+    }
+}
+
 impl Recorder {
-    /// Start the recorder on `store`: create its bucket if missing, finish the scans a previous run left
+    /// Start the recorder on `store`: create its bucket if missing (with a lifecycle rule expiring scans after
+    /// `retention_days`), finish the scans a previous run left
     /// unfinished (as `interrupted`), and start the scheduler.
     pub fn open(store: Arc<Store>, config: RecordConfig) -> anyhow::Result<Arc<Recorder>> {
         config.validate()?;
         match store.head_bucket(&config.bucket) {
             Ok(_) => {}
-            Err(StoreError::NoSuchBucket(_)) => store.create_bucket(
-                &config.bucket,
-                BucketSettings {
-                    compression: Some(Compression::None),
-                    ..BucketSettings::default()
-                },
-            )?,
+            Err(StoreError::NoSuchBucket(_)) => {
+                store.create_bucket(
+                    &config.bucket,
+                    BucketSettings {
+                        compression: Some(Compression::None),
+                        ..BucketSettings::default()
+                    },
+                )?;
+                if config.retention_days > 0 {
+                    store.set_bucket_archive(
+                        &config.bucket,
+                        retention_rule(config.retention_days),
+                    )?;
+                }
+            }
             Err(e) => return Err(e.into()),
         }
         let mut ended = VecDeque::new();

@@ -475,6 +475,53 @@ fn recording_goes_on_with_a_failed_grid_disk_while_the_cache_drains() {
     recorder.shutdown();
 }
 
+/// Scans kept ~100 days: the recorder creates its bucket with a lifecycle rule (`retention_days`), which gives a
+/// scan its expiry from its first durable point on; the finished scan keeps it (days after it was written).
+#[test]
+fn scans_expire_by_the_buckets_lifecycle_rule_while_recorded_and_after() {
+    const DAY_MS: u64 = 86_400_000;
+    let dir = tempfile::tempdir().unwrap();
+    let store = store(dir.path());
+    let recorder = Recorder::open(Arc::clone(&store), config()).unwrap();
+    let rules = store
+        .bucket_archive("vlbi")
+        .unwrap()
+        .lifecycle
+        .unwrap()
+        .rules;
+    assert_eq!(
+        rules
+            .iter()
+            .map(|r| (r.id.as_str(), r.expiration_days))
+            .collect::<Vec<_>>(),
+        [("record-retention", Some(100))]
+    );
+    let listen = free_port();
+    let scan = spec("kept", listen, false);
+    recorder.start(scan.clone()).unwrap();
+    let sent = StreamSpec::at_rate(50_000_000, 1.0, 8032);
+    let sender = {
+        let sent = sent.clone();
+        std::thread::spawn(move || stream::send(&sent, listen).unwrap())
+    };
+    let in_100_days = |info: &permafrost_store::ObjectInfo| {
+        let at = info.expires_ms.expect("the scan has an expiry");
+        let days = (at - info.last_modified_ms.min(at)) as f64 / DAY_MS as f64;
+        assert!(
+            (99.0..=101.0).contains(&days),
+            "expires {days} days after it was written"
+        );
+    };
+    in_100_days(&store.head_object("vlbi", &scan.key()).unwrap());
+    sender.join().unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let status = recorder.stop(&scan.id()).unwrap();
+    assert_eq!(status.state, ScanState::Complete, "{status:?}");
+    in_100_days(&store.head_object("vlbi", &scan.key()).unwrap());
+    check_bytes(&store, &scan.key(), &sent);
+    recorder.shutdown();
+}
+
 /// The writer is held up (the cache is full and nothing persists): the receiver goes on, counts what it drops,
 /// and the scan fails with the reason, keeping its last durable point.
 #[test]

@@ -1,5 +1,5 @@
 //! Growing objects: an object that is visible while it is still being written, sized to its durable prefix
-//! (docs/store.md "Growing objects"). The recorder (`crates/record`) writes each scan as one.
+//! (docs/store.md, "Part-list contents"). The recorder (`crates/record`) writes each scan as one.
 //!
 //! A growing object is a multipart upload whose parts (*pieces*) go through the ordinary put pipeline (hashed,
 //! fsynced and committed as contents, persisted while the upload is open) plus a part-list content, named once
