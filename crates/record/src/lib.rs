@@ -27,7 +27,8 @@
 //!   point; the next start finishes such a scan as `interrupted`, saying where it stops.
 //! - Every rejected datagram is counted by reason and the first ones are logged with what was wrong.
 //!
-//! **Not here.** HTTP (the admin API's handlers call [`recorder::Recorder`]), the CLI (crates/cli).
+//! **Not here.** HTTP, routing and authentication (the admin API's router: [`api::add_endpoints`] adds the
+//! recorder's endpoints to it), the CLI (crates/cli).
 
 pub mod api;
 pub mod floor;
