@@ -391,7 +391,8 @@ pub struct ContentRecord {
     pub dataset: String,
     /// Chosen grid bucket (from `Placed` on).
     pub grid_bucket: Option<u32>,
-    /// Cache file, relative to the cache directory, while the content is cached.
+    /// Cache file, relative to the cache directory, while the content is cached ([`INLINE_CACHE_PATH`]: the
+    /// bytes are in the catalog, [`Catalog::inline_bytes`]).
     pub cache_path: Option<String>,
     /// When the content became complete in the cache (watchdog age).
     pub created_ms: u64,
@@ -410,8 +411,15 @@ pub struct NewContent {
     pub stored_form: StoredForm,
     pub chunk_index: Vec<u8>,
     pub md5: [u8; 16],
+    /// The cache file (relative to the cache directory); ignored when `inline` holds the stored bytes.
     pub cache_path: String,
+    /// A small content's stored bytes, kept in the catalog (table `cache_inline`) instead of a cache file: one
+    /// transaction makes them durable with the object. Its `cache_path` is then [`INLINE_CACHE_PATH`].
+    pub inline: Option<Vec<u8>>,
 }
+
+/// The `cache_path` of a content whose cached bytes are in the catalog (`cache_inline`), not in a file.
+pub const INLINE_CACHE_PATH: &str = "@inline";
 
 /// Result of [`Catalog::put_object`].
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -701,6 +709,15 @@ pub struct ListPage {
     pub next_start_after: Option<String>,
 }
 
+/// One content whose cached bytes [`Catalog::evict_contents`] dropped.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Evicted {
+    pub id: ContentId,
+    pub stored_bytes: u64,
+    /// The cache file to delete; `None` for inline bytes (already gone).
+    pub work: Option<WorkItem>,
+}
+
 /// What a GC step removed: the caller deletes these cache files (via the work items) and the ranges are free.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct GcOutcome {
@@ -709,6 +726,8 @@ pub struct GcOutcome {
     /// `(grid_bucket, offset, length)` returned to the free lists.
     pub ranges_freed: Vec<(u32, u64, u64)>,
     pub work: Vec<WorkItem>,
+    /// Cached bytes removed from the catalog (inline contents), which no work item frees.
+    pub inline_bytes_freed: u64,
 }
 
 /// Counts for `status()`.
@@ -718,8 +737,10 @@ pub struct CatalogStats {
     pub objects: u64,
     /// `(state, contents, stored bytes)`.
     pub contents_by_state: Vec<(ContentState, u64, u64)>,
-    /// Stored bytes of contents that have a cache file.
+    /// Stored bytes of contents that have a cache file or inline cached bytes.
     pub cached_bytes: u64,
+    /// Stored bytes of contents cached inline in the catalog (part of `cached_bytes`).
+    pub inline_bytes: u64,
     pub extents: u64,
     pub pack_extents: u64,
     pub uploads: u64,
@@ -862,12 +883,16 @@ pub trait Catalog: Send + Sync {
     fn content_parts(&self, id: &ContentId) -> Result<Vec<(ContentPart, ContentRecord)>>;
     /// `Cached` → `Placed` on `grid_bucket`; records the dataset's grid bucket if it had none.
     fn place_content(&self, id: &ContentId, grid_bucket: u32) -> Result<()>;
-    fn touch_content(&self, id: &ContentId, now_ms: u64) -> Result<()>;
+    /// Record reads: set each content's `last_access_ms` (LRU), all in one transaction.
+    fn touch_contents(&self, accesses: &[(ContentId, u64)]) -> Result<()>;
     /// Persisted contents with a cache file, least recently used first, at most `limit`.
     fn eviction_candidates(&self, limit: usize) -> Result<Vec<ContentRecord>>;
-    /// Drop the cache files of these persisted contents in one transaction: one work item deleting the file per
-    /// content that is persisted and has a cache file (others are skipped), with the content it belonged to.
-    fn evict_contents(&self, ids: &[ContentId]) -> Result<Vec<(ContentId, WorkItem)>>;
+    /// Drop the cached bytes of these persisted contents in one transaction, for each content that is persisted
+    /// and cached (others are skipped): a work item deleting its cache file, or (`None`) its inline bytes removed
+    /// at once; with the content and its stored bytes.
+    fn evict_contents(&self, ids: &[ContentId]) -> Result<Vec<Evicted>>;
+    /// The stored bytes of a content cached inline ([`INLINE_CACHE_PATH`]), if it is.
+    fn inline_bytes(&self, id: &ContentId) -> Result<Option<Vec<u8>>>;
     /// Bytes waiting (state `Placed`) per grid bucket.
     fn outstanding(&self) -> Result<Vec<Outstanding>>;
     /// `Persisting` → `Persisted` for these contents.

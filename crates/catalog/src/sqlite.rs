@@ -120,6 +120,14 @@ const MIGRATIONS: &[(u32, &str)] = &[
         last_error TEXT
     );",
     ),
+    (
+        7,
+        // Small contents cached in the catalog (one transaction per small PUT, no cache file).
+        "CREATE TABLE cache_inline (
+        content BLOB PRIMARY KEY,
+        bytes BLOB NOT NULL
+    );",
+    ),
 ];
 
 /// Schema version this build reads and writes (`meta.schema_version`).
@@ -483,16 +491,26 @@ fn insert_content(
         .optional()?
         .is_some();
     if exists {
-        work.push(add_work(
-            tx,
-            WorkKind::DeleteCacheFile {
-                path: content.cache_path.clone(),
-            },
-            now_ms,
-        )?);
+        if content.inline.is_none() {
+            work.push(add_work(
+                tx,
+                WorkKind::DeleteCacheFile {
+                    path: content.cache_path.clone(),
+                },
+                now_ms,
+            )?);
+        }
         tx.prepare_cached("UPDATE contents SET last_access_ms = ?2 WHERE content = ?1")?
             .execute(params![&key[..], now_ms as i64])?;
     } else {
+        let cache_path = match &content.inline {
+            Some(bytes) => {
+                tx.prepare_cached("INSERT INTO cache_inline (content, bytes) VALUES (?1, ?2)")?
+                    .execute(params![&key[..], bytes])?;
+                INLINE_CACHE_PATH
+            }
+            None => content.cache_path.as_str(),
+        };
         tx.prepare_cached(&format!(
             "INSERT INTO contents ({CONTENT_COLUMNS}) VALUES
              (?1, ?2, ?3, ?4, ?5, ?6, 'cached', 0, ?7, NULL, ?8, ?9, ?9, ?9)"
@@ -505,7 +523,7 @@ fn insert_content(
             content.chunk_index,
             &content.md5[..],
             dataset,
-            content.cache_path,
+            cache_path,
             now_ms as i64,
         ])?;
     }
@@ -1520,10 +1538,16 @@ impl Catalog for SqliteCatalog {
         })
     }
 
-    fn touch_content(&self, id: &ContentId, now_ms: u64) -> Result<()> {
+    fn touch_contents(&self, accesses: &[(ContentId, u64)]) -> Result<()> {
+        if accesses.is_empty() {
+            return Ok(());
+        }
         self.write(|tx| {
-            tx.prepare_cached("UPDATE contents SET last_access_ms = ?2 WHERE content = ?1")?
-                .execute(params![&id.to_key()[..], now_ms as i64])?;
+            let mut stmt =
+                tx.prepare_cached("UPDATE contents SET last_access_ms = ?2 WHERE content = ?1")?;
+            for (id, ms) in accesses {
+                stmt.execute(params![&id.to_key()[..], *ms as i64])?;
+            }
             Ok(())
         })
     }
@@ -1539,26 +1563,44 @@ impl Catalog for SqliteCatalog {
         })
     }
 
-    fn evict_contents(&self, ids: &[ContentId]) -> Result<Vec<(ContentId, WorkItem)>> {
+    fn evict_contents(&self, ids: &[ContentId]) -> Result<Vec<Evicted>> {
         self.write(|tx| {
             let now = now_ms();
             let mut evicted = Vec::with_capacity(ids.len());
             for id in ids {
                 let key = id.to_key();
-                let path: Option<String> = tx
+                let row: Option<(Option<String>, i64)> = tx
                     .prepare_cached(
-                        "SELECT cache_path FROM contents WHERE content = ?1 AND state = 'persisted'
+                        "SELECT cache_path, stored_bytes FROM contents WHERE content = ?1 AND state = 'persisted'
                          AND pinned_until_ms IS NULL",
                     )?
-                    .query_row(params![&key[..]], |r| r.get(0))
-                    .optional()?
-                    .flatten();
-                let Some(path) = path else { continue };
+                    .query_row(params![&key[..]], |r| Ok((r.get(0)?, r.get(1)?)))
+                    .optional()?;
+                let Some((Some(path), stored_bytes)) = row else { continue };
                 tx.prepare_cached("UPDATE contents SET cache_path = NULL WHERE content = ?1")?
                     .execute(params![&key[..]])?;
-                evicted.push((*id, add_work(tx, WorkKind::DeleteCacheFile { path }, now)?));
+                let work = if path == INLINE_CACHE_PATH {
+                    tx.prepare_cached("DELETE FROM cache_inline WHERE content = ?1")?
+                        .execute(params![&key[..]])?;
+                    None
+                } else {
+                    Some(add_work(tx, WorkKind::DeleteCacheFile { path }, now)?)
+                };
+                evicted.push(Evicted {
+                    id: *id,
+                    stored_bytes: stored_bytes as u64,
+                    work,
+                });
             }
             Ok(evicted)
+        })
+    }
+
+    fn inline_bytes(&self, id: &ContentId) -> Result<Option<Vec<u8>>> {
+        self.read(|c| {
+            c.prepare_cached("SELECT bytes FROM cache_inline WHERE content = ?1")?
+                .query_row(params![&id.to_key()[..]], |r| r.get(0))
+                .optional()
         })
     }
 
@@ -2209,8 +2251,13 @@ impl Catalog for SqliteCatalog {
             for part in parts {
                 add_reference(tx, &part, -1, now_ms())?;
             }
-            if let Some(path) = cache_path {
-                outcome.work.push(add_work(tx, WorkKind::DeleteCacheFile { path }, now_ms())?);
+            match cache_path {
+                Some(path) if path == INLINE_CACHE_PATH => {
+                    tx.prepare_cached("DELETE FROM cache_inline WHERE content = ?1")?.execute(params![&key[..]])?;
+                    outcome.inline_bytes_freed = stored_bytes as u64;
+                }
+                Some(path) => outcome.work.push(add_work(tx, WorkKind::DeleteCacheFile { path }, now_ms())?),
+                None => {}
             }
             outcome.contents_removed = 1;
             outcome.stored_bytes_removed = stored_bytes as u64;
@@ -2327,6 +2374,7 @@ impl Catalog for SqliteCatalog {
                 objects: count("SELECT COUNT(*) FROM objects")?,
                 contents_by_state: by_state,
                 cached_bytes: count("SELECT COALESCE(SUM(stored_bytes), 0) FROM contents WHERE cache_path IS NOT NULL")?,
+                inline_bytes: count("SELECT COALESCE(SUM(LENGTH(bytes)), 0) FROM cache_inline")?,
                 extents: count("SELECT COUNT(*) FROM extents")?,
                 pack_extents: count("SELECT COUNT(*) FROM extents WHERE kind = 'pack'")?,
                 uploads: count("SELECT COUNT(*) FROM multipart_uploads")?,
@@ -2338,7 +2386,7 @@ impl Catalog for SqliteCatalog {
     fn cache_files(&self) -> Result<Vec<String>> {
         self.read(|c| {
             c.prepare_cached(
-                "SELECT cache_path FROM contents WHERE cache_path IS NOT NULL
+                "SELECT cache_path FROM contents WHERE cache_path IS NOT NULL AND cache_path <> '@inline'
                  UNION ALL SELECT cache_path FROM multipart_parts WHERE content IS NULL",
             )?
             .query_map([], |r| r.get(0))?
@@ -2391,6 +2439,17 @@ impl Catalog for SqliteCatalog {
             )?;
             if gaps > 0 {
                 problems.push(format!("{gaps} parts do not follow the part before them"));
+            }
+            let inline_mismatch: i64 = c.query_row(
+                "SELECT (SELECT COUNT(*) FROM cache_inline i WHERE NOT EXISTS (SELECT 1 FROM contents c
+                     WHERE c.content = i.content AND c.cache_path = '@inline' AND c.stored_bytes = LENGTH(i.bytes)))
+                  + (SELECT COUNT(*) FROM contents c WHERE c.cache_path = '@inline'
+                     AND NOT EXISTS (SELECT 1 FROM cache_inline i WHERE i.content = c.content))",
+                [],
+                |r| r.get(0),
+            )?;
+            if inline_mismatch > 0 {
+                problems.push(format!("{inline_mismatch} inline cached contents lack their bytes or their row"));
             }
             // Allocation: extents and free ranges of a bucket must not overlap and stay below the append pointer.
             let mut stmt = c.prepare(
@@ -2455,6 +2514,7 @@ mod tests {
             chunk_index: vec![],
             md5: [n; 16],
             cache_path: format!("{key}.{n}"),
+            inline: None,
         };
         c.put_object(&object, &content, 1)
     }

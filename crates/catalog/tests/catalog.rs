@@ -24,6 +24,7 @@ fn new_content(n: u8, path: &str) -> NewContent {
         chunk_index: vec![1, 2, 3],
         md5: [n; 16],
         cache_path: path.into(),
+        inline: None,
     }
 }
 
@@ -427,7 +428,7 @@ fn eviction_candidates_are_persisted_contents_in_lru_order() {
         c.finish_extents(&[(e[0].extent_id, [0; 32])], &[], &[cid(n)], false)
             .unwrap();
     }
-    c.touch_content(&cid(1), 1000).unwrap();
+    c.touch_contents(&[(cid(1), 1000)]).unwrap();
     let order: Vec<ContentId> = c
         .eviction_candidates(10)
         .unwrap()
@@ -435,10 +436,20 @@ fn eviction_candidates_are_persisted_contents_in_lru_order() {
         .map(|c| c.id)
         .collect();
     assert_eq!(order, vec![cid(2), cid(3), cid(1)]);
+    // Several reads in one transaction: the latest access decides.
+    c.touch_contents(&[(cid(2), 2000), (cid(3), 1500)]).unwrap();
+    let order: Vec<ContentId> = c
+        .eviction_candidates(10)
+        .unwrap()
+        .into_iter()
+        .map(|c| c.id)
+        .collect();
+    assert_eq!(order, vec![cid(1), cid(3), cid(2)]);
     let mut evicted = c.evict_contents(&[cid(2)]).unwrap();
     assert_eq!(evicted.len(), 1);
-    let (id, work) = evicted.pop().unwrap();
-    assert_eq!(id, cid(2));
+    let evicted = evicted.pop().unwrap();
+    assert_eq!((evicted.id, evicted.stored_bytes), (cid(2), 80));
+    let work = evicted.work.unwrap();
     assert_eq!(
         work.kind,
         WorkKind::DeleteCacheFile {
@@ -750,6 +761,7 @@ fn a_schema_2_catalog_is_migrated_and_keeps_its_parts() {
              DROP TABLE content_parts;
              DROP TABLE ops_history;
              DROP TABLE webhooks;
+             DROP TABLE cache_inline;
              DROP INDEX multipart_parts_by_content;
              ALTER TABLE multipart_parts DROP COLUMN content;
              INSERT INTO multipart_parts (upload_id, part_number, size_bytes, md5, cache_path, created_ms)
@@ -785,7 +797,70 @@ fn a_schema_2_catalog_is_migrated_and_keeps_its_parts() {
             |r| r.get(0),
         )
         .unwrap();
-    assert_eq!(version, "6", "migrated to the latest version");
+    assert_eq!(version, "7", "migrated to the latest version");
+}
+
+#[test]
+fn a_small_content_is_cached_inline_in_the_put_transaction_and_leaves_with_eviction_or_gc() {
+    let (_d, c) = open();
+    c.create_bucket("b", &BucketSettings::default()).unwrap();
+    let small = |n: u8| NewContent {
+        stored_bytes: 5,
+        stored_form: StoredForm::Raw,
+        chunk_index: vec![],
+        inline: Some(vec![n; 5]),
+        ..new_content(n, "unused")
+    };
+    let outcome = c
+        .put_object(&object("b", "tiny", 1), &small(1), 10)
+        .unwrap();
+    assert!(outcome.work.is_empty());
+    let (_, content) = c.get_object("b", "tiny").unwrap().unwrap();
+    assert_eq!(content.cache_path.as_deref(), Some(INLINE_CACHE_PATH));
+    assert_eq!(c.inline_bytes(&cid(1)).unwrap(), Some(vec![1; 5]));
+    assert!(c.cache_files().unwrap().is_empty(), "no cache file to keep");
+    assert_eq!(c.stats().unwrap().inline_bytes, 5);
+    // The same bytes again: deduplicated, nothing to delete.
+    let again = c
+        .put_object(&object("b", "tiny2", 1), &small(1), 11)
+        .unwrap();
+    assert!(again.deduplicated && again.work.is_empty());
+    assert!(c.check().unwrap().is_empty(), "{:?}", c.check());
+    // Persisted, then evicted: the inline bytes go at once (no work item).
+    c.place_content(&cid(1), 0).unwrap();
+    c.begin_extents(
+        0,
+        1 << 30,
+        &[NewExtent {
+            length_bytes: 4096,
+            payload_bytes: 100,
+            object_id: [1; 16],
+            extent_no: 0,
+            replica_id: 0,
+            kind: ExtentKind::Pack,
+        }],
+        &[cid(1)],
+    )
+    .unwrap();
+    let extent = c.unwritten_extents().unwrap()[0].extent_id;
+    c.finish_extents(&[(extent, [0; 32])], &[], &[cid(1)], false)
+        .unwrap();
+    let evicted = c.evict_contents(&[cid(1)]).unwrap();
+    assert_eq!(evicted.len(), 1);
+    assert_eq!(
+        (evicted[0].stored_bytes, evicted[0].work.is_none()),
+        (5, true)
+    );
+    assert_eq!(c.inline_bytes(&cid(1)).unwrap(), None);
+    assert_eq!(c.stats().unwrap().inline_bytes, 0);
+    // Another inline content, deleted and collected: its bytes go with it.
+    c.put_object(&object("b", "other", 2), &small(2), 12)
+        .unwrap();
+    c.delete_object("b", "other", 13).unwrap();
+    let outcome = c.gc_content(&cid(2)).unwrap();
+    assert_eq!((outcome.inline_bytes_freed, outcome.work.len()), (5, 0));
+    assert_eq!(c.inline_bytes(&cid(2)).unwrap(), None);
+    assert!(c.check().unwrap().is_empty(), "{:?}", c.check());
 }
 
 #[test]

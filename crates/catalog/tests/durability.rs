@@ -54,6 +54,7 @@ fn put(c: &SqliteCatalog, key: &str) -> Result<PutOutcome> {
         chunk_index: vec![],
         md5: [0; 16],
         cache_path: format!("contents/{key}"),
+        inline: None,
     };
     c.put_object(&object, &content, 1)
 }

@@ -49,6 +49,7 @@ fn put(c: &dyn Catalog, bucket: &str, key: &str, n: u8) {
         chunk_index: vec![],
         md5: [n; 16],
         cache_path: format!("contents/{n}"),
+        inline: None,
     };
     c.put_object(&object, &content, 10).unwrap();
 }

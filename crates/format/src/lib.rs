@@ -4,7 +4,7 @@
 //! to the grid, so that a disk can be read back — even without the catalog:
 //!
 //! - [chunked compression](ChunkEncoder) (SPEC idea 11): independent chunks of
-//!   `chunk_bytes` logical bytes, zstd (level 3) or LZ4 (block format), each
+//!   `chunk_bytes` logical bytes, zstd (level 1, `ZSTD_LEVEL`) or LZ4 (block format), each
 //!   stored raw when compression saves less than 12.5 % ([`saves_enough`]);
 //!   a [`ChunkIndex`] lets [`decode_range`] decode only the chunks a range needs.
 //!   Client-compressed streams (`Content-Encoding: zstd` = zstd frames,
@@ -54,8 +54,9 @@ mod salvage;
 
 pub use chunk::{
     decode_chunk, decode_range, decode_stream, decode_stream_range, encode_chunks,
-    index_zstd_frames, saves_enough, Algorithm, ChunkEncoder, ChunkEntry, ChunkIndex, RangeReader,
-    StreamDecoder, CHUNK_BYTES_MAX, CHUNK_INDEX_VERSION, DEFAULT_CHUNK_BYTES, ZSTD_LEVEL,
+    index_zstd_frames, saves_enough, Algorithm, ChunkCompressor, ChunkEncoder, ChunkEntry,
+    ChunkIndex, RangeReader, StreamDecoder, CHUNK_BYTES_MAX, CHUNK_INDEX_VERSION,
+    DEFAULT_CHUNK_BYTES, ZSTD_LEVEL,
 };
 pub use error::{FormatError, Result};
 pub use extent::{

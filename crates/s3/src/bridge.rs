@@ -17,12 +17,11 @@ use std::task::{Context, Poll};
 use bytes::{Bytes, BytesMut};
 use futures::{Stream, StreamExt};
 use permafrost_disk::power::WakeContext;
-use permafrost_store::{ObjectInfo, ObjectReader, PutHandle, StoreError};
+use permafrost_store::{ChecksumAlgorithm, ObjectInfo, ObjectReader, PutHandle, StoreError};
 use s3s::dto::StreamingBlob;
 use s3s::{S3Error, S3ErrorCode, S3Result, TrailingHeaders};
 use tokio::sync::mpsc;
 
-use crate::checksum::TrailerChecksum;
 use crate::error::{internal, s3_error};
 
 /// Body pieces queued between the network and the store, per request.
@@ -48,66 +47,28 @@ enum Piece {
     End(Option<String>),
 }
 
-/// Stream `body` into the handle `begin` opens, verify the announced trailing checksum (and `header_check`, a
-/// checksum header the store does not verify itself: CRC64NVME), and finish.
+/// Stream `body` into the handle `begin` opens and finish; the store's pipeline computes the announced trailing
+/// checksum and verifies it (with the header checksums) at the end.
 pub(crate) async fn upload<F>(
     body: Option<StreamingBlob>,
     begin: F,
-    trailer: Option<TrailerChecksum>,
+    trailer: Option<ChecksumAlgorithm>,
     trailing_headers: Option<TrailingHeaders>,
-    header_check: Option<(TrailerChecksum, String)>,
 ) -> S3Result<ObjectInfo>
 where
     F: FnOnce() -> Result<PutHandle, StoreError> + Send + 'static,
 {
     let (tx, mut rx) = mpsc::channel::<Piece>(BODY_PIECES_IN_FLIGHT);
-    let trailer_for_writer = trailer;
     let writer = tokio::task::spawn_blocking(move || -> Result<ObjectInfo, StoreError> {
         let mut handle = begin()?;
-        let mut hasher = trailer_for_writer.map(|t| t.hasher());
-        let mut header_hasher = header_check.as_ref().map(|(t, _)| t.hasher());
+        if let Some(t) = trailer {
+            handle.expect_trailer(t)?;
+        }
         loop {
             match rx.blocking_recv() {
-                Some(Piece::Data(bytes)) => {
-                    if let Some(h) = hasher.as_mut() {
-                        h.update(&bytes);
-                    }
-                    if let Some(h) = header_hasher.as_mut() {
-                        h.update(&bytes);
-                    }
-                    handle.write(&bytes)?;
-                }
+                Some(Piece::Data(bytes)) => handle.write(&bytes)?,
                 Some(Piece::End(trailer_value)) => {
-                    if let (Some(h), Some((t, sent))) =
-                        (header_hasher.take(), header_check.as_ref())
-                    {
-                        let computed = h.finish_base64();
-                        if computed != sent.trim() {
-                            handle.abort();
-                            return Err(StoreError::BadDigest(format!(
-                                "{}: the client sent {sent}, the body has {computed}",
-                                t.header_name()
-                            )));
-                        }
-                    }
-                    if let (Some(h), Some(t)) = (hasher.take(), trailer_for_writer.as_ref()) {
-                        let Some(sent) = trailer_value else {
-                            handle.abort();
-                            return Err(StoreError::InvalidDigest(format!(
-                                "the trailing checksum {} was announced but not sent",
-                                t.header_name()
-                            )));
-                        };
-                        let computed = h.finish_base64();
-                        if computed != sent.trim() {
-                            handle.abort();
-                            return Err(StoreError::BadDigest(format!(
-                                "{}: the client sent {sent}, the body has {computed}",
-                                t.header_name()
-                            )));
-                        }
-                    }
-                    return handle.finish();
+                    return handle.finish_with_trailer(trailer_value.as_deref());
                 }
                 None => {
                     handle.abort();
@@ -138,7 +99,7 @@ where
         let trailer_value = match (&trailer, &trailing_headers) {
             (Some(t), Some(headers)) => headers
                 .read(|h| {
-                    h.get(t.header_name())
+                    h.get(t.header())
                         .and_then(|v| v.to_str().ok())
                         .map(str::to_owned)
                 })

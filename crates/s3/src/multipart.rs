@@ -16,7 +16,7 @@ use s3s::dto::*;
 use s3s::{S3Request, S3Response, S3Result};
 
 use crate::bridge::{blocking, upload};
-use crate::checksum::{self, TrailerChecksum};
+use crate::checksum;
 use crate::common::{etag, metadata_pairs, owner, timestamp, NewVersion};
 use crate::error::{internal, s3_error};
 use crate::put::store_encoding;
@@ -81,7 +81,7 @@ pub(crate) async fn upload_part(
     store: &Arc<Store>,
     req: S3Request<UploadPartInput>,
 ) -> S3Result<S3Response<UploadPartOutput>> {
-    let trailer = TrailerChecksum::from_request(&req.headers)?;
+    let trailer = checksum::trailer_of(&req.headers)?;
     let input = req.input;
     let number = part_number(input.part_number)?;
     let echo = UploadPartOutput {
@@ -92,13 +92,13 @@ pub(crate) async fn upload_part(
         checksum_crc64nvme: input.checksum_crc64nvme.clone(),
         ..Default::default()
     };
-    let crc64nvme = input.checksum_crc64nvme.clone();
     let expected = checksum::from_headers(
         input.content_md5,
         input.checksum_crc32,
         input.checksum_crc32c,
         input.checksum_sha1,
         input.checksum_sha256,
+        input.checksum_crc64nvme,
     );
     let store = Arc::clone(store);
     let upload_id = input.upload_id;
@@ -107,7 +107,6 @@ pub(crate) async fn upload_part(
         move || store.upload_part(&upload_id, number, expected),
         trailer,
         req.trailing_headers,
-        crc64nvme.map(|v| (TrailerChecksum::Crc64nvme, v)),
     )
     .await?;
     Ok(S3Response::new(UploadPartOutput {

@@ -13,7 +13,7 @@ use s3s::dto::*;
 use s3s::{S3Request, S3Response, S3Result};
 
 use crate::bridge::upload;
-use crate::checksum::{self, TrailerChecksum};
+use crate::checksum;
 use crate::common::{etag, metadata_pairs, NewVersion};
 use crate::versioning::{bucket_archive, expiration_header, version_header};
 
@@ -39,7 +39,7 @@ pub(crate) async fn put_object(
     store: &Arc<Store>,
     req: S3Request<PutObjectInput>,
 ) -> S3Result<S3Response<PutObjectOutput>> {
-    let trailer = TrailerChecksum::from_request(&req.headers)?;
+    let trailer = checksum::trailer_of(&req.headers)?;
     let input = req.input;
     let archive = bucket_archive(store, &input.bucket).await?;
     let attributes = NewVersion {
@@ -67,7 +67,6 @@ pub(crate) async fn put_object(
         checksum_crc64nvme: input.checksum_crc64nvme.clone(),
         ..Default::default()
     };
-    let crc64nvme = input.checksum_crc64nvme.clone();
     let options = PutOptions {
         content_encoding,
         decoded_length: None,
@@ -79,6 +78,7 @@ pub(crate) async fn put_object(
             input.checksum_crc32c,
             input.checksum_sha1,
             input.checksum_sha256,
+            input.checksum_crc64nvme,
         ),
         attributes,
     };
@@ -89,7 +89,6 @@ pub(crate) async fn put_object(
         move || store.begin_put(&bucket, &key, options),
         trailer,
         req.trailing_headers,
-        crc64nvme.map(|v| (TrailerChecksum::Crc64nvme, v)),
     )
     .await?;
     Ok(S3Response::new(PutObjectOutput {

@@ -59,6 +59,7 @@ pub(crate) fn collect(inner: &Inner, ignore_grace: bool) -> Result<GcReport> {
             let outcome = inner.catalog.gc_content(&id)?;
             report.contents_removed += outcome.contents_removed;
             report.freed_bytes += outcome.stored_bytes_removed;
+            inner.cache.release(outcome.inline_bytes_freed);
             inner.run_work(outcome.work);
         }
     }
@@ -94,7 +95,8 @@ pub(crate) fn recover(inner: &Inner) -> Result<()> {
             cache.remove(&file)?;
         }
     }
-    cache.set_used(used);
+    // Small contents cached in the catalog count too.
+    cache.set_used(used + inner.catalog.stats()?.inline_bytes);
     // 3. Extents whose write was interrupted: free them; their contents go back to `placed`.
     let unwritten: Vec<i64> = inner
         .catalog

@@ -33,6 +33,7 @@
 
 mod archive;
 mod cache;
+mod checksum;
 mod config;
 mod gc;
 mod growing;
@@ -40,6 +41,7 @@ mod mount;
 mod multipart;
 mod operator;
 mod persist;
+mod pipeline;
 mod put;
 mod read;
 mod salvage;
@@ -47,6 +49,7 @@ mod store;
 mod summary;
 
 pub use archive::{validate_tags, DatasetFilter, DatasetSummary, RestoreBatch, RestoreInfo};
+pub use checksum::{ChecksumAlgorithm, Hasher};
 pub use config::{GridSetup, StoreConfig};
 pub use gc::GcReport;
 pub use growing::{growing_list_id, GrowingObject, GrowingOptions, Piece, SealedPiece};

@@ -681,6 +681,16 @@ fn open_stored(
         .cache_path
         .as_deref()
         .ok_or_else(|| StoreError::Internal(format!("content {} has no cache file", content.id)))?;
+    if path == permafrost_catalog::INLINE_CACHE_PATH {
+        let bytes = inner.catalog.inline_bytes(&content.id)?.ok_or_else(|| {
+            StoreError::Internal(format!("content {} lost its inline bytes", content.id))
+        })?;
+        let rest = bytes
+            .get(stored_offset as usize..)
+            .unwrap_or_default()
+            .to_vec();
+        return Ok(Box::new(io::Cursor::new(rest)));
+    }
     let absolute = inner.cache.absolute(path);
     let mut file = File::open(&absolute)
         .map_err(|e| io_error(format!("cannot open {}", absolute.display()), e))?;

@@ -1,26 +1,32 @@
-//! Uploads: a [`PutHandle`] streams an object (or a multipart part) into the cache, hashing (BLAKE3, MD5 and
-//! any checksum the client announced) and compressing on the way, reserving cache space as it grows.
+//! Uploads: a [`PutHandle`] streams an object (or a multipart part) into the cache through the upload pipeline
+//! (`pipeline.rs`: hashing — BLAKE3, MD5 where needed, the checksums the client announced — compression and the
+//! cache write on lanes of their own), reserving cache space as it grows, then verifies, makes the bytes durable
+//! and commits.
+//!
+//! The cache's fsync policy (with `fsync = true`, the default): the pipeline starts writeback every
+//! `cache_writeback_bytes` and waits for the window before, so dirty pages stay bounded; `finish` fsyncs the
+//! file, renames it into `contents/` and fsyncs the directory, then commits the catalog (group commit): nothing
+//! is acknowledged before it is durable. A crash before the commit leaves a file in `tmp/` or an unknown file in
+//! `contents/`, both removed on restart; nothing half-written is ever visible.
 
 use std::fs::File;
-use std::io::{BufWriter, Write};
-use std::path::Path;
 use std::sync::Arc;
 
 use base64::Engine as _;
-use md5::Digest as _;
 use permafrost_catalog::{
     Compression, ContentId, Encoding, NewContent, ObjectRecord, PartRecord, StoredForm,
+    INLINE_CACHE_PATH,
 };
-use permafrost_format::{Algorithm, ChunkEncoder};
+use permafrost_format::Algorithm;
 
 use crate::cache::{Cache, CONTENTS_DIR, TMP_DIR};
+use crate::checksum::ChecksumAlgorithm;
+use crate::pipeline::{Pipeline, PipelineSpec, Stored};
 use crate::store::{etag_of, Inner, ObjectInfo, DECODED_LENGTH_META};
 use crate::{io_error, Result, StoreError};
 
 /// Cache space is reserved in steps of this many bytes.
 const RESERVE_STEP_BYTES: u64 = 4 << 20;
-/// Buffer between the encoder and the cache file.
-const FILE_BUFFER_BYTES: usize = 256 << 10;
 
 /// Checksums a client announced (`Content-MD5` and `x-amz-checksum-*`), base64 as on the wire. Each one given is
 /// verified against the received bytes; a mismatch is `BadDigest`, a malformed value `InvalidDigest`.
@@ -31,6 +37,25 @@ pub struct Checksums {
     pub crc32c: Option<String>,
     pub sha1: Option<String>,
     pub sha256: Option<String>,
+    #[serde(default)]
+    pub crc64nvme: Option<String>,
+}
+
+impl Checksums {
+    /// Every checksum announced, with its algorithm (base64 as on the wire).
+    pub fn announced(&self) -> Vec<(ChecksumAlgorithm, &str)> {
+        [
+            (ChecksumAlgorithm::Md5, &self.content_md5),
+            (ChecksumAlgorithm::Crc32, &self.crc32),
+            (ChecksumAlgorithm::Crc32c, &self.crc32c),
+            (ChecksumAlgorithm::Sha1, &self.sha1),
+            (ChecksumAlgorithm::Sha256, &self.sha256),
+            (ChecksumAlgorithm::Crc64nvme, &self.crc64nvme),
+        ]
+        .into_iter()
+        .filter_map(|(a, v)| v.as_deref().map(|v| (a, v)))
+        .collect()
+    }
 }
 
 /// Options of a put.
@@ -71,138 +96,17 @@ impl PutOptions {
     }
 }
 
-fn decode_b64(name: &str, value: &str, len: usize) -> Result<Vec<u8>> {
-    let bytes = base64::engine::general_purpose::STANDARD
-        .decode(value.trim())
-        .map_err(|_| StoreError::InvalidDigest(format!("{name} {value:?} is not base64")))?;
-    if bytes.len() != len {
-        return Err(StoreError::InvalidDigest(format!(
-            "{name} {value:?} has {} bytes, expected {len}",
-            bytes.len()
-        )));
-    }
-    Ok(bytes)
-}
-
-/// The expected values, decoded and length-checked when the put begins.
-#[derive(Default)]
-struct Expected {
-    md5: Option<Vec<u8>>,
-    crc32: Option<(Vec<u8>, crc32fast::Hasher)>,
-    crc32c: Option<(Vec<u8>, u32)>,
-    sha1: Option<(Vec<u8>, sha1::Sha1)>,
-    sha256: Option<(Vec<u8>, sha2::Sha256)>,
-}
-
-impl Expected {
-    fn new(c: &Checksums) -> Result<Expected> {
-        Ok(Expected {
-            md5: c
-                .content_md5
-                .as_deref()
-                .map(|v| decode_b64("Content-MD5", v, 16))
-                .transpose()?,
-            crc32: c
-                .crc32
-                .as_deref()
-                .map(|v| decode_b64("x-amz-checksum-crc32", v, 4))
-                .transpose()?
-                .map(|e| (e, Default::default())),
-            crc32c: c
-                .crc32c
-                .as_deref()
-                .map(|v| decode_b64("x-amz-checksum-crc32c", v, 4))
-                .transpose()?
-                .map(|e| (e, 0)),
-            sha1: c
-                .sha1
-                .as_deref()
-                .map(|v| decode_b64("x-amz-checksum-sha1", v, 20))
-                .transpose()?
-                .map(|e| (e, Default::default())),
-            sha256: c
-                .sha256
-                .as_deref()
-                .map(|v| decode_b64("x-amz-checksum-sha256", v, 32))
-                .transpose()?
-                .map(|e| (e, Default::default())),
-        })
-    }
-
-    fn update(&mut self, data: &[u8]) {
-        if let Some((_, h)) = &mut self.crc32 {
-            h.update(data);
-        }
-        if let Some((_, c)) = &mut self.crc32c {
-            *c = crc32c::crc32c_append(*c, data);
-        }
-        if let Some((_, h)) = &mut self.sha1 {
-            h.update(data);
-        }
-        if let Some((_, h)) = &mut self.sha256 {
-            h.update(data);
-        }
-    }
-
-    /// Verify; returns the verified checksums as `(name, base64)` pairs.
-    fn verify(self, md5: &[u8; 16], original: &Checksums) -> Result<Vec<(String, String)>> {
-        let mismatch = |name: &str| {
-            Err(StoreError::BadDigest(format!(
-                "the {name} you specified did not match what was received"
-            )))
-        };
-        if self.md5.as_deref().is_some_and(|e| e != md5) {
-            return mismatch("Content-MD5");
-        }
-        let mut verified = Vec::new();
-        if let Some((e, h)) = self.crc32 {
-            if e != h.finalize().to_be_bytes() {
-                return mismatch("x-amz-checksum-crc32");
-            }
-            verified.push((
-                "crc32".to_string(),
-                original.crc32.clone().unwrap_or_default(),
-            ));
-        }
-        if let Some((e, c)) = self.crc32c {
-            if e != c.to_be_bytes() {
-                return mismatch("x-amz-checksum-crc32c");
-            }
-            verified.push((
-                "crc32c".to_string(),
-                original.crc32c.clone().unwrap_or_default(),
-            ));
-        }
-        if let Some((e, h)) = self.sha1 {
-            if e[..] != h.finalize()[..] {
-                return mismatch("x-amz-checksum-sha1");
-            }
-            verified.push((
-                "sha1".to_string(),
-                original.sha1.clone().unwrap_or_default(),
-            ));
-        }
-        if let Some((e, h)) = self.sha256 {
-            if e[..] != h.finalize()[..] {
-                return mismatch("x-amz-checksum-sha256");
-            }
-            verified.push((
-                "sha256".to_string(),
-                original.sha256.clone().unwrap_or_default(),
-            ));
-        }
-        Ok(verified)
-    }
-}
-
-/// The chunk index of pre-compressed bytes stored as sent in `path` (zstd frames, when they can be indexed;
+/// The chunk index of pre-compressed bytes stored as sent, read from `stored` (zstd frames, when they can be indexed;
 /// empty otherwise), after checking that the frames decode to the `decoded` bytes announced.
-pub(crate) fn as_sent_index(encoding: Encoding, decoded: u64, path: &Path) -> Result<Vec<u8>> {
+pub(crate) fn as_sent_index(
+    encoding: Encoding,
+    decoded: u64,
+    stored: impl std::io::Read,
+) -> Result<Vec<u8>> {
     if encoding != Encoding::Zstd {
         return Ok(Vec::new());
     }
-    let f = File::open(path).map_err(|e| io_error("cannot reread the upload", e))?;
-    let Some(index) = permafrost_format::index_zstd_frames(std::io::BufReader::new(f))? else {
+    let Some(index) = permafrost_format::index_zstd_frames(stored)? else {
         return Ok(Vec::new());
     };
     if index.logical_len() != decoded {
@@ -212,28 +116,6 @@ pub(crate) fn as_sent_index(encoding: Encoding, decoded: u64, path: &Path) -> Re
         )));
     }
     Ok(index.encode())
-}
-
-/// A file sink counting the bytes written.
-struct CountingFile {
-    inner: BufWriter<File>,
-    written_bytes: u64,
-}
-
-impl Write for CountingFile {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        let n = self.inner.write(buf)?;
-        self.written_bytes += n as u64;
-        Ok(n)
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        self.inner.flush()
-    }
-}
-
-enum Sink {
-    Chunked(ChunkEncoder<CountingFile>),
-    Plain(CountingFile),
 }
 
 /// What is being uploaded.
@@ -264,13 +146,18 @@ pub struct PutHandle {
     inner: Arc<Inner>,
     target: Target,
     options: PutOptions,
-    expected: Option<Expected>,
+    /// The checksums announced, decoded: verified at `finish`.
+    expected: Vec<(ChecksumAlgorithm, Vec<u8>)>,
+    /// A checksum the client sends as a trailer after the body (compared at `finish_with_trailer`).
+    trailer: Option<ChecksumAlgorithm>,
     tmp_path: String,
-    sink: Option<Sink>,
-    blake3: blake3::Hasher,
-    md5: md5::Md5,
+    pipeline: Option<Pipeline>,
+    compression: Compression,
+    chunk_bytes: u32,
     received_bytes: u64,
     reserved_bytes: u64,
+    /// Failed or finished: no more writes.
+    closed: bool,
 }
 
 impl PutHandle {
@@ -280,7 +167,12 @@ impl PutHandle {
         options: PutOptions,
         chunk_bytes: u32,
     ) -> Result<PutHandle> {
-        let expected = Expected::new(&options.expected)?;
+        let expected = options
+            .expected
+            .announced()
+            .into_iter()
+            .map(|(a, v)| Ok((a, a.decode(v)?)))
+            .collect::<Result<Vec<_>>>()?;
         let decoded_length = options.decoded_length()?;
         if options.content_encoding != Encoding::Identity
             && decoded_length.is_none()
@@ -291,14 +183,8 @@ impl PutHandle {
                 options.content_encoding
             )));
         }
+        // The file is created only if the body outgrows `inline_bytes_max` (pipeline.rs).
         let tmp_path = Cache::new_path(TMP_DIR);
-        let absolute = inner.cache.absolute(&tmp_path);
-        let file = File::create(&absolute)
-            .map_err(|e| io_error(format!("cannot create {}", absolute.display()), e))?;
-        let file = CountingFile {
-            inner: BufWriter::with_capacity(FILE_BUFFER_BYTES, file),
-            written_bytes: 0,
-        };
         let compression = match &target {
             Target::Object { compression, .. }
                 if options.content_encoding == Encoding::Identity =>
@@ -308,27 +194,32 @@ impl PutHandle {
             Target::Part { compression, .. } => *compression,
             Target::Object { .. } => Compression::None,
         };
-        let algorithm = match compression {
-            Compression::Zstd => Some(Algorithm::Zstd),
-            Compression::Lz4 => Some(Algorithm::Lz4),
-            Compression::None => None,
-        };
-        let sink = match algorithm {
-            Some(a) => Sink::Chunked(ChunkEncoder::new(file, a, chunk_bytes)?),
-            None => Sink::Plain(file),
-        };
         Ok(PutHandle {
             inner,
             target,
             options,
-            expected: Some(expected),
+            expected,
+            trailer: None,
             tmp_path,
-            sink: Some(sink),
-            blake3: blake3::Hasher::new(),
-            md5: md5::Md5::new(),
+            pipeline: None,
+            compression,
+            chunk_bytes,
             received_bytes: 0,
             reserved_bytes: 0,
+            closed: false,
         })
+    }
+
+    /// The client sends a checksum of this algorithm as a trailer after the body: compute it too (call before
+    /// the first write), and compare it with the value given to [`PutHandle::finish_with_trailer`].
+    pub fn expect_trailer(&mut self, algorithm: ChecksumAlgorithm) -> Result<()> {
+        if self.pipeline.is_some() || self.closed {
+            return Err(StoreError::Internal(
+                "a trailing checksum must be announced before the body".into(),
+            ));
+        }
+        self.trailer = Some(algorithm);
+        Ok(())
     }
 
     /// Bytes received so far.
@@ -336,14 +227,47 @@ impl PutHandle {
         self.received_bytes
     }
 
+    fn start_pipeline(&mut self) -> Result<()> {
+        let mut checksums: Vec<ChecksumAlgorithm> = self.expected.iter().map(|(a, _)| *a).collect();
+        checksums.extend(self.trailer.filter(|t| !checksums.contains(t)));
+        let md5 = match self.target {
+            Target::Object { .. } => true,
+            Target::Part { .. } => {
+                self.inner.config.part_etag_md5 || checksums.contains(&ChecksumAlgorithm::Md5)
+            }
+        };
+        let compression = match self.compression {
+            Compression::Zstd => Some(Algorithm::Zstd),
+            Compression::Lz4 => Some(Algorithm::Lz4),
+            Compression::None => None,
+        };
+        let config = &self.inner.config;
+        let pipeline = Pipeline::new(PipelineSpec {
+            path: self.inner.cache.absolute(&self.tmp_path),
+            inline_bytes_max: config.inline_bytes_max,
+            compression,
+            chunk_bytes: self.chunk_bytes as usize,
+            md5,
+            checksums,
+            writeback_bytes: if config.fsync {
+                config.cache_writeback_bytes
+            } else {
+                0
+            },
+        })
+        .map_err(|e| io_error("cannot start the upload pipeline", e))?;
+        self.pipeline = Some(pipeline);
+        Ok(())
+    }
+
     /// Take the next piece of the body. Waits up to `cache_wait_ms_max` for cache space, then fails with
     /// `SlowDown` (the upload is then aborted).
     pub fn write(&mut self, data: &[u8]) -> Result<()> {
-        let Some(sink) = self.sink.as_mut() else {
+        if self.closed {
             return Err(StoreError::InvalidArgument(
                 "write after the upload failed or finished".into(),
             ));
-        };
+        }
         let needed = self.received_bytes + data.len() as u64;
         if needed > self.reserved_bytes {
             let step =
@@ -354,16 +278,14 @@ impl PutHandle {
             }
             self.reserved_bytes += step;
         }
-        self.blake3.update(data);
-        self.md5.update(data);
-        if let Some(e) = self.expected.as_mut() {
-            e.update(data);
+        if self.pipeline.is_none() {
+            if let Err(e) = self.start_pipeline() {
+                self.discard();
+                return Err(e);
+            }
         }
-        let result = match sink {
-            Sink::Chunked(enc) => enc.write(data),
-            Sink::Plain(f) => f.write_all(data),
-        };
-        if let Err(e) = result {
+        let pipeline = self.pipeline.as_mut().expect("started above");
+        if let Err(e) = pipeline.push(data) {
             self.discard();
             return Err(io_error("cannot write to the cache", e));
         }
@@ -373,8 +295,14 @@ impl PutHandle {
 
     /// Complete the upload: verify the announced checksums, make the bytes durable and the object visible
     /// atomically. For a part, records the part.
-    pub fn finish(mut self) -> Result<ObjectInfo> {
-        let result = self.finish_inner();
+    pub fn finish(self) -> Result<ObjectInfo> {
+        self.finish_with_trailer(None)
+    }
+
+    /// [`PutHandle::finish`] for an upload whose checksum came as a trailer ([`PutHandle::expect_trailer`]):
+    /// `sent` is the trailer's value (base64); a mismatch is `BadDigest`, a missing value `InvalidDigest`.
+    pub fn finish_with_trailer(mut self, sent: Option<&str>) -> Result<ObjectInfo> {
+        let result = self.finish_inner(sent);
         if result.is_err() {
             self.discard();
         }
@@ -386,39 +314,105 @@ impl PutHandle {
         self.discard();
     }
 
+    /// Compare what the lanes computed with what the client announced; returns the verified checksums (other
+    /// than MD5) as `(name, base64)` pairs, the trailer's included.
+    fn verify(
+        &self,
+        hashed: &crate::pipeline::Hashed,
+        trailer_sent: Option<&str>,
+    ) -> Result<Vec<(String, String)>> {
+        let mismatch = |a: ChecksumAlgorithm| {
+            StoreError::BadDigest(format!(
+                "the {} you specified did not match what was received",
+                a.header()
+            ))
+        };
+        let computed = |a: ChecksumAlgorithm| -> Option<&[u8]> {
+            if a == ChecksumAlgorithm::Md5 {
+                return hashed.md5.as_ref().map(|m| &m[..]);
+            }
+            hashed
+                .checksums
+                .iter()
+                .find(|(b, _)| *b == a)
+                .map(|(_, d)| &d[..])
+        };
+        let mut verified = Vec::new();
+        for (algorithm, expected) in &self.expected {
+            if computed(*algorithm) != Some(&expected[..]) {
+                return Err(mismatch(*algorithm));
+            }
+            if *algorithm != ChecksumAlgorithm::Md5 {
+                let sent = self
+                    .options
+                    .expected
+                    .announced()
+                    .into_iter()
+                    .find(|(a, _)| a == algorithm)
+                    .map(|(_, v)| v.trim().to_string())
+                    .unwrap_or_default();
+                verified.push((algorithm.name().to_string(), sent));
+            }
+        }
+        if let Some(algorithm) = self.trailer {
+            let Some(sent) = trailer_sent else {
+                return Err(StoreError::InvalidDigest(format!(
+                    "the trailing checksum {} was announced but not sent",
+                    algorithm.header()
+                )));
+            };
+            let value = algorithm.decode(sent)?;
+            let digest = computed(algorithm).unwrap_or_default();
+            if digest != &value[..] {
+                return Err(StoreError::BadDigest(format!(
+                    "{}: the client sent {}, the body has {}",
+                    algorithm.header(),
+                    sent.trim(),
+                    base64::engine::general_purpose::STANDARD.encode(digest)
+                )));
+            }
+            if !verified.iter().any(|(n, _)| n == algorithm.name()) {
+                verified.push((algorithm.name().to_string(), sent.trim().to_string()));
+            }
+        }
+        Ok(verified)
+    }
+
     fn discard(&mut self) {
-        if self.sink.take().is_some() || self.reserved_bytes > 0 {
+        self.closed = true;
+        self.pipeline = None; // stops the lanes
+        if self.reserved_bytes > 0 || !self.tmp_path.is_empty() {
             let _ = self.inner.cache.remove(&self.tmp_path);
+            self.tmp_path.clear();
             self.inner
                 .cache
                 .release(std::mem::take(&mut self.reserved_bytes));
         }
     }
 
-    fn finish_inner(&mut self) -> Result<ObjectInfo> {
-        let sink = self
-            .sink
-            .take()
-            .ok_or_else(|| StoreError::InvalidArgument("finish after the upload failed".into()))?;
-        let (chunk_index, mut file) = match sink {
-            Sink::Chunked(enc) => {
-                let (index, file) = enc
-                    .finish()
-                    .map_err(|e| io_error("cannot write to the cache", e))?;
-                (Some(index), file)
-            }
-            Sink::Plain(file) => (None, file),
-        };
-        file.flush()
+    fn finish_inner(&mut self, trailer_sent: Option<&str>) -> Result<ObjectInfo> {
+        if self.closed {
+            return Err(StoreError::InvalidArgument(
+                "finish after the upload failed".into(),
+            ));
+        }
+        self.closed = true;
+        if self.pipeline.is_none() {
+            self.start_pipeline()?;
+        }
+        let pipeline = self.pipeline.take().expect("started above");
+        let (hashed, written) = pipeline
+            .finish()
             .map_err(|e| io_error("cannot write to the cache", e))?;
-        let stored_bytes = file.written_bytes;
-        let file = file
-            .inner
-            .into_inner()
-            .map_err(|e| io_error("cannot write to the cache", e.into_error()))?;
+        let stored_bytes = written.stored_bytes;
         let tmp_absolute = self.inner.cache.absolute(&self.tmp_path);
-        self.inner.cache.sync_file(&file, &tmp_absolute)?;
-        drop(file);
+        let inline = match written.stored {
+            Stored::File(file) => {
+                self.inner.cache.sync_file(&file, &tmp_absolute)?;
+                None
+            }
+            Stored::Inline(bytes) => Some(bytes),
+        };
         // Stored bytes never exceed received bytes (raw chunks are stored as received).
         if stored_bytes > self.reserved_bytes {
             self.inner
@@ -426,17 +420,15 @@ impl PutHandle {
                 .force_reserve(stored_bytes - self.reserved_bytes);
             self.reserved_bytes = stored_bytes;
         }
-        let md5: [u8; 16] = self.md5.clone().finalize().into();
-        let checksums = self
-            .expected
-            .take()
-            .expect("expected checksums present until finish")
-            .verify(&md5, &self.options.expected)?;
-        let hash: [u8; 32] = *self.blake3.finalize().as_bytes();
+        let checksums = self.verify(&hashed, trailer_sent)?;
+        let hash = hashed.blake3;
+        // The ETag's digest: the MD5 where it was computed (always for objects), else BLAKE3's first 16 bytes.
+        let md5: [u8; 16] = hashed
+            .md5
+            .unwrap_or_else(|| hash[..16].try_into().expect("16 bytes"));
         let now = permafrost_catalog::now_ms();
-
         let (stored_form, index_blob, logical_bytes) =
-            match (&self.target, self.options.content_encoding, chunk_index) {
+            match (&self.target, self.options.content_encoding, written.index) {
                 (_, Encoding::Identity, Some(index)) => {
                     (StoredForm::Chunked, index.encode(), self.received_bytes)
                 }
@@ -450,7 +442,14 @@ impl PutHandle {
                 }
                 (Target::Object { .. }, encoding, _) => {
                     let decoded = self.options.decoded_length()?.expect("checked at begin");
-                    let index = as_sent_index(encoding, decoded, &tmp_absolute)?;
+                    let index = match &inline {
+                        Some(bytes) => as_sent_index(encoding, decoded, &bytes[..])?,
+                        None => {
+                            let f = File::open(&tmp_absolute)
+                                .map_err(|e| io_error("cannot reread the upload", e))?;
+                            as_sent_index(encoding, decoded, std::io::BufReader::new(f))?
+                        }
+                    };
                     (StoredForm::AsSent, index, decoded)
                 }
             };
@@ -460,8 +459,14 @@ impl PutHandle {
             Target::Object { .. } => self.options.content_encoding,
         };
         let id = ContentId { hash, encoding };
-        let path = Cache::new_path(CONTENTS_DIR);
-        self.inner.cache.rename_durable(&self.tmp_path, &path)?;
+        let path = if inline.is_some() {
+            INLINE_CACHE_PATH.to_string()
+        } else {
+            let path = Cache::new_path(CONTENTS_DIR);
+            self.inner.cache.rename_durable(&self.tmp_path, &path)?;
+            path
+        };
+        self.tmp_path.clear();
         self.inner.cache.release(self.reserved_bytes - stored_bytes);
         self.reserved_bytes = 0;
         let content = NewContent {
@@ -472,6 +477,7 @@ impl PutHandle {
             chunk_index: index_blob,
             md5,
             cache_path: path.clone(),
+            inline,
         };
         match &self.target {
             Target::Part {

@@ -12,7 +12,7 @@ use std::io::{self, BufReader, Read, Seek, SeekFrom};
 use std::sync::Arc;
 
 use permafrost_catalog::{
-    ContentPart, ContentRecord, ContentSegment, Encoding, ExtentKind, StoredForm,
+    ContentPart, ContentRecord, ContentSegment, Encoding, ExtentKind, StoredForm, INLINE_CACHE_PATH,
 };
 use permafrost_engine::ReadPromise;
 use permafrost_format::{Algorithm, ChunkIndex, EXTENT_HEADER_BYTES, EXTENT_TRAILER_BYTES};
@@ -316,7 +316,12 @@ pub(crate) fn open_source(
     whole: bool,
 ) -> Result<Box<dyn Source>> {
     if !prefer_grid || content.state != permafrost_catalog::ContentState::Persisted {
-        if let Some(path) = &content.cache_path {
+        if content.cache_path.as_deref() == Some(INLINE_CACHE_PATH) {
+            // Cached in the catalog; evicted meanwhile when gone: read the grid.
+            if let Some(bytes) = inner.catalog.inline_bytes(&content.id)? {
+                return Ok(Box::new(io::Cursor::new(bytes)));
+            }
+        } else if let Some(path) = &content.cache_path {
             match File::open(inner.cache.absolute(path)) {
                 Ok(f) => return Ok(Box::new(BufReader::with_capacity(BUFFER_BYTES, f))),
                 Err(e) if e.kind() == io::ErrorKind::NotFound => {} // evicted meanwhile: read the grid

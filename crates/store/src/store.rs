@@ -403,7 +403,8 @@ impl Inner {
         ))
     }
 
-    /// Remember a read of `id` (written to the catalog in batches).
+    /// Remember a read of `id`: kept in memory and written to the catalog by the persistence manager's next round
+    /// (one transaction for all), never on the reader's thread unless [`ACCESS_BATCH_MAX`] reads pile up.
     pub fn touch(&self, id: ContentId) {
         let mut access = self.access.lock();
         access.insert(id, permafrost_catalog::now_ms());
@@ -420,10 +421,9 @@ impl Inner {
     }
 
     fn write_access(&self, batch: HashMap<ContentId, u64>) {
-        for (id, ms) in batch {
-            if let Err(e) = self.catalog.touch_content(&id, ms) {
-                self.record_error(format!("cannot record an access: {e}"));
-            }
+        let batch: Vec<(ContentId, u64)> = batch.into_iter().collect();
+        if let Err(e) = self.catalog.touch_contents(&batch) {
+            self.record_error(format!("cannot record {} reads: {e}", batch.len()));
         }
     }
 
@@ -452,12 +452,15 @@ impl Inner {
             if evicted.is_empty() {
                 break;
             }
-            for (id, _) in &evicted {
-                if let Some(c) = candidates.iter().find(|c| c.id == *id) {
-                    freed += c.stored_bytes;
+            let mut work = Vec::with_capacity(evicted.len());
+            for e in evicted {
+                freed += e.stored_bytes;
+                match e.work {
+                    Some(w) => work.push(w),
+                    None => self.cache.release(e.stored_bytes), // inline bytes: gone already
                 }
             }
-            self.run_work(evicted.into_iter().map(|(_, work)| work).collect());
+            self.run_work(work);
         }
         Ok(freed)
     }

@@ -369,7 +369,8 @@ fn restart_requeues_unpersisted_contents_and_drops_partial_uploads() {
         let mut partial = store
             .begin_put("ingest", "partial", PutOptions::default())
             .unwrap();
-        partial.write(&[1u8; 100_000]).unwrap();
+        // Beyond the inline size: the upload has a file in tmp/.
+        partial.write(&data(99, 300_000, false)).unwrap();
         std::mem::forget(partial); // as if the process died mid-upload
                                    // Drop without close or persist: a crash as far as the store's data is concerned.
     }
@@ -482,7 +483,15 @@ fn delayed_mode_persists_once_parity_is_drained() {
 #[test]
 fn multipart_upload_assembles_parts_with_the_s3_etag() {
     let dir = tempfile::tempdir().unwrap();
-    let store = open(dir.path());
+    // Part ETags are MD5s when configured so (by default only when the client sends Content-MD5).
+    let store = Store::open(
+        dir.path(),
+        StoreConfig {
+            part_etag_md5: true,
+            ..config()
+        },
+    )
+    .unwrap();
     store
         .create_bucket("multi", BucketSettings::default())
         .unwrap();
@@ -533,6 +542,41 @@ fn multipart_upload_assembles_parts_with_the_s3_etag() {
         store.list_parts(&id),
         Err(StoreError::NoSuchUpload(_))
     ));
+}
+
+#[test]
+fn a_part_etag_is_its_md5_when_the_client_sends_content_md5_and_else_its_blake3_prefix() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path());
+    store
+        .create_bucket("etags", BucketSettings::default())
+        .unwrap();
+    let id = store
+        .create_multipart("etags", "k", PutOptions::default())
+        .unwrap();
+    let body = data(7, 5 << 20, false);
+    let hex = |b: &[u8]| b.iter().map(|x| format!("{x:02x}")).collect::<String>();
+    let mut h = store.upload_part(&id, 1, Checksums::default()).unwrap();
+    h.write(&body).unwrap();
+    let fast = h.finish().unwrap().etag;
+    assert_eq!(
+        fast,
+        format!("\"{}\"", hex(&blake3::hash(&body).as_bytes()[..16]))
+    );
+    let md5 = md5::Md5::digest(&body);
+    let announced = Checksums {
+        content_md5: Some(base64::engine::general_purpose::STANDARD.encode(md5)),
+        ..Default::default()
+    };
+    let mut h = store.upload_part(&id, 2, announced).unwrap();
+    h.write(&body).unwrap();
+    assert_eq!(h.finish().unwrap().etag, format!("\"{}\"", hex(&md5)));
+    // Either ETag completes the upload.
+    let info = store
+        .complete_multipart(&id, &[(1, fast), (2, format!("\"{}\"", hex(&md5)))])
+        .unwrap();
+    assert!(info.etag.ends_with("-2\""), "{}", info.etag);
+    assert!(get(&store, "etags", "k") == [body.clone(), body].concat());
 }
 
 #[test]
@@ -753,4 +797,49 @@ fn a_full_cache_slows_writers_down_instead_of_failing_them_silently() {
     // The space of the failed upload is given back: a normal object fits again.
     put(&store, "full", "after", &data(3, 12 << 20, false));
     assert_eq!(get(&store, "full", "after"), data(3, 12 << 20, false));
+}
+
+#[test]
+fn small_objects_are_cached_in_the_catalog_with_no_file_and_read_back_everywhere() {
+    let dir = tempfile::tempdir().unwrap();
+    let bodies: Vec<Vec<u8>> = (0..20)
+        .map(|i| data(700 + i, 100 + 3000 * i as usize, i % 2 == 0))
+        .collect();
+    {
+        let store = open(dir.path());
+        store
+            .create_bucket("small", BucketSettings::default())
+            .unwrap();
+        for (i, body) in bodies.iter().enumerate() {
+            put(&store, "small", &format!("s{i}"), body);
+        }
+        let files = std::fs::read_dir(dir.path().join("cache/contents"))
+            .unwrap()
+            .count();
+        assert_eq!(files, 0, "no cache file for small objects");
+        let used = store.status().unwrap().cache_used_bytes;
+        assert!(used > 0 && used < 20 * (64 << 10), "{used}");
+        for (i, body) in bodies.iter().enumerate() {
+            assert_eq!(&get(&store, "small", &format!("s{i}")), body);
+        }
+    }
+    // After a restart the cache accounting includes them, and they read back, persist and evict.
+    let store = open(dir.path());
+    let expected_used: u64 = (0..bodies.len())
+        .map(|i| {
+            store
+                .head_object("small", &format!("s{i}"))
+                .unwrap()
+                .stored_bytes
+        })
+        .sum();
+    assert_eq!(store.status().unwrap().cache_used_bytes, expected_used);
+    store.persist_now().unwrap();
+    store.evict_cache().unwrap();
+    assert_eq!(store.status().unwrap().cache_used_bytes, 0);
+    for (i, body) in bodies.iter().enumerate() {
+        assert_eq!(&get(&store, "small", &format!("s{i}")), body);
+    }
+    let report = store.verify(&mut |_| {}).unwrap();
+    assert!(report.errors.is_empty(), "{report:?}");
 }
