@@ -2537,6 +2537,7 @@ mod tests {
                      ALTER TABLE buckets DROP COLUMN archive; ALTER TABLE contents DROP COLUMN pinned_until_ms;
                      DROP TABLE object_versions; DROP TABLE counters; DROP TABLE restores;
                      DROP TABLE ops_history; DROP TABLE webhooks;
+                     DROP TABLE cache_inline;
                      UPDATE meta SET value = '3' WHERE key = 'schema_version';",
                 )
             })
