@@ -1,5 +1,6 @@
 //! Forward-only read and write promises (thesis §4.3.3, Fig. 4.4).
 
+use std::collections::VecDeque;
 use std::io;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver};
@@ -20,8 +21,17 @@ fn chunk_end(offset: u64, end: u64, chunk_bytes_max: u64) -> u64 {
 /// A write of `len` bytes at `offset` of one bucket: `append` data (forward only), then `commit`.
 ///
 /// Appended data is processed one chunk (at most `chunk_bytes_max`, one journal transaction) at a time as it
-/// fills, in the caller's thread. `commit()` writes what is left (the last block zero-padded to 4096) and returns
-/// when every chunk is done as the mode defines (docs/engine.md). Also implements [`std::io::Write`].
+/// fills. By default each chunk is written in the caller's thread before `append` returns. With
+/// [`WritePromise::with_chunks_in_flight`]`(n)`, up to `n` chunks are written at the same time by threads of
+/// their own while the caller fills the next one: every chunk is still its own journal transaction with its own
+/// range locks (consecutive chunks never overlap), so replay settles each one as it would settle chunks of
+/// separate promises; the device sees `n` writes in flight instead of one. `commit()` writes what is left (the
+/// last block zero-padded to 4096) and returns when every chunk is done as the mode defines (docs/engine.md).
+/// Also implements [`std::io::Write`].
+///
+/// **Invariants.** At most `chunks_in_flight` chunk buffers are being written; the first failing chunk fails
+/// the promise (later appends and `commit` return errors) and every chunk already started is finished, never
+/// abandoned half-way (`abort`, drop and errors wait for them: no rollback, thesis §4.3.3).
 pub struct WritePromise {
     shared: Arc<Shared>,
     disk: usize,
@@ -32,6 +42,9 @@ pub struct WritePromise {
     buf: Vec<u8>,
     txn_ids: Vec<u64>,
     failed: bool,
+    chunks_in_flight: usize,
+    /// Chunks being written by threads, oldest first; each hands back its txn id (or error) and its buffer.
+    in_flight: VecDeque<JoinHandle<(Result<u64>, Vec<u8>)>>,
 }
 
 impl WritePromise {
@@ -51,7 +64,16 @@ impl WritePromise {
             buf: Vec::new(),
             txn_ids: Vec::new(),
             failed: false,
+            chunks_in_flight: 1,
+            in_flight: VecDeque::new(),
         }
+    }
+
+    /// Write up to `n` chunks at the same time on threads of their own (1, the default: each chunk in the
+    /// caller's thread).
+    pub fn with_chunks_in_flight(mut self, n: usize) -> WritePromise {
+        self.chunks_in_flight = n.max(1);
+        self
     }
 
     /// The write mode.
@@ -64,7 +86,8 @@ impl WritePromise {
         &self.txn_ids
     }
 
-    /// Append `data`; full chunks are written now. Appending beyond the promise's length is an error.
+    /// Append `data`; full chunks are written now (or handed to a thread). Appending beyond the promise's
+    /// length is an error.
     pub fn append(&mut self, data: &[u8]) -> Result<()> {
         if self.failed {
             return Err(Error::InvalidArgument(
@@ -99,19 +122,75 @@ impl WritePromise {
         }
         let padded = self.buf.len().div_ceil(4096) * 4096;
         self.buf.resize(padded, 0);
-        let result = self
-            .shared
-            .write_chunk(self.disk, self.next_offset, &self.buf, self.mode);
+        let offset = self.next_offset;
+        self.next_offset += self.buf.len() as u64;
+        if self.chunks_in_flight <= 1 {
+            let result = self
+                .shared
+                .write_chunk(self.disk, offset, &self.buf, self.mode);
+            self.buf.clear();
+            return self.settle(result);
+        }
+        while self.in_flight.len() >= self.chunks_in_flight {
+            self.join_oldest()?;
+        }
+        let mut buf = std::mem::take(&mut self.buf);
+        let (shared, disk, mode) = (Arc::clone(&self.shared), self.disk, self.mode);
+        let spawned = std::thread::Builder::new()
+            .name(format!("permafrost-write-{disk}"))
+            .spawn(move || {
+                let result = shared.write_chunk(disk, offset, &buf, mode);
+                buf.clear();
+                (result, buf)
+            });
+        match spawned {
+            Ok(handle) => {
+                self.in_flight.push_back(handle);
+                Ok(())
+            }
+            Err(e) => self.settle(Err(Error::Io(format!(
+                "cannot start a thread to write a chunk: {e}"
+            )))),
+        }
+    }
+
+    /// Record one chunk's outcome (in chunk order); an error fails the promise.
+    fn settle(&mut self, result: Result<u64>) -> Result<()> {
         match result {
             Ok(txn) => {
                 self.txn_ids.push(txn);
-                self.next_offset += self.buf.len() as u64;
-                self.buf.clear();
                 Ok(())
             }
             Err(e) => {
                 self.failed = true;
+                self.join_all();
                 Err(e)
+            }
+        }
+    }
+
+    /// Wait for the oldest chunk in flight and settle it (its buffer is reused for the next chunk).
+    fn join_oldest(&mut self) -> Result<()> {
+        let Some(handle) = self.in_flight.pop_front() else {
+            return Ok(());
+        };
+        let result = match handle.join() {
+            Ok((result, buf)) => {
+                if self.buf.is_empty() && self.buf.capacity() < buf.capacity() {
+                    self.buf = buf;
+                }
+                result
+            }
+            Err(_) => Err(Error::Io("a chunk's write thread panicked".into())),
+        };
+        self.settle(result)
+    }
+
+    /// Wait for every chunk in flight (after a failure, or when the promise is dropped): started chunks finish.
+    fn join_all(&mut self) {
+        for handle in self.in_flight.drain(..) {
+            if let Ok((Ok(txn), _)) = handle.join() {
+                self.txn_ids.push(txn);
             }
         }
     }
@@ -122,11 +201,20 @@ impl WritePromise {
             return Err(Error::InvalidArgument("commit after a failed chunk".into()));
         }
         self.write_buffer()?;
+        while !self.in_flight.is_empty() {
+            self.join_oldest()?;
+        }
         Ok(std::mem::take(&mut self.txn_ids))
     }
 
     /// Discard data not yet written. Chunks already started are complete (no rollback: thesis §4.3.3).
     pub fn abort(self) {}
+}
+
+impl Drop for WritePromise {
+    fn drop(&mut self) {
+        self.join_all();
+    }
 }
 
 impl io::Write for WritePromise {

@@ -102,6 +102,10 @@ pub struct StoreConfig {
     pub default_placement: String,
     /// Bytes of contents persisted per write batch (bounds a persist step).
     pub persist_batch_bytes_max: u64,
+    /// Engine chunks a persist step writes at the same time (`WritePromise::with_chunks_in_flight`): the disks'
+    /// writes and syncs of one chunk overlap the next ones, so one sequential dataset keeps the device busy.
+    /// 1 = one chunk at a time.
+    pub persist_chunks_in_flight: usize,
     /// fsync cache files and commit the catalog durably before acknowledging. `false` is only for tests and
     /// benchmarks: a crash may lose acknowledged data.
     pub fsync: bool,
@@ -144,6 +148,7 @@ impl Default for StoreConfig {
             default_compression: Compression::Zstd,
             default_placement: permafrost_policy::DatasetAffinity::NAME.into(),
             persist_batch_bytes_max: 4 << 30,
+            persist_chunks_in_flight: 3,
             fsync: true,
             grid: GridSetup::default(),
             power_profile: None,

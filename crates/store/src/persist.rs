@@ -649,7 +649,8 @@ fn write_units(
         let run_len = records[j - 1].offset + records[j - 1].length_bytes - run_start;
         let mut promise = inner
             .engine
-            .write(grid_bucket as usize, run_start, run_len, mode)?;
+            .write(grid_bucket as usize, run_start, run_len, mode)?
+            .with_chunks_in_flight(inner.config.persist_chunks_in_flight);
         for k in i..j {
             let hash = write_unit(
                 inner,
