@@ -21,16 +21,32 @@ pub struct GcReport {
     pub freed_bytes: u64,
 }
 
-/// The collector thread: every `gc_interval_ms`, remove contents unreferenced for longer than `gc_grace_ms`.
+/// Grace of unreferenced contents when a writer waits for cache room: long enough for a reader that looked an
+/// object up to open it (then its hold protects the content), short enough that dead contents never keep the
+/// cache full. The full `gc_grace_ms` applies otherwise.
+pub(crate) const PRESSURE_GRACE_MS: u64 = 5_000;
+
+/// The collector thread: every `gc_interval_ms`, remove contents unreferenced for longer than `gc_grace_ms`; when
+/// a writer waits for cache room (`Inner::gc_for_room`), at once those unreferenced for longer than
+/// [`PRESSURE_GRACE_MS`] that no reader holds.
 pub(crate) fn gc_loop(inner: &Inner) {
     let mut last = std::time::Instant::now();
+    let mut last_for_room = std::time::Instant::now();
     while !inner.stop.load(Ordering::SeqCst) {
         std::thread::sleep(std::time::Duration::from_millis(50));
-        if last.elapsed().as_millis() as u64 >= inner.config.gc_interval_ms {
+        let result = if last.elapsed().as_millis() as u64 >= inner.config.gc_interval_ms {
             last = std::time::Instant::now();
-            if let Err(e) = collect(inner, false) {
-                inner.record_error(format!("garbage collector: {e}"));
-            }
+            collect(inner, false)
+        } else if last_for_room.elapsed().as_millis() >= 250
+            && inner.gc_for_room.swap(false, Ordering::SeqCst)
+        {
+            last_for_room = std::time::Instant::now();
+            collect_for_room(inner)
+        } else {
+            continue;
+        };
+        if let Err(e) = result {
+            inner.record_error(format!("garbage collector: {e}"));
         }
     }
 }
@@ -38,12 +54,27 @@ pub(crate) fn gc_loop(inner: &Inner) {
 /// Remove unreferenced contents (after the grace period unless `ignore_grace`): their segments, the extents no
 /// longer used (ranges back to the free lists) and their cache files.
 pub(crate) fn collect(inner: &Inner, ignore_grace: bool) -> Result<GcReport> {
-    let _guard = inner.persister.work_lock.lock();
     let cutoff = if ignore_grace {
         u64::MAX
     } else {
         permafrost_catalog::now_ms().saturating_sub(inner.config.gc_grace_ms)
     };
+    collect_before(inner, cutoff, false)
+}
+
+/// The collection a writer waiting for cache room asks for: contents unreferenced for longer than
+/// [`PRESSURE_GRACE_MS`] (or the configured grace, if shorter) that no reader of this process holds.
+pub(crate) fn collect_for_room(inner: &Inner) -> Result<GcReport> {
+    let grace = inner.config.gc_grace_ms.min(PRESSURE_GRACE_MS);
+    collect_before(
+        inner,
+        permafrost_catalog::now_ms().saturating_sub(grace),
+        true,
+    )
+}
+
+fn collect_before(inner: &Inner, cutoff: u64, skip_held: bool) -> Result<GcReport> {
+    let _guard = inner.persister.work_lock.lock();
     let mut report = GcReport::default();
     let mut seen = HashSet::new();
     loop {
@@ -56,6 +87,9 @@ pub(crate) fn collect(inner: &Inner, ignore_grace: bool) -> Result<GcReport> {
             return Ok(report);
         }
         for id in fresh {
+            if skip_held && inner.reading.lock().contains_key(&id) {
+                continue;
+            }
             let outcome = inner.catalog.gc_content(&id)?;
             report.contents_removed += outcome.contents_removed;
             report.freed_bytes += outcome.stored_bytes_removed;

@@ -12,7 +12,8 @@ use std::io::{self, BufReader, Read, Seek, SeekFrom};
 use std::sync::Arc;
 
 use permafrost_catalog::{
-    ContentPart, ContentRecord, ContentSegment, Encoding, ExtentKind, StoredForm, INLINE_CACHE_PATH,
+    ContentId, ContentPart, ContentRecord, ContentSegment, Encoding, ExtentKind, StoredForm,
+    INLINE_CACHE_PATH,
 };
 use permafrost_engine::ReadPromise;
 use permafrost_format::{Algorithm, ChunkIndex, EXTENT_HEADER_BYTES, EXTENT_TRAILER_BYTES};
@@ -32,6 +33,43 @@ pub struct ObjectReader {
     encoding: Encoding,
     range: Option<(u64, u64)>,
     total_bytes: u64,
+    /// The contents this reader reads (the object's and its parts'), held against the collector.
+    _hold: Option<ReadHold>,
+}
+
+/// Contents a reader is using, counted in `Inner::reading` until it is dropped: a collection for cache room
+/// (`gc::collect_for_room`, which ignores most of the grace period) never removes them under a reader.
+pub(crate) struct ReadHold {
+    inner: Arc<Inner>,
+    ids: Vec<ContentId>,
+}
+
+impl ReadHold {
+    pub(crate) fn new(inner: &Arc<Inner>, ids: Vec<ContentId>) -> ReadHold {
+        let mut reading = inner.reading.lock();
+        for id in &ids {
+            *reading.entry(*id).or_insert(0) += 1;
+        }
+        drop(reading);
+        ReadHold {
+            inner: Arc::clone(inner),
+            ids,
+        }
+    }
+}
+
+impl Drop for ReadHold {
+    fn drop(&mut self) {
+        let mut reading = self.inner.reading.lock();
+        for id in &self.ids {
+            if let Some(n) = reading.get_mut(id) {
+                *n -= 1;
+                if *n == 0 {
+                    reading.remove(id);
+                }
+            }
+        }
+    }
 }
 
 impl std::fmt::Debug for ObjectReader {
@@ -73,6 +111,24 @@ impl ObjectReader {
     /// Open `content` (with `parts`, its parts when it is a part list: [`Inner::parts_of`]). `prefer_grid`:
     /// read persisted contents from the grid even when they are cached (verify).
     pub(crate) fn open(
+        inner: &Arc<Inner>,
+        content: &ContentRecord,
+        parts: Vec<(ContentPart, ContentRecord)>,
+        range: Option<ByteRange>,
+        accept_encoding: Option<Encoding>,
+        prefer_grid: bool,
+    ) -> Result<ObjectReader> {
+        let ids = std::iter::once(content.id)
+            .chain(parts.iter().map(|(_, record)| record.id))
+            .collect();
+        let hold = ReadHold::new(inner, ids);
+        let mut reader =
+            Self::open_unheld(inner, content, parts, range, accept_encoding, prefer_grid)?;
+        reader._hold = Some(hold);
+        Ok(reader)
+    }
+
+    fn open_unheld(
         inner: &Arc<Inner>,
         content: &ContentRecord,
         parts: Vec<(ContentPart, ContentRecord)>,
@@ -154,6 +210,7 @@ impl ObjectReader {
             },
             range: resolved,
             total_bytes,
+            _hold: None,
         })
     }
 }
@@ -210,6 +267,7 @@ impl ObjectReader {
             },
             range: resolved,
             total_bytes,
+            _hold: None,
         })
     }
 }

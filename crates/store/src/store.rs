@@ -279,6 +279,12 @@ pub(crate) struct Inner {
     pub persister: Persister,
     /// Recent reads: content → time, written to the catalog in batches (LRU without a commit per GET).
     access: Mutex<HashMap<ContentId, u64>>,
+    /// Contents open for reading in this process (count per content, see `read::ReadHold`): the collector skips
+    /// them when it runs early for room.
+    pub reading: Mutex<HashMap<ContentId, u32>>,
+    /// Set by a writer that found the cache full: the collector runs at once with the short grace
+    /// (`gc::PRESSURE_GRACE_MS`), so unreferenced contents never hold the cache full for the whole grace period.
+    pub gc_for_room: AtomicBool,
     pub stop: AtomicBool,
     wake_lock: Mutex<bool>,
     wake: Condvar,
@@ -288,8 +294,9 @@ pub(crate) struct Inner {
 }
 
 impl Inner {
-    /// Reserve cache space for a writer: evict persisted contents, wake the persistence manager, and wait up to
-    /// `cache_wait_ms_max`; then `SlowDown`.
+    /// Reserve cache space for a writer: evict persisted contents, wake the persistence manager and the
+    /// collector (unreferenced contents go after the short grace), and wait up to `cache_wait_ms_max`; then
+    /// `SlowDown`.
     pub fn reserve_cache(&self, bytes: u64) -> Result<()> {
         if self.cache.try_reserve(bytes) {
             return Ok(());
@@ -301,6 +308,7 @@ impl Inner {
                 return Ok(());
             }
             self.wake_persister();
+            self.gc_for_room.store(true, Ordering::SeqCst);
             let now = Instant::now();
             if now >= deadline {
                 return Err(StoreError::SlowDown(format!(
@@ -627,6 +635,8 @@ impl Store {
             engine,
             persister,
             access: Mutex::new(HashMap::new()),
+            reading: Mutex::new(HashMap::new()),
+            gc_for_room: AtomicBool::new(false),
             stop: AtomicBool::new(false),
             wake_lock: Mutex::new(false),
             wake: Condvar::new(),

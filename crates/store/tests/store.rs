@@ -843,3 +843,43 @@ fn small_objects_are_cached_in_the_catalog_with_no_file_and_read_back_everywhere
     let report = store.verify(&mut |_| {}).unwrap();
     assert!(report.errors.is_empty(), "{report:?}");
 }
+
+#[test]
+fn unreferenced_contents_never_hold_the_cache_full_but_a_reader_keeps_its_content() {
+    // Deleted objects' contents wait out the grace period (an hour here) for reads in flight; a writer that
+    // finds the cache full of them has them collected after the short grace instead of getting SlowDown. A
+    // content an open reader holds is not collected under it.
+    let dir = tempfile::tempdir().unwrap();
+    let mut tight = config();
+    tight.cache_bytes_max = 32 << 20;
+    tight.cache_wait_ms_max = 20_000;
+    let store = Store::open(dir.path(), tight).unwrap();
+    let settings = BucketSettings {
+        compression: Some(Compression::None),
+        ..Default::default()
+    };
+    store.create_bucket("churn", settings).unwrap();
+    let size = 12 << 20;
+    put(&store, "churn", "a", &data(1, size, false));
+    put(&store, "churn", "b", &data(2, size, false));
+    let (_, mut held) = store.open_object("churn", "b", None, None).unwrap();
+    store.delete_object("churn", "a").unwrap();
+    store.delete_object("churn", "b").unwrap();
+    let started = std::time::Instant::now();
+    put(&store, "churn", "c", &data(3, size, false));
+    assert!(
+        started.elapsed() < Duration::from_millis(15_000),
+        "the dead content made room within the short grace, not the hour"
+    );
+    let mut body = Vec::new();
+    held.read_to_end(&mut body).unwrap();
+    assert!(
+        body == data(2, size, false),
+        "the held content was not collected under its reader"
+    );
+    drop(held);
+    put(&store, "churn", "d", &data(4, size, false));
+    assert_eq!(get(&store, "churn", "c"), data(3, size, false));
+    assert_eq!(get(&store, "churn", "d"), data(4, size, false));
+    assert_eq!(store.status().unwrap().catalog.objects, 2);
+}
