@@ -44,7 +44,7 @@ BUCKET = pf.BUCKET
 
 
 def config(cache_bytes: int, disk_bytes: int, hold: bool, write_mode: str = "serialized", layout: str = "8x6:4+1",
-           grace_ms: int = 0, placement: str = "dataset", extra: str = "") -> str:
+           grace_ms: int = 0, placement: str = "dataset-affinity", extra: str = "") -> str:
     age, above = (86_400_000, pf.NEVER) if hold else (1000, 256 * MiB)
     return f"""
 [store]
@@ -207,7 +207,7 @@ class Run:
         lock = threading.Lock()
 
         def client(c: int):
-            s3 = pf.s3_client(s.endpoint)
+            s3 = pf.s3_client(s.endpoint, attempts=1)
             n = 0
             while not stop.is_set():
                 body = pf.RandomData(10_000 * c + n).range(0, 64 * MiB)
@@ -293,8 +293,7 @@ def churn(endpoint: str, seconds: float, mbps: float, clients: int = 64, keys: i
     counts = dict(puts=0, deletes=0, slowdowns=0, errors=0)
 
     def run(c: int):
-        s3 = pf.s3_client(endpoint)
-        s3.meta.config.retries = {"max_attempts": 1}
+        s3 = pf.s3_client(endpoint, attempts=1)
         rng = random.Random(c)
         while time.monotonic() < stop_at:
             key = f"churn/k{rng.randrange(keys):05}"

@@ -226,11 +226,12 @@ class Server:
             self.process = None
 
 
-def s3_client(endpoint: str):
+def s3_client(endpoint: str, attempts: int = 3):
+    """A boto3 client of the benchmark servers; `attempts=1` turns retries off (a 503 reaches the caller)."""
     return boto3.client(
         "s3", endpoint_url=endpoint, aws_access_key_id=ACCESS_KEY, aws_secret_access_key=SECRET_KEY,
         region_name="us-east-1",
-        config=Config(s3={"addressing_style": "path"}, retries={"max_attempts": 3, "mode": "standard"},
+        config=Config(s3={"addressing_style": "path"}, retries={"max_attempts": attempts, "mode": "standard"},
                       connect_timeout=10, read_timeout=1800, max_pool_connections=32))
 
 
