@@ -115,7 +115,8 @@ class Run:
         for mode in self.args.modes.split(","):
             self.say(f"\n== persist: 2 x {self.size // MiB} MiB, one dataset, {mode} mode (load {pf.loadavg()})")
             raw = self.baselines()
-            s = self.server(f"persist-{mode}", config(6 * self.size, 4 * self.size, hold=True, write_mode=mode))
+            s = self.server(f"persist-{mode}", config(6 * self.size, 4 * self.size, hold=True, write_mode=mode,
+                                                      extra=self.args.store_extra))
             s3 = pf.s3_client(s.endpoint)
             keys = [f"ds/random-{i}" for i in range(2)]
             for i, key in enumerate(keys):
@@ -369,6 +370,8 @@ def main():
     p.add_argument("--minutes", type=float, default=None, help="continuous ingest minutes (10; quick 1)")
     p.add_argument("--churn-minutes", type=float, default=None, help="churn minutes (3; quick 1)")
     p.add_argument("--churn-mbps", type=float, default=50.0)
+    p.add_argument("--store-extra", default="", help="TOML lines added to [store] of the persist phase, e.g. "
+                   "'persist_chunks_in_flight = 1'")
     p.add_argument("--bin", default=None)
     p.add_argument("--scratch", default=str(pf.REPO.parent / "bench-scratch-ingest"))
     p.add_argument("--out", default=None)
