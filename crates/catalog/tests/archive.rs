@@ -49,6 +49,7 @@ fn put_with(c: &dyn Catalog, o: &ObjectRecord, now: u64) -> Result<String> {
             chunk_index: vec![],
             md5: [o.content.hash[0]; 16],
             cache_path: format!("contents/{}", o.content.hash[0]),
+            inline: None,
         },
         now,
     )?;
@@ -504,6 +505,7 @@ fn a_bucket_with_only_uploads_in_progress_is_deleted_with_them() {
             chunk_index: vec![],
             md5: [0; 16],
             cache_path: "contents/part".into(),
+            inline: None,
         },
         "b/d",
     )
