@@ -302,6 +302,11 @@ pub async fn serve_admin(
                         continue;
                     }
                 };
+                // Small answers go out at once: without it a response written in two pieces (head, body) waits
+                // for the client's delayed ACK (~40 ms per small GET; Nagle's algorithm).
+                if let Err(e) = stream.set_nodelay(true) {
+                    tracing::debug!("connection from {peer}: cannot set TCP_NODELAY: {e}");
+                }
                 let s3 = s3.clone();
                 let admin = admin.clone();
                 let service = hyper::service::service_fn(move |request: Request<Incoming>| {
