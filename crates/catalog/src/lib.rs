@@ -883,7 +883,9 @@ pub trait Catalog: Send + Sync {
     fn content_parts(&self, id: &ContentId) -> Result<Vec<(ContentPart, ContentRecord)>>;
     /// `Cached` → `Placed` on `grid_bucket`; records the dataset's grid bucket if it had none.
     fn place_content(&self, id: &ContentId, grid_bucket: u32) -> Result<()>;
-    /// Record reads: set each content's `last_access_ms` (LRU), all in one transaction.
+    /// Record reads: set each content's `last_access_ms` (LRU), all in one transaction. Not durable on its own
+    /// (a crash may forget the latest reads; the next durable commit makes it durable), so no call ever waits
+    /// for its sync.
     fn touch_contents(&self, accesses: &[(ContentId, u64)]) -> Result<()>;
     /// Persisted contents with a cache file, least recently used first, at most `limit`.
     fn eviction_candidates(&self, limit: usize) -> Result<Vec<ContentRecord>>;

@@ -30,7 +30,9 @@
 //! **Reads wait too.** A committed but not yet synced change is already visible to readers. So that no call
 //! returns anything a crash could take back (as with `synchronous=FULL`, where a commit became visible only
 //! once durable), every call, read or write, ends with `sync_through(commit_seq)`: it costs nothing when no
-//! commit is pending, and at most a group sync under write load.
+//! commit is pending, and at most a group sync under write load. The one exception is `touch_contents`
+//! (`last_access_ms`, an LRU hint): its commit takes no sequence number, so readers never wait for its sync (a
+//! GET would otherwise wait for the sync of the reads recorded before it); a crash may take it back.
 //!
 //! **A failed sync is final.** After a failed fdatasync the kernel may have dropped the dirty pages, so a
 //! later successful sync proves nothing: the catalog then answers every call that depends on an unsynced
@@ -894,6 +896,17 @@ impl SqliteCatalog {
         result
     }
 
+    /// Like [`Self::write`] for changes a crash may take back (LRU hints): the commit takes no sequence number,
+    /// so no call waits for its sync; the next durable commit's sync covers it (the WAL is synced in order).
+    fn write_unsynced(&self, f: impl FnOnce(&Transaction) -> rusqlite::Result<()>) -> Result<()> {
+        let mut conn = self.writer.lock();
+        let tx = conn
+            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+            .map_err(|e| self.db_error(e))?;
+        f(&tx).map_err(|e| self.db_error(e))?;
+        tx.commit().map_err(|e| self.db_error(e))
+    }
+
     /// Run `f` on a reader connection (a snapshot of the last commit). Returns once every commit the snapshot
     /// may include is durable.
     fn read<T>(&self, f: impl FnOnce(&Connection) -> rusqlite::Result<T>) -> Result<T> {
@@ -1542,7 +1555,7 @@ impl Catalog for SqliteCatalog {
         if accesses.is_empty() {
             return Ok(());
         }
-        self.write(|tx| {
+        self.write_unsynced(|tx| {
             let mut stmt =
                 tx.prepare_cached("UPDATE contents SET last_access_ms = ?2 WHERE content = ?1")?;
             for (id, ms) in accesses {
