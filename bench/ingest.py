@@ -267,9 +267,10 @@ class Run:
     # ---- churn
     def churn(self):
         minutes = self.args.churn_minutes
-        self.say(f"\n== churn: 64 clients overwriting and deleting for {minutes} min at ~{self.args.churn_mbps} MB/s "
-                 f"(load {pf.loadavg()})")
-        s = self.server("churn", config(2 * GiB, 16 * GiB, hold=False, grace_ms=10_000))
+        self.say(f"\n== churn: 64 clients overwriting and deleting for {minutes} min at ~{self.args.churn_mbps} MB/s, "
+                 f"{self.args.churn_cache_mib} MiB cache, gc grace {self.args.churn_grace_ms} ms (load {pf.loadavg()})")
+        s = self.server("churn", config(self.args.churn_cache_mib * MiB, 16 * GiB, hold=False,
+                                        grace_ms=self.args.churn_grace_ms))
         result = churn(s.endpoint, minutes * 60, self.args.churn_mbps)
         time.sleep(15)  # the grace period and a collection
         st = pf.admin_status(s.endpoint)
@@ -370,6 +371,9 @@ def main():
     p.add_argument("--minutes", type=float, default=None, help="continuous ingest minutes (10; quick 1)")
     p.add_argument("--churn-minutes", type=float, default=None, help="churn minutes (3; quick 1)")
     p.add_argument("--churn-mbps", type=float, default=50.0)
+    p.add_argument("--churn-cache-mib", type=int, default=2048, help="cache of the churn phase")
+    p.add_argument("--churn-grace-ms", type=int, default=3_600_000, help="gc_grace_ms of the churn phase (the "
+                   "default configuration's hour: dead contents must not hold the cache full meanwhile)")
     p.add_argument("--store-extra", default="", help="TOML lines added to [store] of the persist phase, e.g. "
                    "'persist_chunks_in_flight = 1'")
     p.add_argument("--bin", default=None)
