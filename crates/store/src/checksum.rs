@@ -192,7 +192,13 @@ mod tests {
         h.update(b"12345");
         h.update(b"6789");
         assert_eq!(h.finish_base64(), "rosUhgp5mIg=");
-        assert_eq!(ChecksumAlgorithm::Crc64nvme.decode("rosUhgp5mIg=").unwrap().len(), 8);
+        assert_eq!(
+            ChecksumAlgorithm::Crc64nvme
+                .decode("rosUhgp5mIg=")
+                .unwrap()
+                .len(),
+            8
+        );
         assert_eq!(
             ChecksumAlgorithm::from_header("X-Amz-Checksum-CRC64NVME"),
             Some(ChecksumAlgorithm::Crc64nvme)
