@@ -136,9 +136,12 @@ impl WritePromise {
         }
         let mut buf = std::mem::take(&mut self.buf);
         let (shared, disk, mode) = (Arc::clone(&self.shared), self.disk, self.mode);
+        // The writer's reason (persist, rebuild, …), for the spin-ups of the chunk's disks.
+        let wake = WakeContext::current();
         let spawned = std::thread::Builder::new()
             .name(format!("permafrost-write-{disk}"))
             .spawn(move || {
+                let _wake = WakeContext::enter_opt(wake);
                 let result = shared.write_chunk(disk, offset, &buf, mode);
                 buf.clear();
                 (result, buf)
