@@ -82,11 +82,17 @@ if ! (command -v mc >/dev/null 2>&1 && mc --version 2>/dev/null | grep -qi minio
 fi
 # The dashboard test (tests/e2e/test_dashboard.py) drives Debian's headless Chromium with playwright-core from npm
 # (pinned in tests/e2e/ui/package.json and its lock file; installed into tests/e2e/ui/node_modules).
-if [ ! -x /usr/bin/chromium ] || ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
+# Only what is missing: a machine whose Node.js comes from NodeSource has npm inside `nodejs`, and asking apt for
+# Debian's `npm` as well conflicts with it (apt then installs nothing, chromium included).
+need_ui=()
+[ -x /usr/bin/chromium ] || need_ui+=(chromium)
+command -v node >/dev/null 2>&1 || need_ui+=(nodejs)
+command -v npm >/dev/null 2>&1 || need_ui+=(npm)
+if [ ${#need_ui[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then
-    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium nodejs npm
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_ui[@]}"
   else
-    echo "setup-deps: chromium, nodejs or npm missing (run as root to install); the dashboard test will fail" >&2
+    echo "setup-deps: missing ${need_ui[*]} (run as root to install); the dashboard test will fail" >&2
   fi
 fi
 if [ ! -d tests/e2e/ui/node_modules/playwright-core ] && command -v npm >/dev/null 2>&1; then
