@@ -47,6 +47,9 @@ pub const DECODE_LANES_MAX: usize = 4;
 
 static PIPELINED_READERS: AtomicUsize = AtomicUsize::new(0);
 
+/// `BlockStream::remaining` of a stream that returns everything up to its clean end.
+const UNBOUNDED: u64 = u64::MAX;
+
 /// Decode lanes per reader: one per core, at least one (decoding then overlaps the reader's copying), at most
 /// [`DECODE_LANES_MAX`].
 pub fn decode_lanes() -> usize {
@@ -144,7 +147,7 @@ pub(crate) struct BlockStream {
     pos: usize,
     /// Bytes still to drop from the front of the stream.
     skip: u64,
-    /// Bytes still to return.
+    /// Bytes still to return ([`UNBOUNDED`]: up to the clean end).
     remaining: u64,
     state: State,
     stop: Arc<AtomicBool>,
@@ -169,6 +172,20 @@ fn fill(reader: &mut impl Read, buf: &mut [u8]) -> io::Result<usize> {
         }
     }
     Ok(filled)
+}
+
+/// [`fill`] that keeps what was read before an error: `(bytes read, the error)`.
+fn fill_until_error(reader: &mut impl Read, buf: &mut [u8]) -> (usize, Option<io::Error>) {
+    let mut filled = 0;
+    while filled < buf.len() {
+        match reader.read(&mut buf[filled..]) {
+            Ok(0) => break,
+            Ok(n) => filled += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return (filled, Some(e)),
+        }
+    }
+    (filled, None)
 }
 
 impl BlockStream {
@@ -206,7 +223,7 @@ impl BlockStream {
         let mut stream = BlockStream::new(
             vec![rx],
             0,
-            u64::MAX,
+            UNBOUNDED,
             Arc::clone(&stop),
             Arc::clone(&buffers),
             permit,
@@ -217,17 +234,21 @@ impl BlockStream {
             while !stop.load(Ordering::Relaxed) {
                 let mut buf = buffers.take();
                 buf.resize(READ_BLOCK_BYTES, 0);
-                let message = match fill(&mut reader, &mut buf) {
-                    Ok(0) => Ok(None),
-                    Ok(n) => {
-                        buf.truncate(n);
-                        Ok(Some(buf))
-                    }
-                    Err(e) => Err(e),
-                };
-                let last = !matches!(message, Ok(Some(_)));
-                if tx.send(message).is_err() || last {
+                let (n, error) = fill_until_error(&mut reader, &mut buf);
+                buf.truncate(n);
+                if n > 0 && tx.send(Ok(Some(buf))).is_err() {
                     return;
+                }
+                match error {
+                    Some(e) => {
+                        let _ = tx.send(Err(e));
+                        return;
+                    }
+                    None if n == 0 => {
+                        let _ = tx.send(Ok(None));
+                        return;
+                    }
+                    None => {}
                 }
             }
         })?);
@@ -335,15 +356,16 @@ impl BlockStream {
             State::Ended => return Ok(false),
             State::Failed(kind, message) => return Err(io::Error::new(*kind, message.clone())),
         }
+        // The current block is used up: its buffer goes back before the next one is taken.
+        self.buffers.give(std::mem::take(&mut self.current));
+        self.pos = 0;
         let message = self.outs[self.next % self.outs.len()]
             .recv()
             .unwrap_or_else(|_| Err(io::Error::other("a read pipeline thread ended early")));
         self.next += 1;
         match message {
             Ok(Some(block)) => {
-                let done = std::mem::replace(&mut self.current, block);
-                self.buffers.give(done);
-                self.pos = 0;
+                self.current = block;
                 if self.skip > 0 {
                     let dropped = self.skip.min(self.current.len() as u64);
                     self.pos = dropped as usize;
@@ -402,11 +424,13 @@ impl Read for BlockStream {
                     .min(self.remaining.min(usize::MAX as u64) as usize);
                 buf[..n].copy_from_slice(&self.current[self.pos..self.pos + n]);
                 self.pos += n;
-                self.remaining -= n as u64;
+                if self.remaining != UNBOUNDED {
+                    self.remaining -= n as u64;
+                }
                 return Ok(n);
             }
             if !self.next_block()? {
-                if self.remaining != u64::MAX && self.remaining > 0 {
+                if self.remaining != UNBOUNDED && self.remaining > 0 {
                     return Err(io::Error::new(
                         io::ErrorKind::UnexpectedEof,
                         format!("the stored bytes ended {} bytes early", self.remaining),
