@@ -44,6 +44,7 @@ mod persist;
 mod pipeline;
 mod put;
 mod read;
+mod read_pipeline;
 mod salvage;
 mod store;
 mod summary;
