@@ -11,10 +11,13 @@ system as its baselines, measured in the same run (`dd` with O_DIRECT), and reco
               result is persistence MB/s / that limit (goal >= 0.8). Per write mode (--modes).
   read        after `persist`: the cache evicted, GET of each persisted 1 GiB object (random, and a compressible
               one) next to an O_DIRECT read of a file of the same size (goal >= 0.9).
-  merge       delayed write mode, 1, 2 and 4 datasets uploaded at the same time onto members of one horizontal
-              parity group: device bytes per user byte next to the model (1 data + 1 vP + (hP + vhP) / k) x 17/16.
-  continuous  --minutes of ingest (default 10) by 4 clients as fast as the server takes it into a small cache:
-              cache fill, persistence and ingest sampled every second; a chart (SVG) of the fill.
+  merge       delayed write mode, 1, 2 and 4 datasets uploaded at the same time and persisted together; the default
+              placement (dataset-affinity) puts datasets persisted together on members of one horizontal parity
+              group: device bytes per user byte next to the model (1 data + 1 vP + (hP + vhP) / k) x 17/16.
+  continuous  --minutes of ingest (default 10) by 4 clients into a small cache, as fast as the server takes it or
+              paced to --continuous-mbps in total (below the persistence rate: the fill must level off; the grid's
+              sparse files grow by ~4.3 bytes per byte ingested): cache fill, persistence and ingest sampled every
+              second; a chart (SVG) of the fill.
   churn       64 clients overwriting and deleting keys at about --churn-mbps MB/s for --churn-minutes: 503s
               counted (goal 0), and what the cache holds at the end against the live objects.
 
@@ -170,10 +173,11 @@ class Run:
         per = self.size // 2
         for k in (1, 2, 4):
             s = self.server(f"merge-{k}", config(8 * per + 2 * GiB, 4 * per, hold=True, write_mode="delayed",
-                                                placement="round-robin", layout="8x6:4+1"))
+                                                layout="8x6:4+1"))
             s3 = pf.s3_client(s.endpoint)
-            # Datasets ds0..ds{k-1} (first key component); round-robin placement puts them on grid buckets
-            # 0..k-1, which this layout groups into one horizontal parity group (checked below).
+            # Datasets ds0..ds{k-1} (first key component), placed by the default strategy when the persist call
+            # comes: each new one joins the horizontal parity group where the others wait (checked below: with
+            # hn = 4, buckets 4h..4h+3 form hPG h).
             with ThreadPoolExecutor(k) as pool:
                 list(pool.map(lambda i: peers.put_object(pf.s3_client(s.endpoint), f"ds{i}/obj", per,
                                                           pf.RandomData(400 + i)), range(k)))
@@ -186,11 +190,12 @@ class Run:
             user = k * per
             measured = m.io["write_bytes"] / user
             model = (2 + 2 / k) * 17 / 16
-            rows.append(dict(datasets=k, grid_buckets=placed, device_write_per_user_byte=round(measured, 3),
-                             model=round(model, 3), seconds=round(m.seconds, 2),
-                             mb_per_s=round(user / m.seconds / 1e6, 1)))
-            self.say(f"   {k} dataset(s) on grid buckets {placed}: {measured:.3f} device bytes per user byte "
-                     f"(model {model:.3f}); {user / m.seconds / 1e6:.1f} MB/s")
+            groups = sorted({b // 4 for b in placed})
+            rows.append(dict(datasets=k, grid_buckets=placed, hpgs=groups,
+                             device_write_per_user_byte=round(measured, 3), model=round(model, 3),
+                             seconds=round(m.seconds, 2), mb_per_s=round(user / m.seconds / 1e6, 1)))
+            self.say(f"   {k} dataset(s) on grid buckets {placed} (hPG {groups}): {measured:.3f} device bytes per "
+                     f"user byte (model {model:.3f}); {user / m.seconds / 1e6:.1f} MB/s")
             del st
             self.done(s)
         self.results["phases"]["merge"] = rows
@@ -199,8 +204,11 @@ class Run:
     def continuous(self):
         minutes = self.args.minutes
         cache = 2 * GiB if not self.args.quick else GiB
-        self.say(f"\n== continuous: {minutes} min of ingest by 4 clients into a {cache // MiB} MiB cache "
+        mbps = self.args.continuous_mbps
+        pace = f"paced to {mbps:g} MB/s" if mbps else "unpaced"
+        self.say(f"\n== continuous: {minutes} min of ingest by 4 clients ({pace}) into a {cache // MiB} MiB cache "
                  f"(load {pf.loadavg()})")
+        object_bytes = 16 * MiB if mbps else 64 * MiB
         s = self.server("continuous", config(cache, 64 * GiB, hold=False, write_mode="serialized",
                                              layout="4x4:2+1"))
         stop = threading.Event()
@@ -210,8 +218,13 @@ class Run:
         def client(c: int):
             s3 = pf.s3_client(s.endpoint, attempts=1)
             n = 0
+            started = time.monotonic()
             while not stop.is_set():
-                body = pf.RandomData(10_000 * c + n).range(0, 64 * MiB)
+                if mbps:  # this client's share of the rate: start object n when its bytes are due
+                    due = started + n * object_bytes / (mbps * 1e6 / 4)
+                    if stop.wait(max(0.0, due - time.monotonic())):
+                        break
+                body = pf.RandomData(10_000 * c + n).range(0, object_bytes)
                 try:
                     s3.put_object(Bucket=BUCKET, Key=f"run{c}/obj-{n:06}", Body=body)
                     with lock:
@@ -246,22 +259,25 @@ class Run:
             "t_s,cache_used_bytes,persisted_bytes,ingested_bytes,slowdowns,errors\n"
             + "".join(f"{r['t']},{r['cache_used']},{r['persisted']},{r['ingested']},{r['slowdowns']},{r['errors']}\n"
                       for r in rows))
-        svg = chart(rows, cache, f"{minutes} min continuous ingest, {cache // MiB} MiB cache")
+        svg = chart(rows, cache, f"{minutes:g} min continuous ingest ({pace}), {cache // MiB} MiB cache")
         (self.out / "continuous.svg").write_text(svg)
         last = rows[-1]
         half = [r for r in rows if r["t"] >= rows[-1]["t"] / 2]
         fill = [r["cache_used"] for r in half]
         ingest_rate = (half[-1]["ingested"] - half[0]["ingested"]) / max(half[-1]["t"] - half[0]["t"], 1) / 1e6
         persist_rate = (half[-1]["persisted"] - half[0]["persisted"]) / max(half[-1]["t"] - half[0]["t"], 1) / 1e6
-        phase = dict(minutes=minutes, cache_bytes=cache, samples=len(rows), ingested_bytes=last["ingested"],
+        phase = dict(minutes=minutes, paced_mb_per_s=mbps, object_bytes=object_bytes, cache_bytes=cache,
+                     samples=len(rows), ingested_bytes=last["ingested"],
                      second_half=dict(fill_min=min(fill), fill_max=max(fill), ingest_mb_per_s=round(ingest_rate, 1),
                                       persist_mb_per_s=round(persist_rate, 1)),
                      slowdowns=last["slowdowns"], errors=last["errors"])
+        phase["grid_allocated_bytes"] = allocated_bytes(s.data_dir / "grid")
         self.results["phases"]["continuous"] = phase
         self.say(f"   ingested {last['ingested'] / GiB:.1f} GiB; second half: cache fill "
                  f"{min(fill) / MiB:.0f}-{max(fill) / MiB:.0f} MiB of {cache // MiB}, ingest {ingest_rate:.1f} MB/s, "
                  f"persistence {persist_rate:.1f} MB/s; SlowDown answers {last['slowdowns']}, other errors "
-                 f"{last['errors']}; chart {self.out / 'continuous.svg'}")
+                 f"{last['errors']}; grid files {phase['grid_allocated_bytes'] / GiB:.1f} GiB; chart "
+                 f"{self.out / 'continuous.svg'}")
         self.done(s)
 
     # ---- churn
@@ -283,6 +299,11 @@ class Run:
                  f"contents, cache {result['cache_used_bytes'] / MiB:.0f} MiB for {result['live_bytes'] / MiB:.0f} "
                  f"MiB of live objects")
         self.done(s)
+
+
+def allocated_bytes(path: Path) -> int:
+    """Bytes the files under `path` occupy on the file system (sparse files count what is allocated)."""
+    return sum(f.stat().st_blocks * 512 for f in path.rglob("*") if f.is_file())
 
 
 def churn(endpoint: str, seconds: float, mbps: float, clients: int = 64, keys: int = 2000) -> dict:
@@ -369,6 +390,8 @@ def main():
     p.add_argument("--only", default="persist,read,merge,continuous,churn")
     p.add_argument("--modes", default="serialized,direct", help="write modes of the persist phase")
     p.add_argument("--minutes", type=float, default=None, help="continuous ingest minutes (10; quick 1)")
+    p.add_argument("--continuous-mbps", type=float, default=None, help="pace the continuous ingest to this many "
+                   "MB/s in total (default: as fast as the server takes it)")
     p.add_argument("--churn-minutes", type=float, default=None, help="churn minutes (3; quick 1)")
     p.add_argument("--churn-mbps", type=float, default=50.0)
     p.add_argument("--churn-cache-mib", type=int, default=2048, help="cache of the churn phase")

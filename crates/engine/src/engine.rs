@@ -186,6 +186,8 @@ pub struct GridStatus {
     pub pending_delta_bytes: u64,
     pub open_promises: u64,
     pub journal_rows: u64,
+    /// WAL syncs of the journal since the engine opened (group commit: one covers every commit before it).
+    pub journal_syncs: u64,
     pub spinning_now: usize,
     pub max_spinning_seen: usize,
 }
@@ -471,6 +473,7 @@ impl Engine {
             pending_delta_bytes: s.deltas.pending_bytes(),
             open_promises: s.journal.promise_count()?,
             journal_rows: s.journal.row_count()?,
+            journal_syncs: s.journal.syncs(),
             spinning_now: s.power.spinning_now(),
             max_spinning_seen: s.power.max_spinning_seen(),
         })

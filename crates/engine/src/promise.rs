@@ -42,6 +42,8 @@ pub struct WritePromise {
     buf: Vec<u8>,
     txn_ids: Vec<u64>,
     failed: bool,
+    /// Bytes per chunk: `chunk_bytes_max` of the grid, or a multiple of it ([`WritePromise::with_chunk_bytes`]).
+    chunk_bytes: u64,
     chunks_in_flight: usize,
     /// Chunks being written by threads, oldest first; each hands back its txn id (or error) and its buffer.
     in_flight: VecDeque<JoinHandle<(Result<u64>, Vec<u8>)>>,
@@ -56,6 +58,7 @@ impl WritePromise {
         mode: WriteMode,
     ) -> WritePromise {
         WritePromise {
+            chunk_bytes: shared.chunk_bytes_max(),
             shared,
             disk,
             mode,
@@ -73,6 +76,17 @@ impl WritePromise {
     /// caller's thread).
     pub fn with_chunks_in_flight(mut self, n: usize) -> WritePromise {
         self.chunks_in_flight = n.max(1);
+        self
+    }
+
+    /// Write chunks of `bytes` (rounded down to a multiple of the grid's `chunk_bytes_max`, at least one) instead
+    /// of `chunk_bytes_max`: a long sequential write pays its fixed costs per chunk — five journal steps and four
+    /// disk syncs in serialized mode — once per larger unit. Chunks stay aligned to their size in the logical
+    /// space (so consecutive chunks never share a stripe); memory grows with the unit (about six buffers of it
+    /// per chunk in flight).
+    pub fn with_chunk_bytes(mut self, bytes: u64) -> WritePromise {
+        let unit = self.shared.chunk_bytes_max();
+        self.chunk_bytes = (bytes / unit).max(1) * unit;
         self
     }
 
@@ -101,7 +115,7 @@ impl WritePromise {
                 data.len()
             )));
         }
-        let chunk_max = self.shared.chunk_bytes_max();
+        let chunk_max = self.chunk_bytes;
         let mut data = data;
         while !data.is_empty() {
             let chunk_len =

@@ -208,3 +208,34 @@ fn chunks_written_at_the_same_time_round_trip_in_every_mode() {
     assert_eq!(engine.status().unwrap().open_promises, 0);
     assert_parity_clean(&engine);
 }
+
+#[test]
+fn larger_chunks_round_trip_with_fewer_transactions_in_every_mode() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = create(dir.path());
+    let modes = [WriteMode::Direct, WriteMode::Serialized, WriteMode::Delayed];
+    for (i, &mode) in modes.iter().enumerate() {
+        let bucket = i * 5; // different hPGs
+                            // 14 MiB + 12 KiB from 8 KiB on, in chunks of 3 × 2 MiB (the grid's chunk is 2 MiB; 7 MiB rounds down to
+                            // 6 MiB): a short first chunk up to 6 MiB, one to 12 MiB, the rest.
+        let data = pattern(300 + i as u64, (14 * MIB + 12288) as usize);
+        let mut promise = engine
+            .write(bucket, 8192, data.len() as u64, mode)
+            .unwrap()
+            .with_chunk_bytes(7 * MIB)
+            .with_chunks_in_flight(2);
+        for piece in data.chunks(300_000) {
+            promise.append(piece).unwrap();
+        }
+        let txns = promise.commit().unwrap();
+        assert_eq!(txns.len(), 3, "{mode}: one transaction per 6 MiB chunk");
+        assert_eq!(
+            read(&engine, bucket, 8192, data.len() as u64).unwrap(),
+            data,
+            "{mode}"
+        );
+    }
+    engine.flush().unwrap();
+    assert_eq!(engine.status().unwrap().open_promises, 0);
+    assert_parity_clean(&engine);
+}

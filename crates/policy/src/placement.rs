@@ -58,6 +58,10 @@ pub struct BucketView {
     pub spinning: bool,
     /// Health of the data disk.
     pub health: BucketHealth,
+    /// The horizontal parity group of the bucket's data disk, when the caller knows the grid's geometry. The
+    /// members of one group share two of their three parity disks (`hP` and `vhP`), so delayed writes to them
+    /// at the same offsets merge their parity deltas (thesis §4.3.5); [`DatasetAffinity`] uses it.
+    pub parity_group: Option<usize>,
 }
 
 impl BucketView {
@@ -210,6 +214,37 @@ fn least_full(size_bytes: u64, buckets: &[BucketView], only_spinning: bool) -> O
     best.map(|(i, _)| i)
 }
 
+/// An accepting bucket with nothing waiting and a fill of at most `fill_max`, in a horizontal parity group where
+/// another bucket has bytes waiting: the one whose used bytes are nearest such a bucket's (ties: lower fill, then
+/// lower index). `None` when no group has data waiting or no member qualifies.
+fn merge_partner(size_bytes: u64, buckets: &[BucketView], fill_max: f64) -> Option<usize> {
+    let mut best: Option<(usize, u64, f64)> = None;
+    for (i, b) in buckets.iter().enumerate() {
+        let Some(group) = b.parity_group else {
+            continue;
+        };
+        if b.waiting_bytes > 0 || !b.accepts(size_bytes) || b.fill() > fill_max {
+            continue;
+        }
+        let distance = buckets
+            .iter()
+            .filter(|o| o.parity_group == Some(group) && o.waiting_bytes > 0)
+            .map(|o| o.used_bytes.abs_diff(b.used_bytes))
+            .min();
+        let Some(distance) = distance else {
+            continue;
+        };
+        let better = match best {
+            None => true,
+            Some((_, d, f)) => distance < d || (distance == d && b.fill() < f),
+        };
+        if better {
+            best = Some((i, distance, b.fill()));
+        }
+    }
+    best.map(|(i, _, _)| i)
+}
+
 /// Settings of [`DatasetAffinity`].
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -242,9 +277,21 @@ impl Default for DatasetAffinityConfig {
 ///
 /// For a dataset seen before, its bucket is chosen again if it still accepts
 /// the object. Otherwise (a new dataset, or its bucket is full, failed or
-/// rebuilding) the dataset moves to a new bucket for its *future* objects:
-/// the least-full accepting bucket, or a spinning accepting bucket whose fill
-/// is within [`DatasetAffinityConfig::spinning_fill_slack_percent`] of it.
+/// rebuilding) the dataset moves to a new bucket for its *future* objects,
+/// the first of:
+/// 1. a *merge partner*: a bucket with nothing waiting in a horizontal parity
+///    group where another bucket has data waiting to be persisted, the one
+///    whose used bytes are nearest that bucket's (so both are written at about
+///    the same offsets, and the parity deltas of the shared `hP` and `vhP`
+///    merge in the drain: thesis §4.3.5, "sequential delayed writes to all
+///    disks of a horizontal parity group"). Datasets persisted at the same time
+///    thus fill one group side by side instead of spreading over groups;
+/// 2. a spinning accepting bucket whose fill is within
+///    [`DatasetAffinityConfig::spinning_fill_slack_percent`] of the least-full one;
+/// 3. the least-full accepting bucket.
+///
+/// Every choice keeps the balance: a merge partner too must be within the fill
+/// slack of the least-full bucket.
 #[derive(Debug)]
 pub struct DatasetAffinity {
     config: DatasetAffinityConfig,
@@ -324,9 +371,13 @@ impl Placement for DatasetAffinity {
         let coldest = least_full(object.size_bytes, buckets, false)
             .ok_or_else(|| no_room(object, buckets))?;
         let slack = self.config.spinning_fill_slack_percent / 100.0;
-        let chosen = match least_full(object.size_bytes, buckets, true) {
-            Some(s) if buckets[s].fill() <= buckets[coldest].fill() + slack => s,
-            _ => coldest,
+        let fill_max = buckets[coldest].fill() + slack;
+        let chosen = match merge_partner(object.size_bytes, buckets, fill_max) {
+            Some(m) => m,
+            None => match least_full(object.size_bytes, buckets, true) {
+                Some(s) if buckets[s].fill() <= fill_max => s,
+                _ => coldest,
+            },
         };
         self.assign(dataset, chosen);
         Ok(chosen)
@@ -454,6 +505,7 @@ mod tests {
             waiting_bytes: 0,
             spinning: false,
             health: BucketHealth::Ok,
+            parity_group: None,
         }
     }
 
@@ -516,6 +568,71 @@ mod tests {
         assert_eq!(p.place(&obj("s", "a/x", GB), &buckets).unwrap(), 1);
         buckets[1].used_bytes = 40 * GB; // now 40 points fuller: balance wins
         assert_eq!(p.place(&obj("s", "b/x", GB), &buckets).unwrap(), 0);
+    }
+
+    #[test]
+    fn dataset_affinity_puts_datasets_persisted_together_into_one_parity_group() {
+        let mut p = DatasetAffinity::new(DatasetAffinityConfig::default());
+        // Two groups of three buckets, all empty.
+        let mut buckets: Vec<BucketView> = (0..6)
+            .map(|i| BucketView {
+                parity_group: Some(i / 3),
+                ..bucket(0)
+            })
+            .collect();
+        let mut place = |key: &str, buckets: &mut Vec<BucketView>| {
+            let b = p.place(&obj("s", key, GB), buckets).unwrap();
+            buckets[b].waiting_bytes += GB;
+            b
+        };
+        let first = place("a/x", &mut buckets);
+        assert_eq!(first, 0, "nothing waits anywhere: the least-full bucket");
+        let second = place("b/x", &mut buckets);
+        let third = place("c/x", &mut buckets);
+        assert_eq!(
+            (second, third),
+            (1, 2),
+            "new datasets join the group where data waits"
+        );
+        let fourth = place("d/x", &mut buckets);
+        assert_eq!(fourth, 3, "a full group: the next least-full bucket");
+        assert_eq!(place("a/y", &mut buckets), first, "affinity still holds");
+        // Persisted: nothing waits; the next new dataset balances again.
+        for b in buckets.iter_mut() {
+            b.used_bytes += b.waiting_bytes;
+            b.waiting_bytes = 0;
+        }
+        assert_eq!(place("e/x", &mut buckets), 4);
+    }
+
+    #[test]
+    fn a_merge_partner_is_the_member_nearest_in_fill_and_within_the_slack() {
+        let mut p = DatasetAffinity::new(DatasetAffinityConfig::default());
+        // Group 0: buckets 0, 2, 3, 4; group 1: bucket 1. Data waits on bucket 0 (20 GB used).
+        let mut buckets: Vec<BucketView> = [20, 15, 19, 22, 30]
+            .iter()
+            .enumerate()
+            .map(|(i, &used)| BucketView {
+                parity_group: Some(usize::from(i == 1)),
+                ..bucket(used * GB)
+            })
+            .collect();
+        buckets[0].waiting_bytes = GB;
+        // Within 10 points of the least-full bucket (15 GB): buckets 2 and 3; 19 GB is nearest 20 GB.
+        assert_eq!(p.place(&obj("s", "n/x", GB), &buckets).unwrap(), 2);
+        // Every member of group 0 is beyond the slack over the least-full bucket: balance wins.
+        buckets[1].used_bytes = 0;
+        assert_eq!(p.place(&obj("s", "m/x", GB), &buckets).unwrap(), 1);
+        // Without group information nothing changes.
+        buckets[1].used_bytes = 15 * GB;
+        let plain: Vec<BucketView> = buckets
+            .iter()
+            .map(|b| BucketView {
+                parity_group: None,
+                ..*b
+            })
+            .collect();
+        assert_eq!(p.place(&obj("s", "o/x", GB), &plain).unwrap(), 1);
     }
 
     #[test]

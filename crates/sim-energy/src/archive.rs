@@ -733,6 +733,7 @@ impl ArchiveSim {
                 waiting_bytes: home.waiting_bytes,
                 spinning,
                 health: BucketHealth::Ok,
+                parity_group: None,
             });
         }
         let names = PlacementNames::of(record);

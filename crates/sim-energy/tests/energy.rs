@@ -527,6 +527,7 @@ fn every_registered_placement_chooses_in_the_simulator_what_the_policy_crate_cho
                 waiting_bytes: 0,
                 spinning: false,
                 health: BucketHealth::Ok,
+                parity_group: None,
             };
             geometry.buckets()
         ];

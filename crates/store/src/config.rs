@@ -106,6 +106,11 @@ pub struct StoreConfig {
     /// writes and syncs of one chunk overlap the next ones, so one sequential dataset keeps the device busy.
     /// 1 = one chunk at a time.
     pub persist_chunks_in_flight: usize,
+    /// Bytes per engine chunk of a persist step (`WritePromise::with_chunk_bytes`, a multiple of the grid's
+    /// `chunk_bytes_max`): each chunk is one journal transaction with one sync per disk (serialized mode: five
+    /// journal steps, four disk syncs), so larger chunks spend less of the device on syncs; memory is about six
+    /// buffers of it per chunk in flight.
+    pub persist_chunk_bytes: u64,
     /// fsync cache files and commit the catalog durably before acknowledging. `false` is only for tests and
     /// benchmarks: a crash may lose acknowledged data.
     pub fsync: bool,
@@ -149,6 +154,7 @@ impl Default for StoreConfig {
             default_placement: permafrost_policy::DatasetAffinity::NAME.into(),
             persist_batch_bytes_max: 4 << 30,
             persist_chunks_in_flight: 3,
+            persist_chunk_bytes: 8 << 20,
             fsync: true,
             grid: GridSetup::default(),
             power_profile: None,

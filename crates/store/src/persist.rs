@@ -9,6 +9,11 @@
 //! runs of contiguous extents through one write promise each, records every extent's BLAKE3 and the segments,
 //! and marks the contents `persisted` (delayed mode: once the engine's parity deltas are drained). A failure
 //! frees the allocation and returns the contents to `placed`.
+//!
+//! The grid buckets of one horizontal parity group are persisted at the same time, one thread each
+//! ([`persist_grid_buckets`]); placement puts datasets that wait together side by side in one group, so their
+//! parity deltas merge (delayed mode). Each write promise writes `persist_chunk_bytes` engine chunks, several
+//! in flight (`persist_chunks_in_flight`, shared by a group's threads).
 
 use permafrost_disk::power::{WakeKind, WakeReason};
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -153,10 +158,11 @@ fn tick(inner: &Inner) -> Result<()> {
         .watchdog
         .read()
         .decide(permafrost_catalog::now_ms(), &view);
-    for action in actions {
+    for action in &actions {
         tracing::debug!(grid_bucket = action.disk, reason = ?action.reason, "persisting");
-        persist_grid_bucket(inner, action.disk as u32)?;
     }
+    let buckets: Vec<u32> = actions.iter().map(|a| a.disk as u32).collect();
+    persist_grid_buckets(inner, &buckets)?;
     let used = inner.cache.used_bytes();
     if used > inner.cache.capacity_bytes {
         inner.evict_lru(used - inner.cache.capacity_bytes)?;
@@ -203,6 +209,8 @@ fn bucket_views(inner: &Inner) -> Result<Vec<BucketView>> {
                 waiting_bytes: waiting.get(&(b as u32)).copied().unwrap_or(0),
                 spinning: engine.power().state(disk) != PowerState::Off,
                 health,
+                // Identified by its hP disk: members share hP and vhP, so their parity deltas merge.
+                parity_group: Some(geometry.parity_targets(disk).hp),
             }
         })
         .collect())
@@ -270,9 +278,13 @@ pub(crate) fn place_cached(inner: &Inner) -> Result<usize> {
 /// Place and persist everything waiting, then drain parity so that all of it is fully persisted.
 pub(crate) fn persist_all(inner: &Inner) -> Result<()> {
     place_cached(inner)?;
-    for o in inner.catalog.outstanding()? {
-        persist_grid_bucket(inner, o.grid_bucket)?;
-    }
+    let buckets: Vec<u32> = inner
+        .catalog
+        .outstanding()?
+        .iter()
+        .map(|o| o.grid_bucket)
+        .collect();
+    persist_grid_buckets(inner, &buckets)?;
     complete_parity(inner)
 }
 
@@ -400,10 +412,59 @@ enum Unit {
     },
 }
 
-/// Persist the contents placed on `grid_bucket`, one bounded batch after another.
-pub(crate) fn persist_grid_bucket(inner: &Inner, grid_bucket: u32) -> Result<()> {
-    let _wake = WakeReason::about(WakeKind::Persist, format!("grid bucket {grid_bucket}")).enter();
+/// Persist the contents placed on `grid_buckets`. The buckets of one horizontal parity group are persisted at
+/// the same time, one thread each: their extents go to about the same offsets at about the same time (placement
+/// puts datasets persisted together side by side in one group), so in delayed mode the drain merges their parity
+/// deltas for the shared `hP` and `vhP` whatever the delta cache's size (thesis §4.3.5: "sequential delayed
+/// writes to all disks of a horizontal parity group"), and the group's data disks are written in parallel.
+/// Groups follow one another; the chunks in flight (`persist_chunks_in_flight`) are shared by a group's threads.
+pub(crate) fn persist_grid_buckets(inner: &Inner, grid_buckets: &[u32]) -> Result<()> {
+    let geometry = inner.engine.geometry();
+    let mut groups: BTreeMap<usize, Vec<u32>> = BTreeMap::new();
+    for &b in grid_buckets {
+        let hp = geometry.parity_targets(geometry.bucket_disk(b as usize)).hp;
+        let members = groups.entry(hp).or_default();
+        if !members.contains(&b) {
+            members.push(b);
+        }
+    }
     let _guard = inner.persister.work_lock.lock();
+    for members in groups.into_values() {
+        let in_flight = (inner.config.persist_chunks_in_flight / members.len()).max(1);
+        if let [only] = members[..] {
+            persist_grid_bucket(inner, only, in_flight)?;
+            continue;
+        }
+        let results: Vec<Result<()>> = std::thread::scope(|scope| {
+            let threads: Vec<_> = members
+                .iter()
+                .map(|&b| {
+                    std::thread::Builder::new()
+                        .name(format!("permafrost-persist-{b}"))
+                        .spawn_scoped(scope, move || persist_grid_bucket(inner, b, in_flight))
+                })
+                .collect();
+            threads
+                .into_iter()
+                .map(|t| match t {
+                    Ok(handle) => handle.join().unwrap_or_else(|_| {
+                        Err(StoreError::Internal("a persist thread panicked".into()))
+                    }),
+                    Err(e) => Err(io_error("cannot start a persist thread", e)),
+                })
+                .collect()
+        });
+        for result in results {
+            result?;
+        }
+    }
+    Ok(())
+}
+
+/// Persist the contents placed on `grid_bucket`, one bounded batch after another, with up to `in_flight` engine
+/// chunks at a time. The caller holds the work lock.
+fn persist_grid_bucket(inner: &Inner, grid_bucket: u32, in_flight: usize) -> Result<()> {
+    let _wake = WakeReason::about(WakeKind::Persist, format!("grid bucket {grid_bucket}")).enter();
     let mut skipped: HashSet<ContentId> = HashSet::new();
     loop {
         let limit = PERSIST_BATCH_CONTENTS + skipped.len();
@@ -459,7 +520,7 @@ pub(crate) fn persist_grid_bucket(inner: &Inner, grid_bucket: u32) -> Result<()>
             }
         }
         if !ready.is_empty() {
-            persist_batch(inner, grid_bucket, &ready, more_follow)?;
+            persist_batch(inner, grid_bucket, &ready, more_follow, in_flight)?;
         }
     }
 }
@@ -564,6 +625,7 @@ fn persist_batch(
     grid_bucket: u32,
     ready: &[Ready],
     more_follow: bool,
+    in_flight: usize,
 ) -> Result<()> {
     let mut units = plan_units(inner, ready, more_follow)?;
     if units.is_empty() {
@@ -586,7 +648,7 @@ fn persist_batch(
         &new_extents,
         &ids,
     )?;
-    match write_units(inner, grid_bucket, ready, &units, &records) {
+    match write_units(inner, grid_bucket, ready, &units, &records, in_flight) {
         Ok((written, segments, delayed)) => {
             inner
                 .catalog
@@ -630,6 +692,7 @@ fn write_units(
     ready: &[Ready],
     units: &[Unit],
     records: &[ExtentRecord],
+    in_flight: usize,
 ) -> Result<Written> {
     let mut written = Vec::with_capacity(units.len());
     let mut segments = Vec::new();
@@ -650,7 +713,8 @@ fn write_units(
         let mut promise = inner
             .engine
             .write(grid_bucket as usize, run_start, run_len, mode)?
-            .with_chunks_in_flight(inner.config.persist_chunks_in_flight);
+            .with_chunks_in_flight(in_flight)
+            .with_chunk_bytes(inner.config.persist_chunk_bytes);
         for k in i..j {
             let hash = write_unit(
                 inner,

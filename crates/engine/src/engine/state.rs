@@ -5,6 +5,11 @@
 //! **Invariants.**
 //! - The in-memory maps change only after the journal transaction that records the change committed: a crash never
 //!   leaves memory ahead of the journal, and replay starts from exactly what was acknowledged.
+//! - `journal_with_written` (the write path's journal step) updates the maps once its transaction is committed and
+//!   waits for durability after releasing them (group commit: `journal`): it returns only once the change is
+//!   durable, and its caller holds the range locks of everything the change covers until then, so no other thread
+//!   acts on a written mark that a crash could still take back. Every other change here commits and syncs under
+//!   the maps lock.
 //! - A range is marked written in the same transaction that records it as known good as of now (fresh encoding
 //!   counts as verification); ages can look older than they are, never younger.
 //! - Defects are stripe aligned and are only ever removed after the recovered data is durable (`recovery`).
@@ -72,7 +77,7 @@ impl Shared {
             })
             .collect();
         let (lo, hi) = (start / self.stripe_bytes, end.div_ceil(self.stripe_bytes));
-        self.journal.batch(|b| {
+        let ((), seq) = self.journal.commit(|b| {
             extra(b)?;
             for (d, set) in &sets {
                 b.sync_ranges(RangeTable::Written, *d, set, lo, hi)?;
@@ -82,13 +87,16 @@ impl Shared {
             }
             Ok(())
         })?;
+        // Committed: the next writer's rows are computed from these sets, so they follow the commit at once; the
+        // sync (shared with the other chunks in flight) comes after the maps are released.
         for (d, set) in sets {
             maps.written[d] = set;
         }
         for (d, ages, _) in ages {
             maps.ages[d] = ages;
         }
-        Ok(())
+        drop(maps);
+        self.journal.sync_through(seq)
     }
 
     /// `[start, end)` of `disk` was verified now: record it for the overdue scrub.

@@ -4,7 +4,9 @@
 //!
 //! **Invariants.**
 //! - One journal transaction (`txn_id`) per chunk; the promise row is journaled before any disk of the chunk is
-//!   touched, and every defect is journaled before a mark changes.
+//!   touched, and every defect is journaled before a mark changes. "Journaled" means durable: a disk is written
+//!   only once every journal step this thread committed is synced (group commit, `journal`; asserted in debug
+//!   builds before every data and parity write, so every write test checks the order).
 //! - Locks: the chunk's stripes on the data disk exclusively (and on `hP`, `vP`, `vhP` too, except for delayed
 //!   writes), taken as one set; power guards only after the range locks. A writer that meets a defect on its data
 //!   disk drops its locks, recovers the range and retries (no hold-and-wait).
@@ -148,6 +150,10 @@ impl Shared {
     /// Write the data disk's new content over the row's range (crash hooks included).
     pub(super) fn write_data(&self, w: &ChunkWrite) -> Result<()> {
         let disk = w.row.disks[0];
+        debug_assert!(
+            self.journal.own_commits_durable(),
+            "disk {disk} written before the journal step that allows it is durable"
+        );
         let slot = self.slot(disk);
         if self.crash_point.lock().is_some() {
             self.crash_at(CrashPoint::DataStarted)?;
@@ -199,6 +205,10 @@ impl Shared {
         }
         let at = (w.delta_offset - start) as usize;
         permafrost_idr::xor_into(&mut buf[at..at + w.delta.len()], &w.delta);
+        debug_assert!(
+            self.journal.own_commits_durable(),
+            "parity disk {parity} written before the journal step that allows it is durable"
+        );
         let slot = self.slot(parity);
         if crash_half {
             let half = align_down(buf.len() as u64 / 2, 4096).max(4096) as usize;

@@ -154,6 +154,10 @@ impl Shared {
                 }
                 Ok(())
             })?;
+            debug_assert!(
+                self.journal.own_commits_durable(),
+                "parity disk {disk} drained before its start marks are durable"
+            );
             let slot = self.slot(disk);
             let mut ok = true;
             let mut piece = start;
