@@ -2,6 +2,8 @@
 # The recorder's benchmark (issue 9), one command: bench/record.sh
 #
 #   A. the floor: a plain recvmmsg-to-file loop (`permafrost record floor`) at the main rate, its CPU per Gbit/s;
+#      and the disk: 4 GiB written in 1 MiB writes and fdatasync'd (dd) into BENCH_DIR, its MB/s — what the
+#      cache can take for long (a faster stream is held in the recorder's ring while it lasts);
 #   B. the main run: MAIN_SECONDS (60) of 8,032-byte VDIF frames (udps) at MAIN_RATE (2Gbps) over loopback into
 #      `permafrost serve`: frames lost by sequence, kernel drops, the scan re-read and compared byte for byte
 #      (`record check`), the recorder's CPU per Gbit/s next to the floor's;
@@ -122,6 +124,8 @@ if [[ " $PARTS " == *" A "* ]]; then
     wait $floor_pid
     floor=$(cat "$BENCH_DIR/floor.json"); rm -f "$BENCH_DIR/floor.bin"
     floor_cpu_per_gbit=$(echo "$floor" | json "d['cpu_seconds'] / (d['bytes'] * 8 / 1e9)")
+    disk=$(dd if=/dev/zero of="$BENCH_DIR/dd.bin" bs=1M count=4096 conv=fdatasync 2>&1 | tail -1); rm -f "$BENCH_DIR/dd.bin"
+    say "disk: $disk"
     say "floor: $(echo "$floor" | json "d['datagrams']") datagrams, kernel drops $(echo "$floor" | json "d['kernel_drops']"), $(echo "$floor" | json "f\"{d['bytes']*8/d['seconds']/1e9:.3f}\"") Gbit/s received, CPU $(echo "$floor" | json "d['cpu_seconds']") s = $(python3 -c "print(f'{$floor_cpu_per_gbit:.4f}')") CPU-s per Gbit"
 fi
 
@@ -134,6 +138,7 @@ if [[ " $PARTS " == *" B "* ]]; then
     bytes=$(echo "$status" | json "d['writer']['bytes_written']")
     say "sender: $sent frames at $(echo "$send_report" | json "f\"{d['rate_bits_per_second']/1e9:.3f}\"") Gbit/s, at worst $(echo "$send_report" | json "f\"{d['behind_ms_max']:.0f}\"") ms behind"
     say "recorder: $(echo "$status" | json "d['writer']['loss']['frames_received']") frames stored, missing by sequence $(echo "$status" | json "d['writer']['loss']['frames_missing']"), kernel drops $(echo "$status" | json "d['kernel_drops']") (snmp RcvbufErrors $(echo "$status" | json "d['udp_rcvbuf_errors_system']")), dropped with the writer behind $(echo "$status" | json "d['ring_dropped_frames']"), state $(echo "$status" | json "d['state']")"
+    say "ring: $(echo "$status" | json "d['ring_bytes_allocated'] >> 20") MiB allocated, at most $(echo "$status" | json "d['ring_bytes_used_max'] >> 20") MiB waiting for the writer"
     t0=$(now)
     check=$("$bin" record check vlbi/bench/Pf/main.vdif --rate "$MAIN_RATE" --seconds "$MAIN_SECONDS" --udps 2>&1) \
         || check="$check; less what the scan lists as missing: $("$bin" record check vlbi/bench/Pf/main.vdif --rate "$MAIN_RATE" --seconds "$MAIN_SECONDS" --udps --gaps-from-scan 2>&1)"
@@ -159,7 +164,7 @@ if [[ " $PARTS " == *" C "* ]]; then
         verdict=lossy
         if [ "$lost" = 0 ] && python3 -c "import sys; sys.exit(0 if $achieved >= 0.95 * $g else 1)"; then verdict=lossless; highest="$g Gbit/s"; fi
         if python3 -c "import sys; sys.exit(0 if $achieved < 0.95 * $g else 1)"; then verdict="$verdict (the sender reached only $(printf %.2f "$achieved") Gbit/s)"; fi
-        say "$g Gbit/s: sent $(printf %.3f "$achieved") Gbit/s, lost $lost (missing $(echo "$status" | json "d['writer']['loss']['frames_missing']"), kernel $(echo "$status" | json "d['kernel_drops']"), writer behind $(echo "$status" | json "d['ring_dropped_frames']")), recorder CPU $(python3 -c "print(f'{$cpu_rec / max($bytes * 8 / 1e9, 1e-9):.4f}')") s/Gbit: $verdict"
+        say "$g Gbit/s: sent $(printf %.3f "$achieved") Gbit/s, lost $lost (missing $(echo "$status" | json "d['writer']['loss']['frames_missing']"), kernel $(echo "$status" | json "d['kernel_drops']"), writer behind $(echo "$status" | json "d['ring_dropped_frames']"), ring at most $(echo "$status" | json "d['ring_bytes_used_max'] >> 20") MiB), recorder CPU $(python3 -c "print(f'{$cpu_rec / max($bytes * 8 / 1e9, 1e-9):.4f}')") s/Gbit: $verdict"
         "$bin" rm "vlbi/bench/Pf/ladder-$g.vdif" > /dev/null
         admin POST "/_permafrost/gc?ignore_grace=true" > /dev/null || say "(gc failed: the ladder's scans stay in the cache)"
     done
@@ -197,7 +202,7 @@ persist_spinning_above_bytes = 1'
     status=$("$bin" record stop bench/Pf/stress --json)
     send_report=$(cat "$BENCH_DIR/stress-send.json")
     cpu_rec=$(echo "$status" | json "f\"{sum(d['cpu_seconds'].values()):.2f}\"")
-    say "recorder: $(echo "$status" | json "d['writer']['loss']['frames_received']") frames stored of $(python3 -c "import json; print(json.load(open('$BENCH_DIR/stress-send.json'))['frames_sent'])") sent, lost $(lost_of) (kernel $(echo "$status" | json "d['kernel_drops']"), writer behind $(echo "$status" | json "d['ring_dropped_frames']")), state $(echo "$status" | json "d['state']"), error $(echo "$status" | json "d['error']")"
+    say "recorder: $(echo "$status" | json "d['writer']['loss']['frames_received']") frames stored of $(python3 -c "import json; print(json.load(open('$BENCH_DIR/stress-send.json'))['frames_sent'])") sent, lost $(lost_of) (kernel $(echo "$status" | json "d['kernel_drops']"), writer behind $(echo "$status" | json "d['ring_dropped_frames']"), ring at most $(echo "$status" | json "d['ring_bytes_used_max'] >> 20") MiB), state $(echo "$status" | json "d['state']"), error $(echo "$status" | json "d['error']")"
     say "reader: $reads ranged reads, $read_bytes bytes, $read_errors failed reads"
     check=$("$bin" record check vlbi/bench/Pf/stress.vdif --rate "$STRESS_RATE" --seconds "$STRESS_SECONDS" --udps --gaps-from-scan 2>&1) || true
     say "re-read: $check"
