@@ -576,7 +576,11 @@ fn a_writer_that_falls_behind_makes_counted_drops_and_a_failed_scan_keeps_its_du
     assert!(status.ring_dropped_frames > 0, "{status:?}");
     // It started with an eighth (two blocks) and grew to the most before dropping.
     assert_eq!(status.ring_bytes_allocated, 16 * 600_000, "{status:?}");
-    assert_eq!(status.ring_bytes_used_max, 16 * 600_000, "{status:?}");
+    assert!(
+        status.ring_bytes_used_max > 2 * 600_000
+            && status.ring_bytes_used_max <= status.ring_bytes_allocated,
+        "{status:?}"
+    );
     let error = status.error.clone().unwrap();
     assert!(
         error.contains("writing to the archive failed") && error.contains("slow down"),
