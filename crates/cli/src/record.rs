@@ -370,6 +370,11 @@ fn print_scan(s: &ScanStatus) {
         s.kernel_drops,
         s.ring_dropped_frames
     );
+    println!(
+        "  ring: {} allocated, at most {} waiting for the writer",
+        format_bytes(s.ring_bytes_allocated),
+        format_bytes(s.ring_bytes_used_max)
+    );
     for g in &s.writer.gaps {
         println!("  gap: {g}");
     }

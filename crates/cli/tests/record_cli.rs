@@ -28,12 +28,14 @@ impl Drop for Server {
     }
 }
 
+/// The server's settings: a ring of up to 1 GiB (allocated only while the writer is behind) holds the whole
+/// 10-second recording, so a slow or busy CI disk delays the scan's durable points but loses no frame.
 fn write_config(dir: &Path) {
     std::fs::create_dir_all(dir).unwrap();
     std::fs::write(
         dir.join("permafrost.toml"),
         "[store]\ncache_bytes_max = 4000000000\n\n[store.grid]\nlayout = \"4x4:2+1\"\ndisk_capacity_bytes = 1073741824\n\n\
-         [record]\nseal_interval_ms = 500\nrcvbuf_bytes = 268435456\nring_bytes = 268435456\n",
+         [record]\nseal_interval_ms = 500\nrcvbuf_bytes = 268435456\nring_bytes = 1073741824\n",
     )
     .unwrap();
 }

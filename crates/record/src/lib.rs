@@ -17,9 +17,9 @@
 //! | [`floor`] | the floor of the benchmark: a plain `recvmmsg`-to-file loop |
 //!
 //! **Invariants.**
-//! - The receiving thread never waits for the writer, the cache or the catalog: between them is a ring of
-//!   `ring_bytes` in blocks of `block_bytes`; when it is full, frames are received and dropped, and counted
-//!   (`record-frames-dropped-writer-behind`), never silently.
+//! - The receiving thread never waits for the writer, the cache or the catalog: between them is a ring of up
+//!   to `ring_bytes` in blocks of `block_bytes` (grown while the writer is behind); when it is full, frames
+//!   are received and dropped, and counted (`record-frames-dropped-writer-behind`), never silently.
 //! - Frames are never invented: a scan holds the frames received, in arrival order; missing ones are recorded
 //!   as gaps (first missing position, count, byte offset), stored with the scan.
 //! - A scan's metadata always describes its durable prefix: it is committed with each durable point in the
@@ -48,11 +48,14 @@ pub use scan::{ScanSpec, ScanState, ScanStatus, ThreadCpu, WriterView};
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct RecordConfig {
-    /// S3 bucket of the scans (created with compression `none` if missing: VDIF samples do not compress).
+    /// S3 bucket of the scans (created by the first scan if missing, with compression `none`: VDIF samples do not
+    /// compress).
     pub bucket: String,
     /// Socket receive buffer asked for; the kernel caps it at `net.core.rmem_max` (reported).
     pub rcvbuf_bytes: usize,
-    /// Ring between the receiving and the writing thread.
+    /// Ring between the receiving and the writing thread, at most: it starts with an eighth of this (at most
+    /// 256 MiB) and grows while the writer is behind, e.g. while the cache disk writes more slowly than the
+    /// stream arrives (this VM's disk: ~200 MB/s, 2 Gbit/s is 250 MB/s: 60 s take ~3 GB).
     pub ring_bytes: usize,
     /// Bytes of one ring block.
     pub block_bytes: usize,
@@ -74,7 +77,7 @@ impl Default for RecordConfig {
         RecordConfig {
             bucket: "vlbi".into(),
             rcvbuf_bytes: 256 << 20,
-            ring_bytes: 512 << 20,
+            ring_bytes: 4 << 30,
             block_bytes: 4 << 20,
             seal_interval_ms: 2_000,
             piece_bytes_max: 1 << 30,

@@ -121,30 +121,11 @@ fn retention_rule(days: u32) -> BucketArchive {
 }
 
 impl Recorder {
-    /// Start the recorder on `store`: create its bucket if missing (with a lifecycle rule expiring scans after
-    /// `retention_days`), finish the scans a previous run left
-    /// unfinished (as `interrupted`), and start the scheduler.
+    /// Start the recorder on `store`: finish the scans a previous run left unfinished (as `interrupted`), and
+    /// start the scheduler. Its bucket is created by the first scan ([`Recorder::start`]), not here: a server
+    /// that records nothing has no recorder bucket.
     pub fn open(store: Arc<Store>, config: RecordConfig) -> anyhow::Result<Arc<Recorder>> {
         config.validate()?;
-        match store.head_bucket(&config.bucket) {
-            Ok(_) => {}
-            Err(StoreError::NoSuchBucket(_)) => {
-                store.create_bucket(
-                    &config.bucket,
-                    BucketSettings {
-                        compression: Some(Compression::None),
-                        ..BucketSettings::default()
-                    },
-                )?;
-                if config.retention_days > 0 {
-                    store.set_bucket_archive(
-                        &config.bucket,
-                        retention_rule(config.retention_days),
-                    )?;
-                }
-            }
-            Err(e) => return Err(e.into()),
-        }
         let mut ended = VecDeque::new();
         for object in store.growing_objects()? {
             let metadata = object.user_metadata();
@@ -184,6 +165,49 @@ impl Recorder {
 
     pub fn config(&self) -> &RecordConfig {
         &self.config
+    }
+
+    /// Create the recorder's bucket if it is missing, with compression `none` (VDIF samples do not compress)
+    /// and, when `retention_days` > 0, a lifecycle rule expiring scans after that many days. Called by each
+    /// scan's start; a bucket that exists (made by an earlier scan or by an operator) is left as it is.
+    fn ensure_bucket(&self) -> Result<(), RecordError> {
+        let bucket = &self.config.bucket;
+        match self.store.head_bucket(bucket) {
+            Ok(_) => return Ok(()),
+            Err(StoreError::NoSuchBucket(_)) => {}
+            Err(e) => return Err(internal(e)),
+        }
+        let settings = BucketSettings {
+            compression: Some(Compression::None),
+            ..BucketSettings::default()
+        };
+        match self.store.create_bucket(bucket, settings) {
+            Ok(()) => {}
+            // Created meanwhile through S3: the operator's bucket, left as it is.
+            Err(StoreError::BucketAlreadyOwnedByYou(_)) => return Ok(()),
+            Err(e) => {
+                return Err(internal(format!(
+                    "cannot create the recorder's bucket {bucket}: {e}"
+                )))
+            }
+        }
+        if self.config.retention_days > 0 {
+            self.store
+                .set_bucket_archive(bucket, retention_rule(self.config.retention_days))
+                .map_err(|e| {
+                    internal(format!(
+                        "cannot set the retention rule of the recorder's bucket {bucket}: {e}"
+                    ))
+                })?;
+        }
+        let expiry = match self.config.retention_days {
+            0 => "no expiry".to_string(),
+            days => format!("scans expire after {days} days"),
+        };
+        tracing::info!(
+            "record: created bucket {bucket} for the scans (compression none, {expiry})"
+        );
+        Ok(())
     }
 
     fn check_spec(&self, spec: &ScanSpec, state: &State) -> Result<(), RecordError> {
@@ -233,7 +257,8 @@ impl Recorder {
                 self.config.bucket,
                 spec.key()
             ))),
-            Err(StoreError::NoSuchKey { .. }) => Ok(()),
+            // No bucket yet: the scan's start creates it.
+            Err(StoreError::NoSuchKey { .. } | StoreError::NoSuchBucket(_)) => Ok(()),
             Err(e) => Err(internal(e)),
         }
     }
@@ -245,6 +270,7 @@ impl Recorder {
         }
         let mut state = self.state.lock();
         self.check_spec(&spec, &state)?;
+        self.ensure_bucket()?;
         let id = spec.id();
         let recording = Recording::start(
             &self.store,
@@ -550,6 +576,8 @@ fn interrupted_status(
         frames_rejected: BTreeMap::new(),
         first_rejection: None,
         ring_dropped_frames: 0,
+        ring_bytes_allocated: 0,
+        ring_bytes_used_max: 0,
         kernel_drops: 0,
         udp_rcvbuf_errors_system: None,
         writer,

@@ -8,8 +8,11 @@
 //! - The **receiver** owns the socket. It receives batches straight into a free block of the ring, checks
 //!   every datagram (a whole VDIF frame of the scan's frame size), compacts the accepted frames (dropping the
 //!   `udps` prefix) and hands full blocks to the writer. It never waits for the writer, the cache or the
-//!   catalog: when no free block is left it keeps receiving into a scratch block and counts every frame so
-//!   dropped (`ring_dropped_frames`), which the scan's metadata reports; the frames become gaps.
+//!   catalog: when no block is free it allocates one more, up to `ring_bytes` (the ring starts with an eighth
+//!   of that, at most [`RING_PREALLOCATED_BYTES_MAX`]: memory is taken only while the writer is behind, e.g.
+//!   while the cache disk writes more slowly than the stream arrives); when the ring is at `ring_bytes` it
+//!   keeps receiving into a scratch block and counts every frame so dropped (`ring_dropped_frames`), which
+//!   the scan's metadata reports; the frames become gaps.
 //! - The **writer** writes blocks into the current piece of the growing object (hashing, cache) and keeps the
 //!   loss accounting of exactly the frames it stored, then hands each piece to the sealer every
 //!   `seal_interval_ms` (or `piece_bytes_max`).
@@ -39,6 +42,10 @@ use crate::{meta, RecordConfig};
 
 /// A block is handed to the writer at the latest this long after its first frame.
 const BLOCK_FLUSH_MS: u64 = 100;
+/// The ring is allocated (and touched) with an eighth of `ring_bytes`, at most this many bytes and at least two
+/// blocks, when a scan starts; it grows block by block up to `ring_bytes` while the writer is behind, and keeps
+/// what it grew to until the scan ends.
+pub const RING_PREALLOCATED_BYTES_MAX: usize = 256 << 20;
 /// Rejected datagrams logged one by one at most per scan (then every [`REJECT_LOG_EVERY`]th).
 const REJECTS_LOGGED_MAX: u64 = 10;
 const REJECT_LOG_EVERY: u64 = 100_000;
@@ -115,6 +122,10 @@ pub(crate) struct ReceiverCounters {
     pub bytes: AtomicU64,
     pub accepted_frames: AtomicU64,
     pub ring_dropped_frames: AtomicU64,
+    /// Ring blocks allocated, and the most of them holding frames at once (received, not yet written).
+    pub ring_blocks_allocated: AtomicU64,
+    pub ring_blocks_in_use: AtomicU64,
+    pub ring_blocks_in_use_max: AtomicU64,
     pub kernel_drops: AtomicU64,
     pub rejected: Mutex<BTreeMap<String, u64>>,
     pub first_rejection: Mutex<Option<String>>,
@@ -163,6 +174,12 @@ pub struct ScanStatus {
     pub first_rejection: Option<String>,
     /// Frames received but dropped because the writer fell behind (the ring was full).
     pub ring_dropped_frames: u64,
+    /// Bytes of the ring allocated so far (it grows while the writer is behind, up to `ring_bytes`).
+    #[serde(default)]
+    pub ring_bytes_allocated: u64,
+    /// The most bytes of the ring that held frames not yet written, at once: how far the writer fell behind.
+    #[serde(default)]
+    pub ring_bytes_used_max: u64,
     /// Datagrams the kernel dropped on this socket (its buffer was full; `SO_RXQ_OVFL`).
     pub kernel_drops: u64,
     /// `/proc/net/snmp` Udp RcvbufErrors since the scan started (system-wide: every socket of the host).
@@ -251,6 +268,10 @@ impl Shared {
             frames_rejected: c.rejected.lock().clone(),
             first_rejection: c.first_rejection.lock().clone(),
             ring_dropped_frames: c.ring_dropped_frames.load(Ordering::Relaxed),
+            ring_bytes_allocated: c.ring_blocks_allocated.load(Ordering::Relaxed)
+                * self.config.block_bytes as u64,
+            ring_bytes_used_max: c.ring_blocks_in_use_max.load(Ordering::Relaxed)
+                * self.config.block_bytes as u64,
             kernel_drops: c.kernel_drops.load(Ordering::Relaxed),
             udp_rcvbuf_errors_system: self.snmp_errors_since_start(),
             writer: self.writer.lock().clone(),
@@ -289,6 +310,30 @@ struct Block {
     buf: Vec<u8>,
     len: usize,
     frames: Vec<FrameInfo>,
+}
+
+impl Block {
+    /// A new block of `bytes`; `touch` faults its pages in now rather than in the first receive.
+    fn new(bytes: usize, touch: bool) -> Block {
+        let mut buf = vec![0u8; bytes];
+        if touch {
+            for i in (0..buf.len()).step_by(4096) {
+                buf[i] = 1;
+            }
+        }
+        Block {
+            buf,
+            len: 0,
+            frames: Vec::new(),
+        }
+    }
+}
+
+/// How far the ring may grow (the receiver's side).
+struct RingGrowth {
+    block_bytes: usize,
+    blocks: usize,
+    blocks_max: usize,
 }
 
 enum ToWriter {
@@ -374,23 +419,25 @@ impl Recording {
         socket: Option<UdpSocket>,
     ) -> Recording {
         let config = &shared.config;
-        let blocks = (config.ring_bytes / config.block_bytes).max(2);
-        let (free_tx, free_rx) = mpsc::sync_channel::<Block>(blocks);
+        let blocks_max = (config.ring_bytes / config.block_bytes).max(2);
+        let preallocated = (config.ring_bytes / 8).min(RING_PREALLOCATED_BYTES_MAX);
+        let blocks = (preallocated / config.block_bytes).clamp(2, blocks_max);
+        let (free_tx, free_rx) = mpsc::sync_channel::<Block>(blocks_max);
         for _ in 0..blocks {
-            let mut buf = vec![0u8; config.block_bytes];
-            // Touch every page now, not in the receiving path.
-            for i in (0..buf.len()).step_by(4096) {
-                buf[i] = 1;
-            }
             free_tx
-                .send(Block {
-                    buf,
-                    len: 0,
-                    frames: Vec::new(),
-                })
+                .send(Block::new(config.block_bytes, true))
                 .expect("the ring has room for all its blocks");
         }
-        let (full_tx, full_rx) = mpsc::sync_channel::<ToWriter>(blocks + 1);
+        shared
+            .counters
+            .ring_blocks_allocated
+            .store(blocks as u64, Ordering::Relaxed);
+        let growth = RingGrowth {
+            block_bytes: config.block_bytes,
+            blocks,
+            blocks_max,
+        };
+        let (full_tx, full_rx) = mpsc::sync_channel::<ToWriter>(blocks_max + 1);
         let (piece_tx, piece_rx) = mpsc::channel::<SealWork>();
         let id = shared.spec.id();
         let mut threads = Vec::new();
@@ -399,7 +446,9 @@ impl Recording {
             threads.push(
                 std::thread::Builder::new()
                     .name(format!("record-rx {}", shared.spec.listen.port()))
-                    .spawn(move || receive(&s, BatchReceiver::new(socket), free_rx, full_tx))
+                    .spawn(move || {
+                        receive(&s, BatchReceiver::new(socket), growth, free_rx, full_tx)
+                    })
                     .expect("spawn the receiving thread"),
             );
         }
@@ -557,6 +606,7 @@ fn stop_due(shared: &Shared) -> bool {
 fn receive(
     shared: &Shared,
     mut receiver: BatchReceiver,
+    mut ring: RingGrowth,
     free: Receiver<Block>,
     full: SyncSender<ToWriter>,
 ) {
@@ -581,9 +631,13 @@ fn receive(
             break;
         }
         if current.is_none() {
-            if let Ok(mut block) = free.try_recv() {
+            let block = free.try_recv().ok().or_else(|| grow(shared, &mut ring));
+            if let Some(mut block) = block {
                 block.len = 0;
                 block.frames.clear();
+                let in_use = c.ring_blocks_in_use.fetch_add(1, Ordering::Relaxed) + 1;
+                c.ring_blocks_in_use_max
+                    .fetch_max(in_use, Ordering::Relaxed);
                 current = Some((block, Instant::now()));
                 if let Some((since, dropped)) = dropping_since.take() {
                     tracing::warn!(
@@ -676,6 +730,27 @@ fn receive(
     let _ = full.send(ToWriter::End);
 }
 
+/// One more block for the ring when it may still grow (its pages are faulted in as frames arrive).
+fn grow(shared: &Shared, ring: &mut RingGrowth) -> Option<Block> {
+    if ring.blocks >= ring.blocks_max {
+        return None;
+    }
+    ring.blocks += 1;
+    shared
+        .counters
+        .ring_blocks_allocated
+        .store(ring.blocks as u64, Ordering::Relaxed);
+    if ring.blocks.is_power_of_two() || ring.blocks == ring.blocks_max {
+        tracing::info!(
+            "scan {}: the writer is behind: the ring grows to {} MiB (at most {} MiB)",
+            shared.spec.id(),
+            (ring.blocks * ring.block_bytes) >> 20,
+            (ring.blocks_max * ring.block_bytes) >> 20
+        );
+    }
+    Some(Block::new(ring.block_bytes, false))
+}
+
 /// A piece to seal, with the metadata and view of its durable point.
 type SealWork = (Piece, Vec<(String, String)>, WriterView);
 type ToSealer = mpsc::Sender<SealWork>;
@@ -729,6 +804,10 @@ fn write(
                 }
             }
         }
+        shared
+            .counters
+            .ring_blocks_in_use
+            .fetch_sub(1, Ordering::Relaxed);
         let _ = free.send(block);
         let due = piece.as_ref().is_some_and(|(p, since)| {
             p.len_bytes() >= config.piece_bytes_max

@@ -475,14 +475,25 @@ fn recording_goes_on_with_a_failed_grid_disk_while_the_cache_drains() {
     recorder.shutdown();
 }
 
-/// Scans kept ~100 days: the recorder creates its bucket with a lifecycle rule (`retention_days`), which gives a
-/// scan its expiry from its first durable point on; the finished scan keeps it (days after it was written).
+/// Scans kept ~100 days: the recorder creates its bucket at the first scan (not before: a server that records
+/// nothing has none) with a lifecycle rule (`retention_days`), which gives a scan its expiry from its first
+/// durable point on; the finished scan keeps it (days after it was written).
 #[test]
 fn scans_expire_by_the_buckets_lifecycle_rule_while_recorded_and_after() {
     const DAY_MS: u64 = 86_400_000;
     let dir = tempfile::tempdir().unwrap();
     let store = store(dir.path());
     let recorder = Recorder::open(Arc::clone(&store), config()).unwrap();
+    assert!(
+        matches!(
+            store.head_bucket("vlbi"),
+            Err(permafrost_store::StoreError::NoSuchBucket(_))
+        ),
+        "the recorder's bucket exists before any scan"
+    );
+    let listen = free_port();
+    let scan = spec("kept", listen, false);
+    recorder.start(scan.clone()).unwrap();
     let rules = store
         .bucket_archive("vlbi")
         .unwrap()
@@ -496,9 +507,6 @@ fn scans_expire_by_the_buckets_lifecycle_rule_while_recorded_and_after() {
             .collect::<Vec<_>>(),
         [("record-retention", Some(100))]
     );
-    let listen = free_port();
-    let scan = spec("kept", listen, false);
-    recorder.start(scan.clone()).unwrap();
     let sent = StreamSpec::at_rate(50_000_000, 1.0, 8032);
     let sender = {
         let sent = sent.clone();
@@ -522,8 +530,8 @@ fn scans_expire_by_the_buckets_lifecycle_rule_while_recorded_and_after() {
     recorder.shutdown();
 }
 
-/// The writer is held up (the cache is full and nothing persists): the receiver goes on, counts what it drops,
-/// and the scan fails with the reason, keeping its last durable point.
+/// The writer is held up (the cache is full and nothing persists): the ring grows to `ring_bytes`, then the
+/// receiver goes on, counts what it drops, and the scan fails with the reason, keeping its last durable point.
 #[test]
 fn a_writer_that_falls_behind_makes_counted_drops_and_a_failed_scan_keeps_its_durable_prefix() {
     let dir = tempfile::tempdir().unwrap();
@@ -548,7 +556,7 @@ fn a_writer_that_falls_behind_makes_counted_drops_and_a_failed_scan_keeps_its_du
     config_store.watchdog.pressure_fill_percent = 100.0;
     let store = Arc::new(Store::open(dir.path(), config_store).unwrap());
     let small_ring = RecordConfig {
-        ring_bytes: 2 * 600_000,
+        ring_bytes: 16 * 600_000,
         block_bytes: 600_000,
         seal_interval_ms: 200,
         ..config()
@@ -566,6 +574,13 @@ fn a_writer_that_falls_behind_makes_counted_drops_and_a_failed_scan_keeps_its_du
     let status = recorder.scan_status(&scan.id()).unwrap();
     assert_eq!(status.state, ScanState::Failed, "{status:?}");
     assert!(status.ring_dropped_frames > 0, "{status:?}");
+    // It started with an eighth (two blocks) and grew to the most before dropping.
+    assert_eq!(status.ring_bytes_allocated, 16 * 600_000, "{status:?}");
+    assert!(
+        status.ring_bytes_used_max > 2 * 600_000
+            && status.ring_bytes_used_max <= status.ring_bytes_allocated,
+        "{status:?}"
+    );
     let error = status.error.clone().unwrap();
     assert!(
         error.contains("writing to the archive failed") && error.contains("slow down"),
