@@ -2,17 +2,26 @@
 Lock (GOVERNANCE, COMPLIANCE, legal hold), tags, lifecycle expiry that wakes no disk, storage classes and
 restores (single and batch, one spin-up per disk), ACL and policy answers, stored headers, dataset queries.
 Status codes, error codes and headers are the ones the AWS documentation gives."""
+import base64
 import datetime
+import hashlib
 import json
 import time
 import uuid
+import zlib
 
+import boto3
 import pytest
+import requests
+from botocore.config import Config
+from botocore.auth import SigV4Auth
+from botocore.awsrequest import AWSRequest
+from botocore.credentials import Credentials
 from botocore.exceptions import ClientError
 
 from admin import (GRID_BUCKET_HEADER, admin, admin_json, data_disk_of, evict, gc, spin_ups, spun_up_since,
                    status, wait_all_off, wait_persisted)
-from conftest import ACCESS_KEY, TEST_CONFIG, Server, client
+from conftest import ACCESS_KEY, SECRET_KEY, TEST_CONFIG, Server, client
 
 DAY_S = 2
 LIFECYCLE_CONFIG = TEST_CONFIG.replace("[store]\n", f"[store]\nlifecycle_day_ms = {DAY_S * 1000}\n")
@@ -438,6 +447,35 @@ def test_a_sigkill_during_lifecycle_and_gc_loses_no_locked_or_unexpired_version(
         server.kill()
 
 
+def test_a_dataset_tag_keeps_objects_of_any_key_together_on_one_disk(tmp_path):
+    server = Server(tmp_path / "data")
+    server.start()
+    try:
+        s3 = client(server.endpoint)
+        b = "telescope"
+        s3.create_bucket(Bucket=b)
+        tag = "permafrost-dataset=run-7&kind=raw"
+        for key in ("calibration/c1", "scans/s1", "logs/l1"):
+            s3.put_object(Bucket=b, Key=key, Body=key.encode() * 1000, Tagging=tag)
+        up = s3.create_multipart_upload(Bucket=b, Key="big/m1", Tagging=tag)
+        p = s3.upload_part(Bucket=b, Key="big/m1", UploadId=up["UploadId"], PartNumber=1, Body=b"m" * 70_000)
+        s3.complete_multipart_upload(Bucket=b, Key="big/m1", UploadId=up["UploadId"],
+                                     MultipartUpload={"Parts": [{"PartNumber": 1, "ETag": p["ETag"]}]})
+        s3.copy_object(Bucket=b, Key="copies/k1", CopySource={"Bucket": b, "Key": "scans/s1"})  # tags copied
+        s3.put_object(Bucket=b, Key="other/o1", Body=b"o" * 5000)
+        assert error_of(s3.put_object, Bucket=b, Key="x", Body=b"x", Tagging="permafrost-dataset=")[:2] == \
+            (400, "InvalidArgument")
+        datasets = {d["dataset"]: d for d in admin_json(server.endpoint, "GET", f"/_permafrost/api/v1/datasets?bucket={b}")}
+        assert sorted(datasets) == [f"{b}/other", f"{b}/run-7"], datasets
+        assert datasets[f"{b}/run-7"]["objects"] == 5
+        wait_persisted(server.endpoint)
+        tagged = {int(s3.head_object(Bucket=b, Key=k)["ResponseMetadata"]["HTTPHeaders"][GRID_BUCKET_HEADER])
+                  for k in ("calibration/c1", "scans/s1", "logs/l1", "big/m1", "copies/k1")}
+        assert len(tagged) == 1, f"one dataset spread over grid buckets {tagged}"
+    finally:
+        server.stop()
+
+
 def test_the_cli_obeys_object_lock_and_restores_and_lists_datasets(server, s3):
     import subprocess
     from conftest import SECRET_KEY, binary
@@ -468,22 +506,136 @@ def test_the_cli_obeys_object_lock_and_restores_and_lists_datasets(server, s3):
     assert r.returncode == 0 and "restored 1 of 1" in r.stdout, r.stdout + r.stderr
 
 
-def test_a_put_and_a_multipart_upload_with_crc64nvme_trailers_are_verified_and_stored(s3):
+def b64(data: bytes) -> str:
+    return base64.b64encode(data).decode()
+
+
+def digest(algorithm: str, data: bytes) -> bytes:
+    """What S3 computes for `algorithm` (its name as boto3 writes it), CRCs big-endian."""
+    from awscrt import checksums
+    if algorithm == "CRC64NVME":
+        return checksums.crc64nvme(data).to_bytes(8, "big")
+    if algorithm == "CRC32C":
+        return checksums.crc32c(data).to_bytes(4, "big")
+    if algorithm == "CRC32":
+        return zlib.crc32(data).to_bytes(4, "big")
+    return hashlib.new(algorithm.lower(), data).digest()
+
+
+def with_trailer(server, path, body, algorithm, value):
+    """A PUT as current AWS SDKs stream it (aws-sdk-cpp in pyarrow does so over plain HTTP too): an
+    `aws-chunked` body, unsigned payload, the checksum sent as a trailer after the last chunk."""
+    name = f"x-amz-checksum-{algorithm.lower()}"
+    wire = b"%x\r\n" % len(body) + body + b"\r\n0\r\n" + f"{name}:{value}\r\n\r\n".encode()
+    headers = {"x-amz-content-sha256": "STREAMING-UNSIGNED-PAYLOAD-TRAILER", "Content-Encoding": "aws-chunked",
+               "x-amz-trailer": name, "x-amz-decoded-content-length": str(len(body))}
+    request = AWSRequest(method="PUT", url=f"{server.endpoint}{path}", data=wire, headers=headers)
+    SigV4Auth(Credentials(ACCESS_KEY, SECRET_KEY), "s3", "us-east-1").add_auth(request)
+    prepared = request.prepare()
+    return requests.put(prepared.url, headers=dict(prepared.headers), data=wire, timeout=60)
+
+
+def test_a_put_and_a_multipart_upload_with_crc64nvme_trailers_are_verified_and_stored(server, s3):
     b = new_name()
     s3.create_bucket(Bucket=b)
     body = b"archive " * 100_000
-    r = s3.put_object(Bucket=b, Key="one", Body=body, ChecksumAlgorithm="CRC64NVME")
-    assert r["ResponseMetadata"]["HTTPStatusCode"] == 200
-    assert s3.get_object(Bucket=b, Key="one")["Body"].read() == body
+    crc = b64(digest("CRC64NVME", body))
+    r = with_trailer(server, f"/{b}/bad", body, "CRC64NVME", b64(digest("CRC64NVME", b"other")))
+    assert r.status_code == 400 and b"<Code>BadDigest</Code>" in r.content, r.content
+    assert error_of(s3.head_object, Bucket=b, Key="bad")[0] == 404
+    r = with_trailer(server, f"/{b}/one", body, "CRC64NVME", crc)
+    assert r.status_code == 200, r.content
+    head = s3.head_object(Bucket=b, Key="one", ChecksumMode="ENABLED")
+    assert (head["ChecksumCRC64NVME"], head["ChecksumType"]) == (crc, "FULL_OBJECT")
+    assert s3.get_object(Bucket=b, Key="one", ChecksumMode="ENABLED")["Body"].read() == body
+
+    # Multipart: CRC64NVME is full-object; every part streams its CRC as a trailer and gets it back.
     up = s3.create_multipart_upload(Bucket=b, Key="multi", ChecksumAlgorithm="CRC64NVME")
+    assert up["ChecksumType"] == "FULL_OBJECT"
+    pieces = [bytes([1]) * (5 << 20), bytes(range(256)) * (20 << 10), b"tail"]
     parts = []
-    for n in (1, 2):
-        piece = bytes([n]) * (5 << 20)
-        p = s3.upload_part(Bucket=b, Key="multi", UploadId=up["UploadId"], PartNumber=n, Body=piece,
-                           ChecksumAlgorithm="CRC64NVME")
-        parts.append({"PartNumber": n, "ETag": p["ETag"], "ChecksumCRC64NVME": p["ChecksumCRC64NVME"]})
-    s3.complete_multipart_upload(Bucket=b, Key="multi", UploadId=up["UploadId"], MultipartUpload={"Parts": parts})
-    assert s3.get_object(Bucket=b, Key="multi")["Body"].read() == bytes([1]) * (5 << 20) + bytes([2]) * (5 << 20)
+    for n, piece in enumerate(pieces, 1):
+        value = b64(digest("CRC64NVME", piece))
+        r = with_trailer(server, f"/{b}/multi?partNumber={n}&uploadId={up['UploadId']}", piece, "CRC64NVME", value)
+        assert r.status_code == 200, r.content
+        assert r.headers["x-amz-checksum-crc64nvme"] == value
+        parts.append({"PartNumber": n, "ETag": r.headers["ETag"], "ChecksumCRC64NVME": value})
+    listed = s3.list_parts(Bucket=b, Key="multi", UploadId=up["UploadId"])["Parts"]
+    assert [p["ChecksumCRC64NVME"] for p in listed] == [p["ChecksumCRC64NVME"] for p in parts]
+    whole = b"".join(pieces)
+    crc = b64(digest("CRC64NVME", whole))
+    st, code, message = error_of(s3.complete_multipart_upload, Bucket=b, Key="multi", UploadId=up["UploadId"],
+                                 MultipartUpload={"Parts": parts}, ChecksumCRC64NVME=b64(digest("CRC64NVME", b"x")),
+                                 ChecksumType="FULL_OBJECT")
+    assert (st, code) == (400, "BadDigest") and crc in message, message
+    wrong = [dict(parts[0], ChecksumCRC64NVME=parts[1]["ChecksumCRC64NVME"])] + parts[1:]
+    assert error_of(s3.complete_multipart_upload, Bucket=b, Key="multi", UploadId=up["UploadId"],
+                    MultipartUpload={"Parts": wrong})[:2] == (400, "InvalidPart")
+    done = s3.complete_multipart_upload(Bucket=b, Key="multi", UploadId=up["UploadId"],
+                                        MultipartUpload={"Parts": parts}, ChecksumCRC64NVME=crc,
+                                        ChecksumType="FULL_OBJECT")
+    assert (done["ChecksumCRC64NVME"], done["ChecksumType"]) == (crc, "FULL_OBJECT")
+    head = s3.head_object(Bucket=b, Key="multi", ChecksumMode="ENABLED")
+    assert (head["ChecksumCRC64NVME"], head["ChecksumType"]) == (crc, "FULL_OBJECT")
+    # boto3 checks a full-object checksum it is given against the body.
+    assert s3.get_object(Bucket=b, Key="multi", ChecksumMode="ENABLED")["Body"].read() == whole
+    attributes = s3.get_object_attributes(Bucket=b, Key="multi", ObjectAttributes=["Checksum", "ObjectParts"])
+    assert attributes["Checksum"]["ChecksumCRC64NVME"] == crc
+    assert attributes["ObjectParts"]["TotalPartsCount"] == 3
+
+
+def test_multipart_checksums_are_composite_or_full_object_as_announced(s3):
+    b = new_name()
+    s3.create_bucket(Bucket=b)
+    pieces = [bytes(range(256)) * (20 << 10), b"the last part"]
+    whole = b"".join(pieces)
+    for algorithm, kind in (("SHA256", "COMPOSITE"), ("CRC32", "COMPOSITE"), ("CRC32C", "FULL_OBJECT")):
+        up = s3.create_multipart_upload(Bucket=b, Key=algorithm, ChecksumAlgorithm=algorithm, ChecksumType=kind)
+        parts = []
+        for n, piece in enumerate(pieces, 1):
+            p = s3.upload_part(Bucket=b, Key=algorithm, UploadId=up["UploadId"], PartNumber=n, Body=piece,
+                               ChecksumAlgorithm=algorithm)
+            assert p[f"Checksum{algorithm}"] == b64(digest(algorithm, piece))
+            parts.append({"PartNumber": n, "ETag": p["ETag"], f"Checksum{algorithm}": p[f"Checksum{algorithm}"]})
+        done = s3.complete_multipart_upload(Bucket=b, Key=algorithm, UploadId=up["UploadId"],
+                                            MultipartUpload={"Parts": parts})
+        if kind == "COMPOSITE":
+            expected = b64(digest(algorithm, b"".join(digest(algorithm, p) for p in pieces))) + "-2"
+        else:
+            expected = b64(digest(algorithm, whole))
+        assert (done[f"Checksum{algorithm}"], done["ChecksumType"]) == (expected, kind)
+        head = s3.head_object(Bucket=b, Key=algorithm, ChecksumMode="ENABLED")
+        assert (head[f"Checksum{algorithm}"], head["ChecksumType"]) == (expected, kind)
+        assert s3.get_object(Bucket=b, Key=algorithm, ChecksumMode="ENABLED")["Body"].read() == whole
+    # S3's rules: CRC64NVME is full-object only, SHA-256 composite only.
+    for algorithm, kind in (("CRC64NVME", "COMPOSITE"), ("SHA256", "FULL_OBJECT")):
+        st, code, message = error_of(s3.create_multipart_upload, Bucket=b, Key="x", ChecksumAlgorithm=algorithm,
+                                     ChecksumType=kind)
+        assert (st, code) == (400, "InvalidArgument") and kind in message, message
+
+
+def test_objects_uploaded_without_a_checksum_get_a_crc64nvme_as_in_s3(server):
+    # A client that sends checksums only when an operation requires them (older SDKs, curl, most tools).
+    s3 = boto3.client("s3", endpoint_url=server.endpoint, aws_access_key_id=ACCESS_KEY,
+                      aws_secret_access_key=SECRET_KEY, region_name="us-east-1",
+                      config=Config(s3={"addressing_style": "path"}, request_checksum_calculation="when_required"))
+    b = new_name()
+    s3.create_bucket(Bucket=b)
+    small, large = b"no checksum sent", bytes(range(256)) * (8 << 10)
+    for key, body in (("small", small), ("large", large)):
+        s3.put_object(Bucket=b, Key=key, Body=body)
+        head = s3.head_object(Bucket=b, Key=key, ChecksumMode="ENABLED")
+        assert (head["ChecksumCRC64NVME"], head["ChecksumType"]) == (b64(digest("CRC64NVME", body)), "FULL_OBJECT")
+    # One the client announces is kept instead.
+    s3.put_object(Bucket=b, Key="sha", Body=small, ChecksumSHA256=b64(digest("SHA256", small)))
+    head = s3.head_object(Bucket=b, Key="sha", ChecksumMode="ENABLED")
+    assert head["ChecksumSHA256"] == b64(digest("SHA256", small)) and "ChecksumCRC64NVME" not in head
+    up = s3.create_multipart_upload(Bucket=b, Key="multi")
+    p = s3.upload_part(Bucket=b, Key="multi", UploadId=up["UploadId"], PartNumber=1, Body=large)
+    s3.complete_multipart_upload(Bucket=b, Key="multi", UploadId=up["UploadId"],
+                                 MultipartUpload={"Parts": [{"PartNumber": 1, "ETag": p["ETag"]}]})
+    head = s3.head_object(Bucket=b, Key="multi", ChecksumMode="ENABLED")
+    assert (head["ChecksumCRC64NVME"], head["ChecksumType"]) == (b64(digest("CRC64NVME", large)), "FULL_OBJECT")
 
 
 def test_a_wrong_crc64nvme_header_is_bad_digest_and_stores_nothing(s3):

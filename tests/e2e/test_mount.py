@@ -171,6 +171,9 @@ def test_find_ls_du_and_getfattr_wake_no_disk_and_one_read_wakes_one(persisted_t
     assert len(woke) == 1 and list(woke.values()) == [1], f"reading one file spun up {woke}"
     grid_bucket = int(run("getfattr", "-n", "user.permafrost.disk", "--only-values", one).stdout.split()[1])
     assert list(woke) == [data_disk_of(after, grid_bucket)["index"]]
+    # The spin-up is the read of that file (the operator's view names it).
+    last = admin_json(m.endpoint, "GET", "/_permafrost/api/v1/wakes")["wakes"][-1]
+    assert (last["kind"], last["subject"]) == ("read", str(Path(one).relative_to(m.mnt))), last
 
 
 def test_rsync_tar_and_git_clone_work_through_the_mount(tmp_path):
@@ -241,6 +244,12 @@ def test_files_cross_between_the_mount_and_s3(tmp_path):
         assert "from-s3" not in os.listdir(m.mnt / "shared")
         s3.create_bucket(Bucket="made-by-s3")
         assert "made-by-s3" in os.listdir(m.mnt)
+        # Object Lock holds through the mount: a file under legal hold cannot be renamed (EPERM, not EIO).
+        s3.create_bucket(Bucket="held", ObjectLockEnabledForBucket=True)
+        s3.put_object(Bucket="held", Key="scan.bin", Body=b"kept", ObjectLockLegalHoldStatus="ON")
+        with pytest.raises(PermissionError):
+            os.rename(m.mnt / "held" / "scan.bin", m.mnt / "held" / "moved.bin")
+        assert (m.mnt / "held" / "scan.bin").read_bytes() == b"kept"
 
 
 def test_closed_files_are_immutable_and_deleting_frees_space_after_gc(tmp_path):

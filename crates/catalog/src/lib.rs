@@ -616,6 +616,8 @@ pub struct PartRecord {
     /// Schema-2 parts only: their cache file, relative to the cache directory; empty otherwise.
     pub cache_path: String,
     pub created_ms: u64,
+    /// Verified checksums of the part's bytes, `(algorithm name, base64)` as for objects (schema 8).
+    pub checksums: Vec<(String, String)>,
 }
 
 /// One part of a part-list content ([`StoredForm::Parts`]): the part's content and where its logical bytes sit

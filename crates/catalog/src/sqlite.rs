@@ -130,6 +130,12 @@ const MIGRATIONS: &[(u32, &str)] = &[
         bytes BLOB NOT NULL
     );",
     ),
+    (
+        8,
+        // The checksums a part arrived with (or was computed in, for the upload's announced algorithm), so that
+        // completion can give the object its composite or full-object checksum without reading a byte.
+        "ALTER TABLE multipart_parts ADD COLUMN checksums TEXT NOT NULL DEFAULT '[]';",
+    ),
 ];
 
 /// Schema version this build reads and writes (`meta.schema_version`).
@@ -459,7 +465,7 @@ fn upload_from_row(row: &Row) -> rusqlite::Result<UploadRecord> {
 }
 
 const PART_COLUMNS: &str =
-    "upload_id, part_number, size_bytes, md5, cache_path, created_ms, content";
+    "upload_id, part_number, size_bytes, md5, cache_path, created_ms, content, checksums";
 
 fn part_from_row(row: &Row) -> rusqlite::Result<PartRecord> {
     Ok(PartRecord {
@@ -473,6 +479,7 @@ fn part_from_row(row: &Row) -> rusqlite::Result<PartRecord> {
             .get::<_, Option<Vec<u8>>>(6)?
             .map(|k| ContentId::from_key(&k).map_err(conversion))
             .transpose()?,
+        checksums: json_pairs(&row.get::<_, String>(7)?)?,
     })
 }
 
@@ -2036,7 +2043,7 @@ impl Catalog for SqliteCatalog {
                 add_reference(tx, &content.id.to_key(), 1, now)?;
                 work.extend(remove_parts(tx, &part.upload_id, Some(part.part_number), now)?);
                 tx.prepare_cached(&format!(
-                    "INSERT INTO multipart_parts ({PART_COLUMNS}) VALUES (?1, ?2, ?3, ?4, '', ?5, ?6)"
+                    "INSERT INTO multipart_parts ({PART_COLUMNS}) VALUES (?1, ?2, ?3, ?4, '', ?5, ?6, ?7)"
                 ))?
                 .execute(params![
                     part.upload_id,
@@ -2045,6 +2052,7 @@ impl Catalog for SqliteCatalog {
                     &part.md5[..],
                     part.created_ms as i64,
                     &content.id.to_key()[..],
+                    pairs_json(&part.checksums),
                 ])?;
                 Self::ensure_dataset(tx, dataset, &bucket, now)?;
                 Ok(PutOutcome {
@@ -2550,7 +2558,7 @@ mod tests {
                      ALTER TABLE buckets DROP COLUMN archive; ALTER TABLE contents DROP COLUMN pinned_until_ms;
                      DROP TABLE object_versions; DROP TABLE counters; DROP TABLE restores;
                      DROP TABLE ops_history; DROP TABLE webhooks;
-                     DROP TABLE cache_inline;
+                     DROP TABLE cache_inline; ALTER TABLE multipart_parts DROP COLUMN checksums;
                      UPDATE meta SET value = '3' WHERE key = 'schema_version';",
                 )
             })

@@ -496,6 +496,7 @@ fn a_bucket_with_only_uploads_in_progress_is_deleted_with_them() {
             content: Some(cid(9)),
             cache_path: String::new(),
             created_ms: 1,
+            checksums: Vec::new(),
         },
         &NewContent {
             id: cid(9),

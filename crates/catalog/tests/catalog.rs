@@ -493,6 +493,7 @@ fn put_part(c: &SqliteCatalog, upload_id: &str, number: u32, n: u8) -> Result<Pu
         content: Some(cid(n)),
         cache_path: String::new(),
         created_ms: 2,
+        checksums: vec![("crc64nvme".into(), format!("part {number} of {upload_id}"))],
     };
     let content = NewContent {
         logical_bytes: 10,
@@ -566,6 +567,11 @@ fn uploaded_parts_are_referenced_contents_and_replacing_or_aborting_drops_the_re
             .map(|p| (p.part_number, p.content))
             .collect::<Vec<_>>(),
         vec![(1, Some(cid(2))), (2, Some(cid(2)))]
+    );
+    // Each part keeps the checksums it arrived with (schema 8), for the completed object's checksum.
+    assert_eq!(
+        parts[1].checksums,
+        vec![("crc64nvme".to_string(), "part 2 of u1".to_string())]
     );
     assert_eq!(
         c.owner_of(&cid(2)).unwrap(),
@@ -761,7 +767,7 @@ fn a_schema_2_catalog_is_migrated_and_keeps_its_parts() {
              DROP TABLE content_parts;
              DROP TABLE ops_history;
              DROP TABLE webhooks;
-             DROP TABLE cache_inline;
+             DROP TABLE cache_inline; ALTER TABLE multipart_parts DROP COLUMN checksums;
              DROP INDEX multipart_parts_by_content;
              ALTER TABLE multipart_parts DROP COLUMN content;
              INSERT INTO multipart_parts (upload_id, part_number, size_bytes, md5, cache_path, created_ms)
@@ -797,7 +803,7 @@ fn a_schema_2_catalog_is_migrated_and_keeps_its_parts() {
             |r| r.get(0),
         )
         .unwrap();
-    assert_eq!(version, "7", "migrated to the latest version");
+    assert_eq!(version, "8", "migrated to the latest version");
 }
 
 #[test]

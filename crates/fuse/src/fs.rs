@@ -17,6 +17,7 @@ use fuse3::raw::prelude::*;
 use fuse3::{Errno, Result};
 use futures_util::stream::{self, Stream};
 use parking_lot::Mutex;
+use permafrost_disk::power::WakeReason;
 use permafrost_store::{
     ContentId, DirRecord, FsEntry, FsError, FsRename, Refusal, Store, StoreError,
 };
@@ -63,6 +64,8 @@ fn store_errno(what: &str, e: &StoreError) -> Errno {
         StoreError::BucketNotEmpty(_) => errno(libc::ENOTEMPTY),
         StoreError::BucketAlreadyOwnedByYou(_) => errno(libc::EEXIST),
         StoreError::InvalidArgument(_) => errno(libc::EINVAL),
+        // Object Lock (legal hold, retention) refused a change: permission, not an I/O failure.
+        StoreError::AccessDenied(_) => errno(libc::EPERM),
         StoreError::SlowDown(_) => errno(libc::ENOSPC),
         other => {
             tracing::warn!("mount: {what}: {other}");
@@ -121,6 +124,8 @@ enum Handle {
 
 struct ReadHandle {
     content: ContentId,
+    /// The read of this file's bucket/key: the reason of every spin-up it causes.
+    reason: WakeReason,
     size_bytes: u64,
     nonblock: bool,
     stream: Mutex<Option<Arc<ReadAhead>>>,
@@ -976,12 +981,14 @@ impl Filesystem for Fs {
             let mut sleeping = false;
             if let Ok(Some(content)) = shared.store.content(&file.object.content) {
                 if shared.store.residence(&content).must_wait() {
+                    let _reason = WakeReason::read(&path.bucket, &path.key).enter();
                     shared.store.begin_spin_up(&content);
                     sleeping = true;
                 }
             }
             let handle = ReadHandle {
                 content: file.object.content,
+                reason: WakeReason::read(&path.bucket, &path.key),
                 size_bytes: file.object.size_bytes,
                 nonblock,
                 stream: Mutex::new(None),
@@ -1046,6 +1053,7 @@ impl Filesystem for Fs {
                         if handle.nonblock {
                             let shared = Arc::clone(&self.0);
                             let content = handle.content;
+                            let reason = handle.reason.clone();
                             blocking(move || {
                                 let record = shared
                                     .store
@@ -1053,6 +1061,7 @@ impl Filesystem for Fs {
                                     .map_err(|e| store_errno("read", &e))?
                                     .ok_or_else(|| errno(libc::ENOENT))?;
                                 if shared.store.residence(&record).must_wait() {
+                                    let _reason = reason.enter();
                                     shared.store.begin_spin_up(&record);
                                     return Err(errno(libc::EAGAIN));
                                 }
@@ -1065,6 +1074,7 @@ impl Filesystem for Fs {
                             handle.content,
                             handle.size_bytes,
                             offset,
+                            handle.reason.clone(),
                         );
                         *handle.stream.lock() = Some(Arc::clone(&s));
                         s

@@ -12,6 +12,7 @@ use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
 use parking_lot::{Condvar, Mutex};
+use permafrost_disk::power::WakeReason;
 use permafrost_store::{ByteRange, ContentId, Store};
 use tokio::sync::Notify;
 
@@ -57,8 +58,14 @@ pub struct ReadAhead {
 }
 
 impl ReadAhead {
-    /// Start streaming `content` (of `size_bytes`) from `offset`.
-    pub fn start(store: Arc<Store>, content: ContentId, size_bytes: u64, offset: u64) -> Arc<Self> {
+    /// Start streaming `content` (of `size_bytes`) from `offset`; disks it wakes are woken for `reason`.
+    pub fn start(
+        store: Arc<Store>,
+        content: ContentId,
+        size_bytes: u64,
+        offset: u64,
+        reason: WakeReason,
+    ) -> Arc<Self> {
         let ahead = Arc::new(ReadAhead {
             window: Mutex::new(Window {
                 start: offset,
@@ -73,7 +80,10 @@ impl ReadAhead {
         let producer = Arc::clone(&ahead);
         let spawned = std::thread::Builder::new()
             .name("permafrost-mount-read".into())
-            .spawn(move || producer.produce(&store, &content, offset, size_bytes));
+            .spawn(move || {
+                let _reason = reason.enter();
+                producer.produce(&store, &content, offset, size_bytes)
+            });
         if let Err(e) = spawned {
             let mut w = ahead.window.lock();
             w.error = Some(format!("cannot start a reader thread: {e}"));

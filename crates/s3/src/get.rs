@@ -142,6 +142,13 @@ fn checksum(h: &VersionHeaders, name: &str) -> Option<String> {
         .map(|(_, v)| v.clone())
 }
 
+/// `FULL_OBJECT` or `COMPOSITE` (a multipart object's `base64-N` value), when a checksum is returned.
+fn checksum_type(h: &VersionHeaders) -> Option<ChecksumType> {
+    h.checksums
+        .first()
+        .map(|(_, v)| ChecksumType::from_static(permafrost_store::ChecksumType::of_value(v).as_str()))
+}
+
 fn checksum_mode(mode: &Option<ChecksumMode>) -> bool {
     mode.as_ref()
         .is_some_and(|m| m.as_str().eq_ignore_ascii_case(ChecksumMode::ENABLED))
@@ -213,6 +220,7 @@ pub(crate) async fn get_object(
         checksum_sha1: checksum(&h, "sha1"),
         checksum_sha256: checksum(&h, "sha256"),
         checksum_crc64nvme: checksum(&h, "crc64nvme"),
+        checksum_type: checksum_type(&h),
         cache_control: h.cache_control,
         content_disposition: h.content_disposition,
         content_language: h.content_language,
@@ -284,6 +292,7 @@ pub(crate) async fn head_object(
         checksum_sha1: checksum(&h, "sha1"),
         checksum_sha256: checksum(&h, "sha256"),
         checksum_crc64nvme: checksum(&h, "crc64nvme"),
+        checksum_type: checksum_type(&h),
         cache_control: h.cache_control,
         content_disposition: h.content_disposition,
         content_language: h.content_language,
@@ -335,7 +344,7 @@ pub(crate) async fn get_object_attributes(
         checksum_sha1: checksum(&h, "sha1"),
         checksum_sha256: checksum(&h, "sha256"),
         checksum_crc64nvme: checksum(&h, "crc64nvme"),
-        checksum_type: None,
+        checksum_type: checksum_type(&h),
     };
     let has_checksum = !h.checksums.is_empty();
     Ok(S3Response::new(GetObjectAttributesOutput {

@@ -1,17 +1,23 @@
 //! Multipart uploads: CreateMultipartUpload, UploadPart, CompleteMultipartUpload, AbortMultipartUpload,
 //! ListParts, ListMultipartUploads.
 //!
-//! Parts stream into the cache like a PutObject body. Completion assembles the parts into one content (one pass
-//! over all bytes: the content id is the BLAKE3 of the whole object), which takes a while for large objects:
-//! when it is not done within [`COMPLETE_INLINE_MS`], the answer becomes a `200 OK` whose XML body is
-//! preceded by whitespace sent every 100 ms until the result (or the error) is known, as S3 does, so clients do
-//! not time out.
+//! Parts stream into the cache like a PutObject body, each a content of its own; completion makes the object the
+//! list of its parts in one catalog transaction (no byte copied). Checksums: an upload announces an algorithm
+//! and a type (`x-amz-checksum-algorithm`, `x-amz-checksum-type`; none = full-object CRC64NVME), every part
+//! computes it, UploadPart and ListParts return it, and completion checks what the client lists per part and
+//! for the whole object and stores the object's composite or full-object value (the store's
+//! `multipart_checksum.rs`). Should completing still take longer than [`COMPLETE_INLINE_MS`], the answer
+//! becomes a `200 OK` whose XML body is preceded by whitespace sent every 100 ms until the result (or the error)
+//! is known, as S3 does, so clients do not time out.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures::FutureExt;
-use permafrost_store::{BucketArchive, ObjectInfo, PutOptions, Store, StoreError};
+use permafrost_store::{
+    BucketArchive, ChecksumAlgorithm, CompletionChecksums, ObjectInfo, PutOptions, Store,
+    StoreError, UploadChecksum,
+};
 use s3s::dto::*;
 use s3s::{S3Request, S3Response, S3Result};
 
@@ -50,6 +56,7 @@ pub(crate) async fn create_multipart_upload(
             .map(|h| h.as_str()),
     }
     .attributes(archive.storage_class)?;
+    let upload_checksum = announced_checksum(&input.checksum_algorithm, &input.checksum_type)?;
     let options = PutOptions {
         content_encoding: store_encoding(input.content_encoding.as_deref()),
         decoded_length: None,
@@ -57,6 +64,7 @@ pub(crate) async fn create_multipart_upload(
         content_type: input.content_type.map(|m| m.to_string()),
         expected: Default::default(),
         attributes,
+        upload_checksum,
     };
     let store = Arc::clone(store);
     let (bucket, key) = (input.bucket.clone(), input.key.clone());
@@ -65,8 +73,51 @@ pub(crate) async fn create_multipart_upload(
         bucket: Some(input.bucket),
         key: Some(input.key),
         upload_id: Some(upload_id),
+        checksum_algorithm: input.checksum_algorithm,
+        checksum_type: upload_checksum
+            .map(|c| ChecksumType::from_static(c.kind.as_str())),
         ..Default::default()
     }))
+}
+
+/// The checksum an upload announces (`x-amz-checksum-algorithm`, `x-amz-checksum-type`), checked against S3's
+/// rules; `None` when it announces none (its object gets the default full-object CRC64NVME).
+fn announced_checksum(
+    algorithm: &Option<s3s::dto::ChecksumAlgorithm>,
+    kind: &Option<ChecksumType>,
+) -> S3Result<Option<UploadChecksum>> {
+    let kind = kind
+        .as_ref()
+        .map(|k| permafrost_store::ChecksumType::parse(k.as_str()))
+        .transpose()
+        .map_err(s3_error)?;
+    let Some(algorithm) = algorithm else {
+        if kind.is_some() {
+            return Err(s3_error(StoreError::InvalidRequest(
+                "x-amz-checksum-type needs x-amz-checksum-algorithm".into(),
+            )));
+        }
+        return Ok(None);
+    };
+    let algorithm = ChecksumAlgorithm::from_name(algorithm.as_str())
+        .filter(|a| *a != ChecksumAlgorithm::Md5)
+        .ok_or_else(|| {
+            s3_error(StoreError::InvalidArgument(format!(
+                "x-amz-checksum-algorithm {:?} is not one of CRC32, CRC32C, CRC64NVME, SHA1, SHA256",
+                algorithm.as_str()
+            )))
+        })?;
+    UploadChecksum::announced(algorithm, kind)
+        .map(Some)
+        .map_err(s3_error)
+}
+
+/// A stored checksum value by algorithm name.
+fn value_of(checksums: &[(String, String)], name: &str) -> Option<String> {
+    checksums
+        .iter()
+        .find(|(n, _)| n == name)
+        .map(|(_, v)| v.clone())
 }
 
 fn part_number(n: i32) -> S3Result<u32> {
@@ -84,14 +135,6 @@ pub(crate) async fn upload_part(
     let trailer = checksum::trailer_of(&req.headers)?;
     let input = req.input;
     let number = part_number(input.part_number)?;
-    let echo = UploadPartOutput {
-        checksum_crc32: input.checksum_crc32.clone(),
-        checksum_crc32c: input.checksum_crc32c.clone(),
-        checksum_sha1: input.checksum_sha1.clone(),
-        checksum_sha256: input.checksum_sha256.clone(),
-        checksum_crc64nvme: input.checksum_crc64nvme.clone(),
-        ..Default::default()
-    };
     let expected = checksum::from_headers(
         input.content_md5,
         input.checksum_crc32,
@@ -109,14 +152,30 @@ pub(crate) async fn upload_part(
         req.trailing_headers,
     )
     .await?;
+    // The part's checksums: those the client sent (headers or trailer), verified, and the upload's algorithm.
+    let c = &info.checksums;
     Ok(S3Response::new(UploadPartOutput {
         e_tag: Some(etag(&info.etag)),
-        ..echo
+        checksum_crc32: value_of(c, "crc32"),
+        checksum_crc32c: value_of(c, "crc32c"),
+        checksum_sha1: value_of(c, "sha1"),
+        checksum_sha256: value_of(c, "sha256"),
+        checksum_crc64nvme: value_of(c, "crc64nvme"),
+        ..Default::default()
     }))
 }
 
 fn complete_output(info: ObjectInfo, archive: &BucketArchive) -> CompleteMultipartUploadOutput {
+    let c = &info.checksums;
     CompleteMultipartUploadOutput {
+        checksum_crc32: value_of(c, "crc32"),
+        checksum_crc32c: value_of(c, "crc32c"),
+        checksum_sha1: value_of(c, "sha1"),
+        checksum_sha256: value_of(c, "sha256"),
+        checksum_crc64nvme: value_of(c, "crc64nvme"),
+        checksum_type: c.first().map(|(_, v)| {
+            ChecksumType::from_static(permafrost_store::ChecksumType::of_value(v).as_str())
+        }),
         location: Some(format!("/{}/{}", info.bucket, info.key)),
         e_tag: Some(etag(&info.etag)),
         version_id: version_header(archive, &info.version_id),
@@ -133,6 +192,24 @@ pub(crate) async fn complete_multipart_upload(
 ) -> S3Result<S3Response<CompleteMultipartUploadOutput>> {
     let input = req.input;
     let mut parts = Vec::new();
+    let mut sent = CompletionChecksums {
+        object: [
+            (ChecksumAlgorithm::Crc32, &input.checksum_crc32),
+            (ChecksumAlgorithm::Crc32c, &input.checksum_crc32c),
+            (ChecksumAlgorithm::Crc64nvme, &input.checksum_crc64nvme),
+            (ChecksumAlgorithm::Sha1, &input.checksum_sha1),
+            (ChecksumAlgorithm::Sha256, &input.checksum_sha256),
+        ]
+        .into_iter()
+        .find_map(|(a, v)| v.clone().map(|v| (a, v))),
+        object_type: input
+            .checksum_type
+            .as_ref()
+            .map(|k| permafrost_store::ChecksumType::parse(k.as_str()))
+            .transpose()
+            .map_err(s3_error)?,
+        ..Default::default()
+    };
     for part in input
         .multipart_upload
         .and_then(|m| m.parts)
@@ -146,13 +223,25 @@ pub(crate) async fn complete_multipart_upload(
                 "part {number} has no ETag"
             )))
         })?;
-        parts.push((part_number(number)?, tag.value().to_owned()));
+        let n = part_number(number)?;
+        for (algorithm, value) in [
+            (ChecksumAlgorithm::Crc32, part.checksum_crc32),
+            (ChecksumAlgorithm::Crc32c, part.checksum_crc32c),
+            (ChecksumAlgorithm::Crc64nvme, part.checksum_crc64nvme),
+            (ChecksumAlgorithm::Sha1, part.checksum_sha1),
+            (ChecksumAlgorithm::Sha256, part.checksum_sha256),
+        ] {
+            if let Some(value) = value {
+                sent.parts.push((n, algorithm, value));
+            }
+        }
+        parts.push((n, tag.value().to_owned()));
     }
     let archive = bucket_archive(store, &input.bucket).await?;
     let store = Arc::clone(store);
     let upload_id = input.upload_id;
     let mut task =
-        tokio::task::spawn_blocking(move || store.complete_multipart(&upload_id, &parts));
+        tokio::task::spawn_blocking(move || store.complete_multipart_checked(&upload_id, &parts, &sent));
     let joined = move |r: Result<Result<ObjectInfo, StoreError>, tokio::task::JoinError>| match r {
         Ok(Ok(info)) => Ok(complete_output(info, &archive)),
         Ok(Err(e)) => Err(s3_error(e)),
@@ -204,6 +293,11 @@ pub(crate) async fn list_parts(
             size: i64::try_from(p.size_bytes).ok(),
             e_tag: Some(etag(&p.etag)),
             last_modified: Some(timestamp(p.last_modified_ms)),
+            checksum_crc32: value_of(&p.checksums, "crc32"),
+            checksum_crc32c: value_of(&p.checksums, "crc32c"),
+            checksum_sha1: value_of(&p.checksums, "sha1"),
+            checksum_sha256: value_of(&p.checksums, "sha256"),
+            checksum_crc64nvme: value_of(&p.checksums, "crc64nvme"),
             ..Default::default()
         })
         .collect();

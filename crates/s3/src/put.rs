@@ -81,6 +81,7 @@ pub(crate) async fn put_object(
             input.checksum_crc64nvme,
         ),
         attributes,
+        upload_checksum: None,
     };
     let store = Arc::clone(store);
     let (bucket, key) = (input.bucket, input.key);

@@ -327,7 +327,7 @@ impl Store {
             last_modified_ms: now_ms(),
             user_metadata,
             content_type,
-            dataset: inner.dataset_of(dst_bucket, dst_key),
+            dataset: inner.dataset_for(dst_bucket, dst_key, &attributes.tags),
             attributes,
             ..source
         };
@@ -517,6 +517,11 @@ pub fn validate_tags(tags: &[(String, String)]) -> Result<()> {
         if k.is_empty() || k.chars().count() > 128 || v.chars().count() > 256 {
             return Err(StoreError::InvalidArgument(format!(
                 "tag {k:?}={v:?}: keys have 1 to 128 characters, values at most 256"
+            )));
+        }
+        if k == crate::store::DATASET_TAG && v.trim_matches('/').is_empty() {
+            return Err(StoreError::InvalidArgument(format!(
+                "tag {k:?} names the object's dataset and cannot be empty"
             )));
         }
         if tags[..i].iter().any(|(other, _)| other == k) {

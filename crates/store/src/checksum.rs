@@ -7,8 +7,9 @@
 use base64::Engine as _;
 use md5::Digest as _;
 
-/// An algorithm a client can announce a checksum in.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+/// An algorithm a client can announce a checksum in (serialized by its [`ChecksumAlgorithm::name`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum ChecksumAlgorithm {
     /// `Content-MD5` (also the ETag of single-part uploads).
     Md5,
@@ -52,6 +53,14 @@ impl ChecksumAlgorithm {
             ChecksumAlgorithm::Sha256 => "x-amz-checksum-sha256",
             ChecksumAlgorithm::Crc64nvme => "x-amz-checksum-crc64nvme",
         }
+    }
+
+    /// The algorithm of a name as S3 writes it (`CRC64NVME`, `crc32`, any case), if it is one.
+    pub fn from_name(name: &str) -> Option<ChecksumAlgorithm> {
+        Self::AMZ
+            .into_iter()
+            .chain([ChecksumAlgorithm::Md5])
+            .find(|a| a.name().eq_ignore_ascii_case(name.trim()))
     }
 
     /// The algorithm of an `x-amz-checksum-*` header name (any case), if it is one.

@@ -39,6 +39,7 @@ mod gc;
 mod growing;
 mod mount;
 mod multipart;
+mod multipart_checksum;
 mod operator;
 mod persist;
 mod pipeline;
@@ -54,6 +55,8 @@ pub use checksum::{ChecksumAlgorithm, Hasher};
 pub use config::{GridSetup, StoreConfig};
 pub use gc::GcReport;
 pub use growing::{growing_list_id, GrowingObject, GrowingOptions, Piece, SealedPiece};
+pub use multipart::CompletionChecksums;
+pub use multipart_checksum::{ChecksumType, UploadChecksum};
 pub use mount::{CacheReservation, FsError, Residence, Usage};
 pub use permafrost_catalog::now_ms;
 pub use permafrost_catalog::{
@@ -70,7 +73,8 @@ pub use read::ObjectReader;
 pub use salvage::{salvage_disk_image, salvage_through_engine, SalvageProgress, SalvageReport};
 pub use store::{
     BucketSettingsReport, ByteRange, EffectiveSettings, MultipartUpload, ObjectInfo, PartInfo,
-    ReplaceMetadata, StatusReport, Store, VerifyProgress, VerifyReport, DECODED_LENGTH_META,
+    ReplaceMetadata, StatusReport, Store, VerifyProgress, VerifyReport, DATASET_TAG,
+    DECODED_LENGTH_META,
 };
 pub use summary::{DiskCounts, GridBytes, StateCount, StatusSummary, ENERGY_SCOPE};
 

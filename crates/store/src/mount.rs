@@ -248,11 +248,17 @@ impl Store {
         } else {
             note(self.residence_of(content));
         }
+        // The spin-up is the caller's: its wake reason (the read of a file) goes with it.
+        let context = permafrost_disk::power::WakeContext::current();
         for disk in disks {
             let power = Arc::clone(self.inner().engine.power());
+            let context = context.clone();
             let spawned = std::thread::Builder::new()
                 .name("permafrost-spin-up".into())
-                .spawn(move || drop(power.acquire(disk)));
+                .spawn(move || {
+                    let _reason = permafrost_disk::power::WakeContext::enter_opt(context);
+                    drop(power.acquire(disk))
+                });
             if let Err(e) = spawned {
                 tracing::warn!("cannot start an early spin-up of disk {disk}: {e}");
             }

@@ -15,6 +15,8 @@ use permafrost_catalog::{
 };
 use permafrost_format::{part_list_hash, Algorithm, PartRef};
 
+use crate::checksum::ChecksumAlgorithm;
+use crate::multipart_checksum::{combine, ChecksumType, UploadChecksum};
 use crate::put::{Checksums, PutHandle, PutOptions, Target};
 use crate::store::{hex, validate_key, MultipartUpload, PartInfo, Store, DECODED_LENGTH_META};
 use crate::{ObjectInfo, Result, StoreError};
@@ -26,6 +28,86 @@ pub const PART_NUMBER_MAX: u32 = 10_000;
 
 fn unquote(etag: &str) -> &str {
     etag.trim().trim_matches('"')
+}
+
+/// Checksums a client sends with CompleteMultipartUpload.
+#[derive(Debug, Clone, Default)]
+pub struct CompletionChecksums {
+    /// `(part number, algorithm, base64)` listed with the parts.
+    pub parts: Vec<(u32, ChecksumAlgorithm, String)>,
+    /// The whole object's checksum (`x-amz-checksum-*` on the request) and its type (`x-amz-checksum-type`).
+    pub object: Option<(ChecksumAlgorithm, String)>,
+    pub object_type: Option<ChecksumType>,
+}
+
+/// The completed object's checksum `(name, value)` (none when a part lacks the value: parts of an older build),
+/// checked against what the client sent.
+fn object_checksum(
+    options: &PutOptions,
+    stored: &[permafrost_catalog::PartRecord],
+    parts: &[(u32, String)],
+    sent: &CompletionChecksums,
+) -> Result<Vec<(String, String)>> {
+    let announced = options.upload_checksum;
+    let mut upload = announced.unwrap_or(UploadChecksum::DEFAULT);
+    if let Some((algorithm, _)) = &sent.object {
+        if announced.is_some() && *algorithm != upload.algorithm {
+            return Err(StoreError::InvalidRequest(format!(
+                "the upload was created with {} checksums, the completion sent {}",
+                upload.algorithm.name().to_ascii_uppercase(),
+                algorithm.name().to_ascii_uppercase()
+            )));
+        }
+        // An upload that announced nothing may still be completed with a whole-object CRC its parts carry.
+        if announced.is_none() {
+            let kind = sent.object_type.unwrap_or(ChecksumType::FullObject);
+            upload = UploadChecksum::announced(*algorithm, Some(kind))?;
+        }
+    }
+    if let (Some(kind), Some(a)) = (sent.object_type, announced) {
+        if kind != a.kind {
+            return Err(StoreError::InvalidRequest(format!(
+                "the upload was created with {} checksums, the completion asked for {}",
+                a.kind.as_str(),
+                kind.as_str()
+            )));
+        }
+    }
+    let mut digests = Vec::with_capacity(parts.len());
+    for (number, _) in parts {
+        let part = stored
+            .iter()
+            .find(|p| p.part_number == *number)
+            .expect("checked by the caller");
+        let value = part
+            .checksums
+            .iter()
+            .find(|(n, _)| n == upload.algorithm.name())
+            .map(|(_, v)| v.as_str());
+        match value {
+            Some(v) => digests.push((upload.algorithm.decode(v)?, part.size_bytes)),
+            None if announced.is_some() || sent.object.is_some() => {
+                return Err(StoreError::InvalidPart(format!(
+                    "part {number} has no {} checksum; upload it again",
+                    upload.algorithm.name().to_ascii_uppercase()
+                )))
+            }
+            None => return Ok(Vec::new()),
+        }
+    }
+    let value = combine(upload.algorithm, upload.kind, &digests)?;
+    if let Some((algorithm, sent_value)) = &sent.object {
+        // A composite value may be sent with or without its `-N`.
+        let bare = value.split('-').next().unwrap_or_default();
+        if sent_value.trim() != value && sent_value.trim() != bare {
+            return Err(StoreError::BadDigest(format!(
+                "{}: the client sent {}, the parts give {value}",
+                algorithm.header(),
+                sent_value.trim()
+            )));
+        }
+    }
+    Ok(vec![(upload.algorithm.name().to_string(), value)])
 }
 
 fn upload_options(upload: &UploadRecord) -> Result<PutOptions> {
@@ -97,7 +179,11 @@ impl Store {
             )));
         }
         let upload = self.upload(upload_id)?;
-        let compression = if upload_options(&upload)?.content_encoding == Encoding::Identity {
+        let upload_options = upload_options(&upload)?;
+        let upload_checksum = upload_options
+            .upload_checksum
+            .unwrap_or(UploadChecksum::DEFAULT);
+        let compression = if upload_options.content_encoding == Encoding::Identity {
             self.bucket_settings(&upload.bucket)?.effective.compression
         } else {
             Compression::None
@@ -105,7 +191,11 @@ impl Store {
         let target = Target::Part {
             upload_id: upload_id.to_string(),
             part_number,
-            dataset: self.inner().dataset_of(&upload.bucket, &upload.key),
+            dataset: self.inner().dataset_for(
+                &upload.bucket,
+                &upload.key,
+                &upload_options.attributes.tags,
+            ),
             bucket: upload.bucket,
             key: upload.key,
             compression,
@@ -114,21 +204,36 @@ impl Store {
             expected,
             ..Default::default()
         };
-        PutHandle::begin(
+        let mut handle = PutHandle::begin(
             Arc::clone(self.inner()),
             target,
             options,
             self.config().chunk_bytes,
-        )
+        )?;
+        handle.compute_checksum(upload_checksum.algorithm);
+        Ok(handle)
     }
 
     /// Complete an upload from `parts` (`(part number, ETag)` in ascending order): the object becomes visible
     /// with ETag `"hex(md5 of the part MD5s)-N"`; its content is the list of those parts (no byte is copied) and
-    /// the other parts are released.
+    /// the other parts are released. [`Store::complete_multipart_checked`] with nothing to check.
     pub fn complete_multipart(
         &self,
         upload_id: &str,
         parts: &[(u32, String)],
+    ) -> Result<ObjectInfo> {
+        self.complete_multipart_checked(upload_id, parts, &CompletionChecksums::default())
+    }
+
+    /// [`Store::complete_multipart`], checking the checksums the client listed with the parts and sent for the
+    /// whole object, and giving the object its multipart checksum (multipart_checksum.rs): a part checksum that
+    /// differs from the part's is `InvalidPart`, a whole-object value that differs is `BadDigest` (naming the
+    /// right value).
+    pub fn complete_multipart_checked(
+        &self,
+        upload_id: &str,
+        parts: &[(u32, String)],
+        sent: &CompletionChecksums,
     ) -> Result<ObjectInfo> {
         let upload = self.upload(upload_id)?;
         if parts.is_empty() {
@@ -168,6 +273,26 @@ impl Store {
                     "part {number} was uploaded by an older version of permafrost (catalog schema 2) and cannot be completed; upload it again"
                 ))
             })?;
+            for (listed_number, algorithm, value) in &sent.parts {
+                if listed_number != number {
+                    continue;
+                }
+                match part.checksums.iter().find(|(n, _)| n == algorithm.name()) {
+                    Some((_, stored)) if stored.trim() == value.trim() => {}
+                    Some(_) => {
+                        return Err(StoreError::InvalidPart(format!(
+                            "part {number}: {} {value} does not match the uploaded part",
+                            algorithm.header()
+                        )))
+                    }
+                    None => {
+                        return Err(StoreError::InvalidPart(format!(
+                            "part {number} was not uploaded with a {} checksum",
+                            algorithm.name().to_ascii_uppercase()
+                        )))
+                    }
+                }
+            }
             md5_of_md5s.update(part.md5);
             chosen.push((
                 *number,
@@ -182,6 +307,7 @@ impl Store {
         }
         let md5_of_md5s: [u8; 16] = md5_of_md5s.finalize().into();
         let options = upload_options(&upload)?;
+        let checksums = object_checksum(&options, &stored, parts, sent)?;
         let encoding = options.content_encoding;
         // Pre-compressed uploads: the parts are the stream as sent; the object's size is the decoded length.
         let logical_bytes = if encoding == Encoding::Identity {
@@ -211,8 +337,8 @@ impl Store {
             last_modified_ms: now,
             content_type: options.content_type.clone(),
             user_metadata: options.user_metadata.clone(),
-            checksums: Vec::new(),
-            dataset: inner.dataset_of(&upload.bucket, &upload.key),
+            checksums,
+            dataset: inner.dataset_for(&upload.bucket, &upload.key, &options.attributes.tags),
             version_id: String::new(),
             attributes: options.attributes.clone(),
             expires_ms: None,
@@ -251,6 +377,7 @@ impl Store {
                 size_bytes: p.size_bytes,
                 etag: format!("\"{}\"", hex(&p.md5)),
                 last_modified_ms: p.created_ms,
+                checksums: p.checksums,
             })
             .collect())
     }

@@ -73,6 +73,9 @@ pub struct PutOptions {
     /// Headers, tags, storage class and Object Lock of the new version (docs/archive.md).
     #[serde(default)]
     pub attributes: permafrost_catalog::ObjectAttributes,
+    /// Multipart uploads: the checksum announced at creation (`None`: the default full-object CRC64NVME).
+    #[serde(default)]
+    pub upload_checksum: Option<crate::UploadChecksum>,
 }
 
 impl PutOptions {
@@ -150,6 +153,9 @@ pub struct PutHandle {
     expected: Vec<(ChecksumAlgorithm, Vec<u8>)>,
     /// A checksum the client sends as a trailer after the body (compared at `finish_with_trailer`).
     trailer: Option<ChecksumAlgorithm>,
+    /// A checksum computed and stored whether or not the client sent it: CRC64NVME for an object whose client
+    /// announced no `x-amz-checksum-*` (S3 gives every object one), the upload's algorithm for a part.
+    compute: Option<ChecksumAlgorithm>,
     tmp_path: String,
     pipeline: Option<Pipeline>,
     compression: Compression,
@@ -194,12 +200,21 @@ impl PutHandle {
             Target::Part { compression, .. } => *compression,
             Target::Object { .. } => Compression::None,
         };
+        let compute = match target {
+            Target::Object { .. }
+                if expected.iter().all(|(a, _)| *a == ChecksumAlgorithm::Md5) =>
+            {
+                Some(ChecksumAlgorithm::Crc64nvme)
+            }
+            _ => None,
+        };
         Ok(PutHandle {
             inner,
             target,
             options,
             expected,
             trailer: None,
+            compute,
             tmp_path,
             pipeline: None,
             compression,
@@ -222,6 +237,12 @@ impl PutHandle {
         Ok(())
     }
 
+    /// Compute and store a checksum of this algorithm whether or not the client sends one (call before the
+    /// first write); replaces the default.
+    pub(crate) fn compute_checksum(&mut self, algorithm: ChecksumAlgorithm) {
+        self.compute = Some(algorithm);
+    }
+
     /// Bytes received so far.
     pub fn received_bytes(&self) -> u64 {
         self.received_bytes
@@ -230,6 +251,7 @@ impl PutHandle {
     fn start_pipeline(&mut self) -> Result<()> {
         let mut checksums: Vec<ChecksumAlgorithm> = self.expected.iter().map(|(a, _)| *a).collect();
         checksums.extend(self.trailer.filter(|t| !checksums.contains(t)));
+        checksums.extend(self.compute.filter(|c| !checksums.contains(c)));
         let md5 = match self.target {
             Target::Object { .. } => true,
             Target::Part { .. } => {
@@ -315,7 +337,8 @@ impl PutHandle {
     }
 
     /// Compare what the lanes computed with what the client announced; returns the verified checksums (other
-    /// than MD5) as `(name, base64)` pairs, the trailer's included.
+    /// than MD5) as `(name, base64)` pairs, the trailer's and the computed one ([`PutHandle::compute_checksum`])
+    /// included.
     fn verify(
         &self,
         hashed: &crate::pipeline::Hashed,
@@ -373,6 +396,16 @@ impl PutHandle {
             }
             if !verified.iter().any(|(n, _)| n == algorithm.name()) {
                 verified.push((algorithm.name().to_string(), sent.trim().to_string()));
+            }
+        }
+        if let Some(algorithm) = self.compute {
+            if !verified.iter().any(|(n, _)| n == algorithm.name()) {
+                if let Some(digest) = computed(algorithm) {
+                    verified.push((
+                        algorithm.name().to_string(),
+                        base64::engine::general_purpose::STANDARD.encode(digest),
+                    ));
+                }
             }
         }
         Ok(verified)
@@ -496,6 +529,7 @@ impl PutHandle {
                     content: Some(id),
                     cache_path: String::new(),
                     created_ms: now,
+                    checksums: checksums.clone(),
                 };
                 match self.inner.catalog.put_part(&part, &content, dataset) {
                     Ok(outcome) => self.inner.run_work(outcome.work),
@@ -506,13 +540,10 @@ impl PutHandle {
                     }
                 }
                 self.inner.wake_persister();
-                Ok(ObjectInfo::part(
-                    bucket,
-                    key,
-                    self.received_bytes,
-                    etag_of(&md5),
-                    now,
-                ))
+                let mut info =
+                    ObjectInfo::part(bucket, key, self.received_bytes, etag_of(&md5), now);
+                info.checksums = checksums;
+                Ok(info)
             }
             Target::Object {
                 bucket,

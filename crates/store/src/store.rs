@@ -24,6 +24,9 @@ use crate::{io_error, Result, StoreConfig, StoreError};
 /// User metadata entry carrying the decoded length of pre-compressed uploads
 /// (`x-amz-meta-permafrost-decoded-length`).
 pub const DECODED_LENGTH_META: &str = "permafrost-decoded-length";
+/// The object tag whose value names the object's dataset (`BUCKET/VALUE`) whatever its key: tags given when an
+/// object is written choose its disk affinity (docs/archive.md "Tags").
+pub const DATASET_TAG: &str = "permafrost-dataset";
 
 /// Bucket names the store refuses (the service's own path prefix).
 const RESERVED_BUCKETS: &[&str] = &["_permafrost"];
@@ -196,6 +199,8 @@ pub struct PartInfo {
     pub size_bytes: u64,
     pub etag: String,
     pub last_modified_ms: u64,
+    /// The part's checksums `(name, base64)`: those it arrived with and the upload's algorithm.
+    pub checksums: Vec<(String, String)>,
 }
 
 /// Progress of [`Store::verify`].
@@ -520,6 +525,15 @@ impl Inner {
 
     /// The dataset id of a key: the bucket plus the first `dataset_prefix_depth` components of the key's
     /// directory part (the same rule as `permafrost_policy::DatasetAffinity::dataset_key`).
+    /// The dataset of an object written with `tags`: `BUCKET/NAME` for a [`DATASET_TAG`]`=NAME` tag (the data
+    /// owner's grouping, which the dataset-affinity placement keeps on one grid bucket), else by its key.
+    pub fn dataset_for(&self, bucket: &str, key: &str, tags: &[(String, String)]) -> String {
+        match tags.iter().find(|(k, _)| k == DATASET_TAG) {
+            Some((_, name)) => format!("{bucket}/{}", name.trim_matches('/')),
+            None => self.dataset_of(bucket, key),
+        }
+    }
+
     pub fn dataset_of(&self, bucket: &str, key: &str) -> String {
         let mut id = bucket.to_string();
         let mut parts: Vec<&str> = key.split('/').collect();
@@ -762,7 +776,9 @@ impl Store {
         let target = Target::Object {
             bucket: bucket.to_string(),
             key: key.to_string(),
-            dataset: self.inner.dataset_of(bucket, key),
+            dataset: self
+                .inner
+                .dataset_for(bucket, key, &options.attributes.tags),
             compression: self.inner.resolve_settings(&record.settings).compression,
         };
         PutHandle::begin(
