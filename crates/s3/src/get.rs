@@ -318,7 +318,14 @@ pub(crate) async fn get_object_attributes(
     req: S3Request<GetObjectAttributesInput>,
 ) -> S3Result<S3Response<GetObjectAttributesOutput>> {
     let input = req.input;
-    let wanted = |name: &str| input.object_attributes.iter().any(|a| a.as_str() == name);
+    // SDKs send the attributes as one comma-separated header value (s3s keeps each header value whole).
+    let wanted = |name: &str| {
+        input
+            .object_attributes
+            .iter()
+            .flat_map(|a| a.as_str().split(','))
+            .any(|a| a.trim() == name)
+    };
     let info = {
         let store = Arc::clone(store);
         let (bucket, key, version) = (
