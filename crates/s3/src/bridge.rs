@@ -7,8 +7,7 @@
 //!   fails or a client that disconnects aborts it, so nothing half-written becomes visible.
 //! - [`download`] pumps an [`ObjectReader`] on a blocking thread into a channel of at most
 //!   [`BODY_PIECES_IN_FLIGHT`] pieces of [`READ_PIECE_BYTES`]; a read error ends the response body with an error,
-//!   and the last piece waits for the reader's clean end, so the client sees a truncated body, never wrong
-//!   bytes (not even all of them, when a check at the object's end fails).
+//!   so the client sees a truncated body, never wrong bytes.
 
 use std::io::Read;
 use std::pin::Pin;
@@ -27,8 +26,8 @@ use crate::error::{internal, s3_error};
 
 /// Body pieces queued between the network and the store, per request.
 pub const BODY_PIECES_IN_FLIGHT: usize = 4;
-/// Size of the pieces a GET reads from the store (large: each piece is one hand-off between threads).
-pub const READ_PIECE_BYTES: usize = 1 << 20;
+/// Size of the pieces a GET reads from the store.
+pub const READ_PIECE_BYTES: usize = 256 << 10;
 
 /// Run a blocking store call off the async threads.
 pub(crate) async fn blocking<T, F>(f: F) -> S3Result<T>
@@ -157,11 +156,8 @@ impl Stream for ReaderStream {
     }
 }
 
-/// Turn `reader` into a response body read on a blocking thread in pieces of `READ_PIECE_BYTES` (each filled
-/// whole, but the last), with at most `BODY_PIECES_IN_FLIGHT` pieces buffered. The last piece is sent only once
-/// the reader reported its clean end: a check that fails at the end of the object (its BLAKE3, an extent's crc)
-/// withholds it, so the client sees a body shorter than its length, never a complete body of wrong bytes.
-/// `keep` is held until the reader is done (the store, typically).
+/// Turn `reader` into a response body read on a blocking thread, `READ_PIECE_BYTES` at a time, with at most
+/// `BODY_PIECES_IN_FLIGHT` pieces buffered. `keep` is held until the reader is done (the store, typically).
 pub(crate) fn download<K: Send + Sync + 'static>(
     mut reader: ObjectReader,
     keep: Arc<K>,
@@ -172,57 +168,35 @@ pub(crate) fn download<K: Send + Sync + 'static>(
         let _keep = keep;
         let _wake = WakeContext::enter_opt(wake); // why the reads wake disks
         let mut remaining = reader.len();
-        let mut pending: Option<Bytes> = None;
         loop {
-            // One byte more than the body has left, so the read that meets the end needs no piece of its own.
-            let size = (remaining.saturating_add(1)).min(READ_PIECE_BYTES as u64) as usize;
-            let mut buf = BytesMut::zeroed(size);
-            let (filled, end) = match fill(&mut reader, &mut buf[..]) {
-                Ok(r) => r,
+            let mut buf = BytesMut::zeroed(READ_PIECE_BYTES);
+            match reader.read(&mut buf) {
+                Ok(0) => {
+                    if remaining > 0 {
+                        let e = std::io::Error::new(
+                            std::io::ErrorKind::UnexpectedEof,
+                            format!("object body ended {remaining} bytes early"),
+                        );
+                        tracing::error!("{e}");
+                        let _ = tx.blocking_send(Err(e));
+                    }
+                    return;
+                }
+                Ok(n) => {
+                    buf.truncate(n);
+                    remaining = remaining.saturating_sub(n as u64);
+                    if tx.blocking_send(Ok(buf.freeze())).is_err() {
+                        return; // the client went away
+                    }
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
                 Err(e) => {
                     tracing::error!("reading an object failed: {e}");
                     let _ = tx.blocking_send(Err(e));
                     return;
                 }
-            };
-            if let Some(piece) = pending.take() {
-                if tx.blocking_send(Ok(piece)).is_err() {
-                    return; // the client went away
-                }
-            }
-            if filled > 0 {
-                buf.truncate(filled);
-                remaining = remaining.saturating_sub(filled as u64);
-                pending = Some(buf.freeze());
-            }
-            if end {
-                if remaining > 0 {
-                    let e = std::io::Error::new(
-                        std::io::ErrorKind::UnexpectedEof,
-                        format!("object body ended {remaining} bytes early"),
-                    );
-                    tracing::error!("{e}");
-                    let _ = tx.blocking_send(Err(e));
-                } else if let Some(piece) = pending.take() {
-                    let _ = tx.blocking_send(Ok(piece));
-                }
-                return;
             }
         }
     });
     StreamingBlob::wrap(ReaderStream { rx })
-}
-
-/// Read into `buf` until it is full or the reader ends: `(bytes read, whether the reader ended)`.
-fn fill(reader: &mut impl Read, buf: &mut [u8]) -> std::io::Result<(usize, bool)> {
-    let mut filled = 0;
-    while filled < buf.len() {
-        match reader.read(&mut buf[filled..]) {
-            Ok(0) => return Ok((filled, true)),
-            Ok(n) => filled += n,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok((filled, false))
 }

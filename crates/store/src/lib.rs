@@ -45,7 +45,6 @@ mod persist;
 mod pipeline;
 mod put;
 mod read;
-mod read_pipeline;
 mod salvage;
 mod store;
 mod summary;

@@ -4,14 +4,8 @@
 //! Verification: a segment read from its start streams its whole extent (header, payload, crc) and checks the
 //! extent's crc32c and the BLAKE3 the catalog recorded; a read of the whole object (as received) is checked
 //! against the content's BLAKE3. A mismatch ends the stream with an `InvalidData` error before end-of-file, so a
-//! caller never sees a clean end after wrong bytes.
-//!
-//! Pipeline: a read of at least `PIPELINE_MIN_BYTES` runs through the read pipeline (`read_pipeline.rs`) when one
-//! of its permits is free: the stored bytes are read (and each extent checked) on a thread of their own, and
-//! chunked contents are decoded in parallel lanes, in order; the caller's thread only copies bytes out and, for a
-//! whole read, hashes them for the content's BLAKE3. Memory: the pipeline's bound (a few blocks of 1 MiB, or
-//! `2 · lanes + 1` stored and decoded chunks) plus, for a grid read, one segment buffer of at most 1 MiB and the
-//! engine's read-ahead; without a pipeline, the segment buffer and about two chunks.
+//! caller never sees a clean end after wrong bytes. Memory: one 64 KiB buffer plus the engine's read-ahead and,
+//! for chunked contents, about two chunks.
 
 use std::fs::File;
 use std::io::{self, BufReader, Read, Seek, SeekFrom};
@@ -24,26 +18,10 @@ use permafrost_catalog::{
 use permafrost_engine::ReadPromise;
 use permafrost_format::{Algorithm, ChunkIndex, EXTENT_HEADER_BYTES, EXTENT_TRAILER_BYTES};
 
-use crate::read_pipeline::{decode_lanes, BlockStream, Permit};
 use crate::store::{ByteRange, Inner};
 use crate::{Result, StoreError};
 
-/// Buffer of a cache file read.
 const BUFFER_BYTES: usize = 64 << 10;
-/// Largest buffer a grid segment is read through.
-const SEGMENT_BUFFER_BYTES: usize = 1 << 20;
-
-fn spawned(e: io::Error) -> StoreError {
-    StoreError::Internal(format!("cannot start a read pipeline thread: {e}"))
-}
-
-/// `body` read ahead on a thread of its own when `permit` allows it.
-fn read_ahead(body: Box<dyn Read + Send>, permit: Option<Permit>) -> Result<Box<dyn Read + Send>> {
-    Ok(match permit {
-        Some(permit) => Box::new(BlockStream::read_ahead(body, permit).map_err(spawned)?),
-        None => body,
-    })
-}
 
 fn invalid(message: String) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, message)
@@ -178,11 +156,10 @@ impl ObjectReader {
             }
             Ok(Some(ChunkIndex::decode(&content.chunk_index)?.0))
         };
-        let permit = Permit::for_read(len);
         let mut body: Box<dyn Read + Send> = if as_stored || content.stored_form == StoredForm::Raw
         {
             let mut source = source;
-            let stored: Box<dyn Read + Send> = if whole {
+            if whole {
                 // Read to the source's own end so the last extent's checks run.
                 Box::new(source)
             } else {
@@ -190,15 +167,11 @@ impl ObjectReader {
                     .seek(SeekFrom::Start(offset))
                     .map_err(|e| StoreError::Internal(e.to_string()))?;
                 Box::new(source.take(len))
-            };
-            read_ahead(stored, permit)?
-        } else if let Some(index) = index()? {
-            match permit {
-                Some(permit) => decode_pipelined(&index, source, offset, len, whole, permit)?,
-                None => Box::new(permafrost_format::decode_range(
-                    &index, source, offset, len,
-                )?),
             }
+        } else if let Some(index) = index()? {
+            Box::new(permafrost_format::decode_range(
+                &index, source, offset, len,
+            )?)
         } else {
             let algorithm = match content.id.encoding {
                 Encoding::Zstd => Algorithm::Zstd,
@@ -211,8 +184,9 @@ impl ObjectReader {
                 }
             };
             // No frame index: decode from the start and skip (costs a decode of `offset` bytes).
-            let decoded = permafrost_format::decode_stream_range(algorithm, source, offset, len)?;
-            read_ahead(Box::new(decoded), permit)?
+            Box::new(permafrost_format::decode_stream_range(
+                algorithm, source, offset, len,
+            )?)
         };
         // The bytes as received are the decoded bytes of identity uploads and the stored bytes of pre-compressed
         // ones: a whole read of them is checked against the content's BLAKE3.
@@ -280,8 +254,9 @@ impl ObjectReader {
         } else {
             let algorithm = crate::multipart::algorithm_of(encoding);
             let sent = PartsBody::new(inner, parts, 0, sent_bytes, prefer_grid);
-            let decoded = permafrost_format::decode_stream_range(algorithm, sent, offset, len)?;
-            read_ahead(Box::new(decoded), Permit::for_read(len))?
+            Box::new(permafrost_format::decode_stream_range(
+                algorithm, sent, offset, len,
+            )?)
         };
         Ok(ObjectReader {
             body,
@@ -295,42 +270,6 @@ impl ObjectReader {
             _hold: None,
         })
     }
-}
-
-/// Logical bytes `[offset, offset + len)` (not empty) of a chunked content, its chunks read and decoded in the
-/// read pipeline. `whole`: the source is read to its end so the last extent's checks run before the end.
-fn decode_pipelined(
-    index: &ChunkIndex,
-    mut source: Box<dyn Source>,
-    offset: u64,
-    len: u64,
-    whole: bool,
-    permit: Permit,
-) -> Result<Box<dyn Read + Send>> {
-    let logical_len = index.logical_len();
-    let (Some(first), Some(last)) = (
-        index.chunk_at(offset),
-        offset
-            .checked_add(len)
-            .filter(|end| *end <= logical_len && len > 0)
-            .and_then(|end| index.chunk_at(end - 1)),
-    ) else {
-        return Err(permafrost_format::FormatError::InvalidRange {
-            offset,
-            len,
-            logical_len,
-        }
-        .into());
-    };
-    let entries = index.entries()[first..=last].to_vec();
-    let skip = offset - entries[0].logical_offset;
-    source
-        .seek(SeekFrom::Start(entries[0].stored_offset))
-        .map_err(|e| StoreError::Internal(e.to_string()))?;
-    let stream =
-        BlockStream::decode_chunks(entries, source, skip, len, whole, decode_lanes(), permit)
-            .map_err(spawned)?;
-    Ok(Box::new(stream))
 }
 
 /// Bytes `[pos, end)` of the concatenation of parts, opening one part's reader at a time.
@@ -580,10 +519,9 @@ struct SegmentStream {
     out_start: u64,
     out_end: u64,
     check: Option<ExtentCheck>,
-    /// The last bytes read from the promise; `raw[out_pos..out_hi]` is output not yet returned.
     raw: Vec<u8>,
+    out: Vec<u8>,
     out_pos: usize,
-    out_hi: usize,
 }
 
 impl SegmentStream {
@@ -628,16 +566,15 @@ impl SegmentStream {
         let promise = inner
             .engine
             .read(e.grid_bucket as usize, promise_start, promise_len)?;
-        let buffer = promise_len.min(SEGMENT_BUFFER_BYTES as u64) as usize;
         Ok(SegmentStream {
             promise,
             at: 0,
             out_start,
             out_end,
             check,
-            raw: vec![0; buffer],
+            raw: vec![0; BUFFER_BYTES],
+            out: Vec::new(),
             out_pos: 0,
-            out_hi: 0,
         })
     }
 
@@ -648,7 +585,7 @@ impl SegmentStream {
     }
 
     fn out_done(&self) -> bool {
-        self.at >= self.out_end && self.out_pos >= self.out_hi
+        self.at >= self.out_end && self.out_pos >= self.out.len()
     }
 
     /// Consume the rest of what the check needs (no output).
@@ -675,11 +612,12 @@ impl SegmentStream {
         }
         let lo = self.out_start.max(start);
         let hi = self.out_end.min(start + n as u64);
-        (self.out_pos, self.out_hi) = if lo < hi {
-            ((lo - start) as usize, (hi - start) as usize)
-        } else {
-            (0, 0)
-        };
+        self.out.clear();
+        self.out_pos = 0;
+        if lo < hi {
+            self.out
+                .extend_from_slice(&chunk[(lo - start) as usize..(hi - start) as usize]);
+        }
         self.at += n as u64;
     }
 
@@ -717,9 +655,9 @@ impl SegmentStream {
 impl Read for SegmentStream {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         loop {
-            if self.out_pos < self.out_hi {
-                let n = buf.len().min(self.out_hi - self.out_pos);
-                buf[..n].copy_from_slice(&self.raw[self.out_pos..self.out_pos + n]);
+            if self.out_pos < self.out.len() {
+                let n = buf.len().min(self.out.len() - self.out_pos);
+                buf[..n].copy_from_slice(&self.out[self.out_pos..self.out_pos + n]);
                 self.out_pos += n;
                 return Ok(n);
             }
@@ -740,6 +678,9 @@ impl Read for SegmentStream {
                 ));
             }
             self.process(n);
+            if buf.is_empty() && self.out.is_empty() {
+                continue;
+            }
         }
     }
 }
