@@ -144,9 +144,9 @@ fn checksum(h: &VersionHeaders, name: &str) -> Option<String> {
 
 /// `FULL_OBJECT` or `COMPOSITE` (a multipart object's `base64-N` value), when a checksum is returned.
 fn checksum_type(h: &VersionHeaders) -> Option<ChecksumType> {
-    h.checksums
-        .first()
-        .map(|(_, v)| ChecksumType::from_static(permafrost_store::ChecksumType::of_value(v).as_str()))
+    h.checksums.first().map(|(_, v)| {
+        ChecksumType::from_static(permafrost_store::ChecksumType::of_value(v).as_str())
+    })
 }
 
 fn checksum_mode(mode: &Option<ChecksumMode>) -> bool {

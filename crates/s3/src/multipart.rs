@@ -74,8 +74,7 @@ pub(crate) async fn create_multipart_upload(
         key: Some(input.key),
         upload_id: Some(upload_id),
         checksum_algorithm: input.checksum_algorithm,
-        checksum_type: upload_checksum
-            .map(|c| ChecksumType::from_static(c.kind.as_str())),
+        checksum_type: upload_checksum.map(|c| ChecksumType::from_static(c.kind.as_str())),
         ..Default::default()
     }))
 }
@@ -240,8 +239,9 @@ pub(crate) async fn complete_multipart_upload(
     let archive = bucket_archive(store, &input.bucket).await?;
     let store = Arc::clone(store);
     let upload_id = input.upload_id;
-    let mut task =
-        tokio::task::spawn_blocking(move || store.complete_multipart_checked(&upload_id, &parts, &sent));
+    let mut task = tokio::task::spawn_blocking(move || {
+        store.complete_multipart_checked(&upload_id, &parts, &sent)
+    });
     let joined = move |r: Result<Result<ObjectInfo, StoreError>, tokio::task::JoinError>| match r {
         Ok(Ok(info)) => Ok(complete_output(info, &archive)),
         Ok(Err(e)) => Err(s3_error(e)),

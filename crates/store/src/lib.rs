@@ -54,9 +54,9 @@ pub use checksum::{ChecksumAlgorithm, Hasher};
 pub use config::{GridSetup, StoreConfig};
 pub use gc::GcReport;
 pub use growing::{growing_list_id, GrowingObject, GrowingOptions, Piece, SealedPiece};
+pub use mount::{CacheReservation, FsError, Residence, Usage};
 pub use multipart::CompletionChecksums;
 pub use multipart_checksum::{ChecksumType, UploadChecksum};
-pub use mount::{CacheReservation, FsError, Residence, Usage};
 pub use permafrost_catalog::now_ms;
 pub use permafrost_catalog::{
     AttributeChange, BucketArchive, BucketRecord, BucketSettings, Compression, ContentId,

@@ -88,9 +88,7 @@ impl UploadChecksum {
             ChecksumAlgorithm::Md5 => false,
             ChecksumAlgorithm::Crc32 | ChecksumAlgorithm::Crc32c => true,
             ChecksumAlgorithm::Crc64nvme => kind == ChecksumType::FullObject,
-            ChecksumAlgorithm::Sha1 | ChecksumAlgorithm::Sha256 => {
-                kind == ChecksumType::Composite
-            }
+            ChecksumAlgorithm::Sha1 | ChecksumAlgorithm::Sha256 => kind == ChecksumType::Composite,
         };
         if !allowed {
             return Err(StoreError::InvalidArgument(format!(

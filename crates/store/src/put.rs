@@ -201,9 +201,7 @@ impl PutHandle {
             Target::Object { .. } => Compression::None,
         };
         let compute = match target {
-            Target::Object { .. }
-                if expected.iter().all(|(a, _)| *a == ChecksumAlgorithm::Md5) =>
-            {
+            Target::Object { .. } if expected.iter().all(|(a, _)| *a == ChecksumAlgorithm::Md5) => {
                 Some(ChecksumAlgorithm::Crc64nvme)
             }
             _ => None,
