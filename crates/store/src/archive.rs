@@ -700,7 +700,8 @@ fn copy_into_cache(inner: &Arc<Inner>, content: &ContentRecord) -> Result<u64> {
     let relative = Cache::new_path(CONTENTS_DIR);
     let path = inner.cache.absolute(&relative);
     let result = (|| -> Result<()> {
-        let mut source = crate::read::open_source(inner, content, true, true)?;
+        let mut source =
+            crate::read::open_source(inner, content, true, crate::read::ExtentChecks::Full)?;
         let mut file = std::fs::File::create(&path)
             .map_err(|e| crate::io_error(format!("cannot create {}", path.display()), e))?;
         let mut buffer = vec![0u8; RESTORE_BUFFER_BYTES];

@@ -3,9 +3,11 @@
 //!
 //! Verification: a segment read from its start streams its whole extent (header, payload, crc) and checks the
 //! extent's crc32c and the BLAKE3 the catalog recorded; a read of the whole object (as received) is checked
-//! against the content's BLAKE3. A mismatch ends the stream with an `InvalidData` error before end-of-file, so a
-//! caller never sees a clean end after wrong bytes. Memory: one 64 KiB buffer plus the engine's read-ahead and,
-//! for chunked contents, about two chunks.
+//! against the content's BLAKE3. When that content check covers every byte delivered, the extents' BLAKE3 is not
+//! computed a second time (their crc32c still is): one hash pass per byte instead of two. A mismatch ends the
+//! stream with an `InvalidData` error before end-of-file, so a caller never sees a clean end after wrong bytes.
+//! Memory: one 64 KiB buffer (1 MiB for a grid segment) plus the engine's read-ahead and, for chunked contents,
+//! about two chunks.
 
 use std::fs::File;
 use std::io::{self, BufReader, Read, Seek, SeekFrom};
@@ -22,6 +24,9 @@ use crate::store::{ByteRange, Inner};
 use crate::{Result, StoreError};
 
 const BUFFER_BYTES: usize = 64 << 10;
+/// Bytes taken from a read promise at once (the engine hands out 8 MiB chunks; a larger read means fewer copies
+/// and calls per byte).
+const GRID_BUFFER_BYTES: usize = 1 << 20;
 
 fn invalid(message: String) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, message)
@@ -149,7 +154,19 @@ impl ObjectReader {
         let resolved = range.map(|r| r.resolve(total_bytes)).transpose()?;
         let (offset, len) = resolved.unwrap_or((0, total_bytes));
         let whole = offset == 0 && len == total_bytes;
-        let source = open_source(inner, content, prefer_grid, whole)?;
+        // The bytes as received are the decoded bytes of identity uploads and the stored bytes of pre-compressed
+        // ones: a whole read of them is checked against the content's BLAKE3 (below), which then covers every
+        // byte this reader delivers, so the extents need only their crc32c.
+        let as_received = (content.id.encoding == Encoding::Identity) || as_stored;
+        let content_checked = whole && as_received;
+        let extents = if !whole {
+            ExtentChecks::None
+        } else if content_checked {
+            ExtentChecks::Crc
+        } else {
+            ExtentChecks::Full
+        };
+        let source = open_source(inner, content, prefer_grid, extents)?;
         let index = || -> Result<Option<ChunkIndex>> {
             if content.chunk_index.is_empty() {
                 return Ok(None);
@@ -188,10 +205,7 @@ impl ObjectReader {
                 algorithm, source, offset, len,
             )?)
         };
-        // The bytes as received are the decoded bytes of identity uploads and the stored bytes of pre-compressed
-        // ones: a whole read of them is checked against the content's BLAKE3.
-        let as_received = (content.id.encoding == Encoding::Identity) || as_stored;
-        if whole && as_received {
+        if content_checked {
             body = Box::new(HashCheck {
                 inner: body,
                 hasher: blake3::Hasher::new(),
@@ -367,11 +381,22 @@ impl Read for ObjectReader {
 pub(crate) trait Source: Read + Seek + Send {}
 impl<T: Read + Seek + Send> Source for T {}
 
+/// Which checks a grid read makes of the extents it streams whole.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum ExtentChecks {
+    /// None: a ranged read (no extent is read whole).
+    None,
+    /// crc32c only: the caller checks the content's BLAKE3 over every byte it delivers.
+    Crc,
+    /// crc32c and the BLAKE3 the catalog recorded.
+    Full,
+}
+
 pub(crate) fn open_source(
     inner: &Arc<Inner>,
     content: &ContentRecord,
     prefer_grid: bool,
-    whole: bool,
+    checks: ExtentChecks,
 ) -> Result<Box<dyn Source>> {
     if !prefer_grid || content.state != permafrost_catalog::ContentState::Persisted {
         if content.cache_path.as_deref() == Some(INLINE_CACHE_PATH) {
@@ -414,7 +439,7 @@ pub(crate) fn open_source(
         stored_bytes: stored,
         pos: 0,
         current: None,
-        verify: whole,
+        checks,
     }))
 }
 
@@ -427,7 +452,7 @@ struct GridSource {
     pos: u64,
     /// The open stream and the stored position it will deliver next.
     current: Option<(SegmentStream, u64)>,
-    verify: bool,
+    checks: ExtentChecks,
 }
 
 impl GridSource {
@@ -437,8 +462,12 @@ impl GridSource {
             .partition_point(|(start, s)| start + s.segment.length_bytes <= pos);
         let (start, s) = &self.segments[i];
         let within = pos - start;
-        let check = self.verify && within == 0 && s.extent.kind == ExtentKind::Content;
-        let stream = SegmentStream::open(&self.inner, s, within, check)
+        let checks = if within == 0 && s.extent.kind == ExtentKind::Content {
+            self.checks
+        } else {
+            ExtentChecks::None
+        };
+        let stream = SegmentStream::open(&self.inner, s, within, checks)
             .map_err(|e| io::Error::other(e.to_string()))?;
         self.current = Some((stream, pos));
         Ok(())
@@ -504,6 +533,8 @@ struct ExtentCheck {
     crc_end: u64,
     /// + trailer (what the BLAKE3 covers).
     hash_end: u64,
+    /// Whether the BLAKE3 is computed and compared (else the crc32c only).
+    hash: bool,
     trailer: Vec<u8>,
     expected: Option<[u8; 32]>,
     what: String,
@@ -519,17 +550,25 @@ struct SegmentStream {
     out_start: u64,
     out_end: u64,
     check: Option<ExtentCheck>,
+    /// The bytes last taken from the promise.
     raw: Vec<u8>,
-    out: Vec<u8>,
+    /// The output window's part of `raw` not yet delivered: `raw[out_pos..out_end_in_raw]`.
     out_pos: usize,
+    out_end_in_raw: usize,
 }
 
 impl SegmentStream {
-    /// Stream the segment's bytes from `within` on. `check`: read the whole extent and verify it.
-    fn open(inner: &Inner, s: &ContentSegment, within: u64, check: bool) -> Result<SegmentStream> {
+    /// Stream the segment's bytes from `within` on. With `checks` other than `None` (`within` is 0 then): read
+    /// the whole extent and verify it.
+    fn open(
+        inner: &Inner,
+        s: &ContentSegment,
+        within: u64,
+        checks: ExtentChecks,
+    ) -> Result<SegmentStream> {
         let header = EXTENT_HEADER_BYTES as u64;
         let e = &s.extent;
-        let (promise_start, out_start, needed_end, check) = if check {
+        let (promise_start, out_start, needed_end, check) = if checks != ExtentChecks::None {
             let crc_end = header + e.payload_bytes;
             let hash_end = crc_end + EXTENT_TRAILER_BYTES as u64;
             let check = ExtentCheck {
@@ -537,6 +576,7 @@ impl SegmentStream {
                 hasher: blake3::Hasher::new(),
                 crc_end,
                 hash_end,
+                hash: checks == ExtentChecks::Full,
                 trailer: Vec::with_capacity(4),
                 expected: e.blake3,
                 what: format!(
@@ -572,9 +612,9 @@ impl SegmentStream {
             out_start,
             out_end,
             check,
-            raw: vec![0; BUFFER_BYTES],
-            out: Vec::new(),
+            raw: vec![0; GRID_BUFFER_BYTES],
             out_pos: 0,
+            out_end_in_raw: 0,
         })
     }
 
@@ -585,7 +625,7 @@ impl SegmentStream {
     }
 
     fn out_done(&self) -> bool {
-        self.at >= self.out_end && self.out_pos >= self.out.len()
+        self.at >= self.out_end && self.out_pos >= self.out_end_in_raw
     }
 
     /// Consume the rest of what the check needs (no output).
@@ -598,6 +638,7 @@ impl SegmentStream {
         Ok(())
     }
 
+    /// Check the `n` bytes just read into `raw` and mark the output window's part of them for delivery.
     fn process(&mut self, n: usize) {
         let start = self.at;
         let chunk = &self.raw[..n];
@@ -605,19 +646,20 @@ impl SegmentStream {
             let crc_part = (c.crc_end.saturating_sub(start)).min(n as u64) as usize;
             c.crc = crc32c::crc32c_append(c.crc, &chunk[..crc_part]);
             let hash_part = (c.hash_end.saturating_sub(start)).min(n as u64) as usize;
-            c.hasher.update(&chunk[..hash_part]);
+            if c.hash {
+                c.hasher.update(&chunk[..hash_part]);
+            }
             if hash_part > crc_part {
                 c.trailer.extend_from_slice(&chunk[crc_part..hash_part]);
             }
         }
         let lo = self.out_start.max(start);
         let hi = self.out_end.min(start + n as u64);
-        self.out.clear();
-        self.out_pos = 0;
-        if lo < hi {
-            self.out
-                .extend_from_slice(&chunk[(lo - start) as usize..(hi - start) as usize]);
-        }
+        (self.out_pos, self.out_end_in_raw) = if lo < hi {
+            ((lo - start) as usize, (hi - start) as usize)
+        } else {
+            (0, 0)
+        };
         self.at += n as u64;
     }
 
@@ -640,7 +682,7 @@ impl SegmentStream {
                 c.what, c.crc
             )));
         }
-        if let Some(expected) = c.expected {
+        if let (true, Some(expected)) = (c.hash, c.expected) {
             if *c.hasher.finalize().as_bytes() != expected {
                 return Err(invalid(format!(
                     "{}: BLAKE3 differs from the catalog's",
@@ -655,9 +697,9 @@ impl SegmentStream {
 impl Read for SegmentStream {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         loop {
-            if self.out_pos < self.out.len() {
-                let n = buf.len().min(self.out.len() - self.out_pos);
-                buf[..n].copy_from_slice(&self.out[self.out_pos..self.out_pos + n]);
+            if self.out_pos < self.out_end_in_raw {
+                let n = buf.len().min(self.out_end_in_raw - self.out_pos);
+                buf[..n].copy_from_slice(&self.raw[self.out_pos..self.out_pos + n]);
                 self.out_pos += n;
                 return Ok(n);
             }
@@ -678,7 +720,7 @@ impl Read for SegmentStream {
                 ));
             }
             self.process(n);
-            if buf.is_empty() && self.out.is_empty() {
+            if buf.is_empty() && self.out_pos == self.out_end_in_raw {
                 continue;
             }
         }
