@@ -161,9 +161,9 @@ fn the_watchdog_persists_aged_data_on_its_own() {
 }
 
 /// Bytes on the grid that the engine reads back as good but that are not what was persisted (a misdirected
-/// write, an engine bug): IDR and parity cannot see them, only the end-to-end checks can. A whole read is
-/// checked by the content's BLAKE3 (the extents then only by their crc32c), a ranged read elsewhere still
-/// returns the right bytes, and the verifier, which checks each extent's BLAKE3, names the damage.
+/// write, an engine bug): IDR and parity cannot see them, only the end-to-end checks can. A whole read checks
+/// the extents' crc32c and the content's BLAKE3 (not the extents' BLAKE3 as well), a ranged read elsewhere still
+/// returns the right bytes, and the verifier reports the object.
 #[test]
 fn bytes_changed_behind_the_engine_are_reported_not_returned() {
     let dir = tempfile::tempdir().unwrap();
@@ -216,7 +216,8 @@ fn bytes_changed_behind_the_engine_are_reported_not_returned() {
     let mut out = Vec::new();
     let err = std::io::Read::read_to_end(&mut reader, &mut out).unwrap_err();
     assert_eq!(err.kind(), std::io::ErrorKind::InvalidData, "{err}");
-    assert!(err.to_string().contains("BLAKE3"), "{err}");
+    // The extent's crc32c sees a flipped bit before the content's BLAKE3 does.
+    assert!(err.to_string().contains("crc32c mismatch"), "{err}");
     assert_eq!(
         get_range(&store, "dmg", "k", ByteRange::FromTo(0, 4095)),
         body[..4096],
