@@ -4,21 +4,24 @@
 //! - [`upload`] streams a request body into a [`PutHandle`] on a blocking thread through a channel of at most
 //!   [`BODY_PIECES_IN_FLIGHT`] pieces: memory per upload is bounded whatever the object's size. The handle is
 //!   finished only after the body ended cleanly (and its trailing checksum, if any, matched); a body that
-//!   fails or a client that disconnects aborts it, so nothing half-written becomes visible.
+//!   fails or a client that disconnects aborts it, so nothing half-written becomes visible. A body of a known
+//!   length up to [`SMALL_UPLOAD_BYTES`] is received whole first and stored in one blocking call.
 //! - [`download`] pumps an [`ObjectReader`] on a blocking thread into a channel of at most
-//!   [`BODY_PIECES_IN_FLIGHT`] pieces of [`READ_PIECE_BYTES`]; a read error ends the response body with an error,
-//!   so the client sees a truncated body, never wrong bytes.
+//!   [`BODY_PIECES_IN_FLIGHT`] pieces of [`READ_PIECE_BYTES`] (pooled buffers handed to hyper as `Bytes` without
+//!   a copy); a read error ends the response body with an error, and the last piece waits for the reader's clean
+//!   end, so the client sees a truncated body, never the whole length of wrong bytes.
 
 use std::io::Read;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use futures::{Stream, StreamExt};
 use permafrost_disk::power::WakeContext;
 use permafrost_store::{ChecksumAlgorithm, ObjectInfo, ObjectReader, PutHandle, StoreError};
 use s3s::dto::StreamingBlob;
+use s3s::stream::ByteStream;
 use s3s::{S3Error, S3ErrorCode, S3Result, TrailingHeaders};
 use tokio::sync::mpsc;
 
@@ -28,6 +31,8 @@ use crate::error::{internal, s3_error};
 pub const BODY_PIECES_IN_FLIGHT: usize = 4;
 /// Size of the pieces a GET reads from the store.
 pub const READ_PIECE_BYTES: usize = 256 << 10;
+/// Bodies of a known length up to this size are received whole before the store sees them (see [`upload`]).
+pub const SMALL_UPLOAD_BYTES: usize = 256 << 10;
 
 /// Run a blocking store call off the async threads.
 pub(crate) async fn blocking<T, F>(f: F) -> S3Result<T>
@@ -47,9 +52,91 @@ enum Piece {
     End(Option<String>),
 }
 
+/// The trailing checksum's value the client sent after the body, if one was announced.
+fn trailer_value(
+    trailer: &Option<ChecksumAlgorithm>,
+    trailing_headers: &Option<TrailingHeaders>,
+) -> Option<String> {
+    match (trailer, trailing_headers) {
+        (Some(t), Some(headers)) => headers
+            .read(|h| {
+                h.get(t.header())
+                    .and_then(|v| v.to_str().ok())
+                    .map(str::to_owned)
+            })
+            .flatten(),
+        _ => None,
+    }
+}
+
 /// Stream `body` into the handle `begin` opens and finish; the store's pipeline computes the announced trailing
-/// checksum and verifies it (with the header checksums) at the end.
+/// checksum and verifies it (with the header checksums) at the end. A body of a known length up to
+/// [`SMALL_UPLOAD_BYTES`] is received first and then stored in one blocking call (no writer thread, no channel).
 pub(crate) async fn upload<F>(
+    body: Option<StreamingBlob>,
+    begin: F,
+    trailer: Option<ChecksumAlgorithm>,
+    trailing_headers: Option<TrailingHeaders>,
+) -> S3Result<ObjectInfo>
+where
+    F: FnOnce() -> Result<PutHandle, StoreError> + Send + 'static,
+{
+    let small = body
+        .as_ref()
+        .map_or(Some(0), |b| b.remaining_length().exact());
+    match small {
+        Some(len) if len <= SMALL_UPLOAD_BYTES => {
+            upload_small(body, begin, trailer, trailing_headers).await
+        }
+        _ => upload_streamed(body, begin, trailer, trailing_headers).await,
+    }
+}
+
+/// [`upload`] of a small body: all of it, then the store.
+async fn upload_small<F>(
+    body: Option<StreamingBlob>,
+    begin: F,
+    trailer: Option<ChecksumAlgorithm>,
+    trailing_headers: Option<TrailingHeaders>,
+) -> S3Result<ObjectInfo>
+where
+    F: FnOnce() -> Result<PutHandle, StoreError> + Send + 'static,
+{
+    let mut pieces = Vec::new();
+    let mut received = 0;
+    if let Some(mut body) = body {
+        while let Some(piece) = body.next().await {
+            match piece {
+                Ok(bytes) => {
+                    received += bytes.len();
+                    if received > SMALL_UPLOAD_BYTES {
+                        // Longer than it announced: hyper ends such a body with an error first; never buffer it.
+                        return Err(s3_error(StoreError::InvalidArgument(
+                            "the request body is longer than its Content-Length".into(),
+                        )));
+                    }
+                    pieces.push(bytes);
+                }
+                Err(e) => return Err(body_stream_error(&*e)),
+            }
+        }
+    }
+    let trailer_value = trailer_value(&trailer, &trailing_headers);
+    blocking(move || {
+        let mut handle = begin()?;
+        if let Some(t) = trailer {
+            handle.expect_trailer(t)?;
+        }
+        for piece in &pieces {
+            handle.write(piece)?;
+        }
+        handle.finish_with_trailer(trailer_value.as_deref())
+    })
+    .await
+}
+
+/// [`upload`] of a body of any length: a writer on a blocking thread takes it in pieces as it arrives.
+async fn upload_streamed<F>(
     body: Option<StreamingBlob>,
     begin: F,
     trailer: Option<ChecksumAlgorithm>,
@@ -96,17 +183,9 @@ where
         }
     }
     if body_error.is_none() {
-        let trailer_value = match (&trailer, &trailing_headers) {
-            (Some(t), Some(headers)) => headers
-                .read(|h| {
-                    h.get(t.header())
-                        .and_then(|v| v.to_str().ok())
-                        .map(str::to_owned)
-                })
-                .flatten(),
-            _ => None,
-        };
-        let _ = tx.send(Piece::End(trailer_value)).await;
+        let _ = tx
+            .send(Piece::End(trailer_value(&trailer, &trailing_headers)))
+            .await;
     }
     drop(tx);
     let result = writer.await;
@@ -156,8 +235,97 @@ impl Stream for ReaderStream {
     }
 }
 
-/// Turn `reader` into a response body read on a blocking thread, `READ_PIECE_BYTES` at a time, with at most
-/// `BODY_PIECES_IN_FLIGHT` pieces buffered. `keep` is held until the reader is done (the store, typically).
+/// Piece buffers of one download, handed back when hyper drops the piece: a GET allocates (and clears) its
+/// buffers once instead of once per piece.
+#[derive(Default)]
+struct PiecePool(Mutex<Vec<Vec<u8>>>);
+
+impl PiecePool {
+    /// Buffers kept for reuse: the pieces queued, one with hyper and one being filled.
+    const KEPT: usize = BODY_PIECES_IN_FLIGHT + 2;
+
+    fn take(&self) -> Vec<u8> {
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .pop()
+            .unwrap_or_else(|| vec![0; READ_PIECE_BYTES])
+    }
+
+    fn give(&self, buf: Vec<u8>) {
+        let mut pool = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        if pool.len() < Self::KEPT {
+            pool.push(buf);
+        }
+    }
+}
+
+/// The first `len` bytes of a pooled buffer, as the owner of a [`Bytes`] (no copy); back to the pool on drop.
+struct PooledPiece {
+    buf: Vec<u8>,
+    len: usize,
+    pool: Arc<PiecePool>,
+}
+
+impl AsRef<[u8]> for PooledPiece {
+    fn as_ref(&self) -> &[u8] {
+        &self.buf[..self.len]
+    }
+}
+
+impl Drop for PooledPiece {
+    fn drop(&mut self) {
+        self.pool.give(std::mem::take(&mut self.buf));
+    }
+}
+
+/// Read into `buf` until it is full or the reader ends; the bytes read.
+fn fill(reader: &mut impl Read, buf: &mut [u8]) -> std::io::Result<usize> {
+    let mut n = 0;
+    while n < buf.len() {
+        match reader.read(&mut buf[n..]) {
+            Ok(0) => break,
+            Ok(k) => n += k,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(n)
+}
+
+/// Read the rest of `reader`, which must be exactly `len` bytes long, then its end: the end-of-body checks (an
+/// object's BLAKE3, its length) run before the bytes are returned.
+pub(crate) fn read_whole(reader: &mut ObjectReader) -> std::io::Result<Vec<u8>> {
+    let len = usize::try_from(reader.len()).map_err(std::io::Error::other)?;
+    let mut buf = vec![0; len];
+    let n = fill(reader, &mut buf)?;
+    if n < len {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::UnexpectedEof,
+            format!("object body ended {} bytes early", len - n),
+        ));
+    }
+    check_end(reader)?;
+    Ok(buf)
+}
+
+/// The reader's clean end after its last byte (its checks pass), or the error that says why not.
+fn check_end(reader: &mut ObjectReader) -> std::io::Result<()> {
+    let mut probe = [0u8; 1];
+    if fill(reader, &mut probe)? != 0 {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            "object body longer than its length",
+        ));
+    }
+    Ok(())
+}
+
+/// Turn `reader` into a response body read on a blocking thread in pieces of [`READ_PIECE_BYTES`] (filled
+/// whole, pooled, handed to hyper without a copy), with at most `BODY_PIECES_IN_FLIGHT` pieces queued. The last
+/// piece is sent only after the reader's clean end: a verification failure at the end (the object's BLAKE3)
+/// leaves the client with a short body and an error, never the complete length. `keep` is held until the reader
+/// is done (the store, typically).
 pub(crate) fn download<K: Send + Sync + 'static>(
     mut reader: ObjectReader,
     keep: Arc<K>,
@@ -167,34 +335,46 @@ pub(crate) fn download<K: Send + Sync + 'static>(
     tokio::task::spawn_blocking(move || {
         let _keep = keep;
         let _wake = WakeContext::enter_opt(wake); // why the reads wake disks
+        let pool = Arc::new(PiecePool::default());
         let mut remaining = reader.len();
-        loop {
-            let mut buf = BytesMut::zeroed(READ_PIECE_BYTES);
-            match reader.read(&mut buf) {
-                Ok(0) => {
-                    if remaining > 0 {
-                        let e = std::io::Error::new(
-                            std::io::ErrorKind::UnexpectedEof,
-                            format!("object body ended {remaining} bytes early"),
-                        );
-                        tracing::error!("{e}");
-                        let _ = tx.blocking_send(Err(e));
-                    }
-                    return;
+        let fail = |e: std::io::Error| {
+            tracing::error!("reading an object failed: {e}");
+            let _ = tx.blocking_send(Err(e));
+        };
+        if remaining == 0 {
+            if let Err(e) = check_end(&mut reader) {
+                fail(e);
+            }
+            return;
+        }
+        while remaining > 0 {
+            let mut buf = pool.take();
+            let want = buf
+                .len()
+                .min(usize::try_from(remaining).unwrap_or(usize::MAX));
+            let n = match fill(&mut reader, &mut buf[..want]) {
+                Ok(n) => n,
+                Err(e) => return fail(e),
+            };
+            if n < want {
+                return fail(std::io::Error::new(
+                    std::io::ErrorKind::UnexpectedEof,
+                    format!("object body ended {} bytes early", remaining - n as u64),
+                ));
+            }
+            remaining -= n as u64;
+            if remaining == 0 {
+                if let Err(e) = check_end(&mut reader) {
+                    return fail(e);
                 }
-                Ok(n) => {
-                    buf.truncate(n);
-                    remaining = remaining.saturating_sub(n as u64);
-                    if tx.blocking_send(Ok(buf.freeze())).is_err() {
-                        return; // the client went away
-                    }
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(e) => {
-                    tracing::error!("reading an object failed: {e}");
-                    let _ = tx.blocking_send(Err(e));
-                    return;
-                }
+            }
+            let piece = PooledPiece {
+                buf,
+                len: n,
+                pool: Arc::clone(&pool),
+            };
+            if tx.blocking_send(Ok(Bytes::from_owner(piece))).is_err() {
+                return; // the client went away
             }
         }
     });

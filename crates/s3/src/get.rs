@@ -8,17 +8,22 @@
 
 use std::sync::Arc;
 
+use bytes::Bytes;
 use http::HeaderMap;
-use permafrost_store::{ByteRange, Encoding, ObjectInfo, RestoreInfo, Store};
+use permafrost_store::{ByteRange, Encoding, ObjectInfo, RestoreInfo, Store, StoreError};
 use s3s::dto::*;
 use s3s::{S3Request, S3Response, S3Result};
 
-use crate::bridge::{blocking, download};
+use crate::bridge::{blocking, download, read_whole};
 use crate::common::{
     etag, http_date, metadata, object_headers, stored_expires, stored_header, timestamp,
     DEFAULT_CONTENT_TYPE,
 };
 use crate::versioning::{bucket_archive, expiration_header, version_header};
+
+/// Bodies up to this size are read whole (and verified) while the GET opens, in the same blocking call: no
+/// reader thread or channel, and a verification failure is an error answer instead of a cut body.
+pub const SMALL_BODY_BYTES: u64 = crate::bridge::READ_PIECE_BYTES as u64;
 use permafrost_disk::power::{WakeContext, WakeReason, WakeWitness};
 
 /// The stored encodings (`zstd`, `lz4`) the client accepts, from `Accept-Encoding` (`q=0` excludes; `*` is
@@ -98,12 +103,19 @@ pub(crate) async fn version_headers(
     info: &ObjectInfo,
     checksum_mode: bool,
 ) -> S3Result<VersionHeaders> {
-    let archive = bucket_archive(store, &info.bucket).await?;
-    let restore = {
-        let store = Arc::clone(store);
-        let info = info.clone();
-        blocking(move || store.restore_info(&info)).await?
-    };
+    let store = Arc::clone(store);
+    let info = info.clone();
+    blocking(move || version_headers_now(&store, &info, checksum_mode)).await
+}
+
+/// [`version_headers`] on the caller's (blocking) thread.
+fn version_headers_now(
+    store: &Store,
+    info: &ObjectInfo,
+    checksum_mode: bool,
+) -> Result<VersionHeaders, StoreError> {
+    let archive = store.bucket_archive(&info.bucket)?;
+    let restore = store.restore_info(info)?;
     let lock = info.attributes.lock;
     Ok(VersionHeaders {
         cache_control: stored_header(info, "cache-control"),
@@ -172,8 +184,10 @@ pub(crate) async fn get_object(
         input.key.clone(),
         input.version_id.clone(),
     );
+    let wants_checksum = checksum_mode(&input.checksum_mode);
     let opening = wake.clone();
-    let (info, reader) = blocking(move || {
+    // One blocking call opens the version, reads what its headers need and, for a small body, the body itself.
+    let (info, reader, h, small) = blocking(move || {
         let _wake = opening.enter();
         let accept = match accepted.as_slice() {
             [] => None,
@@ -185,17 +199,22 @@ pub(crate) async fn get_object(
                 accepted.contains(&encoding).then_some(encoding)
             }
         };
-        opener.open_version(&bucket, &key, version.as_deref(), range, accept)
+        let (info, mut reader) =
+            opener.open_version(&bucket, &key, version.as_deref(), range, accept)?;
+        // A checksum describes the whole object as uploaded: not a range, not the decoded form of bytes sent
+        // pre-compressed (a client that checks it would reject correct bytes).
+        let whole_as_uploaded =
+            reader.range().is_none() && reader.encoding() == info.content_encoding;
+        let h = version_headers_now(&opener, &info, wants_checksum && whole_as_uploaded)?;
+        let small = if reader.len() <= SMALL_BODY_BYTES {
+            let bytes = read_whole(&mut reader)
+                .map_err(|e| StoreError::Internal(format!("reading {bucket}/{key} failed: {e}")))?;
+            Some(Bytes::from(bytes))
+        } else {
+            None
+        };
+        Ok((info, reader, h, small))
     })
-    .await?;
-    // A checksum describes the whole object as uploaded: not a range, not the decoded form of bytes sent
-    // pre-compressed (a client that checks it would reject correct bytes).
-    let whole_as_uploaded = reader.range().is_none() && reader.encoding() == info.content_encoding;
-    let h = version_headers(
-        store,
-        &info,
-        checksum_mode(&input.checksum_mode) && whole_as_uploaded,
-    )
     .await?;
     let content_range = reader.range().map(|(offset, length)| {
         format!(
@@ -232,7 +251,10 @@ pub(crate) async fn get_object(
         object_lock_mode: h.lock_mode,
         object_lock_retain_until_date: h.retain_until,
         object_lock_legal_hold_status: h.legal_hold,
-        body: Some(download(reader, Arc::clone(store), Some(wake))),
+        body: Some(match small {
+            Some(bytes) => StreamingBlob::from(s3s::Body::from(bytes)),
+            None => download(reader, Arc::clone(store), Some(wake)),
+        }),
         ..Default::default()
     };
     let mut response = S3Response::new(output);
@@ -252,24 +274,24 @@ pub(crate) async fn head_object(
 ) -> S3Result<S3Response<HeadObjectOutput>> {
     let accepted = accepted_encodings(&req.headers);
     let input = req.input;
-    let info = {
+    let wants_checksum = checksum_mode(&input.checksum_mode) && input.range.is_none();
+    let (info, as_stored, h) = {
         let store = Arc::clone(store);
         let (bucket, key, version) = (
             input.bucket.clone(),
             input.key.clone(),
             input.version_id.clone(),
         );
-        blocking(move || store.head_version(&bucket, &key, version.as_deref())).await?
+        blocking(move || {
+            let info = store.head_version(&bucket, &key, version.as_deref())?;
+            let as_stored = info.content_encoding != Encoding::Identity
+                && accepted.contains(&info.content_encoding);
+            let as_uploaded = info.content_encoding == Encoding::Identity || as_stored;
+            let h = version_headers_now(&store, &info, wants_checksum && as_uploaded)?;
+            Ok((info, as_stored, h))
+        })
+        .await?
     };
-    let as_stored =
-        info.content_encoding != Encoding::Identity && accepted.contains(&info.content_encoding);
-    let as_uploaded = info.content_encoding == Encoding::Identity || as_stored;
-    let h = version_headers(
-        store,
-        &info,
-        checksum_mode(&input.checksum_mode) && as_uploaded && input.range.is_none(),
-    )
-    .await?;
     let output = HeadObjectOutput {
         accept_ranges: Some("bytes".into()),
         content_length: i64::try_from(if as_stored {

@@ -17,7 +17,17 @@
 //!   that fails or is cut off (bad signature, wrong `Content-MD5`/`x-amz-checksum-*`, client gone, server
 //!   killed) leaves nothing visible.
 //! - Memory per request is bounded: bodies move in pieces through channels of [`BODY_PIECES_IN_FLIGHT`]
-//!   entries (GET pieces are [`READ_PIECE_BYTES`]); a 10 GiB object never sits in RAM.
+//!   entries (GET pieces are [`READ_PIECE_BYTES`]); a 10 GiB object never sits in RAM. Bodies up to
+//!   [`SMALL_UPLOAD_BYTES`] (PUT, known length) and [`SMALL_BODY_BYTES`] (GET) are held whole instead: one
+//!   blocking call each, no thread or channel per request.
+//! - A GET never delivers the complete length of bytes that fail verification: a small body is read and
+//!   verified before the answer (a failure is a `500`); a streamed body withholds its last piece until the
+//!   reader's end checks (the object's BLAKE3) passed, so a failure leaves the client with a short body. Bodies up to
+//!   [`SMALL_UPLOAD_BYTES`] (PUT, known length) and [`SMALL_BODY_BYTES`] (GET) are held whole instead: one
+//!   blocking call each, no thread or channel per request.
+//! - A GET never delivers the complete length of bytes that fail verification: a small body is read and
+//!   verified before the answer (a failure is a `500`); a streamed body withholds its last piece until the
+//!   reader's end checks (the object's BLAKE3) passed, so a failure leaves the client with a short body.
 //! - `503 SlowDown` when the write-back cache stays full for the store's `cache_wait_ms_max`.
 //! - HEAD, LIST, DELETE and COPY touch only the catalog (no disk spins up).
 //! - HEAD and GET show the persistence state (`cached`, `placed`, `persisting`, `persisted`) in the response
@@ -70,6 +80,7 @@ pub use admin::{
 };
 pub use archive_api::{add_archive_endpoints, DATASETS_PATH, RESTORES_PATH};
 pub use auth::Credentials;
-pub use bridge::{BODY_PIECES_IN_FLIGHT, READ_PIECE_BYTES};
+pub use bridge::{BODY_PIECES_IN_FLIGHT, READ_PIECE_BYTES, SMALL_UPLOAD_BYTES};
 pub use common::{GRID_BUCKET_HEADER, STATE_HEADER, STORED_BYTES_HEADER};
+pub use get::SMALL_BODY_BYTES;
 pub use server::{s3_service, serve, serve_admin, DRAIN_TIMEOUT_MS};

@@ -6,16 +6,17 @@
 //! is the signing layer's and already removed, `gzip`, …) are not interpreted: the bytes are stored and
 //! returned as received. (The store keeps no `Content-Encoding` for them, so GET does not repeat it.)
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
-use permafrost_store::{Encoding, PutOptions, Store};
+use permafrost_store::{BucketArchive, Encoding, PutOptions, StorageClass, Store};
 use s3s::dto::*;
 use s3s::{S3Request, S3Response, S3Result};
 
 use crate::bridge::upload;
 use crate::checksum;
 use crate::common::{etag, metadata_pairs, NewVersion};
-use crate::versioning::{bucket_archive, expiration_header, version_header};
+use crate::error::internal;
+use crate::versioning::{expiration_header, version_header};
 
 /// The encoding the store should know of, from a `Content-Encoding` header: `zstd` or `lz4` (alone, or after
 /// `aws-chunked`); anything else is identity.
@@ -41,8 +42,9 @@ pub(crate) async fn put_object(
 ) -> S3Result<S3Response<PutObjectOutput>> {
     let trailer = checksum::trailer_of(&req.headers)?;
     let input = req.input;
-    let archive = bucket_archive(store, &input.bucket).await?;
-    let attributes = NewVersion {
+    let class_given = input.storage_class.is_some();
+    // Checked before the body is read; the bucket's default storage class is filled in with the store call.
+    let mut attributes = NewVersion {
         cache_control: input.cache_control.clone(),
         content_disposition: input.content_disposition.clone(),
         content_language: input.content_language.clone(),
@@ -56,7 +58,7 @@ pub(crate) async fn put_object(
             .as_ref()
             .map(|h| h.as_str()),
     }
-    .attributes(archive.storage_class)?;
+    .attributes(StorageClass::Standard)?;
     let user_metadata = metadata_pairs(input.metadata);
     let content_encoding = store_encoding(input.content_encoding.as_deref());
     let echo = PutObjectOutput {
@@ -67,31 +69,52 @@ pub(crate) async fn put_object(
         checksum_crc64nvme: input.checksum_crc64nvme.clone(),
         ..Default::default()
     };
-    let options = PutOptions {
-        content_encoding,
-        decoded_length: None,
-        user_metadata,
-        content_type: input.content_type.map(|m| m.to_string()),
-        expected: checksum::from_headers(
-            input.content_md5,
-            input.checksum_crc32,
-            input.checksum_crc32c,
-            input.checksum_sha1,
-            input.checksum_sha256,
-            input.checksum_crc64nvme,
-        ),
-        attributes,
-        upload_checksum: None,
-    };
-    let store = Arc::clone(store);
+    let expected = checksum::from_headers(
+        input.content_md5,
+        input.checksum_crc32,
+        input.checksum_crc32c,
+        input.checksum_sha1,
+        input.checksum_sha256,
+        input.checksum_crc64nvme,
+    );
+    let content_type = input.content_type.map(|m| m.to_string());
+    let opener = Arc::clone(store);
     let (bucket, key) = (input.bucket, input.key);
+    // The bucket's archive configuration, read on the store's thread with the upload's start (one blocking
+    // call less per PUT), for the storage class and the answer's version headers.
+    let archive_slot: Arc<OnceLock<BucketArchive>> = Arc::new(OnceLock::new());
+    let slot = Arc::clone(&archive_slot);
     let info = upload(
         input.body,
-        move || store.begin_put(&bucket, &key, options),
+        move || {
+            let archive = opener.bucket_archive(&bucket)?;
+            if !class_given {
+                attributes.storage_class = archive.storage_class;
+            }
+            let _ = slot.set(archive);
+            let options = PutOptions {
+                content_encoding,
+                decoded_length: None,
+                user_metadata,
+                content_type,
+                expected,
+                attributes,
+                upload_checksum: None,
+            };
+            opener.begin_put(&bucket, &key, options)
+        },
         trailer,
         req.trailing_headers,
     )
     .await?;
+    let archive = match archive_slot.get() {
+        Some(a) => a.clone(),
+        None => {
+            return Err(internal(
+                "the upload finished without its bucket's configuration",
+            ))
+        }
+    };
     Ok(S3Response::new(PutObjectOutput {
         e_tag: Some(etag(&info.etag)),
         size: i64::try_from(info.size_bytes).ok(),

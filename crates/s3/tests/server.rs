@@ -9,7 +9,7 @@ use std::time::Duration;
 use permafrost_disk::power::PowerProfile;
 use permafrost_s3::Credentials;
 use permafrost_store::{GridSetup, Store, StoreConfig};
-use rusty_s3::actions::{CreateBucket, HeadObject, PutObject};
+use rusty_s3::actions::{CreateBucket, GetObject, HeadObject, PutObject};
 use rusty_s3::{Bucket, Method, S3Action, UrlStyle};
 use url::Url;
 
@@ -137,6 +137,41 @@ impl Server {
         let url = PutObject::new(&self.bucket(bucket), Some(&Self::credentials()), key).sign(VALID);
         let (status, _, text) = self.send("PUT", &url, body);
         assert_eq!(status, 200, "put {bucket}/{key}: {text}");
+    }
+
+    /// GET `bucket/key`: the status, the `Content-Length` announced and the bytes received (reading stops at
+    /// the first error: a cut body is shorter than its `Content-Length`).
+    fn get(&self, bucket: &str, key: &str) -> (u16, Option<usize>, Vec<u8>) {
+        let url = GetObject::new(&self.bucket(bucket), Some(&Self::credentials()), key).sign(VALID);
+        let response = match self.agent.request_url("GET", &url).call() {
+            Ok(r) => r,
+            Err(ureq::Error::Status(_, r)) => r,
+            Err(e) => panic!("GET {url}: {e}"),
+        };
+        let status = response.status();
+        let length = response
+            .header("content-length")
+            .and_then(|v| v.parse().ok());
+        let mut body = Vec::new();
+        let mut reader = response.into_reader();
+        let mut buf = vec![0u8; 64 << 10];
+        loop {
+            match reader.read(&mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => body.extend_from_slice(&buf[..n]),
+            }
+        }
+        (status, length, body)
+    }
+
+    /// The only file in the cache's `contents/` directory.
+    fn only_cache_file(&self) -> std::path::PathBuf {
+        let mut files: Vec<_> = std::fs::read_dir(self._dir.path().join("cache/contents"))
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect();
+        assert_eq!(files.len(), 1, "{files:?}");
+        files.pop().unwrap()
     }
 
     fn make_bucket(&self, bucket: &str) -> (u16, String) {
@@ -357,5 +392,95 @@ fn an_ordinary_request_keeps_its_connection_open() {
         let answer = String::from_utf8_lossy(&buf[..n]).to_ascii_lowercase();
         assert!(answer.starts_with("http/1.1 200"), "{answer}");
         assert!(!answer.contains("connection: close"), "{answer}");
+    }
+}
+
+/// Incompressible bytes (stored raw: the cache file holds them as sent).
+fn noise(seed: u64, len: usize) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x >> 24) as u8
+        })
+        .collect()
+}
+
+#[test]
+fn get_bodies_read_whole_or_streamed_in_pieces_are_byte_exact() {
+    let server = Server::start();
+    assert_eq!(server.make_bucket("data").0, 200);
+    let small = permafrost_s3::SMALL_BODY_BYTES as usize;
+    let piece = permafrost_s3::READ_PIECE_BYTES;
+    for (i, len) in [
+        0,
+        1,
+        100_000,
+        small,
+        small + 1,
+        4 * piece,
+        3 * piece + 17,
+        (3 << 20) + 5,
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let body = noise(i as u64, len);
+        let key = format!("k{len}");
+        server.put("data", &key, &body);
+        let (status, length, got) = server.get("data", &key);
+        assert_eq!(status, 200, "{len} bytes");
+        assert_eq!(length, Some(len));
+        assert!(
+            got == body,
+            "{len} bytes: got {} bytes, not the same",
+            got.len()
+        );
+    }
+}
+
+#[test]
+fn a_damaged_small_object_is_an_error_answer_not_its_bytes() {
+    let server = Server::start();
+    assert_eq!(server.make_bucket("data").0, 200);
+    // Larger than the catalog's inline limit (a cache file), small enough to be read whole before answering.
+    let body = noise(7, 100_000);
+    server.put("data", "k", &body);
+    let file = server.only_cache_file();
+    let mut bytes = std::fs::read(&file).unwrap();
+    bytes[50_000] ^= 1;
+    std::fs::write(&file, bytes).unwrap();
+    let (status, _, got) = server.get("data", "k");
+    assert_eq!(status, 500, "{}", String::from_utf8_lossy(&got));
+}
+
+#[test]
+fn a_damaged_large_object_never_arrives_whole() {
+    // The damage is found only at the end (the object's BLAKE3): the last piece is withheld, so the client never
+    // receives the complete length; also when the length is an exact number of pieces.
+    for (seed, len, at) in [
+        (1, 4 * permafrost_s3::READ_PIECE_BYTES, 10),
+        (2, 4 * permafrost_s3::READ_PIECE_BYTES, usize::MAX),
+        (3, (1 << 20) + 12_345, usize::MAX),
+    ] {
+        let server = Server::start();
+        assert_eq!(server.make_bucket("data").0, 200);
+        let body = noise(seed, len);
+        server.put("data", "k", &body);
+        let file = server.only_cache_file();
+        let mut bytes = std::fs::read(&file).unwrap();
+        let at = at.min(bytes.len() - 1);
+        bytes[at] ^= 0x80;
+        std::fs::write(&file, bytes).unwrap();
+        let (status, length, got) = server.get("data", "k");
+        assert_eq!(status, 200);
+        assert_eq!(length, Some(len));
+        assert!(
+            got.len() < len,
+            "damaged byte {at} of {len}: the whole body arrived"
+        );
+        assert!(got[..] == body[..got.len()] || at < got.len());
     }
 }

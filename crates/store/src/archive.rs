@@ -210,7 +210,15 @@ impl Store {
                 )));
             }
         }
-        let reader = ObjectReader::open(inner, &content, parts, range, accept_encoding, false)?;
+        let reader = ObjectReader::open(
+            inner,
+            &content,
+            parts,
+            range,
+            accept_encoding,
+            false,
+            &object.checksums,
+        )?;
         inner.touch(content.id);
         Ok((info, reader))
     }

@@ -277,7 +277,7 @@ impl Store {
                     key: format!("content {id}"),
                 })?;
         let parts = self.inner().parts_of(&content)?;
-        let reader = ObjectReader::open(self.inner(), &content, parts, range, None, false)?;
+        let reader = ObjectReader::open(self.inner(), &content, parts, range, None, false, &[])?;
         self.inner().touch(content.id);
         Ok(reader)
     }

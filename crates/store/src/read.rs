@@ -2,12 +2,14 @@
 //! decoding what needs decoding and verifying what it reads.
 //!
 //! Verification: a segment read from its start streams its whole extent (header, payload, crc) and checks the
-//! extent's crc32c and the BLAKE3 the catalog recorded; a read of the whole object (as received) is checked
-//! against the content's BLAKE3. When that content check covers every byte delivered, the extents' BLAKE3 is not
-//! computed a second time (their crc32c still is): one hash pass per byte instead of two. A mismatch ends the
-//! stream with an `InvalidData` error before end-of-file, so a caller never sees a clean end after wrong bytes.
-//! Memory: one 64 KiB buffer (1 MiB for a grid segment) plus the engine's read-ahead and, for chunked contents,
-//! about two chunks.
+//! extent's crc32c and the BLAKE3 the catalog recorded; a read of the whole object (as received) is checked at
+//! its end (an [`EndCheck`]): against the object's full-object CRC when it has one (CRC32C, CRC32 or CRC64NVME,
+//! computed from the received bytes at upload and stored with the object; a few times cheaper per byte than
+//! BLAKE3), else against the content's BLAKE3 (its id). Reads that verify (`prefer_grid`) always use BLAKE3. When
+//! that end check covers every byte delivered, the extents' BLAKE3 is not computed as well (their crc32c still
+//! is): one hash pass per byte instead of two. A mismatch ends the stream with an `InvalidData` error before
+//! end-of-file, so a caller never sees a clean end after wrong bytes. Memory: one 64 KiB buffer (1 MiB for a grid
+//! segment) plus the engine's read-ahead and, for chunked contents, about two chunks.
 
 use std::fs::File;
 use std::io::{self, BufReader, Read, Seek, SeekFrom};
@@ -20,6 +22,8 @@ use permafrost_catalog::{
 use permafrost_engine::ReadPromise;
 use permafrost_format::{Algorithm, ChunkIndex, EXTENT_HEADER_BYTES, EXTENT_TRAILER_BYTES};
 
+use crate::checksum::{ChecksumAlgorithm, Hasher};
+use crate::multipart_checksum::ChecksumType;
 use crate::store::{ByteRange, Inner};
 use crate::{Result, StoreError};
 
@@ -30,6 +34,41 @@ const GRID_BUFFER_BYTES: usize = 1 << 20;
 
 fn invalid(message: String) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, message)
+}
+
+/// What a whole read of an object's bytes as received is checked against at its end.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum EndCheck {
+    /// The content's BLAKE3 (its id).
+    Blake3,
+    /// The object's full-object CRC over its bytes as uploaded (the digest, big-endian as S3 writes it).
+    Crc(ChecksumAlgorithm, Vec<u8>),
+    /// Checked by the caller: a part read whole inside a part list that is checked as a whole.
+    Outer,
+}
+
+impl EndCheck {
+    /// The cheapest check an object's verified checksums (`(name, base64)`, as stored with it) allow: a
+    /// full-object CRC, else BLAKE3.
+    pub(crate) fn for_object(checksums: &[(String, String)]) -> EndCheck {
+        // Cheapest first (per byte on this VM's profile: CRC32C and CRC32 about half of CRC64NVME).
+        for algorithm in [
+            ChecksumAlgorithm::Crc32c,
+            ChecksumAlgorithm::Crc32,
+            ChecksumAlgorithm::Crc64nvme,
+        ] {
+            let Some((_, value)) = checksums.iter().find(|(n, _)| n == algorithm.name()) else {
+                continue;
+            };
+            if ChecksumType::of_value(value) != ChecksumType::FullObject {
+                continue;
+            }
+            if let Ok(digest) = algorithm.decode(value) {
+                return EndCheck::Crc(algorithm, digest);
+            }
+        }
+        EndCheck::Blake3
+    }
 }
 
 /// A reader of an object's body (see [`crate::Store::open_object`]).
@@ -113,8 +152,10 @@ impl ObjectReader {
         self.total_bytes
     }
 
-    /// Open `content` (with `parts`, its parts when it is a part list: [`Inner::parts_of`]). `prefer_grid`:
-    /// read persisted contents from the grid even when they are cached (verify).
+    /// Open `content` (with `parts`, its parts when it is a part list: [`Inner::parts_of`]) for an object whose
+    /// verified checksums are `object_checksums` (they choose the [`EndCheck`] of a whole read). `prefer_grid`:
+    /// read persisted contents from the grid even when they are cached, and check whole reads against BLAKE3
+    /// (verify).
     pub(crate) fn open(
         inner: &Arc<Inner>,
         content: &ContentRecord,
@@ -122,13 +163,46 @@ impl ObjectReader {
         range: Option<ByteRange>,
         accept_encoding: Option<Encoding>,
         prefer_grid: bool,
+        object_checksums: &[(String, String)],
+    ) -> Result<ObjectReader> {
+        let check = if prefer_grid {
+            EndCheck::Blake3
+        } else {
+            EndCheck::for_object(object_checksums)
+        };
+        Self::open_checked(
+            inner,
+            content,
+            parts,
+            range,
+            accept_encoding,
+            prefer_grid,
+            check,
+        )
+    }
+
+    fn open_checked(
+        inner: &Arc<Inner>,
+        content: &ContentRecord,
+        parts: Vec<(ContentPart, ContentRecord)>,
+        range: Option<ByteRange>,
+        accept_encoding: Option<Encoding>,
+        prefer_grid: bool,
+        check: EndCheck,
     ) -> Result<ObjectReader> {
         let ids = std::iter::once(content.id)
             .chain(parts.iter().map(|(_, record)| record.id))
             .collect();
         let hold = ReadHold::new(inner, ids);
-        let mut reader =
-            Self::open_unheld(inner, content, parts, range, accept_encoding, prefer_grid)?;
+        let mut reader = Self::open_unheld(
+            inner,
+            content,
+            parts,
+            range,
+            accept_encoding,
+            prefer_grid,
+            check,
+        )?;
         reader._hold = Some(hold);
         Ok(reader)
     }
@@ -140,9 +214,18 @@ impl ObjectReader {
         range: Option<ByteRange>,
         accept_encoding: Option<Encoding>,
         prefer_grid: bool,
+        check: EndCheck,
     ) -> Result<ObjectReader> {
         if content.stored_form == StoredForm::Parts {
-            return Self::open_parts(inner, content, parts, range, accept_encoding, prefer_grid);
+            return Self::open_parts(
+                inner,
+                content,
+                parts,
+                range,
+                accept_encoding,
+                prefer_grid,
+                check,
+            );
         }
         let as_stored = content.id.encoding != Encoding::Identity
             && accept_encoding == Some(content.id.encoding);
@@ -155,8 +238,8 @@ impl ObjectReader {
         let (offset, len) = resolved.unwrap_or((0, total_bytes));
         let whole = offset == 0 && len == total_bytes;
         // The bytes as received are the decoded bytes of identity uploads and the stored bytes of pre-compressed
-        // ones: a whole read of them is checked against the content's BLAKE3 (below), which then covers every
-        // byte this reader delivers, so the extents need only their crc32c.
+        // ones: a whole read of them is checked at its end (below: the object's full-object CRC or the content's
+        // BLAKE3), which then covers every byte this reader delivers, so the extents need only their crc32c.
         let as_received = (content.id.encoding == Encoding::Identity) || as_stored;
         let content_checked = whole && as_received;
         let extents = if !whole {
@@ -206,14 +289,7 @@ impl ObjectReader {
             )?)
         };
         if content_checked {
-            body = Box::new(HashCheck {
-                inner: body,
-                hasher: blake3::Hasher::new(),
-                expected: content.id.hash,
-                expected_bytes: total_bytes,
-                seen_bytes: 0,
-                what: content.id.to_string(),
-            });
+            body = end_checked(body, check, content, total_bytes);
         }
         Ok(ObjectReader {
             body,
@@ -240,6 +316,7 @@ impl ObjectReader {
         range: Option<ByteRange>,
         accept_encoding: Option<Encoding>,
         prefer_grid: bool,
+        check: EndCheck,
     ) -> Result<ObjectReader> {
         let encoding = content.id.encoding;
         let sent_bytes: u64 = parts.iter().map(|(p, _)| p.logical_bytes).sum();
@@ -258,16 +335,34 @@ impl ObjectReader {
         let resolved = range.map(|r| r.resolve(total_bytes)).transpose()?;
         let (offset, len) = resolved.unwrap_or((0, total_bytes));
         let body: Box<dyn Read + Send> = if encoding == Encoding::Identity || as_stored {
-            Box::new(PartsBody::new(
-                inner,
-                parts,
-                offset,
-                offset + len,
-                prefer_grid,
-            ))
+            let whole = offset == 0 && len == total_bytes;
+            match check {
+                // The object's CRC covers the concatenation: the parts need no check of their own.
+                EndCheck::Crc(..) if whole => end_checked(
+                    Box::new(PartsBody::new(
+                        inner,
+                        parts,
+                        offset,
+                        offset + len,
+                        prefer_grid,
+                        EndCheck::Outer,
+                    )),
+                    check,
+                    content,
+                    total_bytes,
+                ),
+                _ => Box::new(PartsBody::new(
+                    inner,
+                    parts,
+                    offset,
+                    offset + len,
+                    prefer_grid,
+                    EndCheck::Blake3,
+                )),
+            }
         } else {
             let algorithm = crate::multipart::algorithm_of(encoding);
-            let sent = PartsBody::new(inner, parts, 0, sent_bytes, prefer_grid);
+            let sent = PartsBody::new(inner, parts, 0, sent_bytes, prefer_grid, EndCheck::Blake3);
             Box::new(permafrost_format::decode_stream_range(
                 algorithm, sent, offset, len,
             )?)
@@ -295,6 +390,8 @@ struct PartsBody {
     /// The open part's reader and the object position where it ends.
     current: Option<(ObjectReader, u64)>,
     prefer_grid: bool,
+    /// The check of a part read whole.
+    part_check: EndCheck,
 }
 
 impl PartsBody {
@@ -304,6 +401,7 @@ impl PartsBody {
         pos: u64,
         end: u64,
         prefer_grid: bool,
+        part_check: EndCheck,
     ) -> PartsBody {
         PartsBody {
             inner: Arc::clone(inner),
@@ -312,6 +410,7 @@ impl PartsBody {
             end,
             current: None,
             prefer_grid,
+            part_check,
         }
     }
 
@@ -330,13 +429,14 @@ impl PartsBody {
         let to = self.end.min(part.logical_offset + part.logical_bytes) - part.logical_offset;
         let range =
             (from > 0 || to < part.logical_bytes).then_some(ByteRange::FromTo(from, to - 1));
-        let reader = ObjectReader::open(
+        let reader = ObjectReader::open_checked(
             &self.inner,
             record,
             Vec::new(),
             range,
             None,
             self.prefer_grid,
+            self.part_check.clone(),
         )
         .map_err(|e| io::Error::other(format!("part {} of the object: {e}", part.seq)))?;
         self.inner.touch(record.id);
@@ -727,11 +827,60 @@ impl Read for SegmentStream {
     }
 }
 
-/// Checks the BLAKE3 and length of a whole body at its end.
+/// `body` checked at its end by `check` (length and digest), as `content`'s bytes as received.
+fn end_checked(
+    body: Box<dyn Read + Send>,
+    check: EndCheck,
+    content: &ContentRecord,
+    total_bytes: u64,
+) -> Box<dyn Read + Send> {
+    let digest = match check {
+        EndCheck::Outer => return body,
+        EndCheck::Blake3 => Digest::Blake3(Box::new(blake3::Hasher::new()), content.id.hash),
+        EndCheck::Crc(algorithm, expected) => Digest::Crc(algorithm, algorithm.hasher(), expected),
+    };
+    Box::new(HashCheck {
+        inner: body,
+        digest: Some(digest),
+        expected_bytes: total_bytes,
+        seen_bytes: 0,
+        what: content.id.to_string(),
+    })
+}
+
+/// A running digest and the value it must reach.
+enum Digest {
+    Blake3(Box<blake3::Hasher>, [u8; 32]),
+    Crc(ChecksumAlgorithm, Hasher, Vec<u8>),
+}
+
+impl Digest {
+    fn update(&mut self, data: &[u8]) {
+        match self {
+            Digest::Blake3(h, _) => {
+                h.update(data);
+            }
+            Digest::Crc(_, h, _) => h.update(data),
+        }
+    }
+
+    /// `None` when it matches, else what differed.
+    fn mismatch(self) -> Option<String> {
+        match self {
+            Digest::Blake3(h, expected) => {
+                (*h.finalize().as_bytes() != expected).then(|| "BLAKE3 mismatch".to_string())
+            }
+            Digest::Crc(algorithm, h, expected) => (h.finish() != expected)
+                .then(|| format!("{} mismatch with the object's", algorithm.name())),
+        }
+    }
+}
+
+/// Checks the digest and length of a whole body at its end.
 struct HashCheck<R> {
     inner: R,
-    hasher: blake3::Hasher,
-    expected: [u8; 32],
+    /// `None` once checked.
+    digest: Option<Digest>,
     expected_bytes: u64,
     seen_bytes: u64,
     what: String,
@@ -741,7 +890,9 @@ impl<R: Read> Read for HashCheck<R> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         let n = self.inner.read(buf)?;
         if n > 0 {
-            self.hasher.update(&buf[..n]);
+            if let Some(d) = self.digest.as_mut() {
+                d.update(&buf[..n]);
+            }
             self.seen_bytes += n as u64;
             return Ok(n);
         }
@@ -754,8 +905,13 @@ impl<R: Read> Read for HashCheck<R> {
                 self.what, self.seen_bytes, self.expected_bytes
             )));
         }
-        if *self.hasher.finalize().as_bytes() != self.expected {
-            return Err(invalid(format!("content {}: BLAKE3 mismatch", self.what)));
+        if let Some(d) = self.digest.take() {
+            if let Some(what) = d.mismatch() {
+                // Every later read repeats the error: the stream never ends cleanly after it.
+                self.digest = None;
+                self.seen_bytes = u64::MAX;
+                return Err(invalid(format!("content {}: {what}", self.what)));
+            }
         }
         Ok(0)
     }

@@ -817,8 +817,15 @@ impl Store {
         let (object, content) = self.lookup(bucket, key)?;
         let parts = self.inner.parts_of(&content)?;
         let info = ObjectInfo::from_records(&object, &content, &parts);
-        let reader =
-            ObjectReader::open(&self.inner, &content, parts, range, accept_encoding, false)?;
+        let reader = ObjectReader::open(
+            &self.inner,
+            &content,
+            parts,
+            range,
+            accept_encoding,
+            false,
+            &object.checksums,
+        )?;
         self.inner.touch(content.id);
         Ok((info, reader))
     }
@@ -943,7 +950,7 @@ impl Store {
                     // Persisted contents (each part of a part list on its own) are read from the grid.
                     let parts = self.inner.parts_of(&content)?;
                     let mut reader =
-                        ObjectReader::open(&self.inner, &content, parts, None, None, true)?;
+                        ObjectReader::open(&self.inner, &content, parts, None, None, true, &[])?;
                     std::io::copy(&mut reader, &mut std::io::sink())
                         .map_err(|e| StoreError::Internal(e.to_string()))
                 })();

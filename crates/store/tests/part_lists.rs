@@ -312,3 +312,47 @@ fn the_watchdog_persists_contents_without_stored_bytes_of_their_own() {
         );
     }
 }
+
+#[test]
+fn a_damaged_part_fails_the_whole_read_checked_by_the_objects_crc() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path());
+    store
+        .create_bucket(
+            "lists",
+            BucketSettings {
+                compression: Some(Compression::None),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    let parts = vec![data(31, 3 << 20, false), data(32, (3 << 20) + 7, false)];
+    let info = upload(&store, "lists", "dmg", PutOptions::default(), &parts);
+    // The whole read is checked against this full-object CRC (not each part's BLAKE3).
+    assert!(
+        info.checksums
+            .iter()
+            .any(|(n, v)| n == "crc64nvme" && !v.contains('-')),
+        "{:?}",
+        info.checksums
+    );
+    assert!(get(&store, "lists", "dmg") == parts.concat());
+    let second = std::fs::read_dir(dir.path().join("cache/contents"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| std::fs::metadata(p).unwrap().len() == parts[1].len() as u64)
+        .expect("the second part's cache file");
+    let mut bytes = std::fs::read(&second).unwrap();
+    bytes[1 << 20] ^= 4;
+    std::fs::write(&second, bytes).unwrap();
+    let (_, mut reader) = store.open_object("lists", "dmg", None, None).unwrap();
+    let mut out = Vec::new();
+    let err = reader.read_to_end(&mut out).unwrap_err();
+    assert_eq!(err.kind(), std::io::ErrorKind::InvalidData, "{err}");
+    // Every read after the failure fails too: the stream never ends cleanly.
+    assert!(reader.read(&mut [0u8; 16]).is_err());
+    // The first part alone is intact; verification (BLAKE3 per content) finds the damaged one.
+    assert!(get_range(&store, "lists", "dmg", ByteRange::FromTo(0, (3 << 20) - 1)) == parts[0]);
+    let report = store.verify(&mut |_| {}).unwrap();
+    assert_eq!(report.errors.len(), 1, "{report:?}");
+}
