@@ -308,13 +308,13 @@ def test_reads_complete_with_the_kernels_read_ahead_raised(tmp_path):
         pytest.skip("raising a mount's read-ahead (/sys/class/bdi) needs root")
     body = random.Random(12).randbytes(96 << 20)
     with Mounted(tmp_path) as m:
-        (m.mnt / "ra").mkdir()
-        (m.mnt / "ra" / "big.bin").write_bytes(body)
+        (m.mnt / "readahead").mkdir()
+        (m.mnt / "readahead" / "big.bin").write_bytes(body)
         dev = os.stat(m.mnt).st_dev
         Path(f"/sys/class/bdi/{os.major(dev)}:{os.minor(dev)}/read_ahead_kb").write_text("16384\n")
         for _ in range(3):
             subprocess.run(["sh", "-c", "sync; echo 3 > /proc/sys/vm/drop_caches"], check=True)
-            dd = subprocess.run(["dd", f"if={m.mnt / 'ra' / 'big.bin'}", "bs=1M", "status=none"],
+            dd = subprocess.run(["dd", f"if={m.mnt / 'readahead' / 'big.bin'}", "bs=1M", "status=none"],
                                 capture_output=True, timeout=60)
             assert dd.returncode == 0, dd.stderr
             assert hashlib.sha256(dd.stdout).digest() == hashlib.sha256(body).digest()

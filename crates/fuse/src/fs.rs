@@ -1088,15 +1088,24 @@ impl Filesystem for Fs {
                             })
                             .await?;
                         }
-                        let s = ReadAhead::start(
-                            Arc::clone(&self.0.store),
-                            handle.content,
-                            handle.size_bytes,
-                            offset,
-                            handle.reason.clone(),
-                        );
-                        *handle.stream.lock() = Some(Arc::clone(&s));
-                        s
+                        // Started under the lock: two requests that both found no stream must not both
+                        // start one (the one overwritten would never be closed: its producer thread and the
+                        // store it holds would outlive the file).
+                        let mut slot = handle.stream.lock();
+                        match &*slot {
+                            Some(s) => Arc::clone(s),
+                            None => {
+                                let s = ReadAhead::start(
+                                    Arc::clone(&self.0.store),
+                                    handle.content,
+                                    handle.size_bytes,
+                                    offset,
+                                    handle.reason.clone(),
+                                );
+                                *slot = Some(Arc::clone(&s));
+                                s
+                            }
+                        }
                     }
                 }
             };
