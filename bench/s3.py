@@ -156,8 +156,9 @@ def kib_field(pid: int, field: str) -> int:
 class Server:
     """One `permafrost serve` on a data directory, with a sampler of its VmRSS every 100 ms."""
 
-    def __init__(self, binary: Path, data_dir: Path, config: str, log: Path):
+    def __init__(self, binary: Path, data_dir: Path, config: str, log: Path, extra_args: tuple = ()):
         self.binary, self.data_dir, self.log = binary, data_dir, log
+        self.extra_args = tuple(str(a) for a in extra_args)  # e.g. ("--mount", DIR): bench/mount.py
         self.port = free_port()
         self.endpoint = f"http://127.0.0.1:{self.port}"
         data_dir.mkdir(parents=True, exist_ok=True)
@@ -172,7 +173,7 @@ class Server:
         self.spawned_at = time.monotonic()
         self.process = subprocess.Popen(
             [str(self.binary), "serve", "--data-dir", str(self.data_dir), "--listen", f"127.0.0.1:{self.port}",
-             "--simulated-spin-up-ms", "0"],
+             "--simulated-spin-up-ms", "0", *self.extra_args],
             stdout=open(self.log, "ab"), stderr=subprocess.STDOUT, env=env)
         self._stop_sampler.clear()
         threading.Thread(target=self._sample, daemon=True).start()

@@ -301,6 +301,25 @@ def test_closed_files_are_immutable_and_deleting_frees_space_after_gc(tmp_path):
         assert sorted(os.listdir(d)) == ["f.txt", "g.txt"]
 
 
+def test_reads_complete_with_the_kernels_read_ahead_raised(tmp_path):
+    """With the mount's read-ahead raised (root), the kernel sends many read requests at once, out of order and
+    far ahead: each must be answered (a read waiting on a stream another request restarted used to wait forever)."""
+    if os.geteuid() != 0:
+        pytest.skip("raising a mount's read-ahead (/sys/class/bdi) needs root")
+    body = random.Random(12).randbytes(96 << 20)
+    with Mounted(tmp_path) as m:
+        (m.mnt / "readahead").mkdir()
+        (m.mnt / "readahead" / "big.bin").write_bytes(body)
+        dev = os.stat(m.mnt).st_dev
+        Path(f"/sys/class/bdi/{os.major(dev)}:{os.minor(dev)}/read_ahead_kb").write_text("16384\n")
+        for _ in range(3):
+            subprocess.run(["sh", "-c", "sync; echo 3 > /proc/sys/vm/drop_caches"], check=True)
+            dd = subprocess.run(["dd", f"if={m.mnt / 'readahead' / 'big.bin'}", "bs=1M", "status=none"],
+                                capture_output=True, timeout=60)
+            assert dd.returncode == 0, dd.stderr
+            assert hashlib.sha256(dd.stdout).digest() == hashlib.sha256(body).digest()
+
+
 def test_a_read_waiting_for_a_spin_up_blocks_nothing_else_and_can_be_interrupted(tmp_path):
     with Mounted(tmp_path, spin_up_ms=4000) as m:
         (m.mnt / "slow").mkdir()

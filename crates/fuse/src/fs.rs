@@ -19,7 +19,7 @@ use futures_util::stream::{self, Stream};
 use parking_lot::Mutex;
 use permafrost_disk::power::WakeReason;
 use permafrost_store::{
-    ContentId, DirRecord, FsEntry, FsError, FsRename, Refusal, Store, StoreError,
+    ByteRange, ContentId, DirRecord, FsEntry, FsError, FsRename, Refusal, Store, StoreError,
 };
 
 use crate::attr::{self, Defaults, PosixMeta};
@@ -110,6 +110,22 @@ async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T> + Send + 'sta
             Err(errno(libc::EIO))
         }
     }
+}
+
+/// `len` bytes of `content` from `offset` (fewer at its end), read on their own (not through a stream).
+fn read_range(store: &Store, content: &ContentId, offset: u64, len: u64) -> Result<Bytes> {
+    let failed = |e: &dyn std::fmt::Display| {
+        tracing::warn!("mount: read of content {content} failed: {e}");
+        errno(libc::EIO)
+    };
+    let range = ByteRange::FromTo(offset, offset + len.max(1) - 1);
+    let mut reader = store
+        .open_content(content, Some(range))
+        .map_err(|e| failed(&e))?;
+    let mut out = Vec::with_capacity(len as usize);
+    std::io::Read::read_to_end(&mut reader, &mut out).map_err(|e| failed(&e))?;
+    out.truncate(len as usize);
+    Ok(Bytes::from(out))
 }
 
 /// An open regular file.
@@ -1044,7 +1060,10 @@ impl Filesystem for Fs {
         }
         let len = (size as u64).min(handle.size_bytes - offset);
         let registration = self.0.interrupts.register(req.unique);
-        for _attempt in 0..2 {
+        // A restart replaces the stream; reads that were waiting on the old one go on with the new one (several
+        // requests of the kernel's read-ahead race here). After a few restarts, or for a late request just
+        // before the window, the bytes are read on their own.
+        for _attempt in 0..3 {
             let stream = {
                 let current = handle.stream.lock().clone();
                 match current {
@@ -1069,15 +1088,24 @@ impl Filesystem for Fs {
                             })
                             .await?;
                         }
-                        let s = ReadAhead::start(
-                            Arc::clone(&self.0.store),
-                            handle.content,
-                            handle.size_bytes,
-                            offset,
-                            handle.reason.clone(),
-                        );
-                        *handle.stream.lock() = Some(Arc::clone(&s));
-                        s
+                        // Started under the lock: two requests that both found no stream must not both
+                        // start one (the one overwritten would never be closed: its producer thread and the
+                        // store it holds would outlive the file).
+                        let mut slot = handle.stream.lock();
+                        match &*slot {
+                            Some(s) => Arc::clone(s),
+                            None => {
+                                let s = ReadAhead::start(
+                                    Arc::clone(&self.0.store),
+                                    handle.content,
+                                    handle.size_bytes,
+                                    offset,
+                                    handle.reason.clone(),
+                                );
+                                *slot = Some(Arc::clone(&s));
+                                s
+                            }
+                        }
                     }
                 }
             };
@@ -1094,6 +1122,7 @@ impl Filesystem for Fs {
                     }
                     stream.close();
                 }
+                Err(Miss::Behind) => break,
                 Err(Miss::Failed(message)) => {
                     tracing::warn!(
                         "mount: read of content {} failed: {message}",
@@ -1104,7 +1133,16 @@ impl Filesystem for Fs {
                 }
             }
         }
-        Err(errno(libc::EIO))
+        let shared = Arc::clone(&self.0);
+        let (content, reason) = (handle.content, handle.reason.clone());
+        let single = blocking(move || {
+            let _reason = reason.enter();
+            read_range(&shared.store, &content, offset, len)
+        });
+        tokio::select! {
+            data = single => data.map(|data| ReplyData { data }),
+            _ = registration.interrupted() => Err(errno(libc::EINTR)),
+        }
     }
 
     async fn write(

@@ -2,9 +2,13 @@
 //! spinning disk) into a bounded window ahead of the reader; FUSE read requests wait for their bytes without
 //! holding a thread (an async wait that an interrupt ends with `EINTR`).
 //!
-//! The kernel sends sequential reads, a few of them at once and not always in order (asynchronous
-//! read-ahead), so the window keeps `BEHIND_BYTES` behind the furthest read and fills `AHEAD_BYTES` beyond it;
-//! a read outside the window restarts the stream at its offset (a seek).
+//! The kernel sends sequential reads, several of them at once and not always in order (asynchronous
+//! read-ahead: up to `max_background` requests spanning the mount's `read_ahead_kb`), so the window keeps
+//! `BEHIND_BYTES` behind the furthest read and fills `AHEAD_BYTES` beyond it. A read far beyond the window or
+//! far before it restarts the stream at its offset (a seek); a read a little before it (a late request of the
+//! read-ahead) is [`Miss::Behind`]: the caller reads those bytes on their own and leaves the stream alone.
+//! A closed stream (replaced by another read's restart) answers its waiting reads with [`Miss::Restart`] at
+//! once, so they go on with the stream that replaced it.
 
 use std::collections::VecDeque;
 use std::io::Read;
@@ -21,7 +25,10 @@ pub const AHEAD_BYTES: u64 = 8 << 20;
 /// Bytes kept behind it (reads arriving out of order).
 const BEHIND_BYTES: u64 = 2 << 20;
 /// A read starting this far beyond the window restarts the stream rather than reading up to it.
-const JUMP_BYTES: u64 = 4 << 20;
+const JUMP_BYTES: u64 = AHEAD_BYTES;
+/// A read starting at most this far before the window is a late request of the kernel's read-ahead
+/// ([`Miss::Behind`]); further back it is a seek ([`Miss::Restart`]).
+const LATE_BYTES: u64 = AHEAD_BYTES;
 /// One read from the store.
 const CHUNK_BYTES: usize = 1 << 20;
 
@@ -41,9 +48,13 @@ struct Window {
 }
 
 /// Why a read could not be served from this stream.
+#[derive(Debug, PartialEq)]
 pub enum Miss {
-    /// The offset lies outside the window: start a new stream there.
+    /// The offset lies far outside the window, or the stream was closed: go on with the current stream, or
+    /// start a new one there.
     Restart,
+    /// The offset lies a little before the window (a late read-ahead request): read it on its own.
+    Behind,
     /// The stream failed (the message says why; logged once by the caller).
     Failed(String),
 }
@@ -162,8 +173,11 @@ impl ReadAhead {
             notified.as_mut().enable();
             {
                 let mut w = self.window.lock();
-                if offset < w.start || offset > w.end + JUMP_BYTES {
+                if w.closed || offset + LATE_BYTES < w.start || offset > w.end + JUMP_BYTES {
                     return Err(Miss::Restart);
+                }
+                if offset < w.start {
+                    return Err(Miss::Behind);
                 }
                 let until = offset + len;
                 if until + AHEAD_BYTES > w.wanted_until {
@@ -183,10 +197,12 @@ impl ReadAhead {
         }
     }
 
-    /// Stop the producer (the file was closed, or a new stream replaces this one).
+    /// Stop the producer (the file was closed, or a new stream replaces this one); reads waiting for bytes
+    /// get [`Miss::Restart`].
     pub fn close(&self) {
         self.window.lock().closed = true;
         self.room.notify_one();
+        self.data.notify_waiters();
     }
 }
 
@@ -235,6 +251,70 @@ fn trim(w: &mut Window, keep_from: u64) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
+
+    /// A stream whose window is `[start, end)` of filled bytes and no producer.
+    fn stream(start: u64, end: u64) -> Arc<ReadAhead> {
+        let mut chunks = VecDeque::new();
+        if end > start {
+            chunks.push_back(Bytes::from(vec![7u8; (end - start) as usize]));
+        }
+        Arc::new(ReadAhead {
+            window: Mutex::new(Window {
+                start,
+                chunks,
+                end,
+                wanted_until: end + AHEAD_BYTES,
+                ..Default::default()
+            }),
+            room: Condvar::new(),
+            data: Notify::new(),
+        })
+    }
+
+    #[tokio::test]
+    async fn a_read_waiting_on_a_stream_that_is_closed_is_told_to_restart_at_once() {
+        // Before: a read waiting for bytes of a stream that another read's restart replaced waited forever
+        // (seen with the mount's read_ahead_kb raised to 4096: dd hung).
+        let s = stream(0, 0);
+        let waiting = tokio::spawn({
+            let s = Arc::clone(&s);
+            async move { s.read(1 << 20, 4096).await }
+        });
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(!waiting.is_finished(), "no bytes yet: the read waits");
+        s.close();
+        let outcome = tokio::time::timeout(Duration::from_secs(5), waiting)
+            .await
+            .expect("the read still waits after the stream was closed")
+            .expect("the read task");
+        assert_eq!(outcome.err(), Some(Miss::Restart));
+        assert_eq!(s.read(0, 1).await.err(), Some(Miss::Restart));
+    }
+
+    #[tokio::test]
+    async fn late_reads_before_the_window_are_behind_and_far_ones_restart() {
+        let start = 32 << 20;
+        let s = stream(start, start + (2 << 20));
+        assert_eq!(
+            s.read(start + 10, 3).await.unwrap(),
+            Bytes::from_static(&[7, 7, 7])
+        );
+        assert_eq!(s.read(start - 1, 4096).await.err(), Some(Miss::Behind));
+        assert_eq!(
+            s.read(start - LATE_BYTES, 4096).await.err(),
+            Some(Miss::Behind)
+        );
+        assert_eq!(
+            s.read(start - LATE_BYTES - 1, 4096).await.err(),
+            Some(Miss::Restart)
+        );
+        let end = start + (2 << 20);
+        assert_eq!(
+            s.read(end + JUMP_BYTES + 1, 4096).await.err(),
+            Some(Miss::Restart)
+        );
+    }
 
     #[test]
     fn copy_out_spans_chunks_and_trim_keeps_what_is_needed() {
