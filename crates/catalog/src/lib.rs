@@ -30,6 +30,8 @@
 mod archive;
 mod list;
 mod namespace;
+mod postgres;
+mod sql;
 mod sqlite;
 
 pub use archive::{
@@ -44,7 +46,14 @@ pub use namespace::{
     parent_of, showable_name, DirAttrs, DirRecord, FsEntry, FsFile, FsPage, FsRename, Refusal,
     NAME_BYTES_MAX,
 };
-pub use sqlite::{SqliteCatalog, SqliteOptions};
+pub use postgres::PostgresOptions;
+pub use sql::Error as SqlError;
+pub use sqlite::{SqlCatalog, SqliteOptions};
+
+/// The catalog on its embedded SQLite back end (the same type as the PostgreSQL one: [`SqlCatalog`]).
+pub type SqliteCatalog = SqlCatalog;
+/// The catalog on a PostgreSQL server ([`SqlCatalog::open_postgres`]).
+pub type PostgresCatalog = SqlCatalog;
 
 /// Errors of the catalog. Messages name the row concerned.
 #[derive(Debug, thiserror::Error)]
@@ -84,13 +93,15 @@ pub enum CatalogError {
         free_bytes: u64,
         capacity_bytes: u64,
     },
+    /// The database failed a statement (`path`: the SQLite file, or the PostgreSQL URL without its password).
     #[error("catalog database {path}: {source}")]
-    Database {
-        path: String,
-        source: rusqlite::Error,
-    },
+    Database { path: String, source: SqlError },
     #[error("catalog: {0}")]
     Corrupt(String),
+    /// The catalog database cannot be reached or used at all (PostgreSQL: no server at the URL, login refused,
+    /// not PostgreSQL); the message names the URL without its password.
+    #[error("{0}")]
+    Unreachable(String),
     /// A change of the file system namespace (the mount) was refused; nothing changed.
     #[error("{what}: {refusal}")]
     Refused { refusal: Refusal, what: String },
