@@ -563,12 +563,12 @@ fn remove_parts(
     let parts: Vec<PartRecord> = tx
         .prepare_cached(&format!(
             "SELECT {PART_COLUMNS} FROM multipart_parts
-             WHERE upload_id = ?1 AND (?2 IS NULL OR part_number = ?2)"
+             WHERE upload_id = ?1 AND (CAST(?2 AS BIGINT) IS NULL OR part_number = ?2)"
         ))?
         .query_map(params![upload_id, part_number], part_from_row)?
         .collect::<sql::Result<_>>()?;
     tx.prepare_cached(
-        "DELETE FROM multipart_parts WHERE upload_id = ?1 AND (?2 IS NULL OR part_number = ?2)",
+        "DELETE FROM multipart_parts WHERE upload_id = ?1 AND (CAST(?2 AS BIGINT) IS NULL OR part_number = ?2)",
     )?
     .execute(params![upload_id, part_number])?;
     let mut work = Vec::new();
@@ -609,7 +609,7 @@ fn add_reference(
 ) -> sql::Result<()> {
     tx.prepare_cached(
         "UPDATE contents SET refcount = refcount + ?2,
-             unreferenced_since_ms = CASE WHEN refcount + ?2 = 0 THEN ?3 ELSE NULL END
+             unreferenced_since_ms = CASE WHEN refcount + ?2 = 0 THEN CAST(?3 AS BIGINT) ELSE NULL END
          WHERE content = ?1",
     )?
     .execute(params![content, delta, now_ms as i64])?;
@@ -686,7 +686,7 @@ fn allocate(tx: &Transaction, grid_bucket: u32, length: u64, capacity_bytes: u64
         source: e,
     };
     tx.prepare_cached(
-        "INSERT OR IGNORE INTO grid_allocations (grid_bucket, append_offset) VALUES (?1, 0)",
+        "INSERT INTO grid_allocations (grid_bucket, append_offset) VALUES (?1, 0) ON CONFLICT (grid_bucket) DO NOTHING",
     )
     .and_then(|mut s| s.execute(params![grid_bucket]))
     .map_err(db)?;
@@ -1170,7 +1170,7 @@ impl SqlCatalog {
         bucket: &str,
         now_ms: u64,
     ) -> sql::Result<()> {
-        tx.prepare_cached("INSERT OR IGNORE INTO datasets (id, bucket, created_ms, grid_bucket) VALUES (?1, ?2, ?3, NULL)")?
+        tx.prepare_cached("INSERT INTO datasets (id, bucket, created_ms, grid_bucket) VALUES (?1, ?2, ?3, NULL) ON CONFLICT (id) DO NOTHING")?
             .execute(params![id, bucket, now_ms as i64])?;
         Ok(())
     }
@@ -1826,7 +1826,9 @@ impl Catalog for SqlCatalog {
                 stmt.execute(params![id, &hash[..]])?;
             }
             let mut stmt = tx.prepare_cached(
-                "INSERT OR REPLACE INTO segments (content, seq, extent_id, offset_in_payload, length_bytes) VALUES (?1, ?2, ?3, ?4, ?5)",
+                "INSERT INTO segments (content, seq, extent_id, offset_in_payload, length_bytes) VALUES (?1, ?2, ?3, ?4, ?5)
+                 ON CONFLICT (content, seq) DO UPDATE SET extent_id = excluded.extent_id,
+                     offset_in_payload = excluded.offset_in_payload, length_bytes = excluded.length_bytes",
             )?;
             for s in segments {
                 stmt.execute(params![&s.content.to_key()[..], s.seq, s.extent_id, s.offset_in_payload as i64, s.length_bytes as i64])?;
@@ -2116,7 +2118,7 @@ impl Catalog for SqlCatalog {
         self.read(|c| {
             c.prepare_cached(
                 "SELECT upload_id, bucket, key, created_ms, options FROM multipart_uploads
-                 WHERE bucket = ?1 AND key >= ?2 AND (?3 IS NULL OR key < ?3) ORDER BY key, created_ms LIMIT ?4",
+                 WHERE bucket = ?1 AND key >= ?2 AND (key < ?3 OR ?3 IS NULL) ORDER BY key, created_ms LIMIT ?4",
             )?
             .query_map(params![bucket, prefix.as_bytes(), upper, limit as i64], upload_from_row)?
             .collect()
@@ -2249,7 +2251,7 @@ impl Catalog for SqlCatalog {
                 if !exists {
                     tx.prepare_cached(&format!(
                         "INSERT INTO contents ({CONTENT_COLUMNS}) VALUES
-                         (?1, ?2, 0, 'parts', x'', ?3, 'cached', 0, ?4, NULL, NULL, ?5, ?5, ?5)"
+                         (?1, ?2, 0, 'parts', ?6, ?3, 'cached', 0, ?4, NULL, NULL, ?5, ?5, ?5)"
                     ))?
                     .execute(params![
                         &key[..],
@@ -2257,6 +2259,7 @@ impl Catalog for SqlCatalog {
                         &list.md5[..],
                         object.dataset,
                         now_ms as i64,
+                        Vec::<u8>::new(),
                     ])?;
                     let mut insert = tx.prepare_cached(
                         "INSERT INTO content_parts (content, seq, part, logical_offset, logical_bytes)

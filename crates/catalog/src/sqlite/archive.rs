@@ -154,7 +154,7 @@ impl SqlCatalog {
     fn newest_seq(conn: &Connection, bucket: &str, key: &str) -> sql::Result<Option<i64>> {
         conn.prepare_cached(
             "SELECT MAX(s) FROM (SELECT version_seq AS s FROM objects WHERE bucket = ?1 AND key = ?2
-             UNION ALL SELECT version_seq FROM object_versions WHERE bucket = ?1 AND key = ?2)",
+             UNION ALL SELECT version_seq FROM object_versions WHERE bucket = ?1 AND key = ?2) AS seqs",
         )?
         .query_row(params![bucket, key.as_bytes()], |r| r.get(0))
     }
@@ -1037,7 +1037,7 @@ fn list_versions(
              SELECT {OBJECT_COLUMNS}, 0 AS delete_marker, 0 AS since FROM objects WHERE bucket = ?1
              UNION ALL
              SELECT {OBJECT_COLUMNS}, delete_marker, noncurrent_since_ms FROM object_versions WHERE bucket = ?1
-         ) WHERE key > ?2 OR (key = ?2 AND version_seq < ?3) ORDER BY key, version_seq DESC LIMIT ?4"
+         ) AS versions WHERE key > ?2 OR (key = ?2 AND version_seq < ?3) ORDER BY key, version_seq DESC LIMIT ?4"
     ))?;
     let mut page = VersionPage::default();
     let mut entries = 0usize;

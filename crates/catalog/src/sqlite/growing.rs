@@ -33,13 +33,14 @@ impl SqlCatalog {
                 }
                 tx.prepare_cached(&format!(
                     "INSERT INTO contents ({CONTENT_COLUMNS}) VALUES
-                     (?1, 0, 0, 'parts', x'', ?2, 'cached', 0, ?3, NULL, NULL, ?4, ?4, ?4)"
+                     (?1, 0, 0, 'parts', ?5, ?2, 'cached', 0, ?3, NULL, NULL, ?4, ?4, ?4)"
                 ))?
                 .execute(params![
                     &key[..],
                     &MD5_OF_NOTHING[..],
                     object.dataset,
-                    now_ms as i64
+                    now_ms as i64,
+                    Vec::<u8>::new()
                 ])?;
                 add_reference(tx, &key, 1, now_ms)?;
                 let empty = ObjectRecord {
