@@ -411,7 +411,8 @@ impl PgBackend {
             if !session.client.is_closed() && session.client.batch_execute("ROLLBACK").is_ok() {
                 self.give_back(session);
             }
-            let retryable = matches!(&error, CatalogError::Database { source, .. } if source.is_retryable());
+            let retryable =
+                matches!(&error, CatalogError::Database { source, .. } if source.is_retryable());
             if !retryable {
                 return Err(error);
             }

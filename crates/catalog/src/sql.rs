@@ -520,9 +520,7 @@ fn pg_value(row: &postgres::Row, idx: usize) -> Result<Value> {
     let ty = row
         .columns()
         .get(idx)
-        .ok_or_else(|| {
-            Error::conversion(CatalogError::Corrupt(format!("no column {idx}")))
-        })?
+        .ok_or_else(|| Error::conversion(CatalogError::Corrupt(format!("no column {idx}"))))?
         .type_()
         .clone();
     let value = match ty {
@@ -558,11 +556,12 @@ impl<'a> postgres::types::FromSql<'a> for PgNumeric {
         raw: &'a [u8],
     ) -> std::result::Result<Self, Box<dyn std::error::Error + Sync + Send>> {
         // Binary NUMERIC: ndigits, weight, sign, dscale (16 bits each), then ndigits base-10000 digits.
-        let word = |i: usize| -> std::result::Result<i16, Box<dyn std::error::Error + Sync + Send>> {
-            raw.get(2 * i..2 * i + 2)
-                .map(|b| i16::from_be_bytes([b[0], b[1]]))
-                .ok_or_else(|| "truncated NUMERIC".into())
-        };
+        let word =
+            |i: usize| -> std::result::Result<i16, Box<dyn std::error::Error + Sync + Send>> {
+                raw.get(2 * i..2 * i + 2)
+                    .map(|b| i16::from_be_bytes([b[0], b[1]]))
+                    .ok_or_else(|| "truncated NUMERIC".into())
+            };
         let ndigits = word(0)? as usize;
         let weight = word(1)? as i32;
         let sign = word(2)? as u16;

@@ -1,4 +1,6 @@
-//! The embedded catalog: one SQLite database (WAL) in the data directory. Schema: `docs/catalog.md`.
+//! The catalog's logic (every `Catalog` method, here and in the child modules), run through `crate::sql` on
+//! either back end, and the embedded back end: one SQLite database (WAL) in the data directory. The PostgreSQL
+//! back end is `crate::postgres`. Schema: `docs/catalog.md`. What follows is about SQLite.
 //!
 //! One writer connection behind a mutex (SQLite allows one writer at a time anyway) and a bounded pool of reader
 //! connections. Statements are prepared once per connection (`prepare_cached`).
@@ -43,8 +45,8 @@
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use parking_lot::Mutex;
 use crate::sql::{self, params, Connection, OptionalExtension, Row, Transaction};
+use parking_lot::Mutex;
 use rusqlite::OpenFlags;
 
 use crate::list::{list_with, prefix_successor};
@@ -601,12 +603,7 @@ fn add_work(tx: &Transaction, kind: WorkKind, now_ms: u64) -> sql::Result<WorkIt
 }
 
 /// Change a content's reference count by `delta` inside `tx`, maintaining `unreferenced_since_ms`.
-fn add_reference(
-    tx: &Transaction,
-    content: &[u8],
-    delta: i64,
-    now_ms: u64,
-) -> sql::Result<()> {
+fn add_reference(tx: &Transaction, content: &[u8], delta: i64, now_ms: u64) -> sql::Result<()> {
     tx.prepare_cached(
         "UPDATE contents SET refcount = refcount + ?2,
              unreferenced_since_ms = CASE WHEN refcount + ?2 = 0 THEN CAST(?3 AS BIGINT) ELSE NULL END
@@ -618,12 +615,7 @@ fn add_reference(
 
 /// Insert `(offset, length)` into the free list of `grid_bucket`, coalescing with its neighbours and
 /// lowering the append pointer when the range ends there.
-fn free_range(
-    tx: &Transaction,
-    grid_bucket: u32,
-    offset: u64,
-    length: u64,
-) -> sql::Result<()> {
+fn free_range(tx: &Transaction, grid_bucket: u32, offset: u64, length: u64) -> sql::Result<()> {
     let (mut start, mut end) = (offset, offset + length);
     let before: Option<(i64, i64)> = tx
         .prepare_cached(
@@ -751,9 +743,15 @@ fn migrate(
     migrations: &[(u32, &str)],
 ) -> sql::Result<()> {
     let newest = migrations.last().map_or(base_version, |m| m.0);
-    tx.execute_batch("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")?;
+    tx.execute_batch(
+        "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
+    )?;
     let version: Option<String> = tx
-        .query_row("SELECT value FROM meta WHERE key = 'schema_version'", params![], |r| r.get(0))
+        .query_row(
+            "SELECT value FROM meta WHERE key = 'schema_version'",
+            params![],
+            |r| r.get(0),
+        )
         .optional()?;
     let from = match version {
         None => {
@@ -939,9 +937,12 @@ impl SqlCatalog {
         let sqlite = match &self.backend {
             Backend::Sqlite(s) => s,
             Backend::Postgres(pg) => {
-                return pg.run(false, &self.name, |e| self.db_error(e), |tx| {
-                    f(tx).map_err(|e| self.db_error(e))
-                })
+                return pg.run(
+                    false,
+                    &self.name,
+                    |e| self.db_error(e),
+                    |tx| f(tx).map_err(|e| self.db_error(e)),
+                )
             }
         };
         let mut conn = sqlite.writer.lock();
@@ -1150,10 +1151,7 @@ impl SqlCatalog {
     }
 
     /// Remove an upload and its parts inside `tx`; work items delete the part files. `None` if no such upload.
-    fn remove_upload_on(
-        tx: &Transaction,
-        upload_id: &str,
-    ) -> sql::Result<Option<Vec<WorkItem>>> {
+    fn remove_upload_on(tx: &Transaction, upload_id: &str) -> sql::Result<Option<Vec<WorkItem>>> {
         let removed = tx.execute(
             "DELETE FROM multipart_uploads WHERE upload_id = ?1",
             params![upload_id],
@@ -1164,12 +1162,7 @@ impl SqlCatalog {
         remove_parts(tx, upload_id, None, now_ms()).map(Some)
     }
 
-    fn ensure_dataset(
-        tx: &Transaction,
-        id: &str,
-        bucket: &str,
-        now_ms: u64,
-    ) -> sql::Result<()> {
+    fn ensure_dataset(tx: &Transaction, id: &str, bucket: &str, now_ms: u64) -> sql::Result<()> {
         tx.prepare_cached("INSERT INTO datasets (id, bucket, created_ms, grid_bucket) VALUES (?1, ?2, ?3, NULL) ON CONFLICT (id) DO NOTHING")?
             .execute(params![id, bucket, now_ms as i64])?;
         Ok(())
@@ -2400,7 +2393,9 @@ impl Catalog for SqlCatalog {
     fn pending_work(&self) -> Result<Vec<WorkItem>> {
         let rows = self.read(|c| {
             c.prepare_cached("SELECT id, item FROM pending_work ORDER BY id")?
-                .query_map(params![], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?)))?
+                .query_map(params![], |r| {
+                    Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?))
+                })?
                 .collect::<sql::Result<Vec<_>>>()
         })?;
         rows.into_iter()

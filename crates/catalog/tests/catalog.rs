@@ -539,7 +539,9 @@ fn list_object(list: &NewPartList) -> ObjectRecord {
     }
 }
 
-fn uploaded_parts_are_referenced_contents_and_replacing_or_aborting_drops_the_references(b: Backend) {
+fn uploaded_parts_are_referenced_contents_and_replacing_or_aborting_drops_the_references(
+    b: Backend,
+) {
     let (_d, c) = open(b);
     c.create_bucket("b", &BucketSettings::default()).unwrap();
     let u = upload(&c, "u1");
@@ -799,7 +801,9 @@ fn a_schema_2_catalog_is_migrated_and_keeps_its_parts() {
     assert_eq!(version, "8", "migrated to the latest version");
 }
 
-fn a_small_content_is_cached_inline_in_the_put_transaction_and_leaves_with_eviction_or_gc(b: Backend) {
+fn a_small_content_is_cached_inline_in_the_put_transaction_and_leaves_with_eviction_or_gc(
+    b: Backend,
+) {
     let (_d, c) = open(b);
     c.create_bucket("b", &BucketSettings::default()).unwrap();
     let small = |n: u8| NewContent {

@@ -65,7 +65,11 @@ fn injected_serialization_failures_are_retried_and_the_change_lands_once() {
     c.inject_serialization_failures(3);
     let outcome = c.put_object(&object("k", 1), &new_content(1), 5).unwrap();
     assert!(!outcome.deduplicated);
-    assert_eq!(c.retries() - before, 3, "three failed commits, three retries");
+    assert_eq!(
+        c.retries() - before,
+        3,
+        "three failed commits, three retries"
+    );
     // The body ran four times; the change is there once.
     let (o, content) = c.get_object("b", "k").unwrap().unwrap();
     assert_eq!(o.content, cid(1));
@@ -187,10 +191,7 @@ fn start_error(url: &str, shown: &str, secret: &str) -> String {
     let message = e.to_string();
     assert!(matches!(e, CatalogError::Unreachable(_)), "{e:?}");
     assert!(message.contains(shown), "{message:?} should name {shown}");
-    assert!(
-        !message.contains(secret),
-        "{message:?} shows the password"
-    );
+    assert!(!message.contains(secret), "{message:?} shows the password");
     message
 }
 
@@ -240,5 +241,9 @@ fn an_unusable_url_is_a_clear_error_at_start_without_the_password() {
     server.join().unwrap();
 
     // Not a URL at all.
-    start_error("mysql://me:hunter2@host/db", "mysql://me@host/db", "hunter2");
+    start_error(
+        "mysql://me:hunter2@host/db",
+        "mysql://me@host/db",
+        "hunter2",
+    );
 }

@@ -229,11 +229,7 @@ impl SqlCatalog {
         Ok(())
     }
 
-    fn remove_current(
-        tx: &Transaction,
-        current: &ObjectRecord,
-        now_ms: u64,
-    ) -> sql::Result<()> {
+    fn remove_current(tx: &Transaction, current: &ObjectRecord, now_ms: u64) -> sql::Result<()> {
         tx.prepare_cached("DELETE FROM objects WHERE bucket = ?1 AND key = ?2")?
             .execute(params![current.bucket, current.key.as_bytes()])?;
         add_reference(tx, &current.content.to_key(), -1, now_ms)
@@ -689,7 +685,10 @@ impl SqlCatalog {
             let e = |e| self.db_error(e);
             let buckets: Vec<(String, String)> = tx
                 .prepare_cached("SELECT name, archive FROM buckets")
-                .and_then(|mut s| s.query_map(params![], |r| Ok((r.get(0)?, r.get(1)?)))?.collect())
+                .and_then(|mut s| {
+                    s.query_map(params![], |r| Ok((r.get(0)?, r.get(1)?)))?
+                        .collect()
+                })
                 .map_err(e)?;
             let mut removed = 0u64;
             for (bucket, text) in buckets {
@@ -978,11 +977,7 @@ fn expiry_of(archive: &BucketArchive, object: &ObjectRecord) -> Option<u64> {
 }
 
 /// ListObjectVersions over both tables: key order, newest first within a key.
-fn list_versions(
-    c: &Connection,
-    bucket: &str,
-    query: &VersionQuery,
-) -> sql::Result<VersionPage> {
+fn list_versions(c: &Connection, bucket: &str, query: &VersionQuery) -> sql::Result<VersionPage> {
     let max_keys = match query.max_keys {
         0 => crate::list::MAX_KEYS_DEFAULT,
         n => n.min(crate::list::MAX_KEYS_DEFAULT),
