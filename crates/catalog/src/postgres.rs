@@ -44,7 +44,7 @@ pub struct PostgresOptions {
 impl Default for PostgresOptions {
     fn default() -> Self {
         PostgresOptions {
-            max_attempts: 12,
+            max_attempts: 40,
             idle_sessions: 8,
             connect_timeout: Duration::from_secs(10),
         }
