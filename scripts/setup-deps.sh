@@ -15,6 +15,16 @@ if [ ${#need_apt[@]} -gt 0 ]; then
   fi
 fi
 
+# The catalog's PostgreSQL tests run a throwaway cluster (scripts/pg-cluster.sh) of Debian's `postgresql` server
+# (initdb and pg_ctl under /usr/lib/postgresql/*/bin, the `postgres` user) and `runuser` to start it as that user.
+if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ]; then
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql
+  else
+    echo "setup-deps: PostgreSQL server missing (run as root to install); the PostgreSQL catalog tests will fail" >&2
+  fi
+fi
+
 # End-to-end tests (tests/e2e, pytest) drive the real server with unmodified S3 clients: boto3, the AWS CLI
 # (pip `awscli`) and rclone. Python packages go into the project venv (.venv), rclone comes from apt.
 venv=.venv

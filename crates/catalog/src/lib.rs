@@ -6,12 +6,15 @@
 //! segments on the grid, datasets, multipart uploads and parts, per-grid-bucket allocation (append pointer and
 //! free ranges) and pending work. The schema is documented in `docs/catalog.md`.
 //!
-//! [`Catalog`] is the trait the store uses (a PostgreSQL backend follows with the multi-server work);
-//! [`SqliteCatalog`] is the embedded backend. Every trait method is **one transaction**: where several rows must
+//! [`Catalog`] is the trait the store uses; [`SqlCatalog`] implements it on two back ends with one logic
+//! (`sql` is the interface it runs SQL through): the embedded SQLite database ([`SqlCatalog::open_with`], alias
+//! [`SqliteCatalog`]) and a PostgreSQL server ([`SqlCatalog::open_postgres`]: SERIALIZABLE transactions retried on
+//! serialization failures, `postgres` module; `docs/catalog.md` "Back ends"). Every trait method is
+//! **one transaction**: where several rows must
 //! change together (a put replaces an object and moves a reference, a persist records extents, segments and a
 //! state), the method does all of it or nothing.
 //!
-//! **Durability.** A durable [`SqliteCatalog`] returns from a method only once its change, and every change the
+//! **Durability.** A durable SQLite catalog returns from a method only once its change, and every change the
 //! method observed, survives a crash or power loss; concurrent callers share WAL syncs (group commit, see the
 //! `sqlite` module). A failed sync is reported as [`CatalogError::Sync`] and the catalog then acknowledges
 //! nothing more until it is reopened.
@@ -30,6 +33,8 @@
 mod archive;
 mod list;
 mod namespace;
+mod postgres;
+mod sql;
 mod sqlite;
 
 pub use archive::{
@@ -44,7 +49,14 @@ pub use namespace::{
     parent_of, showable_name, DirAttrs, DirRecord, FsEntry, FsFile, FsPage, FsRename, Refusal,
     NAME_BYTES_MAX,
 };
-pub use sqlite::{SqliteCatalog, SqliteOptions};
+pub use postgres::{redact_url, PostgresOptions};
+pub use sql::Error as SqlError;
+pub use sqlite::{SqlCatalog, SqliteOptions};
+
+/// The catalog on its embedded SQLite back end (the same type as the PostgreSQL one: [`SqlCatalog`]).
+pub type SqliteCatalog = SqlCatalog;
+/// The catalog on a PostgreSQL server ([`SqlCatalog::open_postgres`]).
+pub type PostgresCatalog = SqlCatalog;
 
 /// Errors of the catalog. Messages name the row concerned.
 #[derive(Debug, thiserror::Error)]
@@ -84,13 +96,15 @@ pub enum CatalogError {
         free_bytes: u64,
         capacity_bytes: u64,
     },
+    /// The database failed a statement (`path`: the SQLite file, or the PostgreSQL URL without its password).
     #[error("catalog database {path}: {source}")]
-    Database {
-        path: String,
-        source: rusqlite::Error,
-    },
+    Database { path: String, source: SqlError },
     #[error("catalog: {0}")]
     Corrupt(String),
+    /// The catalog database cannot be reached or used at all (PostgreSQL: no server at the URL, login refused,
+    /// not PostgreSQL); the message names the URL without its password.
+    #[error("{0}")]
+    Unreachable(String),
     /// A change of the file system namespace (the mount) was refused; nothing changed.
     #[error("{what}: {refusal}")]
     Refused { refusal: Refusal, what: String },

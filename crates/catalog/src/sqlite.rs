@@ -1,4 +1,6 @@
-//! The embedded catalog: one SQLite database (WAL) in the data directory. Schema: `docs/catalog.md`.
+//! The catalog's logic (every `Catalog` method, here and in the child modules), run through `crate::sql` on
+//! either back end, and the embedded back end: one SQLite database (WAL) in the data directory. The PostgreSQL
+//! back end is `crate::postgres`. Schema: `docs/catalog.md`. What follows is about SQLite.
 //!
 //! One writer connection behind a mutex (SQLite allows one writer at a time anyway) and a bounded pool of reader
 //! connections. Statements are prepared once per connection (`prepare_cached`).
@@ -9,7 +11,7 @@
 //! without syncing, and this module makes commits durable in groups, outside the writer mutex:
 //!
 //! 1. Under the writer mutex, just before `COMMIT`, a write takes the next commit number (`commit_seq`).
-//! 2. After releasing the writer mutex it calls [`SqliteCatalog::sync_through`] with its number. That returns at
+//! 2. After releasing the writer mutex it calls [`SqlCatalog::sync_through`] with its number. That returns at
 //!    once when `synced_seq` already covers it; otherwise it takes the sync mutex, checks again, reads
 //!    `commit_seq` under the writer mutex (so no commit is half-written: every number up to it has finished
 //!    writing its frames), fdatasyncs the `-wal` file, and publishes that number as `synced_seq`. Everyone who
@@ -43,8 +45,9 @@
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use crate::sql::{self, params, Connection, OptionalExtension, Row, Transaction};
 use parking_lot::Mutex;
-use rusqlite::{params, Connection, OpenFlags, OptionalExtension, Row, Transaction};
+use rusqlite::OpenFlags;
 
 use crate::list::{list_with, prefix_successor};
 
@@ -139,11 +142,12 @@ const MIGRATIONS: &[(u32, &str)] = &[
 ];
 
 /// Schema version this build reads and writes (`meta.schema_version`).
+#[cfg(test)]
 const SCHEMA_VERSION: u32 = MIGRATIONS[MIGRATIONS.len() - 1].0;
 /// Reader connections kept open at most.
 const READERS_MAX: usize = 8;
 
-/// Options of [`SqliteCatalog::open_with`].
+/// Options of [`SqlCatalog::open_with`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SqliteOptions {
     /// Every call returns only once each commit it made or saw is durable (as acknowledgements require):
@@ -158,14 +162,27 @@ impl Default for SqliteOptions {
     }
 }
 
-/// The SQLite catalog.
-pub struct SqliteCatalog {
+/// The catalog: its logic on one of two back ends, an embedded SQLite database or a PostgreSQL server
+/// (`crate::postgres`). The logic (this module and its children) runs SQL through `crate::sql`, once for both.
+pub struct SqlCatalog {
+    backend: Backend,
+    /// What error messages name: the SQLite file, or the PostgreSQL URL without its password.
+    name: String,
+}
+
+enum Backend {
+    Sqlite(SqliteBackend),
+    Postgres(crate::postgres::PgBackend),
+}
+
+/// The SQLite back end: a writer connection, readers, and group commit of the WAL.
+struct SqliteBackend {
     path: PathBuf,
     /// The `-wal` file SQLite writes (next to the database file, symbolic links resolved).
     wal_path: PathBuf,
     options: SqliteOptions,
-    writer: Mutex<Connection>,
-    readers: Mutex<Vec<Connection>>,
+    writer: Mutex<rusqlite::Connection>,
+    readers: Mutex<Vec<rusqlite::Connection>>,
     /// The `-wal` file, opened once: SQLite removes it only when its last connection closes, and the writer
     /// connection lives as long as the catalog. Declared after the connections so it closes after them.
     wal: std::fs::File,
@@ -344,21 +361,19 @@ fn corrupt(what: impl std::fmt::Display) -> CatalogError {
     CatalogError::Corrupt(what.to_string())
 }
 
-fn key_string(bytes: Vec<u8>) -> rusqlite::Result<String> {
-    String::from_utf8(bytes).map_err(|e| {
-        rusqlite::Error::FromSqlConversionFailure(1, rusqlite::types::Type::Blob, Box::new(e))
-    })
+fn key_string(bytes: Vec<u8>) -> sql::Result<String> {
+    String::from_utf8(bytes).map_err(|e| sql::Error::Conversion(Box::new(e)))
 }
 
-fn conversion(e: CatalogError) -> rusqlite::Error {
-    rusqlite::Error::FromSqlConversionFailure(0, rusqlite::types::Type::Text, Box::new(e))
+fn conversion(e: CatalogError) -> sql::Error {
+    sql::Error::conversion(e)
 }
 
-fn json_pairs(text: &str) -> rusqlite::Result<Vec<(String, String)>> {
+fn json_pairs(text: &str) -> sql::Result<Vec<(String, String)>> {
     serde_json::from_str(text).map_err(|e| conversion(corrupt(format!("metadata column: {e}"))))
 }
 
-fn object_from_row(row: &Row) -> rusqlite::Result<ObjectRecord> {
+fn object_from_row(row: &Row) -> sql::Result<ObjectRecord> {
     Ok(ObjectRecord {
         bucket: row.get(0)?,
         key: key_string(row.get(1)?)?,
@@ -376,7 +391,7 @@ fn object_from_row(row: &Row) -> rusqlite::Result<ObjectRecord> {
     })
 }
 
-fn attributes_from_json(text: &str) -> rusqlite::Result<ObjectAttributes> {
+fn attributes_from_json(text: &str) -> sql::Result<ObjectAttributes> {
     serde_json::from_str(text).map_err(|e| conversion(corrupt(format!("attributes column: {e}"))))
 }
 
@@ -388,7 +403,7 @@ fn archive_from_json(text: &str) -> Result<BucketArchive> {
     serde_json::from_str(text).map_err(|e| corrupt(format!("bucket archive configuration: {e}")))
 }
 
-fn fixed<const N: usize>(bytes: Vec<u8>, what: &str) -> rusqlite::Result<[u8; N]> {
+fn fixed<const N: usize>(bytes: Vec<u8>, what: &str) -> sql::Result<[u8; N]> {
     bytes.try_into().map_err(|b: Vec<u8>| {
         conversion(corrupt(format!(
             "{what} has {} bytes, expected {N}",
@@ -398,7 +413,7 @@ fn fixed<const N: usize>(bytes: Vec<u8>, what: &str) -> rusqlite::Result<[u8; N]
 }
 
 /// Content columns starting at column `at`.
-fn content_from_row(row: &Row, at: usize) -> rusqlite::Result<ContentRecord> {
+fn content_from_row(row: &Row, at: usize) -> sql::Result<ContentRecord> {
     Ok(ContentRecord {
         id: ContentId::from_key(&row.get::<_, Vec<u8>>(at)?).map_err(conversion)?,
         logical_bytes: row.get::<_, i64>(at + 1)? as u64,
@@ -417,7 +432,7 @@ fn content_from_row(row: &Row, at: usize) -> rusqlite::Result<ContentRecord> {
     })
 }
 
-fn extent_kind(s: &str) -> rusqlite::Result<ExtentKind> {
+fn extent_kind(s: &str) -> sql::Result<ExtentKind> {
     match s {
         "content" => Ok(ExtentKind::Content),
         "pack" => Ok(ExtentKind::Pack),
@@ -435,7 +450,7 @@ fn kind_str(kind: ExtentKind) -> &'static str {
 }
 
 /// Extent columns starting at column `at`.
-fn extent_from_row(row: &Row, at: usize) -> rusqlite::Result<ExtentRecord> {
+fn extent_from_row(row: &Row, at: usize) -> sql::Result<ExtentRecord> {
     Ok(ExtentRecord {
         extent_id: row.get(at)?,
         grid_bucket: row.get::<_, i64>(at + 1)? as u32,
@@ -454,7 +469,7 @@ fn extent_from_row(row: &Row, at: usize) -> rusqlite::Result<ExtentRecord> {
     })
 }
 
-fn upload_from_row(row: &Row) -> rusqlite::Result<UploadRecord> {
+fn upload_from_row(row: &Row) -> sql::Result<UploadRecord> {
     Ok(UploadRecord {
         upload_id: row.get(0)?,
         bucket: row.get(1)?,
@@ -467,7 +482,7 @@ fn upload_from_row(row: &Row) -> rusqlite::Result<UploadRecord> {
 const PART_COLUMNS: &str =
     "upload_id, part_number, size_bytes, md5, cache_path, created_ms, content, checksums";
 
-fn part_from_row(row: &Row) -> rusqlite::Result<PartRecord> {
+fn part_from_row(row: &Row) -> sql::Result<PartRecord> {
     Ok(PartRecord {
         upload_id: row.get(0)?,
         part_number: row.get::<_, i64>(1)? as u32,
@@ -492,7 +507,7 @@ fn insert_content(
     dataset: &str,
     now_ms: u64,
     work: &mut Vec<WorkItem>,
-) -> rusqlite::Result<bool> {
+) -> sql::Result<bool> {
     let key = content.id.to_key();
     let exists = tx
         .prepare_cached("SELECT 1 FROM contents WHERE content = ?1")?
@@ -546,16 +561,16 @@ fn remove_parts(
     upload_id: &str,
     part_number: Option<u32>,
     now_ms: u64,
-) -> rusqlite::Result<Vec<WorkItem>> {
+) -> sql::Result<Vec<WorkItem>> {
     let parts: Vec<PartRecord> = tx
         .prepare_cached(&format!(
             "SELECT {PART_COLUMNS} FROM multipart_parts
-             WHERE upload_id = ?1 AND (?2 IS NULL OR part_number = ?2)"
+             WHERE upload_id = ?1 AND (CAST(?2 AS BIGINT) IS NULL OR part_number = ?2)"
         ))?
         .query_map(params![upload_id, part_number], part_from_row)?
-        .collect::<rusqlite::Result<_>>()?;
+        .collect::<sql::Result<_>>()?;
     tx.prepare_cached(
-        "DELETE FROM multipart_parts WHERE upload_id = ?1 AND (?2 IS NULL OR part_number = ?2)",
+        "DELETE FROM multipart_parts WHERE upload_id = ?1 AND (CAST(?2 AS BIGINT) IS NULL OR part_number = ?2)",
     )?
     .execute(params![upload_id, part_number])?;
     let mut work = Vec::new();
@@ -579,26 +594,19 @@ fn pairs_json(pairs: &[(String, String)]) -> String {
 }
 
 /// Add a pending work item inside `tx`.
-fn add_work(tx: &Transaction, kind: WorkKind, now_ms: u64) -> rusqlite::Result<WorkItem> {
+fn add_work(tx: &Transaction, kind: WorkKind, now_ms: u64) -> sql::Result<WorkItem> {
     let text = serde_json::to_string(&kind).expect("work items serialize");
-    tx.prepare_cached("INSERT INTO pending_work (item, created_ms) VALUES (?1, ?2)")?
-        .execute(params![text, now_ms as i64])?;
-    Ok(WorkItem {
-        id: tx.last_insert_rowid(),
-        kind,
-    })
+    let id = tx
+        .prepare_cached("INSERT INTO pending_work (item, created_ms) VALUES (?1, ?2) RETURNING id")?
+        .query_row(params![text, now_ms as i64], |r| r.get(0))?;
+    Ok(WorkItem { id, kind })
 }
 
 /// Change a content's reference count by `delta` inside `tx`, maintaining `unreferenced_since_ms`.
-fn add_reference(
-    tx: &Transaction,
-    content: &[u8],
-    delta: i64,
-    now_ms: u64,
-) -> rusqlite::Result<()> {
+fn add_reference(tx: &Transaction, content: &[u8], delta: i64, now_ms: u64) -> sql::Result<()> {
     tx.prepare_cached(
         "UPDATE contents SET refcount = refcount + ?2,
-             unreferenced_since_ms = CASE WHEN refcount + ?2 = 0 THEN ?3 ELSE NULL END
+             unreferenced_since_ms = CASE WHEN refcount + ?2 = 0 THEN CAST(?3 AS BIGINT) ELSE NULL END
          WHERE content = ?1",
     )?
     .execute(params![content, delta, now_ms as i64])?;
@@ -607,12 +615,7 @@ fn add_reference(
 
 /// Insert `(offset, length)` into the free list of `grid_bucket`, coalescing with its neighbours and
 /// lowering the append pointer when the range ends there.
-fn free_range(
-    tx: &Transaction,
-    grid_bucket: u32,
-    offset: u64,
-    length: u64,
-) -> rusqlite::Result<()> {
+fn free_range(tx: &Transaction, grid_bucket: u32, offset: u64, length: u64) -> sql::Result<()> {
     let (mut start, mut end) = (offset, offset + length);
     let before: Option<(i64, i64)> = tx
         .prepare_cached(
@@ -675,7 +678,7 @@ fn allocate(tx: &Transaction, grid_bucket: u32, length: u64, capacity_bytes: u64
         source: e,
     };
     tx.prepare_cached(
-        "INSERT OR IGNORE INTO grid_allocations (grid_bucket, append_offset) VALUES (?1, 0)",
+        "INSERT INTO grid_allocations (grid_bucket, append_offset) VALUES (?1, 0) ON CONFLICT (grid_bucket) DO NOTHING",
     )
     .and_then(|mut s| s.execute(params![grid_bucket]))
     .map_err(db)?;
@@ -692,7 +695,7 @@ fn allocate(tx: &Transaction, grid_bucket: u32, length: u64, capacity_bytes: u64
         })
         .map_err(db)?;
     if let Some((offset, free)) = fit {
-        let run = || -> rusqlite::Result<()> {
+        let run = || -> sql::Result<()> {
             tx.prepare_cached(
                 "DELETE FROM grid_free_ranges WHERE grid_bucket = ?1 AND offset = ?2",
             )?
@@ -731,61 +734,86 @@ fn allocate(tx: &Transaction, grid_bucket: u32, length: u64, capacity_bytes: u64
     Ok(append)
 }
 
-impl SqliteCatalog {
-    /// Open (or create) the catalog at `path`, durable.
-    pub fn open(path: &Path) -> Result<SqliteCatalog> {
-        SqliteCatalog::open_with(path, SqliteOptions::default())
+/// Apply the schema: `base` (creates what is missing) when the database has no version, then every migration
+/// above the version it has, and record the newest. Refuses a version it does not know.
+fn migrate(
+    tx: &Transaction,
+    base: &str,
+    base_version: u32,
+    migrations: &[(u32, &str)],
+) -> sql::Result<()> {
+    let newest = migrations.last().map_or(base_version, |m| m.0);
+    tx.execute_batch(
+        "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
+    )?;
+    let version: Option<String> = tx
+        .query_row(
+            "SELECT value FROM meta WHERE key = 'schema_version'",
+            params![],
+            |r| r.get(0),
+        )
+        .optional()?;
+    let from = match version {
+        None => {
+            tx.execute_batch(base)?;
+            base_version
+        }
+        Some(v) => match v.parse::<u32>() {
+            Ok(n) if (base_version..=newest).contains(&n) => n,
+            _ => {
+                return Err(sql::Error::conversion(CatalogError::Corrupt(format!(
+                    "catalog schema version {v} is not supported (this build reads {base_version} to {newest})"
+                ))))
+            }
+        },
+    };
+    for (_, sql) in migrations.iter().filter(|(v, _)| *v > from) {
+        tx.execute_batch(sql)?;
+    }
+    tx.execute(
+        "INSERT INTO meta (key, value) VALUES ('schema_version', ?1)
+         ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+        params![newest.to_string()],
+    )?;
+    Ok(())
+}
+
+impl SqlCatalog {
+    /// Open (or create) the SQLite catalog at `path`, durable.
+    pub fn open(path: &Path) -> Result<SqlCatalog> {
+        SqlCatalog::open_with(path, SqliteOptions::default())
     }
 
-    /// Open (or create) the catalog at `path` with options.
-    pub fn open_with(path: &Path, options: SqliteOptions) -> Result<SqliteCatalog> {
-        let writer = Self::connect(path, options, true)?;
-        let (wal_path, wal) = Self::open_wal(path, &writer)?;
-        let catalog = SqliteCatalog {
-            path: path.to_path_buf(),
-            wal_path,
-            options,
-            writer: Mutex::new(writer),
-            readers: Mutex::new(Vec::new()),
-            wal,
-            commit_seq: AtomicU64::new(0),
-            synced_seq: AtomicU64::new(0),
-            sync_failure: Mutex::new(None),
-            #[cfg(test)]
-            fail_next_sync: std::sync::atomic::AtomicBool::new(false),
+    /// Open (or create) the SQLite catalog at `path` with options.
+    pub fn open_with(path: &Path, options: SqliteOptions) -> Result<SqlCatalog> {
+        let writer = SqliteBackend::connect(path, options, true)?;
+        let (wal_path, wal) = SqliteBackend::open_wal(path, &writer)?;
+        let catalog = SqlCatalog {
+            backend: Backend::Sqlite(SqliteBackend {
+                path: path.to_path_buf(),
+                wal_path,
+                options,
+                writer: Mutex::new(writer),
+                readers: Mutex::new(Vec::new()),
+                wal,
+                commit_seq: AtomicU64::new(0),
+                synced_seq: AtomicU64::new(0),
+                sync_failure: Mutex::new(None),
+                #[cfg(test)]
+                fail_next_sync: std::sync::atomic::AtomicBool::new(false),
+            }),
+            name: path.display().to_string(),
         };
+        // A schema-2 database has no `meta` version row but has its tables: SCHEMA only creates what is missing.
         catalog.write(|tx| {
             tx.execute_batch(SCHEMA)?;
-            let version: Option<String> =
-                tx.query_row("SELECT value FROM meta WHERE key = 'schema_version'", [], |r| r.get(0)).optional()?;
-            let unsupported = |v: &str| {
-                rusqlite::Error::FromSqlConversionFailure(
-                    0,
-                    rusqlite::types::Type::Text,
-                    format!("catalog schema version {v} is not supported (this build reads {SCHEMA_BASE_VERSION} to {SCHEMA_VERSION})").into(),
-                )
-            };
-            let from = match version {
-                None => SCHEMA_BASE_VERSION,
-                Some(v) => match v.parse::<u32>() {
-                    Ok(n) if (SCHEMA_BASE_VERSION..=SCHEMA_VERSION).contains(&n) => n,
-                    _ => return Err(unsupported(&v)),
-                },
-            };
-            for (_, sql) in MIGRATIONS.iter().filter(|(v, _)| *v > from) {
-                tx.execute_batch(sql)?;
-            }
-            tx.execute(
-                "INSERT INTO meta (key, value) VALUES ('schema_version', ?1)
-                 ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-                params![SCHEMA_VERSION.to_string()],
-            )?;
-            Ok(())
+            migrate(tx, "", SCHEMA_BASE_VERSION, MIGRATIONS)
         })?;
         if options.durable {
             // SQLite syncs the directory for a new `-wal` but never for a new database file. Both live in the
             // directory of SQLite's full (resolved) path.
-            let directory = catalog.wal_path.parent().unwrap_or(Path::new("/"));
+            let wal_path = &catalog.sqlite().wal_path;
+            let directory = wal_path.parent().unwrap_or(Path::new("/"));
             std::fs::File::open(directory)
                 .and_then(|d| d.sync_all())
                 .map_err(|source| CatalogError::Sync {
@@ -796,10 +824,171 @@ impl SqliteCatalog {
         Ok(catalog)
     }
 
-    fn connect(path: &Path, options: SqliteOptions, writer: bool) -> Result<Connection> {
-        let db = |source| CatalogError::Database {
-            path: path.display().to_string(),
+    /// Open the PostgreSQL catalog at `url` (`postgresql://user:password@host:port/database`), creating or
+    /// migrating its schema. Fails with an error naming the URL (without its password) when the server cannot be
+    /// reached, refuses the login, or is not PostgreSQL.
+    pub fn open_postgres(url: &str, options: crate::PostgresOptions) -> Result<SqlCatalog> {
+        let backend = crate::postgres::PgBackend::connect(url, options)?;
+        let catalog = SqlCatalog {
+            name: backend.shown_url().to_string(),
+            backend: Backend::Postgres(backend),
+        };
+        catalog.write(|tx| {
+            migrate(
+                tx,
+                crate::postgres::PG_SCHEMA,
+                crate::postgres::PG_SCHEMA_BASE_VERSION,
+                crate::postgres::PG_MIGRATIONS,
+            )
+        })?;
+        Ok(catalog)
+    }
+
+    /// The back end's name: `sqlite` or `postgresql`.
+    pub fn backend_name(&self) -> &'static str {
+        match self.backend {
+            Backend::Sqlite(_) => "sqlite",
+            Backend::Postgres(_) => "postgresql",
+        }
+    }
+
+    /// Transactions run again after a serialization failure or a deadlock since the catalog was opened
+    /// (PostgreSQL; always 0 on SQLite, whose one writer never conflicts).
+    pub fn retries(&self) -> u64 {
+        match &self.backend {
+            Backend::Sqlite(_) => 0,
+            Backend::Postgres(pg) => pg.retries(),
+        }
+    }
+
+    /// Tests of the retry path: the next `n` transactions fail just before `COMMIT` with a serialization
+    /// failure raised by the server (SQLSTATE 40001). No effect on SQLite.
+    #[doc(hidden)]
+    pub fn inject_serialization_failures(&self, n: u32) {
+        if let Backend::Postgres(pg) = &self.backend {
+            pg.inject_serialization_failures(n);
+        }
+    }
+
+    #[cfg(test)]
+    fn sqlite(&self) -> &SqliteBackend {
+        match &self.backend {
+            Backend::Sqlite(s) => s,
+            Backend::Postgres(_) => panic!("not a SQLite catalog"),
+        }
+    }
+
+    #[cfg(not(test))]
+    fn sqlite(&self) -> &SqliteBackend {
+        match &self.backend {
+            Backend::Sqlite(s) => s,
+            Backend::Postgres(_) => unreachable!("only called on SQLite"),
+        }
+    }
+
+    fn db_error(&self, source: sql::Error) -> CatalogError {
+        // Conversion failures carry our own error.
+        if let sql::Error::Conversion(inner) = &source {
+            if let Some(e) = inner.downcast_ref::<CatalogError>() {
+                return CatalogError::Corrupt(e.to_string());
+            }
+        }
+        CatalogError::Database {
+            path: self.name.clone(),
             source,
+        }
+    }
+
+    /// Run `f` in one write transaction (SQLite: IMMEDIATE, the write lock is taken at the start; PostgreSQL:
+    /// SERIALIZABLE, run again on a serialization failure).
+    fn write<T>(&self, mut f: impl FnMut(&Transaction) -> sql::Result<T>) -> Result<T> {
+        self.write_with(|tx| f(tx).map_err(|e| self.db_error(e)))
+    }
+
+    /// Like [`Self::write`] for bodies that return catalog errors (rolled back on error). Returns once the
+    /// commit, and every commit the body saw, is durable.
+    fn write_with<T>(&self, mut f: impl FnMut(&Transaction) -> Result<T>) -> Result<T> {
+        let sqlite = match &self.backend {
+            Backend::Sqlite(s) => s,
+            Backend::Postgres(pg) => return pg.run(false, &self.name, |e| self.db_error(e), f),
+        };
+        let (result, seen_seq) = {
+            let mut conn = sqlite.writer.lock();
+            let raw = conn
+                .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+                .map_err(|e| self.db_error(e.into()))?;
+            match f(&Connection::sqlite(&raw)) {
+                Ok(value) => {
+                    let seq = sqlite.commit_seq.fetch_add(1, Ordering::SeqCst) + 1;
+                    raw.commit().map_err(|e| self.db_error(e.into()))?;
+                    (Ok(value), seq)
+                }
+                // Rolled back; the error may still rest on commits that are not durable yet.
+                Err(e) => (Err(e), sqlite.commit_seq.load(Ordering::SeqCst)),
+            }
+        };
+        sqlite.sync_through(seen_seq)?;
+        result
+    }
+
+    /// Like [`Self::write`] for changes a crash may take back (LRU hints): the commit takes no sequence number,
+    /// so no call waits for its sync; the next durable commit's sync covers it (the WAL is synced in order).
+    fn write_unsynced(&self, mut f: impl FnMut(&Transaction) -> sql::Result<()>) -> Result<()> {
+        let sqlite = match &self.backend {
+            Backend::Sqlite(s) => s,
+            Backend::Postgres(pg) => {
+                return pg.run(
+                    false,
+                    &self.name,
+                    |e| self.db_error(e),
+                    |tx| f(tx).map_err(|e| self.db_error(e)),
+                )
+            }
+        };
+        let mut conn = sqlite.writer.lock();
+        let raw = conn
+            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+            .map_err(|e| self.db_error(e.into()))?;
+        f(&Connection::sqlite(&raw)).map_err(|e| self.db_error(e))?;
+        raw.commit().map_err(|e| self.db_error(e.into()))
+    }
+
+    /// Run `f` on a reader connection (a snapshot of the last commit; PostgreSQL: a SERIALIZABLE READ ONLY
+    /// transaction). Returns once every commit the snapshot may include is durable.
+    fn read<T>(&self, mut f: impl FnMut(&Connection) -> sql::Result<T>) -> Result<T> {
+        self.read_with(|c| f(c).map_err(|e| self.db_error(e)))
+    }
+
+    /// Like [`Self::read`] for bodies that return catalog errors.
+    fn read_with<T>(&self, mut f: impl FnMut(&Connection) -> Result<T>) -> Result<T> {
+        let sqlite = match &self.backend {
+            Backend::Sqlite(s) => s,
+            Backend::Postgres(pg) => return pg.run(true, &self.name, |e| self.db_error(e), f),
+        };
+        let conn = match sqlite.readers.lock().pop() {
+            Some(c) => c,
+            None => SqliteBackend::connect(&sqlite.path, sqlite.options, false)?,
+        };
+        let result = f(&Connection::sqlite(&conn));
+        // A commit visible to `f` took its number before it became visible, hence before this load.
+        let seen_seq = sqlite.commit_seq.load(Ordering::SeqCst);
+        {
+            let mut readers = sqlite.readers.lock();
+            if readers.len() < READERS_MAX {
+                readers.push(conn);
+            }
+        }
+        let value = result?;
+        sqlite.sync_through(seen_seq)?;
+        Ok(value)
+    }
+}
+
+impl SqliteBackend {
+    fn connect(path: &Path, options: SqliteOptions, writer: bool) -> Result<rusqlite::Connection> {
+        let db = |source: rusqlite::Error| CatalogError::Database {
+            path: path.display().to_string(),
+            source: source.into(),
         };
         let flags = if writer {
             OpenFlags::SQLITE_OPEN_READ_WRITE
@@ -808,7 +997,7 @@ impl SqliteCatalog {
         } else {
             OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX
         };
-        let conn = Connection::open_with_flags(path, flags).map_err(db)?;
+        let conn = rusqlite::Connection::open_with_flags(path, flags).map_err(db)?;
         conn.busy_timeout(std::time::Duration::from_secs(10))
             .map_err(db)?;
         if writer {
@@ -828,10 +1017,10 @@ impl SqliteCatalog {
     }
 
     /// Open the `-wal` file of the writer connection `conn` (which is in WAL mode) for syncing.
-    fn open_wal(path: &Path, conn: &Connection) -> Result<(PathBuf, std::fs::File)> {
-        let db = |source| CatalogError::Database {
+    fn open_wal(path: &Path, conn: &rusqlite::Connection) -> Result<(PathBuf, std::fs::File)> {
+        let db = |source: rusqlite::Error| CatalogError::Database {
             path: path.display().to_string(),
-            source,
+            source: source.into(),
         };
         let mode: String = conn
             .query_row("PRAGMA journal_mode", [], |r| r.get(0))
@@ -861,88 +1050,6 @@ impl SqliteCatalog {
             source,
         })?;
         Ok((wal_path, wal))
-    }
-
-    fn db_error(&self, source: rusqlite::Error) -> CatalogError {
-        // Conversion failures carry our own error.
-        if let rusqlite::Error::FromSqlConversionFailure(_, _, inner) = &source {
-            if let Some(e) = inner.downcast_ref::<CatalogError>() {
-                return CatalogError::Corrupt(e.to_string());
-            }
-        }
-        CatalogError::Database {
-            path: self.path.display().to_string(),
-            source,
-        }
-    }
-
-    /// Run `f` in one write transaction (IMMEDIATE: the write lock is taken at the start).
-    fn write<T>(&self, f: impl FnOnce(&Transaction) -> rusqlite::Result<T>) -> Result<T> {
-        self.write_with(|tx| f(tx).map_err(|e| self.db_error(e)))
-    }
-
-    /// Like [`Self::write`] for bodies that return catalog errors (rolled back on error). Returns once the
-    /// commit, and every commit the body saw, is durable.
-    fn write_with<T>(&self, f: impl FnOnce(&Transaction) -> Result<T>) -> Result<T> {
-        let (result, seen_seq) = {
-            let mut conn = self.writer.lock();
-            let tx = conn
-                .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
-                .map_err(|e| self.db_error(e))?;
-            match f(&tx) {
-                Ok(value) => {
-                    let seq = self.commit_seq.fetch_add(1, Ordering::SeqCst) + 1;
-                    tx.commit().map_err(|e| self.db_error(e))?;
-                    (Ok(value), seq)
-                }
-                // Rolled back; the error may still rest on commits that are not durable yet.
-                Err(e) => (Err(e), self.commit_seq.load(Ordering::SeqCst)),
-            }
-        };
-        self.sync_through(seen_seq)?;
-        result
-    }
-
-    /// Like [`Self::write`] for changes a crash may take back (LRU hints): the commit takes no sequence number,
-    /// so no call waits for its sync; the next durable commit's sync covers it (the WAL is synced in order).
-    fn write_unsynced(&self, f: impl FnOnce(&Transaction) -> rusqlite::Result<()>) -> Result<()> {
-        let mut conn = self.writer.lock();
-        let tx = conn
-            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
-            .map_err(|e| self.db_error(e))?;
-        f(&tx).map_err(|e| self.db_error(e))?;
-        tx.commit().map_err(|e| self.db_error(e))
-    }
-
-    /// Run `f` on a reader connection (a snapshot of the last commit). Returns once every commit the snapshot
-    /// may include is durable.
-    fn read<T>(&self, f: impl FnOnce(&Connection) -> rusqlite::Result<T>) -> Result<T> {
-        let conn = match self.readers.lock().pop() {
-            Some(c) => c,
-            None => Self::connect(&self.path, self.options, false)?,
-        };
-        let result = f(&conn).map_err(|e| self.db_error(e));
-        // A commit visible to `f` took its number before it became visible, hence before this load.
-        let seen_seq = self.commit_seq.load(Ordering::SeqCst);
-        {
-            let mut readers = self.readers.lock();
-            if readers.len() < READERS_MAX {
-                readers.push(conn);
-            }
-        }
-        let value = result?;
-        self.sync_through(seen_seq)?;
-        Ok(value)
-    }
-
-    /// Like [`Self::read`] for bodies that return catalog errors.
-    fn read_with<T>(&self, f: impl FnOnce(&Connection) -> Result<T>) -> Result<T> {
-        let mut outcome = None;
-        self.read(|c| {
-            outcome = Some(f(c));
-            Ok(())
-        })?;
-        outcome.expect("the body ran")
     }
 
     /// Return once every commit numbered up to `seq` is durable, syncing the WAL for everyone waiting if
@@ -996,8 +1103,10 @@ impl SqliteCatalog {
         }
         self.wal.sync_data()
     }
+}
 
-    fn bucket_exists(tx: &Connection, name: &str) -> rusqlite::Result<bool> {
+impl SqlCatalog {
+    fn bucket_exists(tx: &Connection, name: &str) -> sql::Result<bool> {
         Ok(tx
             .prepare_cached("SELECT 1 FROM buckets WHERE name = ?1")?
             .query_row(params![name], |_| Ok(()))
@@ -1009,7 +1118,7 @@ impl SqliteCatalog {
         conn: &Connection,
         bucket: &str,
         key: &str,
-    ) -> rusqlite::Result<Option<ObjectRecord>> {
+    ) -> sql::Result<Option<ObjectRecord>> {
         conn.prepare_cached(&format!(
             "SELECT {OBJECT_COLUMNS} FROM objects WHERE bucket = ?1 AND key = ?2"
         ))?
@@ -1018,7 +1127,7 @@ impl SqliteCatalog {
     }
 
     /// Insert `o` as the current version of its key, with version order `seq`.
-    fn insert_object(tx: &Transaction, o: &ObjectRecord, seq: i64) -> rusqlite::Result<()> {
+    fn insert_object(tx: &Transaction, o: &ObjectRecord, seq: i64) -> sql::Result<()> {
         tx.prepare_cached(&format!(
             "INSERT INTO objects ({OBJECT_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)"
         ))?
@@ -1042,10 +1151,7 @@ impl SqliteCatalog {
     }
 
     /// Remove an upload and its parts inside `tx`; work items delete the part files. `None` if no such upload.
-    fn remove_upload_on(
-        tx: &Transaction,
-        upload_id: &str,
-    ) -> rusqlite::Result<Option<Vec<WorkItem>>> {
+    fn remove_upload_on(tx: &Transaction, upload_id: &str) -> sql::Result<Option<Vec<WorkItem>>> {
         let removed = tx.execute(
             "DELETE FROM multipart_uploads WHERE upload_id = ?1",
             params![upload_id],
@@ -1056,19 +1162,14 @@ impl SqliteCatalog {
         remove_parts(tx, upload_id, None, now_ms()).map(Some)
     }
 
-    fn ensure_dataset(
-        tx: &Transaction,
-        id: &str,
-        bucket: &str,
-        now_ms: u64,
-    ) -> rusqlite::Result<()> {
-        tx.prepare_cached("INSERT OR IGNORE INTO datasets (id, bucket, created_ms, grid_bucket) VALUES (?1, ?2, ?3, NULL)")?
+    fn ensure_dataset(tx: &Transaction, id: &str, bucket: &str, now_ms: u64) -> sql::Result<()> {
+        tx.prepare_cached("INSERT INTO datasets (id, bucket, created_ms, grid_bucket) VALUES (?1, ?2, ?3, NULL) ON CONFLICT (id) DO NOTHING")?
             .execute(params![id, bucket, now_ms as i64])?;
         Ok(())
     }
 }
 
-impl Catalog for SqliteCatalog {
+impl Catalog for SqlCatalog {
     fn create_bucket(&self, name: &str, settings: &BucketSettings) -> Result<()> {
         let text = serde_json::to_string(settings).expect("settings serialize");
         self.write_with(|tx| {
@@ -1173,7 +1274,7 @@ impl Catalog for SqliteCatalog {
             c.prepare_cached(
                 "SELECT name, created_ms, settings, archive FROM buckets ORDER BY name",
             )?
-            .query_map([], |r| {
+            .query_map(params![], |r| {
                 Ok((
                     r.get::<_, String>(0)?,
                     r.get::<_, i64>(1)?,
@@ -1181,7 +1282,7 @@ impl Catalog for SqliteCatalog {
                     r.get::<_, String>(3)?,
                 ))
             })?
-            .collect::<rusqlite::Result<Vec<_>>>()
+            .collect::<sql::Result<Vec<_>>>()
         })?;
         rows.into_iter()
             .map(|(name, created_ms, settings, archive)| {
@@ -1207,7 +1308,7 @@ impl Catalog for SqliteCatalog {
             "put_object: the object must name the new content"
         );
         self.write_with(|tx| {
-            let run = || -> rusqlite::Result<Result<PutOutcome>> {
+            let run = || -> sql::Result<Result<PutOutcome>> {
                 let Some(archive) = Self::bucket_archive_on(tx, &object.bucket)? else {
                     return Ok(Err(CatalogError::NoSuchBucket(object.bucket.clone())));
                 };
@@ -1323,7 +1424,7 @@ impl Catalog for SqliteCatalog {
             ))?;
             let page = list_with(query, |from: &[u8], limit: usize| {
                 stmt.query_map(params![bucket, from, limit as i64, now], object_from_row)?
-                    .collect::<rusqlite::Result<Vec<_>>>()
+                    .collect::<sql::Result<Vec<_>>>()
             })?;
             Ok(Some(page))
         })?;
@@ -1630,7 +1731,7 @@ impl Catalog for SqliteCatalog {
                 "SELECT grid_bucket, SUM(stored_bytes), COUNT(*), MIN(created_ms) FROM contents
                  WHERE state = 'placed' AND refcount > 0 GROUP BY grid_bucket ORDER BY grid_bucket",
             )?
-            .query_map([], |r| {
+            .query_map(params![], |r| {
                 Ok(Outstanding {
                     grid_bucket: r.get::<_, i64>(0)? as u32,
                     stored_bytes: r.get::<_, i64>(1)? as u64,
@@ -1664,12 +1765,12 @@ impl Catalog for SqliteCatalog {
             for e in extents {
                 assert!(e.length_bytes > 0 && e.length_bytes % 4096 == 0, "extent length {} must be a multiple of 4096", e.length_bytes);
                 let offset = allocate(tx, grid_bucket, e.length_bytes, capacity_bytes)?;
-                tx.prepare_cached(
+                let extent_id = tx.prepare_cached(
                     "INSERT INTO extents (grid_bucket, offset, length_bytes, payload_bytes, object_id, extent_no, kind, written, blake3, replica_id)
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 0, NULL, ?8)",
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 0, NULL, ?8) RETURNING extent_id",
                 )
                 .and_then(|mut s| {
-                    s.execute(params![
+                    s.query_row(params![
                         grid_bucket,
                         offset as i64,
                         e.length_bytes as i64,
@@ -1678,11 +1779,11 @@ impl Catalog for SqliteCatalog {
                         e.extent_no,
                         kind_str(e.kind),
                         e.replica_id
-                    ])
+                    ], |r| r.get::<_, i64>(0))
                 })
                 .map_err(|err| self.db_error(err))?;
                 out.push(ExtentRecord {
-                    extent_id: tx.last_insert_rowid(),
+                    extent_id,
                     grid_bucket,
                     offset,
                     length_bytes: e.length_bytes,
@@ -1718,7 +1819,9 @@ impl Catalog for SqliteCatalog {
                 stmt.execute(params![id, &hash[..]])?;
             }
             let mut stmt = tx.prepare_cached(
-                "INSERT OR REPLACE INTO segments (content, seq, extent_id, offset_in_payload, length_bytes) VALUES (?1, ?2, ?3, ?4, ?5)",
+                "INSERT INTO segments (content, seq, extent_id, offset_in_payload, length_bytes) VALUES (?1, ?2, ?3, ?4, ?5)
+                 ON CONFLICT (content, seq) DO UPDATE SET extent_id = excluded.extent_id,
+                     offset_in_payload = excluded.offset_in_payload, length_bytes = excluded.length_bytes",
             )?;
             for s in segments {
                 stmt.execute(params![&s.content.to_key()[..], s.seq, s.extent_id, s.offset_in_payload as i64, s.length_bytes as i64])?;
@@ -1759,7 +1862,7 @@ impl Catalog for SqliteCatalog {
             c.prepare_cached(&format!(
                 "SELECT {EXTENT_COLUMNS} FROM extents WHERE written = 0"
             ))?
-            .query_map([], |r| extent_from_row(r, 0))?
+            .query_map(params![], |r| extent_from_row(r, 0))?
             .collect()
         })
     }
@@ -1804,7 +1907,7 @@ impl Catalog for SqliteCatalog {
                         (SELECT COALESCE(SUM(length), 0) FROM grid_free_ranges f WHERE f.grid_bucket = a.grid_bucket)
                  FROM grid_allocations a ORDER BY a.grid_bucket",
             )?
-            .query_map([], |r| {
+            .query_map(params![], |r| {
                 Ok(GridUsage {
                     grid_bucket: r.get::<_, i64>(0)? as u32,
                     append_offset: r.get::<_, i64>(1)? as u64,
@@ -1828,7 +1931,7 @@ impl Catalog for SqliteCatalog {
             c.prepare_cached(
                 "SELECT id, bucket, created_ms, grid_bucket FROM datasets ORDER BY id",
             )?
-            .query_map([], |r| {
+            .query_map(params![], |r| {
                 Ok(DatasetRecord {
                     id: r.get(0)?,
                     bucket: r.get(1)?,
@@ -1894,7 +1997,7 @@ impl Catalog for SqliteCatalog {
                     cache_dirty_bytes: r.get::<_, i64>(9)? as u64,
                 })
             })?
-            .collect::<rusqlite::Result<Vec<_>>>()
+            .collect::<sql::Result<Vec<_>>>()
         })?;
         rows.reverse();
         Ok(rows)
@@ -1909,12 +2012,12 @@ impl Catalog for SqliteCatalog {
         now_ms: u64,
     ) -> Result<WebhookRecord> {
         let id = self.write(|tx| {
-            tx.execute(
+            let id: i64 = tx.query_row(
                 "INSERT INTO webhooks (url, bucket, object_key, prefix, created_ms, attempts)
-                 VALUES (?1, ?2, ?3, ?4, ?5, 0)",
+                 VALUES (?1, ?2, ?3, ?4, ?5, 0) RETURNING id",
                 params![url, bucket, key, prefix, now_ms as i64],
+                |r| r.get(0),
             )?;
-            let id = tx.last_insert_rowid();
             tx.execute(
                 "DELETE FROM webhooks WHERE delivered_ms IS NOT NULL AND id < (SELECT id FROM webhooks
                      WHERE delivered_ms IS NOT NULL ORDER BY id DESC LIMIT 1 OFFSET ?1)",
@@ -1941,7 +2044,7 @@ impl Catalog for SqliteCatalog {
                 "SELECT id, url, bucket, object_key, prefix, created_ms, delivered_ms, attempts, last_error
                  FROM webhooks ORDER BY id",
             )?
-            .query_map([], |r| {
+            .query_map(params![], |r| {
                 Ok(WebhookRecord {
                     id: r.get::<_, i64>(0)? as u64,
                     url: r.get(1)?,
@@ -2008,7 +2111,7 @@ impl Catalog for SqliteCatalog {
         self.read(|c| {
             c.prepare_cached(
                 "SELECT upload_id, bucket, key, created_ms, options FROM multipart_uploads
-                 WHERE bucket = ?1 AND key >= ?2 AND (?3 IS NULL OR key < ?3) ORDER BY key, created_ms LIMIT ?4",
+                 WHERE bucket = ?1 AND key >= ?2 AND (key < ?3 OR ?3 IS NULL) ORDER BY key, created_ms LIMIT ?4",
             )?
             .query_map(params![bucket, prefix.as_bytes(), upper, limit as i64], upload_from_row)?
             .collect()
@@ -2035,7 +2138,7 @@ impl Catalog for SqliteCatalog {
             let Some(bucket) = upload else {
                 return Err(CatalogError::NoSuchUpload(part.upload_id.clone()));
             };
-            let run = || -> rusqlite::Result<PutOutcome> {
+            let run = || -> sql::Result<PutOutcome> {
                 let now = part.created_ms;
                 let mut work = Vec::new();
                 let exists = insert_content(tx, content, dataset, now, &mut work)?;
@@ -2131,7 +2234,7 @@ impl Catalog for SqliteCatalog {
             let Some(archive) = Self::bucket_archive_on(tx, &object.bucket).map_err(e)? else {
                 return Err(CatalogError::NoSuchBucket(object.bucket.clone()));
             };
-            let run = || -> rusqlite::Result<Result<PutOutcome>> {
+            let run = || -> sql::Result<Result<PutOutcome>> {
                 let key = list.id.to_key();
                 let exists = tx
                     .prepare_cached("SELECT 1 FROM contents WHERE content = ?1")?
@@ -2141,7 +2244,7 @@ impl Catalog for SqliteCatalog {
                 if !exists {
                     tx.prepare_cached(&format!(
                         "INSERT INTO contents ({CONTENT_COLUMNS}) VALUES
-                         (?1, ?2, 0, 'parts', x'', ?3, 'cached', 0, ?4, NULL, NULL, ?5, ?5, ?5)"
+                         (?1, ?2, 0, 'parts', ?6, ?3, 'cached', 0, ?4, NULL, NULL, ?5, ?5, ?5)"
                     ))?
                     .execute(params![
                         &key[..],
@@ -2149,6 +2252,7 @@ impl Catalog for SqliteCatalog {
                         &list.md5[..],
                         object.dataset,
                         now_ms as i64,
+                        Vec::<u8>::new(),
                     ])?;
                     let mut insert = tx.prepare_cached(
                         "INSERT INTO content_parts (content, seq, part, logical_offset, logical_bytes)
@@ -2196,7 +2300,7 @@ impl Catalog for SqliteCatalog {
     fn all_uploads(&self) -> Result<Vec<UploadRecord>> {
         self.read(|c| {
             c.prepare_cached("SELECT upload_id, bucket, key, created_ms, options FROM multipart_uploads ORDER BY created_ms")?
-                .query_map([], upload_from_row)?
+                .query_map(params![], upload_from_row)?
                 .collect()
         })
     }
@@ -2244,7 +2348,7 @@ impl Catalog for SqliteCatalog {
             let extent_ids: Vec<i64> = tx
                 .prepare_cached("SELECT DISTINCT extent_id FROM segments WHERE content = ?1")?
                 .query_map(params![&key[..]], |r| r.get(0))?
-                .collect::<rusqlite::Result<_>>()?;
+                .collect::<sql::Result<_>>()?;
             tx.prepare_cached("DELETE FROM segments WHERE content = ?1")?.execute(params![&key[..]])?;
             for extent_id in extent_ids {
                 let still_used = tx
@@ -2267,7 +2371,7 @@ impl Catalog for SqliteCatalog {
             let parts: Vec<Vec<u8>> = tx
                 .prepare_cached("SELECT part FROM content_parts WHERE content = ?1")?
                 .query_map(params![&key[..]], |r| r.get(0))?
-                .collect::<rusqlite::Result<_>>()?;
+                .collect::<sql::Result<_>>()?;
             tx.prepare_cached("DELETE FROM content_parts WHERE content = ?1")?.execute(params![&key[..]])?;
             for part in parts {
                 add_reference(tx, &part, -1, now_ms())?;
@@ -2289,8 +2393,10 @@ impl Catalog for SqliteCatalog {
     fn pending_work(&self) -> Result<Vec<WorkItem>> {
         let rows = self.read(|c| {
             c.prepare_cached("SELECT id, item FROM pending_work ORDER BY id")?
-                .query_map([], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?)))?
-                .collect::<rusqlite::Result<Vec<_>>>()
+                .query_map(params![], |r| {
+                    Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?))
+                })?
+                .collect::<sql::Result<Vec<_>>>()
         })?;
         rows.into_iter()
             .map(|(id, text)| {
@@ -2382,7 +2488,7 @@ impl Catalog for SqliteCatalog {
 
     fn stats(&self) -> Result<CatalogStats> {
         self.read(|c| {
-            let count = |sql: &str| -> rusqlite::Result<u64> { c.query_row(sql, [], |r| r.get::<_, i64>(0)).map(|v| v as u64) };
+            let count = |sql: &str| -> sql::Result<u64> { c.query_row(sql, params![], |r| r.get::<_, i64>(0)).map(|v| v as u64) };
             let mut by_state = Vec::new();
             for state in ContentState::ALL {
                 let (n, bytes): (i64, i64) = c
@@ -2410,7 +2516,7 @@ impl Catalog for SqliteCatalog {
                 "SELECT cache_path FROM contents WHERE cache_path IS NOT NULL AND cache_path <> '@inline'
                  UNION ALL SELECT cache_path FROM multipart_parts WHERE content IS NULL",
             )?
-            .query_map([], |r| r.get(0))?
+            .query_map(params![], |r| r.get(0))?
             .collect()
         })
     }
@@ -2424,7 +2530,7 @@ impl Catalog for SqliteCatalog {
                      + (SELECT COUNT(*) FROM multipart_parts m WHERE m.content = c.content)
                      + (SELECT COUNT(*) FROM object_versions v WHERE v.content = c.content) FROM contents c",
             )?;
-            let rows = stmt.query_map([], |r| Ok((r.get::<_, Vec<u8>>(0)?, r.get::<_, i64>(1)?, r.get::<_, i64>(2)?)))?;
+            let rows = stmt.query_map(params![], |r| Ok((r.get::<_, Vec<u8>>(0)?, r.get::<_, i64>(1)?, r.get::<_, i64>(2)?)))?;
             for row in rows {
                 let (key, refcount, actual) = row?;
                 if refcount != actual {
@@ -2434,7 +2540,7 @@ impl Catalog for SqliteCatalog {
             }
             let orphans: i64 = c.query_row(
                 "SELECT COUNT(*) FROM objects o WHERE NOT EXISTS (SELECT 1 FROM contents c WHERE c.content = o.content)",
-                [],
+                params![],
                 |r| r.get(0),
             )?;
             if orphans > 0 {
@@ -2443,7 +2549,7 @@ impl Catalog for SqliteCatalog {
             let missing_parts: i64 = c.query_row(
                 "SELECT COUNT(*) FROM content_parts p WHERE NOT EXISTS (SELECT 1 FROM contents c WHERE c.content = p.part)
                  OR NOT EXISTS (SELECT 1 FROM contents c WHERE c.content = p.content AND c.stored_form = 'parts')",
-                [],
+                params![],
                 |r| r.get(0),
             )?;
             if missing_parts > 0 {
@@ -2455,7 +2561,7 @@ impl Catalog for SqliteCatalog {
                      (a.seq = 0 AND a.logical_offset <> 0)
                   OR (a.seq > 0 AND NOT EXISTS (SELECT 1 FROM content_parts b WHERE b.content = a.content
                          AND b.seq = a.seq - 1 AND b.logical_offset + b.logical_bytes = a.logical_offset))",
-                [],
+                params![],
                 |r| r.get(0),
             )?;
             if gaps > 0 {
@@ -2466,7 +2572,7 @@ impl Catalog for SqliteCatalog {
                      WHERE c.content = i.content AND c.cache_path = '@inline' AND c.stored_bytes = LENGTH(i.bytes)))
                   + (SELECT COUNT(*) FROM contents c WHERE c.cache_path = '@inline'
                      AND NOT EXISTS (SELECT 1 FROM cache_inline i WHERE i.content = c.content))",
-                [],
+                params![],
                 |r| r.get(0),
             )?;
             if inline_mismatch > 0 {
@@ -2478,9 +2584,9 @@ impl Catalog for SqliteCatalog {
                  UNION ALL SELECT grid_bucket, offset, length FROM grid_free_ranges ORDER BY 1, 2",
             )?;
             let ranges: Vec<(i64, i64, i64)> =
-                stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?.collect::<rusqlite::Result<_>>()?;
+                stmt.query_map(params![], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?.collect::<sql::Result<_>>()?;
             let mut appends = std::collections::HashMap::new();
-            for row in c.prepare("SELECT grid_bucket, append_offset FROM grid_allocations")?.query_map([], |r| {
+            for row in c.prepare("SELECT grid_bucket, append_offset FROM grid_allocations")?.query_map(params![], |r| {
                 Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?))
             })? {
                 let (b, a) = row?;
@@ -2507,7 +2613,7 @@ impl Catalog for SqliteCatalog {
 mod tests {
     use super::*;
 
-    fn put(c: &SqliteCatalog, key: &str, n: u8) -> Result<PutOutcome> {
+    fn put(c: &SqlCatalog, key: &str, n: u8) -> Result<PutOutcome> {
         let id = ContentId {
             hash: [n; 32],
             encoding: Encoding::Identity,
@@ -2545,7 +2651,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("c.sqlite");
         {
-            let c = SqliteCatalog::open(&path).unwrap();
+            let c = SqlCatalog::open(&path).unwrap();
             c.create_bucket("b", &BucketSettings::default()).unwrap();
             put(&c, "k", 1).unwrap();
             // Back to what version 3 had.
@@ -2564,12 +2670,12 @@ mod tests {
             })
             .unwrap();
         }
-        let c = SqliteCatalog::open(&path).unwrap();
+        let c = SqlCatalog::open(&path).unwrap();
         let version: String = c
             .read(|c| {
                 c.query_row(
                     "SELECT value FROM meta WHERE key = 'schema_version'",
-                    [],
+                    params![],
                     |r| r.get(0),
                 )
             })
@@ -2586,24 +2692,24 @@ mod tests {
         c.write(|tx| {
             tx.execute(
                 "UPDATE meta SET value = '99' WHERE key = 'schema_version'",
-                [],
+                params![],
             )
         })
         .unwrap();
         drop(c);
-        assert!(SqliteCatalog::open(&path).is_err());
+        assert!(SqlCatalog::open(&path).is_err());
     }
 
     #[test]
     fn every_durable_call_returns_with_its_commit_synced() {
         let dir = tempfile::tempdir().unwrap();
-        let c = SqliteCatalog::open(&dir.path().join("c.sqlite")).unwrap();
+        let c = SqlCatalog::open(&dir.path().join("c.sqlite")).unwrap();
         c.create_bucket("b", &BucketSettings::default()).unwrap();
         for n in 0..5 {
             put(&c, &format!("k{n}"), n).unwrap();
-            let committed = c.commit_seq.load(Ordering::SeqCst);
+            let committed = c.sqlite().commit_seq.load(Ordering::SeqCst);
             assert!(committed > 0);
-            assert_eq!(c.synced_seq.load(Ordering::SeqCst), committed);
+            assert_eq!(c.sqlite().synced_seq.load(Ordering::SeqCst), committed);
         }
     }
 
@@ -2612,14 +2718,14 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         std::fs::create_dir(dir.path().join("real")).unwrap();
         let real = dir.path().join("real").join("c.sqlite");
-        SqliteCatalog::open(&real).unwrap();
+        SqlCatalog::open(&real).unwrap();
         let link = dir.path().join("link.sqlite");
         std::os::unix::fs::symlink(&real, &link).unwrap();
-        let c = SqliteCatalog::open(&link).unwrap();
+        let c = SqlCatalog::open(&link).unwrap();
         let expected = std::fs::canonicalize(dir.path().join("real"))
             .unwrap()
             .join("c.sqlite-wal");
-        assert_eq!(c.wal_path, expected);
+        assert_eq!(c.sqlite().wal_path, expected);
         c.create_bucket("b", &BucketSettings::default()).unwrap();
         assert!(std::fs::metadata(&expected).unwrap().len() > 0);
         assert!(!dir.path().join("link.sqlite-wal").exists());
@@ -2628,25 +2734,25 @@ mod tests {
     #[test]
     fn a_non_durable_catalog_never_syncs() {
         let dir = tempfile::tempdir().unwrap();
-        let c = SqliteCatalog::open_with(
+        let c = SqlCatalog::open_with(
             &dir.path().join("c.sqlite"),
             SqliteOptions { durable: false },
         )
         .unwrap();
         c.create_bucket("b", &BucketSettings::default()).unwrap();
         put(&c, "k", 1).unwrap();
-        assert!(c.commit_seq.load(Ordering::SeqCst) >= 2);
-        assert_eq!(c.synced_seq.load(Ordering::SeqCst), 0);
+        assert!(c.sqlite().commit_seq.load(Ordering::SeqCst) >= 2);
+        assert_eq!(c.sqlite().synced_seq.load(Ordering::SeqCst), 0);
     }
 
     #[test]
     fn a_failed_wal_sync_acknowledges_nothing_after_it() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("c.sqlite");
-        let c = SqliteCatalog::open(&path).unwrap();
+        let c = SqlCatalog::open(&path).unwrap();
         c.create_bucket("b", &BucketSettings::default()).unwrap();
         put(&c, "before", 1).unwrap();
-        c.fail_next_sync.store(true, Ordering::SeqCst);
+        c.sqlite().fail_next_sync.store(true, Ordering::SeqCst);
         assert!(matches!(put(&c, "k", 2), Err(CatalogError::Sync { .. })));
         // The row is committed and visible, but not known durable: reads refuse it rather than return it.
         assert!(matches!(
@@ -2656,7 +2762,7 @@ mod tests {
         // A later sync succeeding would prove nothing (the kernel may have dropped the pages).
         assert!(matches!(put(&c, "k2", 3), Err(CatalogError::Sync { .. })));
         drop(c);
-        let c = SqliteCatalog::open(&path).unwrap();
+        let c = SqlCatalog::open(&path).unwrap();
         assert!(c.get_object("b", "before").unwrap().is_some());
         put(&c, "after", 4).unwrap();
         assert!(c.check().unwrap().is_empty());

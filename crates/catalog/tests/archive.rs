@@ -3,14 +3,12 @@
 
 use permafrost_catalog::*;
 
-fn open() -> (tempfile::TempDir, Box<dyn Catalog>) {
-    let dir = tempfile::tempdir().unwrap();
-    let c = SqliteCatalog::open_with(
-        &dir.path().join("c.sqlite"),
-        SqliteOptions { durable: false },
-    )
-    .unwrap();
-    (dir, Box::new(c))
+mod common;
+use common::Backend;
+
+fn open(b: Backend) -> (common::Guard, Box<dyn Catalog>) {
+    let (guard, c) = common::open(b);
+    (guard, Box::new(c))
 }
 
 fn cid(n: u8) -> ContentId {
@@ -83,9 +81,8 @@ fn all_versions(c: &dyn Catalog, bucket: &str) -> Vec<(String, String, bool, boo
         .collect()
 }
 
-#[test]
-fn unversioned_buckets_keep_one_null_version_per_key() {
-    let (_d, c) = open();
+fn unversioned_buckets_keep_one_null_version_per_key(b: Backend) {
+    let (_d, c) = open(b);
     c.create_bucket("b", &BucketSettings::default()).unwrap();
     assert_eq!(put(&*c, "b", "k", 1, 10), NULL_VERSION);
     assert_eq!(put(&*c, "b", "k", 2, 11), NULL_VERSION);
@@ -100,9 +97,8 @@ fn unversioned_buckets_keep_one_null_version_per_key() {
     assert!(c.check().unwrap().is_empty());
 }
 
-#[test]
-fn versioned_puts_keep_every_version_and_deletes_add_markers() {
-    let (_d, c) = open();
+fn versioned_puts_keep_every_version_and_deletes_add_markers(b: Backend) {
+    let (_d, c) = open(b);
     versioned(&*c, "b", false);
     let v1 = put(&*c, "b", "k", 1, 10);
     let v2 = put(&*c, "b", "k", 2, 11);
@@ -147,9 +143,8 @@ fn versioned_puts_keep_every_version_and_deletes_add_markers() {
     ));
 }
 
-#[test]
-fn suspended_versioning_replaces_only_the_null_version() {
-    let (_d, c) = open();
+fn suspended_versioning_replaces_only_the_null_version(b: Backend) {
+    let (_d, c) = open(b);
     versioned(&*c, "b", false);
     let v1 = put(&*c, "b", "k", 1, 10);
     c.set_bucket_archive(
@@ -174,9 +169,8 @@ fn suspended_versioning_replaces_only_the_null_version() {
     assert!(c.check().unwrap().is_empty());
 }
 
-#[test]
-fn version_listings_page_through_thousands_of_versions_with_markers() {
-    let (_d, c) = open();
+fn version_listings_page_through_thousands_of_versions_with_markers(b: Backend) {
+    let (_d, c) = open(b);
     versioned(&*c, "b", false);
     let mut expected = Vec::new();
     for k in 0..30u8 {
@@ -224,9 +218,8 @@ fn version_listings_page_through_thousands_of_versions_with_markers() {
     assert!(page.common_prefixes.contains(&"k0".to_string()));
 }
 
-#[test]
-fn object_lock_decides_every_removal() {
-    let (_d, c) = open();
+fn object_lock_decides_every_removal(b: Backend) {
+    let (_d, c) = open(b);
     versioned(&*c, "b", true);
     let mut o = object("b", "gov", 1);
     o.attributes.lock.retention = Some(Retention {
@@ -295,9 +288,8 @@ fn object_lock_decides_every_removal() {
     assert!(c.check().unwrap().is_empty());
 }
 
-#[test]
-fn default_retention_applies_to_new_versions_and_plain_buckets_refuse_locks() {
-    let (_d, c) = open();
+fn default_retention_applies_to_new_versions_and_plain_buckets_refuse_locks(b: Backend) {
+    let (_d, c) = open(b);
     versioned(&*c, "b", true);
     c.set_bucket_archive(
         "b",
@@ -332,9 +324,8 @@ fn default_retention_applies_to_new_versions_and_plain_buckets_refuse_locks() {
     ));
 }
 
-#[test]
-fn tags_change_per_version_and_feed_lifecycle_filters() {
-    let (_d, c) = open();
+fn tags_change_per_version_and_feed_lifecycle_filters(b: Backend) {
+    let (_d, c) = open(b);
     c.create_bucket("b", &BucketSettings::default()).unwrap();
     put(&*c, "b", "k", 1, 1000);
     c.set_bucket_archive(
@@ -394,9 +385,8 @@ fn tags_change_per_version_and_feed_lifecycle_filters() {
     assert_eq!(c.get_content(&cid(1)).unwrap().unwrap().refcount, 0);
 }
 
-#[test]
-fn lifecycle_expires_noncurrent_versions_but_never_locked_ones() {
-    let (_d, c) = open();
+fn lifecycle_expires_noncurrent_versions_but_never_locked_ones(b: Backend) {
+    let (_d, c) = open(b);
     versioned(&*c, "b", true);
     let mut o = object("b", "k", 1);
     o.attributes.lock.retention = Some(Retention {
@@ -435,9 +425,8 @@ fn lifecycle_expires_noncurrent_versions_but_never_locked_ones() {
     assert!(c.check().unwrap().is_empty());
 }
 
-#[test]
-fn restores_start_extend_and_pin_the_content() {
-    let (_d, c) = open();
+fn restores_start_extend_and_pin_the_content(b: Backend) {
+    let (_d, c) = open(b);
     c.create_bucket("b", &BucketSettings::default()).unwrap();
     let t = now_ms();
     put(&*c, "b", "k", 1, t);
@@ -475,9 +464,8 @@ fn restores_start_extend_and_pin_the_content() {
     ));
 }
 
-#[test]
-fn a_bucket_with_only_uploads_in_progress_is_deleted_with_them() {
-    let (_d, c) = open();
+fn a_bucket_with_only_uploads_in_progress_is_deleted_with_them(b: Backend) {
+    let (_d, c) = open(b);
     c.create_bucket("b", &BucketSettings::default()).unwrap();
     c.create_upload(&UploadRecord {
         upload_id: "u".into(),
@@ -520,3 +508,16 @@ fn a_bucket_with_only_uploads_in_progress_is_deleted_with_them() {
     assert!(c.get_upload("u").unwrap().is_none());
     assert!(c.get_bucket("b").unwrap().is_none());
 }
+
+both!(
+    unversioned_buckets_keep_one_null_version_per_key,
+    versioned_puts_keep_every_version_and_deletes_add_markers,
+    suspended_versioning_replaces_only_the_null_version,
+    version_listings_page_through_thousands_of_versions_with_markers,
+    object_lock_decides_every_removal,
+    default_retention_applies_to_new_versions_and_plain_buckets_refuse_locks,
+    tags_change_per_version_and_feed_lifecycle_filters,
+    lifecycle_expires_noncurrent_versions_but_never_locked_ones,
+    restores_start_extend_and_pin_the_content,
+    a_bucket_with_only_uploads_in_progress_is_deleted_with_them,
+);

@@ -2,10 +2,16 @@
 
 use permafrost_catalog::*;
 
-fn open() -> (tempfile::TempDir, SqliteCatalog) {
+mod common;
+use common::Backend;
+
+fn open(b: Backend) -> (common::Guard, SqliteCatalog) {
+    if b == Backend::Postgres {
+        return common::open(b);
+    }
     let dir = tempfile::tempdir().unwrap();
     let catalog = SqliteCatalog::open(&dir.path().join("catalog.sqlite")).unwrap();
-    (dir, catalog)
+    (common::Guard(Some(dir)), catalog)
 }
 
 fn cid(n: u8) -> ContentId {
@@ -55,9 +61,8 @@ fn put(c: &SqliteCatalog, bucket: &str, key: &str, n: u8) -> PutOutcome {
     .unwrap()
 }
 
-#[test]
-fn buckets_are_created_listed_and_deleted_only_when_empty() {
-    let (_d, c) = open();
+fn buckets_are_created_listed_and_deleted_only_when_empty(b: Backend) {
+    let (_d, c) = open(b);
     c.create_bucket("b", &BucketSettings::default()).unwrap();
     assert!(matches!(
         c.create_bucket("b", &BucketSettings::default()),
@@ -78,9 +83,8 @@ fn buckets_are_created_listed_and_deleted_only_when_empty() {
     ));
 }
 
-#[test]
-fn put_round_trips_every_field() {
-    let (_d, c) = open();
+fn put_round_trips_every_field(b: Backend) {
+    let (_d, c) = open(b);
     c.create_bucket(
         "b",
         &BucketSettings {
@@ -118,9 +122,8 @@ fn put_round_trips_every_field() {
     ));
 }
 
-#[test]
-fn identical_content_is_stored_once_and_refcounted() {
-    let (_d, c) = open();
+fn identical_content_is_stored_once_and_refcounted(b: Backend) {
+    let (_d, c) = open(b);
     c.create_bucket("b", &BucketSettings::default()).unwrap();
     assert!(!put(&c, "b", "k0", 5).deduplicated);
     for i in 1..10 {
@@ -164,9 +167,8 @@ fn identical_content_is_stored_once_and_refcounted() {
     assert!(c.check().unwrap().is_empty());
 }
 
-#[test]
-fn overwriting_a_key_moves_the_reference() {
-    let (_d, c) = open();
+fn overwriting_a_key_moves_the_reference(b: Backend) {
+    let (_d, c) = open(b);
     c.create_bucket("b", &BucketSettings::default()).unwrap();
     put(&c, "b", "k", 1);
     put(&c, "b", "k", 2);
@@ -175,9 +177,8 @@ fn overwriting_a_key_moves_the_reference() {
     assert!(c.check().unwrap().is_empty());
 }
 
-#[test]
-fn copy_adds_a_reference_and_copy_onto_itself_keeps_the_content() {
-    let (_d, c) = open();
+fn copy_adds_a_reference_and_copy_onto_itself_keeps_the_content(b: Backend) {
+    let (_d, c) = open(b);
     c.create_bucket("b", &BucketSettings::default()).unwrap();
     c.create_bucket("c", &BucketSettings::default()).unwrap();
     put(&c, "b", "k", 1);
@@ -196,9 +197,8 @@ fn copy_adds_a_reference_and_copy_onto_itself_keeps_the_content() {
     assert!(c.check().unwrap().is_empty());
 }
 
-#[test]
-fn listing_uses_prefix_delimiter_and_pages() {
-    let (_d, c) = open();
+fn listing_uses_prefix_delimiter_and_pages(b: Backend) {
+    let (_d, c) = open(b);
     c.create_bucket("b", &BucketSettings::default()).unwrap();
     for key in ["a/1", "a/2", "b/x/1", "c", "d/1", "e"] {
         put(&c, "b", key, 1);
@@ -258,9 +258,8 @@ fn listing_uses_prefix_delimiter_and_pages() {
     ));
 }
 
-#[test]
-fn extents_are_allocated_without_overlap_and_freed_ranges_are_reused() {
-    let (_d, c) = open();
+fn extents_are_allocated_without_overlap_and_freed_ranges_are_reused(b: Backend) {
+    let (_d, c) = open(b);
     c.create_bucket("b", &BucketSettings::default()).unwrap();
     put(&c, "b", "k1", 1);
     put(&c, "b", "k2", 2);
@@ -360,9 +359,8 @@ fn extents_are_allocated_without_overlap_and_freed_ranges_are_reused() {
     assert!(c.check().unwrap().is_empty());
 }
 
-#[test]
-fn a_pack_extent_is_freed_only_when_its_last_entry_dies() {
-    let (_d, c) = open();
+fn a_pack_extent_is_freed_only_when_its_last_entry_dies(b: Backend) {
+    let (_d, c) = open(b);
     c.create_bucket("b", &BucketSettings::default()).unwrap();
     for n in 1..=3 {
         put(&c, "b", &format!("k{n}"), n);
@@ -403,9 +401,8 @@ fn a_pack_extent_is_freed_only_when_its_last_entry_dies() {
     assert_eq!(c.stats().unwrap().extents, 0);
 }
 
-#[test]
-fn eviction_candidates_are_persisted_contents_in_lru_order() {
-    let (_d, c) = open();
+fn eviction_candidates_are_persisted_contents_in_lru_order(b: Backend) {
+    let (_d, c) = open(b);
     c.create_bucket("b", &BucketSettings::default()).unwrap();
     for n in 1..=3 {
         put(&c, "b", &format!("k{n}"), n);
@@ -542,9 +539,10 @@ fn list_object(list: &NewPartList) -> ObjectRecord {
     }
 }
 
-#[test]
-fn uploaded_parts_are_referenced_contents_and_replacing_or_aborting_drops_the_references() {
-    let (_d, c) = open();
+fn uploaded_parts_are_referenced_contents_and_replacing_or_aborting_drops_the_references(
+    b: Backend,
+) {
+    let (_d, c) = open(b);
     c.create_bucket("b", &BucketSettings::default()).unwrap();
     let u = upload(&c, "u1");
     assert!(!put_part(&c, "u1", 1, 1).unwrap().deduplicated);
@@ -599,9 +597,8 @@ fn uploaded_parts_are_referenced_contents_and_replacing_or_aborting_drops_the_re
     assert!(c.check().unwrap().is_empty(), "{:?}", c.check());
 }
 
-#[test]
-fn completing_an_upload_makes_its_object_a_list_of_the_chosen_parts_in_one_transaction() {
-    let (_d, c) = open();
+fn completing_an_upload_makes_its_object_a_list_of_the_chosen_parts_in_one_transaction(b: Backend) {
+    let (_d, c) = open(b);
     c.create_bucket("b", &BucketSettings::default()).unwrap();
     upload(&c, "u1");
     for (number, n) in [(1, 1), (2, 2), (3, 3)] {
@@ -680,9 +677,8 @@ fn completing_an_upload_makes_its_object_a_list_of_the_chosen_parts_in_one_trans
     assert!(c.check().unwrap().is_empty(), "{:?}", c.check());
 }
 
-#[test]
-fn a_completion_naming_a_replaced_part_changes_nothing() {
-    let (_d, c) = open();
+fn a_completion_naming_a_replaced_part_changes_nothing(b: Backend) {
+    let (_d, c) = open(b);
     c.create_bucket("b", &BucketSettings::default()).unwrap();
     upload(&c, "u1");
     put_part(&c, "u1", 1, 1).unwrap();
@@ -699,9 +695,8 @@ fn a_completion_naming_a_replaced_part_changes_nothing() {
     assert!(c.check().unwrap().is_empty(), "{:?}", c.check());
 }
 
-#[test]
-fn collecting_a_part_list_releases_its_parts_which_are_collected_after_it() {
-    let (_d, c) = open();
+fn collecting_a_part_list_releases_its_parts_which_are_collected_after_it(b: Backend) {
+    let (_d, c) = open(b);
     c.create_bucket("b", &BucketSettings::default()).unwrap();
     upload(&c, "u1");
     put_part(&c, "u1", 1, 1).unwrap();
@@ -806,9 +801,10 @@ fn a_schema_2_catalog_is_migrated_and_keeps_its_parts() {
     assert_eq!(version, "8", "migrated to the latest version");
 }
 
-#[test]
-fn a_small_content_is_cached_inline_in_the_put_transaction_and_leaves_with_eviction_or_gc() {
-    let (_d, c) = open();
+fn a_small_content_is_cached_inline_in_the_put_transaction_and_leaves_with_eviction_or_gc(
+    b: Backend,
+) {
+    let (_d, c) = open(b);
     c.create_bucket("b", &BucketSettings::default()).unwrap();
     let small = |n: u8| NewContent {
         stored_bytes: 5,
@@ -956,9 +952,8 @@ fn sample(at_ms: u64) -> HistorySample {
     }
 }
 
-#[test]
-fn history_keeps_the_newest_samples_and_returns_them_in_order() {
-    let (_dir, c) = open();
+fn history_keeps_the_newest_samples_and_returns_them_in_order(b: Backend) {
+    let (_dir, c) = open(b);
     let c: &dyn Catalog = &c;
     for at in 1..=10u64 {
         c.history_append(&sample(at * 1000), 4).unwrap();
@@ -986,9 +981,8 @@ fn history_keeps_the_newest_samples_and_returns_them_in_order() {
     assert!(c.history_since(11_000, 10).unwrap().is_empty());
 }
 
-#[test]
-fn a_webhook_is_marked_delivered_exactly_once() {
-    let (_dir, c) = open();
+fn a_webhook_is_marked_delivered_exactly_once(b: Backend) {
+    let (_dir, c) = open(b);
     let c: &dyn Catalog = &c;
     let a = c
         .webhook_add("http://127.0.0.1:1/h", "runs", Some("2026/a.bin"), "", 5)
@@ -1050,9 +1044,8 @@ fn append(c: &SqliteCatalog, key: &str, number: u32) -> Result<Option<ContentPar
     )
 }
 
-#[test]
-fn a_growing_object_gains_one_part_per_transaction_and_completes_into_an_ordinary_list() {
-    let (_d, c) = open();
+fn a_growing_object_gains_one_part_per_transaction_and_completes_into_an_ordinary_list(b: Backend) {
+    let (_d, c) = open(b);
     c.create_bucket("b", &BucketSettings::default()).unwrap();
     upload(&c, "u1");
     assert!(c.begin_growing(&growing_object("big"), 20).unwrap());
@@ -1109,9 +1102,8 @@ fn a_growing_object_gains_one_part_per_transaction_and_completes_into_an_ordinar
     assert!(c.check().unwrap().is_empty(), "{:?}", c.check());
 }
 
-#[test]
-fn a_growing_object_deleted_or_replaced_takes_no_more_parts() {
-    let (_d, c) = open();
+fn a_growing_object_deleted_or_replaced_takes_no_more_parts(b: Backend) {
+    let (_d, c) = open(b);
     c.create_bucket("b", &BucketSettings::default()).unwrap();
     upload(&c, "u1");
     assert!(matches!(
@@ -1133,3 +1125,24 @@ fn a_growing_object_deleted_or_replaced_takes_no_more_parts() {
     assert_eq!(refcount(&c, 1), 1, "only the upload's part row names it");
     assert!(c.check().unwrap().is_empty(), "{:?}", c.check());
 }
+
+both!(
+    buckets_are_created_listed_and_deleted_only_when_empty,
+    put_round_trips_every_field,
+    identical_content_is_stored_once_and_refcounted,
+    overwriting_a_key_moves_the_reference,
+    copy_adds_a_reference_and_copy_onto_itself_keeps_the_content,
+    listing_uses_prefix_delimiter_and_pages,
+    extents_are_allocated_without_overlap_and_freed_ranges_are_reused,
+    a_pack_extent_is_freed_only_when_its_last_entry_dies,
+    eviction_candidates_are_persisted_contents_in_lru_order,
+    uploaded_parts_are_referenced_contents_and_replacing_or_aborting_drops_the_references,
+    completing_an_upload_makes_its_object_a_list_of_the_chosen_parts_in_one_transaction,
+    a_completion_naming_a_replaced_part_changes_nothing,
+    collecting_a_part_list_releases_its_parts_which_are_collected_after_it,
+    a_small_content_is_cached_inline_in_the_put_transaction_and_leaves_with_eviction_or_gc,
+    history_keeps_the_newest_samples_and_returns_them_in_order,
+    a_webhook_is_marked_delivered_exactly_once,
+    a_growing_object_gains_one_part_per_transaction_and_completes_into_an_ordinary_list,
+    a_growing_object_deleted_or_replaced_takes_no_more_parts,
+);

@@ -2,20 +2,18 @@
 
 use permafrost_catalog::*;
 
-fn open() -> (tempfile::TempDir, Box<dyn Catalog>) {
-    let dir = tempfile::tempdir().unwrap();
-    let catalog = SqliteCatalog::open_with(
-        &dir.path().join("catalog.sqlite"),
-        SqliteOptions { durable: false },
-    )
-    .unwrap();
+mod common;
+use common::Backend;
+
+fn open(b: Backend) -> (common::Guard, Box<dyn Catalog>) {
+    let (guard, catalog) = common::open(b);
     catalog
         .create_bucket("b", &BucketSettings::default())
         .unwrap();
     catalog
         .create_bucket("c", &BucketSettings::default())
         .unwrap();
-    (dir, Box::new(catalog))
+    (guard, Box::new(catalog))
 }
 
 fn cid(n: u8) -> ContentId {
@@ -107,9 +105,8 @@ fn rename(from: &str, to: &str) -> FsRename {
     }
 }
 
-#[test]
-fn lookup_tells_files_from_implicit_and_explicit_directories() {
-    let (_d, c) = open();
+fn lookup_tells_files_from_implicit_and_explicit_directories(b: Backend) {
+    let (_d, c) = open(b);
     put(&*c, "b", "runs/1/scan.bin", 1);
     c.fs_mkdir(&dir("b", "empty/"), &ATTRS).unwrap();
     match c.fs_lookup("b", "runs/1/scan.bin").unwrap() {
@@ -140,9 +137,8 @@ fn lookup_tells_files_from_implicit_and_explicit_directories() {
     ));
 }
 
-#[test]
-fn listing_merges_keys_prefixes_and_rows_in_pages_without_shadowed_or_unshowable_names() {
-    let (_d, c) = open();
+fn listing_merges_keys_prefixes_and_rows_in_pages_without_shadowed_or_unshowable_names(b: Backend) {
+    let (_d, c) = open(b);
     for (i, key) in [
         "d/a",
         "d/x",
@@ -185,9 +181,8 @@ fn listing_merges_keys_prefixes_and_rows_in_pages_without_shadowed_or_unshowable
     ));
 }
 
-#[test]
-fn a_directory_emptied_through_the_mount_stays_until_rmdir() {
-    let (_d, c) = open();
+fn a_directory_emptied_through_the_mount_stays_until_rmdir(b: Backend) {
+    let (_d, c) = open(b);
     put(&*c, "b", "a/b/f", 1);
     c.fs_unlink("b", "a/b/f", &ATTRS, 20).unwrap();
     assert!(matches!(
@@ -235,9 +230,8 @@ fn a_directory_emptied_through_the_mount_stays_until_rmdir() {
     assert!(c.check().unwrap().is_empty());
 }
 
-#[test]
-fn mkdir_refuses_existing_names_and_rmdir_removes_an_s3_folder_marker() {
-    let (_d, c) = open();
+fn mkdir_refuses_existing_names_and_rmdir_removes_an_s3_folder_marker(b: Backend) {
+    let (_d, c) = open(b);
     put(&*c, "b", "file", 1);
     put(&*c, "b", "implicit/x", 2);
     c.fs_mkdir(&dir("b", "new/"), &ATTRS).unwrap();
@@ -262,9 +256,8 @@ fn mkdir_refuses_existing_names_and_rmdir_removes_an_s3_folder_marker() {
     assert!(c.check().unwrap().is_empty());
 }
 
-#[test]
-fn rename_of_a_file_replaces_a_file_and_moves_its_reference() {
-    let (_d, c) = open();
+fn rename_of_a_file_replaces_a_file_and_moves_its_reference(b: Backend) {
+    let (_d, c) = open(b);
     put(&*c, "b", "dir/.f.tmp", 1);
     put(&*c, "b", "dir/f", 2);
     c.fs_rename(&rename("dir/.f.tmp", "dir/f"), 30).unwrap();
@@ -296,9 +289,8 @@ fn rename_of_a_file_replaces_a_file_and_moves_its_reference() {
     assert!(c.get_object("b", "dir/f").unwrap().is_some());
 }
 
-#[test]
-fn rename_of_a_directory_moves_every_key_and_row_under_it() {
-    let (_d, c) = open();
+fn rename_of_a_directory_moves_every_key_and_row_under_it(b: Backend) {
+    let (_d, c) = open(b);
     for i in 0..1200u32 {
         put(&*c, "b", &format!("src/sub{}/f{i}", i % 3), (i % 250) as u8);
     }
@@ -354,9 +346,8 @@ fn rename_of_a_directory_moves_every_key_and_row_under_it() {
     assert!(c.get_object("b", &deep).unwrap().is_some());
 }
 
-#[test]
-fn attributes_of_directories_and_files_change_in_the_catalog_only() {
-    let (_d, c) = open();
+fn attributes_of_directories_and_files_change_in_the_catalog_only(b: Backend) {
+    let (_d, c) = open(b);
     put(&*c, "b", "implicit/f", 1);
     let mut record = dir("b", "implicit/");
     record.attrs.mode = 0o700;
@@ -395,9 +386,8 @@ fn attributes_of_directories_and_files_change_in_the_catalog_only() {
     assert_eq!(c.fs_lookup("b", "left").unwrap(), None);
 }
 
-#[test]
-fn persisted_time_is_recorded_when_a_content_becomes_persisted() {
-    let (_d, c) = open();
+fn persisted_time_is_recorded_when_a_content_becomes_persisted(b: Backend) {
+    let (_d, c) = open(b);
     put(&*c, "b", "k", 1);
     assert_eq!(c.persisted_ms(&cid(1)).unwrap(), None);
     c.place_content(&cid(1), 0).unwrap();
@@ -433,3 +423,14 @@ fn persisted_time_is_recorded_when_a_content_becomes_persisted() {
     let at = c.persisted_ms(&cid(1)).unwrap().expect("persisted");
     assert!(at >= now_ms() - 60_000 && at <= now_ms());
 }
+
+both!(
+    lookup_tells_files_from_implicit_and_explicit_directories,
+    listing_merges_keys_prefixes_and_rows_in_pages_without_shadowed_or_unshowable_names,
+    a_directory_emptied_through_the_mount_stays_until_rmdir,
+    mkdir_refuses_existing_names_and_rmdir_removes_an_s3_folder_marker,
+    rename_of_a_file_replaces_a_file_and_moves_its_reference,
+    rename_of_a_directory_moves_every_key_and_row_under_it,
+    attributes_of_directories_and_files_change_in_the_catalog_only,
+    persisted_time_is_recorded_when_a_content_becomes_persisted,
+);

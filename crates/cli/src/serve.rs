@@ -170,6 +170,10 @@ listen = "{listen}"
 #                             simulated | hdparm | scsi | ses:ENCLOSURE:SLOT)
 #   [store.power_profile]     optional: disk power timings (spin_up_ms, idle_timeout_ms, watts_*)
 # Real disks and a separate flash cache device: see README ("Real disks and a flash cache").
+# The catalog is the SQLite file DATA/catalog.sqlite unless a [catalog] table names a PostgreSQL database
+# (docs/catalog.md "Back ends"), e.g.:
+#   [catalog]
+#   url = "postgresql://permafrost:secret@db.example:5432/permafrost"
 [store]
 {store}"#
     ))

@@ -1,6 +1,6 @@
 //! Bad input fails with a clear message naming what was wrong, through the real binary:
 //! an invalid layout, a missing disk (runs degraded), a disk of the wrong size, a corrupt journal, a bad power
-//! control.
+//! control, a catalog database URL that leads nowhere.
 
 use std::path::Path;
 use std::process::{Command, Output};
@@ -135,4 +135,56 @@ fn a_bad_power_control_is_refused_before_any_drive_is_touched() {
         "unclear error: {message}"
     );
     assert!(!dir.join("grid.toml").exists(), "nothing was created");
+}
+
+/// `permafrost serve` on a data directory whose `[catalog] url` names no usable PostgreSQL.
+fn serve_with_catalog_url(url: &str) -> Output {
+    let temp = tempfile::tempdir().unwrap();
+    let data = temp.path().join("data");
+    std::fs::create_dir_all(&data).unwrap();
+    std::fs::write(
+        data.join("permafrost.toml"),
+        format!("[server]\nlisten = \"127.0.0.1:0\"\n\n[catalog]\nurl = \"{url}\"\n"),
+    )
+    .unwrap();
+    Command::new(env!("CARGO_BIN_EXE_permafrost"))
+        .args(["serve", "--data-dir"])
+        .arg(&data)
+        .output()
+        .expect("run permafrost")
+}
+
+#[test]
+fn an_unreachable_catalog_database_is_named_at_start_without_its_password() {
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let started = std::time::Instant::now();
+    let output = serve_with_catalog_url(&format!("postgresql://me:hunter2@127.0.0.1:{port}/db"));
+    assert!(!output.status.success());
+    let message = stderr(&output);
+    assert!(
+        message.contains(&format!("postgresql://me@127.0.0.1:{port}/db"))
+            && message.contains("cannot connect"),
+        "unclear error: {message}"
+    );
+    assert!(
+        !message.contains("hunter2"),
+        "shows the password: {message}"
+    );
+    assert!(!message.contains("panicked"), "{message}");
+    assert!(started.elapsed() < std::time::Duration::from_secs(30));
+
+    let output = serve_with_catalog_url("mysql://me:hunter2@127.0.0.1/db");
+    assert!(!output.status.success());
+    let message = stderr(&output);
+    assert!(
+        message.contains("mysql://me@127.0.0.1/db") && message.contains("postgresql://"),
+        "unclear error: {message}"
+    );
+    assert!(
+        !message.contains("hunter2"),
+        "shows the password: {message}"
+    );
 }

@@ -131,6 +131,57 @@ pub struct StoreConfig {
     pub power_profile: Option<PowerProfile>,
     /// Length of a lifecycle "day" (lifecycle rules and restore periods): 86,400,000 ms; tests make it seconds.
     pub lifecycle_day_ms: u64,
+    /// Where the catalog lives (`[catalog]` of permafrost.toml; docs/catalog.md "Back ends").
+    #[serde(skip_serializing_if = "CatalogConfig::is_default")]
+    pub catalog: CatalogConfig,
+}
+
+/// Where the catalog lives: the embedded SQLite file `catalog.sqlite` in the data directory (the default), or a
+/// PostgreSQL database (`url = "postgresql://user:password@host:port/database"`), which several servers may share.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct CatalogConfig {
+    /// `None`: SQLite in the data directory; else a `postgresql://` (or `postgres://`) connection URL.
+    pub url: Option<String>,
+}
+
+impl CatalogConfig {
+    fn is_default(&self) -> bool {
+        *self == CatalogConfig::default()
+    }
+
+    /// Open the catalog: the SQLite file in `data_dir` (`durable`: group-committed fsyncs), or the PostgreSQL
+    /// database of `url` (durable by the server's own commit). An unusable URL fails here, naming it without its
+    /// password.
+    pub fn open(
+        &self,
+        data_dir: &std::path::Path,
+        durable: bool,
+    ) -> permafrost_catalog::Result<permafrost_catalog::SqlCatalog> {
+        match &self.url {
+            None => permafrost_catalog::SqlCatalog::open_with(
+                &data_dir.join("catalog.sqlite"),
+                permafrost_catalog::SqliteOptions { durable },
+            ),
+            Some(url) => permafrost_catalog::SqlCatalog::open_postgres(
+                url,
+                permafrost_catalog::PostgresOptions::default(),
+            ),
+        }
+    }
+
+    fn validate(&self) -> Result<()> {
+        match &self.url {
+            Some(url) if !(url.starts_with("postgresql://") || url.starts_with("postgres://")) => {
+                Err(StoreError::InvalidArgument(format!(
+                    "configuration: [catalog] url = {:?} must be a postgresql:// connection URL (leave it out for \
+                     the embedded SQLite catalog)",
+                    permafrost_catalog::redact_url(url)
+                )))
+            }
+            _ => Ok(()),
+        }
+    }
 }
 
 impl Default for StoreConfig {
@@ -159,6 +210,7 @@ impl Default for StoreConfig {
             grid: GridSetup::default(),
             power_profile: None,
             lifecycle_day_ms: permafrost_catalog::DAY_MS,
+            catalog: CatalogConfig::default(),
         }
     }
 }
@@ -166,6 +218,7 @@ impl Default for StoreConfig {
 impl StoreConfig {
     /// Check values that would make the store misbehave.
     pub fn validate(&self) -> Result<()> {
+        self.catalog.validate()?;
         let bad = |m: String| Err(StoreError::InvalidArgument(format!("configuration: {m}")));
         if self.extent_bytes_max < 1 << 20
             || self.extent_bytes_max & 4095 != 0

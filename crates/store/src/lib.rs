@@ -51,7 +51,7 @@ mod summary;
 
 pub use archive::{validate_tags, DatasetFilter, DatasetSummary, RestoreBatch, RestoreInfo};
 pub use checksum::{ChecksumAlgorithm, Hasher};
-pub use config::{GridSetup, StoreConfig};
+pub use config::{CatalogConfig, GridSetup, StoreConfig};
 pub use gc::GcReport;
 pub use growing::{growing_list_id, GrowingObject, GrowingOptions, Piece, SealedPiece};
 pub use mount::{CacheReservation, FsError, Residence, Usage};

@@ -11,7 +11,7 @@ use parking_lot::{Condvar, Mutex};
 use permafrost_catalog::{
     BucketRecord, BucketSettings, Catalog, CatalogStats, Compression, ContentId, ContentPart,
     ContentRecord, ContentState, Encoding, ListPage, ListQuery, NewContent, ObjectAttributes,
-    ObjectRecord, SqliteCatalog, SqliteOptions, StoredForm, WorkItem, WorkKind,
+    ObjectRecord, StoredForm, WorkItem, WorkKind,
 };
 use permafrost_engine::{Engine, GridStatus, OpenOptions, WriteMode};
 
@@ -613,12 +613,7 @@ impl Store {
         config.validate()?;
         std::fs::create_dir_all(data_dir)
             .map_err(|e| io_error(format!("cannot create {}", data_dir.display()), e))?;
-        let catalog = SqliteCatalog::open_with(
-            &data_dir.join("catalog.sqlite"),
-            SqliteOptions {
-                durable: config.fsync,
-            },
-        )?;
+        let catalog = config.catalog.open(data_dir, config.fsync)?;
         let cache = Cache::open(
             &data_dir.join(&config.cache_dir),
             config.cache_bytes_max,

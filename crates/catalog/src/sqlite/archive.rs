@@ -5,11 +5,11 @@
 //! `version_seq` (from the `counters` row `version_seq`); the `objects` row of a key, when there is one, has its
 //! highest `version_seq`. A key whose newest version is a delete marker has no `objects` row.
 
-use rusqlite::{params, Connection, OptionalExtension, Row, Transaction};
+use crate::sql::{self, params, Connection, OptionalExtension, Row, Transaction};
 
 use super::{
     add_reference, archive_from_json, attributes_from_json, attributes_json, conversion,
-    json_pairs, key_string, SqliteCatalog, OBJECT_COLUMNS,
+    json_pairs, key_string, SqlCatalog, OBJECT_COLUMNS,
 };
 use crate::list::prefix_successor;
 use crate::*;
@@ -27,7 +27,7 @@ struct Row2 {
 
 /// Read the object columns (first 14) of a row whose `content` may be NULL (a delete marker), plus
 /// `delete_marker` at 14 and `noncurrent_since_ms` at 15.
-fn version_from_row(row: &Row) -> rusqlite::Result<Row2> {
+fn version_from_row(row: &Row) -> sql::Result<Row2> {
     let bucket: String = row.get(0)?;
     let key = key_string(row.get(1)?)?;
     let content: Option<Vec<u8>> = row.get(2)?;
@@ -76,7 +76,7 @@ fn locked(v: LockViolation, bucket: &str, key: &str, version_id: &str) -> Catalo
     CatalogError::Locked(format!("{bucket}/{key} version {version_id}: {v}"))
 }
 
-fn restore_from_row(r: &Row) -> rusqlite::Result<RestoreRecord> {
+fn restore_from_row(r: &Row) -> sql::Result<RestoreRecord> {
     Ok(RestoreRecord {
         bucket: r.get(0)?,
         key: key_string(r.get(1)?)?,
@@ -92,12 +92,12 @@ fn restore_from_row(r: &Row) -> rusqlite::Result<RestoreRecord> {
 const RESTORE_COLUMNS: &str =
     "bucket, key, version_id, content, requested_ms, duration_ms, done_ms, expiry_ms";
 
-impl SqliteCatalog {
+impl SqlCatalog {
     /// The archive configuration of a bucket, `None` if there is no such bucket.
     pub(super) fn bucket_archive_on(
         conn: &Connection,
         bucket: &str,
-    ) -> rusqlite::Result<Option<BucketArchive>> {
+    ) -> sql::Result<Option<BucketArchive>> {
         let text: Option<String> = conn
             .prepare_cached("SELECT archive FROM buckets WHERE name = ?1")?
             .query_row(params![bucket], |r| r.get(0))
@@ -106,11 +106,11 @@ impl SqliteCatalog {
             .transpose()
     }
 
-    fn next_seq(tx: &Transaction) -> rusqlite::Result<i64> {
+    fn next_seq(tx: &Transaction) -> sql::Result<i64> {
         tx.prepare_cached("UPDATE counters SET value = value + 1 WHERE name = 'version_seq'")?
-            .execute([])?;
+            .execute(params![])?;
         tx.prepare_cached("SELECT value FROM counters WHERE name = 'version_seq'")?
-            .query_row([], |r| r.get(0))
+            .query_row(params![], |r| r.get(0))
     }
 
     /// A version of a key by id, from either table (`is_latest` set).
@@ -119,7 +119,7 @@ impl SqliteCatalog {
         bucket: &str,
         key: &str,
         version_id: &str,
-    ) -> rusqlite::Result<Option<VersionRecord>> {
+    ) -> sql::Result<Option<VersionRecord>> {
         if let Some(current) = Self::get_object_on(conn, bucket, key)? {
             if current.version_id == version_id {
                 return Ok(Some(VersionRecord {
@@ -151,16 +151,16 @@ impl SqliteCatalog {
     }
 
     /// The highest `version_seq` of a key over both tables.
-    fn newest_seq(conn: &Connection, bucket: &str, key: &str) -> rusqlite::Result<Option<i64>> {
+    fn newest_seq(conn: &Connection, bucket: &str, key: &str) -> sql::Result<Option<i64>> {
         conn.prepare_cached(
             "SELECT MAX(s) FROM (SELECT version_seq AS s FROM objects WHERE bucket = ?1 AND key = ?2
-             UNION ALL SELECT version_seq FROM object_versions WHERE bucket = ?1 AND key = ?2)",
+             UNION ALL SELECT version_seq FROM object_versions WHERE bucket = ?1 AND key = ?2) AS seqs",
         )?
         .query_row(params![bucket, key.as_bytes()], |r| r.get(0))
     }
 
     /// Move the current version of a key to `object_versions` (noncurrent from `now_ms`).
-    fn demote(tx: &Transaction, bucket: &str, key: &str, now_ms: u64) -> rusqlite::Result<()> {
+    fn demote(tx: &Transaction, bucket: &str, key: &str, now_ms: u64) -> sql::Result<()> {
         tx.prepare_cached(&format!(
             "INSERT INTO object_versions ({OBJECT_COLUMNS}, {VERSION_COLUMNS_EXTRA})
              SELECT {OBJECT_COLUMNS}, 0, ?3 FROM objects WHERE bucket = ?1 AND key = ?2"
@@ -178,7 +178,7 @@ impl SqliteCatalog {
         version_id: &str,
         seq: i64,
         now_ms: u64,
-    ) -> rusqlite::Result<()> {
+    ) -> sql::Result<()> {
         tx.prepare_cached(&format!(
             "INSERT INTO object_versions ({OBJECT_COLUMNS}, {VERSION_COLUMNS_EXTRA})
              VALUES (?1, ?2, NULL, 0, '', ?3, NULL, '[]', '[]', '', ?4, ?5, '{{}}', NULL, 1, ?3)"
@@ -198,7 +198,7 @@ impl SqliteCatalog {
         tx: &Transaction,
         bucket: &str,
         key: &str,
-    ) -> rusqlite::Result<Vec<VersionRecord>> {
+    ) -> sql::Result<Vec<VersionRecord>> {
         tx.prepare_cached(&format!(
             "SELECT {OBJECT_COLUMNS}, {VERSION_COLUMNS_EXTRA} FROM object_versions
              WHERE bucket = ?1 AND key = ?2 AND version_id = 'null'"
@@ -214,7 +214,7 @@ impl SqliteCatalog {
         tx: &Transaction,
         version: &VersionRecord,
         now_ms: u64,
-    ) -> rusqlite::Result<()> {
+    ) -> sql::Result<()> {
         tx.prepare_cached(
             "DELETE FROM object_versions WHERE bucket = ?1 AND key = ?2 AND version_id = ?3",
         )?
@@ -229,18 +229,14 @@ impl SqliteCatalog {
         Ok(())
     }
 
-    fn remove_current(
-        tx: &Transaction,
-        current: &ObjectRecord,
-        now_ms: u64,
-    ) -> rusqlite::Result<()> {
+    fn remove_current(tx: &Transaction, current: &ObjectRecord, now_ms: u64) -> sql::Result<()> {
         tx.prepare_cached("DELETE FROM objects WHERE bucket = ?1 AND key = ?2")?
             .execute(params![current.bucket, current.key.as_bytes()])?;
         add_reference(tx, &current.content.to_key(), -1, now_ms)
     }
 
     /// If a key has no current row and its newest version is an object, make that the current row.
-    fn promote_newest(tx: &Transaction, bucket: &str, key: &str) -> rusqlite::Result<()> {
+    fn promote_newest(tx: &Transaction, bucket: &str, key: &str) -> sql::Result<()> {
         if Self::get_object_on(tx, bucket, key)?.is_some() {
             return Ok(());
         }
@@ -282,7 +278,7 @@ impl SqliteCatalog {
         archive: &BucketArchive,
         object: &ObjectRecord,
         now_ms: u64,
-    ) -> rusqlite::Result<Result<ObjectRecord>> {
+    ) -> sql::Result<Result<ObjectRecord>> {
         let (bucket, key) = (object.bucket.as_str(), object.key.as_str());
         let lock = object.attributes.lock;
         if !archive.object_lock && (lock.retention.is_some() || lock.legal_hold) {
@@ -320,7 +316,7 @@ impl SqliteCatalog {
         key: &str,
         bypass_governance: bool,
         now_ms: u64,
-    ) -> rusqlite::Result<Result<()>> {
+    ) -> sql::Result<Result<()>> {
         let current = Self::get_object_on(tx, bucket, key)?;
         let replaces_null = versioning != Versioning::Enabled;
         let mut removals: Vec<VersionRecord> = Vec::new();
@@ -359,7 +355,7 @@ impl SqliteCatalog {
         bucket: &str,
         key: &str,
         now_ms: u64,
-    ) -> rusqlite::Result<bool> {
+    ) -> sql::Result<bool> {
         if Self::get_object_on(tx, bucket, key)?.is_none() {
             return Ok(false);
         }
@@ -689,7 +685,10 @@ impl SqliteCatalog {
             let e = |e| self.db_error(e);
             let buckets: Vec<(String, String)> = tx
                 .prepare_cached("SELECT name, archive FROM buckets")
-                .and_then(|mut s| s.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?.collect())
+                .and_then(|mut s| {
+                    s.query_map(params![], |r| Ok((r.get(0)?, r.get(1)?)))?
+                        .collect()
+                })
                 .map_err(e)?;
             let mut removed = 0u64;
             for (bucket, text) in buckets {
@@ -836,7 +835,7 @@ impl SqliteCatalog {
         bucket: &str,
         key: &str,
         version_id: &str,
-    ) -> rusqlite::Result<Option<RestoreRecord>> {
+    ) -> sql::Result<Option<RestoreRecord>> {
         conn.prepare_cached(&format!(
             "SELECT {RESTORE_COLUMNS} FROM restores WHERE bucket = ?1 AND key = ?2 AND version_id = ?3"
         ))?
@@ -845,7 +844,7 @@ impl SqliteCatalog {
     }
 
     /// Pin a content (and each part of a part list) in the cache until the latest expiry of its done restores.
-    fn pin(tx: &Transaction, content: &ContentId) -> rusqlite::Result<()> {
+    fn pin(tx: &Transaction, content: &ContentId) -> sql::Result<()> {
         let key = content.to_key();
         let until: Option<i64> = tx
             .prepare_cached("SELECT MAX(expiry_ms) FROM restores WHERE content = ?1")?
@@ -914,7 +913,7 @@ impl SqliteCatalog {
                         SUM(CASE WHEN c.state = 'persisted' THEN 1 ELSE 0 END)
                      FROM objects o JOIN contents c ON c.content = o.content GROUP BY o.dataset ORDER BY o.dataset",
                 )?
-                .query_map([], |r| {
+                .query_map(params![], |r| {
                     Ok(DatasetStats {
                         dataset: r.get(0)?,
                         objects: r.get::<_, i64>(1)? as u64,
@@ -927,11 +926,11 @@ impl SqliteCatalog {
                         tags: Vec::new(),
                     })
                 })?
-                .collect::<rusqlite::Result<_>>()?;
+                .collect::<sql::Result<_>>()?;
             let mut tags: std::collections::BTreeMap<String, std::collections::BTreeSet<(String, String)>> =
                 Default::default();
             let mut stmt = c.prepare_cached("SELECT dataset, attributes FROM objects WHERE attributes <> '{}'")?;
-            for row in stmt.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)))? {
+            for row in stmt.query_map(params![], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)))? {
                 let (dataset, text) = row?;
                 let attributes = attributes_from_json(&text)?;
                 tags.entry(dataset).or_default().extend(attributes.tags);
@@ -978,11 +977,7 @@ fn expiry_of(archive: &BucketArchive, object: &ObjectRecord) -> Option<u64> {
 }
 
 /// ListObjectVersions over both tables: key order, newest first within a key.
-fn list_versions(
-    c: &Connection,
-    bucket: &str,
-    query: &VersionQuery,
-) -> rusqlite::Result<VersionPage> {
+fn list_versions(c: &Connection, bucket: &str, query: &VersionQuery) -> sql::Result<VersionPage> {
     let max_keys = match query.max_keys {
         0 => crate::list::MAX_KEYS_DEFAULT,
         n => n.min(crate::list::MAX_KEYS_DEFAULT),
@@ -1037,7 +1032,7 @@ fn list_versions(
              SELECT {OBJECT_COLUMNS}, 0 AS delete_marker, 0 AS since FROM objects WHERE bucket = ?1
              UNION ALL
              SELECT {OBJECT_COLUMNS}, delete_marker, noncurrent_since_ms FROM object_versions WHERE bucket = ?1
-         ) WHERE key > ?2 OR (key = ?2 AND version_seq < ?3) ORDER BY key, version_seq DESC LIMIT ?4"
+         ) AS versions WHERE key > ?2 OR (key = ?2 AND version_seq < ?3) ORDER BY key, version_seq DESC LIMIT ?4"
     ))?;
     let mut page = VersionPage::default();
     let mut entries = 0usize;
@@ -1051,7 +1046,7 @@ fn list_versions(
                 params![bucket, from_key, from_seq, batch as i64],
                 version_from_row,
             )?
-            .collect::<rusqlite::Result<_>>()?;
+            .collect::<sql::Result<_>>()?;
         let exhausted = rows.len() < batch;
         let mut jumped = false;
         for row in rows {

@@ -1,9 +1,9 @@
 //! Growing objects (the recorder's scans): a part-list content that gains one sealed part per transaction while
 //! its object stays visible, sized to the parts committed so far (docs/store.md "Growing objects").
 
-use rusqlite::{params, OptionalExtension};
+use crate::sql::{self, params, OptionalExtension};
 
-use super::{add_reference, pairs_json, SqliteCatalog, CONTENT_COLUMNS};
+use super::{add_reference, pairs_json, SqlCatalog, CONTENT_COLUMNS};
 use crate::{CatalogError, ContentPart, GrowingAppend, ObjectRecord, Result};
 
 /// MD5 of no bytes: the digest of a list of no parts.
@@ -11,14 +11,14 @@ const MD5_OF_NOTHING: [u8; 16] = [
     0xd4, 0x1d, 0x8c, 0xd9, 0x8f, 0x00, 0xb2, 0x04, 0xe9, 0x80, 0x09, 0x98, 0xec, 0xf8, 0x42, 0x7e,
 ];
 
-impl SqliteCatalog {
+impl SqlCatalog {
     pub(super) fn begin_growing_tx(&self, object: &ObjectRecord, now_ms: u64) -> Result<bool> {
         self.write_with(|tx| {
             let e = |e| self.db_error(e);
             if !Self::bucket_exists(tx, &object.bucket).map_err(e)? {
                 return Err(CatalogError::NoSuchBucket(object.bucket.clone()));
             }
-            let run = || -> rusqlite::Result<Result<bool>> {
+            let run = || -> sql::Result<Result<bool>> {
                 if Self::get_object_on(tx, &object.bucket, &object.key)?.is_some() {
                     return Ok(Ok(false));
                 }
@@ -33,13 +33,14 @@ impl SqliteCatalog {
                 }
                 tx.prepare_cached(&format!(
                     "INSERT INTO contents ({CONTENT_COLUMNS}) VALUES
-                     (?1, 0, 0, 'parts', x'', ?2, 'cached', 0, ?3, NULL, NULL, ?4, ?4, ?4)"
+                     (?1, 0, 0, 'parts', ?5, ?2, 'cached', 0, ?3, NULL, NULL, ?4, ?4, ?4)"
                 ))?
                 .execute(params![
                     &key[..],
                     &MD5_OF_NOTHING[..],
                     object.dataset,
-                    now_ms as i64
+                    now_ms as i64,
+                    Vec::<u8>::new()
                 ])?;
                 add_reference(tx, &key, 1, now_ms)?;
                 let empty = ObjectRecord {
@@ -94,7 +95,7 @@ impl SqliteCatalog {
             })?;
             let part_id = crate::ContentId::from_key(&content)?;
             let list = append.list.to_key();
-            let run = || -> rusqlite::Result<ContentPart> {
+            let run = || -> sql::Result<ContentPart> {
                 let (count, end): (i64, i64) = tx
                     .prepare_cached(
                         "SELECT COUNT(*), COALESCE(SUM(logical_bytes), 0) FROM content_parts WHERE content = ?1",

@@ -4,9 +4,9 @@
 //! its prefix, explicitly while it has a row. Every change is one transaction; renames of whole directories
 //! rewrite each key under the prefix (catalog only: no byte moves).
 
-use rusqlite::{params, Connection, OptionalExtension, Transaction};
+use crate::sql::{self, params, Connection, OptionalExtension, Transaction};
 
-use super::{object_from_row, SqliteCatalog, OBJECT_COLUMNS};
+use super::{object_from_row, SqlCatalog, OBJECT_COLUMNS};
 use crate::list::{list_with, prefix_successor};
 use crate::namespace::{parent_of, showable_name};
 use crate::{
@@ -30,7 +30,7 @@ fn refused(refusal: Refusal, what: impl Into<String>) -> CatalogError {
     }
 }
 
-fn dir_from_row(row: &rusqlite::Row) -> rusqlite::Result<DirRecord> {
+fn dir_from_row(row: &sql::Row) -> sql::Result<DirRecord> {
     Ok(DirRecord {
         bucket: row.get(0)?,
         path: super::key_string(row.get(1)?)?,
@@ -49,7 +49,7 @@ fn upper_bound(prefix: &str) -> Vec<u8> {
     prefix_successor(prefix.as_bytes()).unwrap_or_else(|| vec![0xFF; KEY_BYTES_MAX + 1])
 }
 
-fn dir_row(c: &Connection, bucket: &str, path: &str) -> rusqlite::Result<Option<DirRecord>> {
+fn dir_row(c: &Connection, bucket: &str, path: &str) -> sql::Result<Option<DirRecord>> {
     c.prepare_cached(&format!(
         "SELECT {DIR_COLUMNS} FROM fs_directories WHERE bucket = ?1 AND path = ?2"
     ))?
@@ -63,7 +63,7 @@ fn keys_under(
     bucket: &str,
     prefix: &str,
     limit: usize,
-) -> rusqlite::Result<Vec<String>> {
+) -> sql::Result<Vec<String>> {
     c.prepare_cached(
         "SELECT key FROM objects WHERE bucket = ?1 AND key >= ?2 AND key < ?3 ORDER BY key LIMIT ?4",
     )?
@@ -80,7 +80,7 @@ fn rows_under(
     bucket: &str,
     prefix: &str,
     limit: usize,
-) -> rusqlite::Result<Vec<DirRecord>> {
+) -> sql::Result<Vec<DirRecord>> {
     c.prepare_cached(&format!(
         "SELECT {DIR_COLUMNS} FROM fs_directories WHERE bucket = ?1 AND path >= ?2 AND path < ?3 ORDER BY path LIMIT ?4"
     ))?
@@ -92,7 +92,7 @@ fn rows_under(
 }
 
 /// Whether anything but `prefix`'s own row and folder marker lies under the directory `prefix`.
-fn has_children(c: &Connection, bucket: &str, prefix: &str) -> rusqlite::Result<bool> {
+fn has_children(c: &Connection, bucket: &str, prefix: &str) -> sql::Result<bool> {
     Ok(keys_under(c, bucket, prefix, 2)?
         .iter()
         .any(|k| k != prefix)
@@ -102,12 +102,12 @@ fn has_children(c: &Connection, bucket: &str, prefix: &str) -> rusqlite::Result<
 }
 
 /// Whether the directory `prefix` exists (a row, or anything under it).
-fn dir_exists(c: &Connection, bucket: &str, prefix: &str) -> rusqlite::Result<bool> {
+fn dir_exists(c: &Connection, bucket: &str, prefix: &str) -> sql::Result<bool> {
     Ok(!rows_under(c, bucket, prefix, 1)?.is_empty()
         || !keys_under(c, bucket, prefix, 1)?.is_empty())
 }
 
-fn file_of(c: &Connection, object: ObjectRecord) -> rusqlite::Result<FsFile> {
+fn file_of(c: &Connection, object: ObjectRecord) -> sql::Result<FsFile> {
     let key = object.content.to_key();
     let (mut stored_bytes, state, form) = c
         .prepare_cached("SELECT stored_bytes, state, stored_form FROM contents WHERE content = ?1")?
@@ -140,7 +140,7 @@ fn file_of(c: &Connection, object: ObjectRecord) -> rusqlite::Result<FsFile> {
     })
 }
 
-fn lookup_on(c: &Connection, bucket: &str, path: &str) -> rusqlite::Result<Option<FsEntry>> {
+fn lookup_on(c: &Connection, bucket: &str, path: &str) -> sql::Result<Option<FsEntry>> {
     let prefix = format!("{path}/");
     if let Some(record) = dir_row(c, bucket, &prefix)? {
         return Ok(Some(FsEntry::Dir {
@@ -154,13 +154,13 @@ fn lookup_on(c: &Connection, bucket: &str, path: &str) -> rusqlite::Result<Optio
             record: None,
         }));
     }
-    match SqliteCatalog::get_object_on(c, bucket, path)? {
+    match SqlCatalog::get_object_on(c, bucket, path)? {
         Some(object) => Ok(Some(FsEntry::File(file_of(c, object)?))),
         None => Ok(None),
     }
 }
 
-fn insert_dir(tx: &Transaction, record: &DirRecord) -> rusqlite::Result<()> {
+fn insert_dir(tx: &Transaction, record: &DirRecord) -> sql::Result<()> {
     tx.prepare_cached(
         "INSERT INTO fs_directories (bucket, path, parent, mode, uid, gid, mtime_ns, created_ms)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) ON CONFLICT (bucket, path) DO NOTHING",
@@ -187,7 +187,7 @@ fn touch_dir(
     prefix: &str,
     attrs: &DirAttrs,
     now_ms: u64,
-) -> rusqlite::Result<()> {
+) -> sql::Result<()> {
     if prefix.is_empty() {
         return Ok(());
     }
@@ -209,7 +209,7 @@ fn touch_dir(
     Ok(())
 }
 
-fn delete_dir_row(tx: &Transaction, bucket: &str, path: &str) -> rusqlite::Result<()> {
+fn delete_dir_row(tx: &Transaction, bucket: &str, path: &str) -> sql::Result<()> {
     tx.prepare_cached("DELETE FROM fs_directories WHERE bucket = ?1 AND path = ?2")?
         .execute(params![bucket, path.as_bytes()])?;
     Ok(())
@@ -243,7 +243,7 @@ fn check_prefix(prefix: &str) -> Result<()> {
     }
 }
 
-impl SqliteCatalog {
+impl SqlCatalog {
     fn require_bucket(&self, c: &Connection, bucket: &str) -> Result<()> {
         if Self::bucket_exists(c, bucket).map_err(|e| self.db_error(e))? {
             Ok(())
@@ -287,7 +287,7 @@ impl SqliteCatalog {
             };
             let objects = list_with(&query, |from: &[u8], n: usize| {
                 stmt.query_map(params![bucket, from, n as i64], object_from_row)?
-                    .collect::<rusqlite::Result<Vec<_>>>()
+                    .collect::<sql::Result<Vec<_>>>()
             })
             .map_err(e)?;
             let rows: Vec<DirRecord> = c
@@ -412,7 +412,7 @@ impl SqliteCatalog {
                 return Err(refused(Refusal::NotEmpty, what()));
             }
             let row = dir_row(tx, bucket, path).map_err(e)?;
-            let marker = SqliteCatalog::get_object_on(tx, bucket, path)
+            let marker = SqlCatalog::get_object_on(tx, bucket, path)
                 .map_err(e)?
                 .is_some();
             if row.is_none() && !marker {
@@ -474,7 +474,7 @@ impl SqliteCatalog {
                         }
                         None => {}
                     }
-                    SqliteCatalog::refuse_locked_move(tx, &r.from_bucket, &r.from, now_ms)?;
+                    SqlCatalog::refuse_locked_move(tx, &r.from_bucket, &r.from, now_ms)?;
                     move_key(tx, &r.from_bucket, &r.from, &r.to_bucket, &r.to).map_err(e)?;
                 }
                 FsEntry::Dir { path, record } => {
@@ -593,7 +593,7 @@ fn move_key(
     from: &str,
     to_bucket: &str,
     to: &str,
-) -> rusqlite::Result<()> {
+) -> sql::Result<()> {
     tx.prepare_cached("UPDATE objects SET bucket = ?3, key = ?4 WHERE bucket = ?1 AND key = ?2")?
         .execute(params![
             from_bucket,
@@ -606,7 +606,7 @@ fn move_key(
 
 /// Move every key and directory row under `from_prefix` to `to_prefix` (the target range is empty).
 fn move_tree(
-    catalog: &SqliteCatalog,
+    catalog: &SqlCatalog,
     tx: &Transaction,
     r: &FsRename,
     from_prefix: &str,

@@ -6,9 +6,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
-use permafrost_catalog::{
-    Catalog, ContentState, ExtentKind, ListQuery, SqliteCatalog, SqliteOptions,
-};
+use permafrost_catalog::{Catalog, ContentState, ExtentKind, ListQuery};
 use permafrost_engine::Engine;
 use permafrost_grid::Role;
 use permafrost_store::{
@@ -23,7 +21,8 @@ use crate::progress::bytes_bar;
 use crate::units::format_bytes;
 
 /// The configuration file of a data directory (optional; missing fields take their defaults): the
-/// `StoreConfig` in a `[store]` table (or at the top level) next to the server's `[server]` table.
+/// `StoreConfig` in a `[store]` table (or at the top level) next to the server's `[server]` table, and where the
+/// catalog lives in a `[catalog]` table (`url = "postgresql://…"`; the SQLite file in the data directory without).
 pub const CONFIG_FILE: &str = "permafrost.toml";
 /// Bytes moved per read/write of a transfer.
 const TRANSFER_BUFFER_BYTES: usize = 1 << 20;
@@ -48,7 +47,14 @@ pub fn load_config(data_dir: &Path) -> Result<StoreConfig> {
     let table: toml::Table =
         toml::from_str(&text).with_context(|| format!("{} is not valid TOML", path.display()))?;
     let config: StoreConfig = match table.get("store") {
-        Some(store) => store.clone().try_into(),
+        Some(store) => {
+            // `[catalog]` is a table of its own in the file (docs/catalog.md), also inside `[store]`.
+            let mut store = store.clone();
+            if let (Some(catalog), Some(t)) = (table.get("catalog"), store.as_table_mut()) {
+                t.entry("catalog").or_insert_with(|| catalog.clone());
+            }
+            store.try_into()
+        }
         None => {
             // The store's fields at the top level, next to the server's own table.
             let mut table = table;
@@ -322,10 +328,9 @@ impl Archive for Local {
         let info = self.store().head_object(bucket, key)?;
         let mut stat = stat_of(&info);
         // Extents are the catalog's: read them through a second, read-only use of the catalog file.
-        let catalog = SqliteCatalog::open_with(
-            &self.data_dir.join("catalog.sqlite"),
-            SqliteOptions { durable: false },
-        )?;
+        let catalog = load_config(&self.data_dir)?
+            .catalog
+            .open(&self.data_dir, false)?;
         if let Some((_, content)) = catalog.get_object(bucket, key)? {
             stat.extents = catalog
                 .segments(&content.id)?

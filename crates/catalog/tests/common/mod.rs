@@ -1,0 +1,105 @@
+//! The back ends the catalog suite runs on: every test function takes a [`Backend`] and `both!` makes one
+//! `#[test]` per back end (`sqlite::NAME`, `postgres::NAME`).
+//!
+//! PostgreSQL tests need a server: `PERMAFROST_TEST_PG_URL` (scripts/test starts a throwaway cluster with
+//! scripts/pg-cluster.sh and exports it). Without it they fail, unless `PERMAFROST_TEST_NO_PG=1` says to skip
+//! them on purpose. Each test gets its own schema on that server (an empty catalog).
+#![allow(dead_code)]
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use permafrost_catalog::{PostgresOptions, SqlCatalog, SqliteOptions};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Sqlite,
+    Postgres,
+}
+
+/// Keeps what a test's catalog lives in (the SQLite file's directory).
+pub struct Guard(pub Option<tempfile::TempDir>);
+
+/// The PostgreSQL server's URL; `None` when the tests are skipped on purpose. Panics when it is missing.
+pub fn pg_url() -> Option<String> {
+    match std::env::var("PERMAFROST_TEST_PG_URL") {
+        Ok(url) if !url.is_empty() => Some(url),
+        _ if std::env::var("PERMAFROST_TEST_NO_PG").as_deref() == Ok("1") => {
+            eprintln!("PERMAFROST_TEST_NO_PG=1: PostgreSQL catalog test skipped");
+            None
+        }
+        _ => panic!(
+            "PERMAFROST_TEST_PG_URL is not set: the PostgreSQL catalog tests need a server \
+             (`eval \"$(bash scripts/pg-cluster.sh start)\"` starts a throwaway one, scripts/test does it), \
+             or set PERMAFROST_TEST_NO_PG=1 to skip them"
+        ),
+    }
+}
+
+/// A new, empty schema on the test server; the URL that selects it.
+pub fn pg_schema_url(url: &str) -> String {
+    static N: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .subsec_nanos();
+    let schema = format!(
+        "t{}_{}_{}",
+        std::process::id(),
+        nanos,
+        N.fetch_add(1, Ordering::SeqCst)
+    );
+    let mut client = postgres::Client::connect(url, postgres::NoTls)
+        .unwrap_or_else(|e| panic!("cannot reach the test PostgreSQL server: {e}"));
+    client
+        .batch_execute(&format!("CREATE SCHEMA {schema}"))
+        .unwrap();
+    let sep = if url.contains('?') { '&' } else { '?' };
+    format!("{url}{sep}options=-csearch_path%3D{schema}")
+}
+
+/// An empty catalog on `backend` (`None`: PostgreSQL skipped on purpose).
+pub fn try_open(backend: Backend) -> Option<(Guard, SqlCatalog)> {
+    match backend {
+        Backend::Sqlite => {
+            let dir = tempfile::tempdir().unwrap();
+            let catalog = SqlCatalog::open_with(
+                &dir.path().join("catalog.sqlite"),
+                SqliteOptions { durable: false },
+            )
+            .unwrap();
+            Some((Guard(Some(dir)), catalog))
+        }
+        Backend::Postgres => {
+            let url = pg_schema_url(&pg_url()?);
+            let catalog = SqlCatalog::open_postgres(&url, PostgresOptions::default()).unwrap();
+            assert_eq!(catalog.backend_name(), "postgresql");
+            Some((Guard(None), catalog))
+        }
+    }
+}
+
+/// An empty catalog on `backend`; the test body is not reached when PostgreSQL is skipped on purpose.
+pub fn open(backend: Backend) -> (Guard, SqlCatalog) {
+    try_open(backend).expect("checked by both!")
+}
+
+/// One `#[test]` per back end for each test function `fn NAME(b: Backend)`.
+#[macro_export]
+macro_rules! both {
+    ($($name:ident),* $(,)?) => {
+        mod sqlite {
+            $(#[test]
+            fn $name() {
+                super::$name(super::common::Backend::Sqlite)
+            })*
+        }
+        mod postgres {
+            $(#[test]
+            fn $name() {
+                if super::common::pg_url().is_some() {
+                    super::$name(super::common::Backend::Postgres)
+                }
+            })*
+        }
+    };
+}
