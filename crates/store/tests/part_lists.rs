@@ -326,7 +326,7 @@ fn a_damaged_part_fails_the_whole_read_checked_by_the_objects_crc() {
             },
         )
         .unwrap();
-    let parts = vec![data(31, 3 << 20, false), data(32, (3 << 20) + 7, false)];
+    let parts = vec![data(31, 5 << 20, false), data(32, (3 << 20) + 7, false)];
     let info = upload(&store, "lists", "dmg", PutOptions::default(), &parts);
     // The whole read is checked against this full-object CRC (not each part's BLAKE3).
     assert!(
@@ -352,7 +352,7 @@ fn a_damaged_part_fails_the_whole_read_checked_by_the_objects_crc() {
     // Every read after the failure fails too: the stream never ends cleanly.
     assert!(reader.read(&mut [0u8; 16]).is_err());
     // The first part alone is intact; verification (BLAKE3 per content) finds the damaged one.
-    assert!(get_range(&store, "lists", "dmg", ByteRange::FromTo(0, (3 << 20) - 1)) == parts[0]);
+    assert!(get_range(&store, "lists", "dmg", ByteRange::FromTo(0, (5 << 20) - 1)) == parts[0]);
     let report = store.verify(&mut |_| {}).unwrap();
     assert_eq!(report.errors.len(), 1, "{report:?}");
 }
