@@ -139,7 +139,7 @@ fn run(count: usize, flow: Flow, limits: bool, k: usize) -> Stats {
             Flow::Down => replication_tree(&t, root, &demand),
             Flow::Up => parity_tree(&t, root, &demand),
         };
-        let greedy = tree_with_budget(&t, root, &demand, flow, 0);
+        let greedy = tree_with_budget(&t, root, &demand, flow, u32::MAX, false);
         s.greedy_failed += usize::from(greedy.is_err());
         let ours = match result {
             Ok(ours) => ours,

@@ -44,5 +44,5 @@ pub use shape::{fan_out_shape, route, tree_shape, LinkLoad, NoRoute, Shape};
 pub use topology::{Link, LinkId, Node, NodeId, Problem, Role, Topology, TopologyError};
 pub use tree::{
     parity_tree, replication_tree, tree_with_budget, Demand, Duty, Flow, Group, Tree, TreeEdge,
-    TreeError, Unreachable, BACKTRACKS_MAX,
+    TreeError, Unreachable, SEARCH_STEPS_MAX,
 };

@@ -146,8 +146,9 @@ pub struct Unreachable {
     pub disconnected: Vec<String>,
     /// Nodes of the greedy's partial tree at their degree limit (they blocked the rest).
     pub full: Vec<String>,
-    /// The search stopped at its budget ([`BACKTRACKS_MAX`]): a tree may exist that it did not find.
-    /// Otherwise no tree within the limits exists.
+    /// The search stopped before it was complete (its budget of [`SEARCH_STEPS_MAX`] steps spent, or
+    /// backtracking off): a tree may exist that it did not find. Otherwise no tree within the limits
+    /// exists.
     pub exhausted: bool,
 }
 
@@ -173,7 +174,7 @@ impl fmt::Display for Unreachable {
             write!(f, "; at their degree limit: {}", self.full.join(", "))?;
         }
         if self.exhausted {
-            write!(f, " (search budget of {BACKTRACKS_MAX} backtracks spent)")?;
+            write!(f, " (search stopped after {SEARCH_STEPS_MAX} steps)")?;
         }
         Ok(())
     }
@@ -275,9 +276,9 @@ fn validate(
     Ok(group_of)
 }
 
-/// How many times a tree search may undo a choice after the greedy runs into a dead end (a bound on
-/// the work per tree: each step costs one pass over the links).
-pub const BACKTRACKS_MAX: u32 = 20_000;
+/// The most steps one tree search takes (a greedy step or an undo; each costs one pass over the nodes
+/// and links): the bound on the work per tree, reached only when the limits leave no easy tree.
+pub const SEARCH_STEPS_MAX: u32 = 50_000;
 
 fn build(
     topology: &Topology,
@@ -285,7 +286,7 @@ fn build(
     demand: &Demand,
     flow: Flow,
 ) -> Result<Tree, TreeError> {
-    tree_with_budget(topology, root, demand, flow, BACKTRACKS_MAX)
+    tree_with_budget(topology, root, demand, flow, SEARCH_STEPS_MAX, true)
 }
 
 /// The search state: the tree grown so far and the links ruled out by backtracking.
@@ -445,7 +446,8 @@ impl Search<'_> {
     }
 }
 
-/// [`replication_tree`] / [`parity_tree`] with an explicit search budget (0 = the greedy alone).
+/// [`replication_tree`] / [`parity_tree`] with an explicit budget of steps, and with or without
+/// backtracking (without: the greedy alone, for comparison).
 ///
 /// The greedy takes the best admissible link each step. At a dead end (no admissible link, or the
 /// groups still short cannot be reached even ignoring the limits of nodes outside the tree) it
@@ -457,7 +459,8 @@ pub fn tree_with_budget(
     root: NodeId,
     demand: &Demand,
     flow: Flow,
-    backtracks_max: u32,
+    steps_max: u32,
+    backtrack: bool,
 ) -> Result<Tree, TreeError> {
     let group_of = validate(topology, root, demand)?;
     let n = topology.nodes().len();
@@ -478,12 +481,17 @@ pub fn tree_with_budget(
     s.in_tree[root.index()] = true;
     // The choices taken, and whether each was turned into "ruled out" by backtracking.
     let mut stack: Vec<(Candidate, bool)> = Vec::new();
-    let mut backtracks = 0u32;
+    let mut steps = 0u32;
     let mut first_dead_end: Option<Vec<TreeEdge>> = None;
     let exhausted = loop {
         if s.satisfied() {
             break false;
         }
+        if steps >= steps_max {
+            first_dead_end.get_or_insert_with(|| s.edges.clone());
+            break true;
+        }
+        steps += 1;
         if let Some(c) = s.best() {
             s.add(&c);
             stack.push((c, false));
@@ -493,10 +501,9 @@ pub fn tree_with_budget(
         if stack.iter().all(|(_, ruled_out)| *ruled_out) {
             break false;
         }
-        if backtracks >= backtracks_max {
+        if !backtrack {
             break true;
         }
-        backtracks += 1;
         // Undo "rule out" choices, then turn the latest "add" into "rule out".
         loop {
             match stack.pop() {

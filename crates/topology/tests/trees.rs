@@ -3,7 +3,7 @@
 
 use permafrost_topology::{
     fan_out_shape, parity_tree, replication_tree, tree_shape, tree_with_budget, Demand, Duty, Flow,
-    NodeId, Role, Topology, TreeError,
+    NodeId, Role, Topology, TreeError, SEARCH_STEPS_MAX,
 };
 
 const EXAMPLE: &str = include_str!("../../../docs/cluster-topology.toml");
@@ -331,7 +331,7 @@ fn when_the_greedy_dead_ends_the_search_backtracks_to_a_tree_within_the_limits()
         unreachable!()
     };
     let demand = Demand::exact(&[n1, n2]);
-    let greedy = tree_with_budget(&t, c, &demand, Flow::Down, 0).unwrap_err();
+    let greedy = tree_with_budget(&t, c, &demand, Flow::Down, SEARCH_STEPS_MAX, false).unwrap_err();
     assert!(
         matches!(&greedy, TreeError::Unreachable(u) if u.exhausted),
         "{greedy}"
