@@ -1,0 +1,316 @@
+//! The relay data plane over TCP on loopback, in one process: the test topology
+//! (`docs/cluster-topology.toml`), a replication tree from `permafrost-topology`, one listener per
+//! relay and data node.
+
+use std::collections::HashMap;
+use std::io::{self, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::Duration;
+
+use permafrost_relay::{
+    hops, send, serve, Header, LeafAck, NodeStats, RelayNode, Sink, SinkFactory, QUEUE_PIECES,
+};
+use permafrost_topology::{replication_tree, Demand, Role, Topology};
+
+type Stored = Arc<Mutex<HashMap<String, Vec<u8>>>>;
+
+struct MemorySink {
+    transfer: String,
+    buf: Vec<u8>,
+    stored: Stored,
+    delay: Duration,
+}
+
+impl Sink for MemorySink {
+    fn write_piece(&mut self, _index: u64, payload: &[u8]) -> io::Result<()> {
+        self.buf.extend_from_slice(payload);
+        thread::sleep(self.delay);
+        Ok(())
+    }
+
+    fn finish(self: Box<Self>) -> io::Result<()> {
+        self.stored.lock().unwrap().insert(self.transfer, self.buf);
+        Ok(())
+    }
+}
+
+struct Cluster {
+    topology: Topology,
+    addrs: HashMap<String, String>,
+    stats: HashMap<String, Arc<NodeStats>>,
+    stored: HashMap<String, Stored>,
+}
+
+/// Start a listener for every relay and data node of the example topology; data node `slow` sleeps
+/// 1 ms per piece.
+fn start(slow: &str) -> Cluster {
+    let topology =
+        Topology::from_toml_str(include_str!("../../../docs/cluster-topology.toml")).unwrap();
+    let mut c = Cluster {
+        topology,
+        addrs: HashMap::new(),
+        stats: HashMap::new(),
+        stored: HashMap::new(),
+    };
+    for node in c.topology.nodes().to_vec() {
+        if node.role == Role::Client {
+            continue;
+        }
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let stats = Arc::new(NodeStats::default());
+        let sink: Option<SinkFactory> = (node.role == Role::Node).then(|| {
+            let stored: Stored = Arc::default();
+            c.stored.insert(node.name.clone(), Arc::clone(&stored));
+            let delay = if node.name == slow {
+                Duration::from_millis(1)
+            } else {
+                Duration::ZERO
+            };
+            let factory: SinkFactory = Arc::new(move |h: &Header| {
+                Ok(Box::new(MemorySink {
+                    transfer: h.transfer.clone(),
+                    buf: Vec::new(),
+                    stored: Arc::clone(&stored),
+                    delay,
+                }) as Box<dyn Sink>)
+            });
+            factory
+        });
+        c.addrs.insert(
+            node.name.clone(),
+            listener.local_addr().unwrap().to_string(),
+        );
+        c.stats.insert(node.name.clone(), Arc::clone(&stats));
+        serve(
+            listener,
+            Arc::new(RelayNode {
+                name: node.name.clone(),
+                sink,
+                stats,
+            }),
+        );
+    }
+    c
+}
+
+fn object(bytes: usize) -> Vec<u8> {
+    let mut x = 0x243F_6A88_85A3_08D3u64;
+    (0..bytes)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+const OBJECT_BYTES: usize = 8 << 20;
+const PIECE_BYTES: u32 = 64 << 10;
+
+fn all_ok(acks: &[LeafAck]) -> bool {
+    acks.iter().all(|a| a.ok)
+}
+
+#[test]
+fn a_replication_tree_delivers_byte_exact_copies_and_the_client_sends_once() {
+    let c = start("n1");
+    let client = c.topology.node_id("client").unwrap();
+    let data = c.topology.with_role(Role::Node);
+    let tree = replication_tree(&c.topology, client, &Demand::any(&data, 5)).unwrap();
+    let children = hops(&c.topology, &tree, &|n| c.addrs[n].clone());
+    let body = object(OBJECT_BYTES);
+    let client_stats = Arc::new(NodeStats::default());
+    let acks = send(
+        "t1",
+        &children,
+        &mut &body[..],
+        body.len() as u64,
+        PIECE_BYTES,
+        &client_stats,
+    )
+    .unwrap();
+    assert_eq!(acks.len(), 5, "{acks:?}");
+    assert!(all_ok(&acks), "{acks:?}");
+    for target in tree.targets() {
+        let name = c.topology.name(*target);
+        assert!(
+            c.stored[name].lock().unwrap()["t1"] == body,
+            "{name} holds a byte-exact copy"
+        );
+    }
+    // The client's uplink carries the object once (plus headers and 36 bytes per piece).
+    let out = client_stats.bytes_out.load(Ordering::Relaxed) as f64;
+    let overhead = 1.0 + 36.0 / f64::from(PIECE_BYTES) + 0.001;
+    assert!(
+        out >= OBJECT_BYTES as f64 && out < OBJECT_BYTES as f64 * overhead,
+        "{out}"
+    );
+    // The core relay receives it once and sends it once per edge relay.
+    let core = &c.stats["core"];
+    let core_in = core.bytes_in.load(Ordering::Relaxed) as f64;
+    let core_out = core.bytes_out.load(Ordering::Relaxed) as f64;
+    assert!(
+        core_in < OBJECT_BYTES as f64 * overhead + 4096.0,
+        "{core_in}"
+    );
+    assert!(
+        core_out >= 2.0 * OBJECT_BYTES as f64
+            && core_out < 2.0 * OBJECT_BYTES as f64 * overhead + 4096.0
+    );
+    // Bounded memory: even with the slow data node n1 under edge1, a relay holds few pieces.
+    for relay in ["core", "edge1", "edge2"] {
+        let held = c.stats[relay].pieces_held_max.load(Ordering::Relaxed);
+        assert!(
+            held <= QUEUE_PIECES as u64 + 2,
+            "{relay} held {held} pieces"
+        );
+    }
+}
+
+#[test]
+fn a_corrupted_byte_on_the_uplink_is_caught_at_every_leaf_and_nothing_is_acknowledged() {
+    let c = start("");
+    let client = c.topology.node_id("client").unwrap();
+    let data = c.topology.with_role(Role::Node);
+    let tree = replication_tree(&c.topology, client, &Demand::any(&data, 3)).unwrap();
+    // A proxy in front of the core relay flips one byte in the middle of the stream.
+    let proxy = TcpListener::bind("127.0.0.1:0").unwrap();
+    let proxy_addr = proxy.local_addr().unwrap().to_string();
+    let core_addr = c.addrs["core"].clone();
+    thread::spawn(move || {
+        let (mut down, _) = proxy.accept().unwrap();
+        let mut up = TcpStream::connect(core_addr).unwrap();
+        let mut back_up = up.try_clone().unwrap();
+        let mut back_down = down.try_clone().unwrap();
+        thread::spawn(move || io::copy(&mut back_up, &mut back_down));
+        let mut buf = vec![0u8; 64 << 10];
+        let mut seen = 0usize;
+        loop {
+            let n = down.read(&mut buf).unwrap();
+            if n == 0 {
+                break;
+            }
+            const AT: usize = 1 << 20;
+            if (seen..seen + n).contains(&AT) {
+                buf[AT - seen] ^= 0x40;
+            }
+            seen += n;
+            up.write_all(&buf[..n]).unwrap();
+        }
+    });
+    let children = hops(&c.topology, &tree, &|n| {
+        if n == "core" {
+            proxy_addr.clone()
+        } else {
+            c.addrs[n].clone()
+        }
+    });
+    let body = object(2 << 20);
+    let acks = send(
+        "t2",
+        &children,
+        &mut &body[..],
+        body.len() as u64,
+        PIECE_BYTES,
+        &Arc::new(NodeStats::default()),
+    )
+    .unwrap();
+    assert_eq!(acks.len(), 3);
+    for a in &acks {
+        assert!(!a.ok, "{a:?}");
+        assert!(
+            a.error.as_deref().unwrap().contains("BLAKE3 mismatch"),
+            "{a:?}"
+        );
+    }
+    for stored in c.stored.values() {
+        assert!(
+            !stored.lock().unwrap().contains_key("t2"),
+            "no partial copy is visible"
+        );
+    }
+}
+
+#[test]
+fn a_data_node_that_is_down_is_reported_and_the_others_still_get_their_copy() {
+    let c = start("");
+    let client = c.topology.node_id("client").unwrap();
+    let data = c.topology.with_role(Role::Node);
+    let tree = replication_tree(&c.topology, client, &Demand::any(&data, 4)).unwrap();
+    let down = {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().to_string()
+    };
+    let children = hops(&c.topology, &tree, &|n| {
+        if n == "n2" {
+            down.clone()
+        } else {
+            c.addrs[n].clone()
+        }
+    });
+    let body = object(1 << 20);
+    let acks = send(
+        "t3",
+        &children,
+        &mut &body[..],
+        body.len() as u64,
+        PIECE_BYTES,
+        &Arc::new(NodeStats::default()),
+    )
+    .unwrap();
+    assert_eq!(acks.len(), 4);
+    for a in &acks {
+        if a.node == "n2" {
+            assert!(
+                !a.ok && a.error.as_deref().unwrap().contains("cannot connect"),
+                "{a:?}"
+            );
+        } else {
+            assert!(a.ok, "{a:?}");
+            assert!(c.stored[&a.node].lock().unwrap()["t3"] == body);
+        }
+    }
+}
+
+#[test]
+fn a_stream_sent_to_the_wrong_node_is_refused_and_an_empty_object_is_fine() {
+    let c = start("");
+    let wrong = permafrost_relay::Hop {
+        name: "n1".into(),
+        addr: c.addrs["n2"].clone(),
+        children: vec![],
+    };
+    let acks = send(
+        "t4",
+        &[wrong],
+        &mut &b""[..],
+        0,
+        PIECE_BYTES,
+        &Arc::default(),
+    )
+    .unwrap();
+    assert!(
+        !acks[0].ok && acks[0].error.as_deref().unwrap().contains("reached \"n2\""),
+        "{acks:?}"
+    );
+    let right = permafrost_relay::Hop {
+        name: "n1".into(),
+        addr: c.addrs["n1"].clone(),
+        children: vec![],
+    };
+    let acks = send(
+        "t5",
+        &[right],
+        &mut &b""[..],
+        0,
+        PIECE_BYTES,
+        &Arc::default(),
+    )
+    .unwrap();
+    assert!(all_ok(&acks), "{acks:?}");
+    assert!(c.stored["n1"].lock().unwrap()["t5"].is_empty());
+}
