@@ -1,10 +1,12 @@
 //! # permafrost-relay: the data plane of replication trees
 //!
-//! **Job.** Move one object from a root to the data nodes of a replication tree
-//! (`permafrost-topology`) so that every link carries it once: the root ([`send`]) streams it to its
-//! children; a relay ([`serve`] on a node with children in the tree) duplicates the stream to its
-//! children as it arrives; a data node ([`serve`] at a leaf) checks every piece and stores it through
-//! its [`Sink`]. Acknowledgements travel back up the same connections, one per data node.
+//! **Job.** Move data along the trees of `permafrost-topology` so that every link carries one stream.
+//! Replication: the root ([`send`]) streams an object to its children; a relay ([`serve`] on a node
+//! with children in the tree) duplicates the stream to its children as it arrives; a data node
+//! ([`serve`] at a leaf) checks every piece and stores it through its [`Sink`]; acknowledgements
+//! travel back up the same connections, one per data node. Parity ([`rebuild`]): the rebuilding root
+//! asks its parity tree; data nodes send their pieces up, relays XOR their children's streams, the
+//! root receives one stream, the XOR of all.
 //!
 //! **Invariants.**
 //! - End-to-end integrity: the root computes BLAKE3(index ‖ payload) once per piece; relays forward the
@@ -17,15 +19,21 @@
 //!   [`wire::PIECE_BYTES_MAX`]); a slow child slows its parent's stream instead of growing a buffer.
 //! - A stream is served only by the node it is addressed to (the header names it).
 //!
-//! **Not here.** Choosing the tree (`permafrost-topology`), XOR parity trees, retrying a failed
-//! subtree on another tree, TLS and authentication of peers.
+//! - Parity streams are checked at every hop (each sender hashes the pieces it sends, since relays
+//!   change the data); the root returns the BLAKE3 of the rebuilt object for comparison with the
+//!   catalog. Any failure below fails the whole rebuild with the node and piece named.
+//!
+//! **Not here.** Choosing the tree (`permafrost-topology`), retrying a failed subtree on another
+//! tree, TLS and authentication of peers.
 
 pub mod wire;
 
 mod node;
+mod parity;
 
 pub use node::{send, serve, NodeStats, RelayNode, Sink, SinkFactory, QUEUE_PIECES};
-pub use wire::{Header, Hop, LeafAck};
+pub use parity::{rebuild, SourceFactory};
+pub use wire::{Header, Hop, LeafAck, Op};
 
 use permafrost_topology::{Topology, Tree};
 

@@ -9,14 +9,15 @@ use std::sync::Arc;
 use std::thread::{self, JoinHandle};
 use std::time::Duration;
 
-use crate::wire::{self, piece_hash, Header, Hop, LeafAck, Piece};
+use crate::parity::{self, SourceFactory};
+use crate::wire::{self, piece_hash, Header, Hop, LeafAck, Op, Piece};
 
 /// Pieces queued per child before the stream waits for that child.
 pub const QUEUE_PIECES: usize = 4;
 /// A connection that moves nothing for this long fails (its subtree is reported failed).
 pub const IO_TIMEOUT: Duration = Duration::from_secs(30);
 /// Socket buffering per connection, bytes.
-const BUFFER_BYTES: usize = 256 << 10;
+pub(crate) const BUFFER_BYTES: usize = 256 << 10;
 
 /// Where a data node puts an incoming object.
 pub trait Sink: Send {
@@ -52,14 +53,16 @@ pub struct RelayNode {
     pub name: String,
     /// Storage for objects; None on a pure relay.
     pub sink: Option<SinkFactory>,
+    /// Stored bytes for parity rebuilds; None on a pure relay.
+    pub source: Option<SourceFactory>,
     /// Its counters.
     pub stats: Arc<NodeStats>,
 }
 
-struct Counting<T> {
-    inner: T,
-    count: Arc<NodeStats>,
-    inbound: bool,
+pub(crate) struct Counting<T> {
+    pub(crate) inner: T,
+    pub(crate) count: Arc<NodeStats>,
+    pub(crate) inbound: bool,
 }
 
 impl<T: Read> Read for Counting<T> {
@@ -121,7 +124,7 @@ fn failed(hop: &Hop, message: &str) -> Vec<LeafAck> {
         .collect()
 }
 
-fn connect(addr: &str) -> io::Result<TcpStream> {
+pub(crate) fn connect(addr: &str) -> io::Result<TcpStream> {
     let mut last = io::Error::new(
         io::ErrorKind::NotFound,
         format!("{addr} resolves to nothing"),
@@ -280,6 +283,7 @@ pub fn send(
 ) -> io::Result<Vec<LeafAck>> {
     let base = Header {
         version: wire::VERSION,
+        op: Op::Replicate,
         transfer: transfer.to_string(),
         object_bytes,
         piece_bytes,
@@ -342,8 +346,17 @@ fn handle(conn: TcpStream, node: &RelayNode) -> io::Result<()> {
     };
     let header: Header = wire::read_json(&mut reader)?;
     if let Err(why) = header.validate(&node.name) {
-        let acks = failed(&header.hop, &format!("{}: {why}", node.name));
-        return wire::write_json(&mut writer, &acks);
+        let why = format!("{}: {why}", node.name);
+        return match header.op {
+            Op::Replicate => wire::write_json(&mut writer, &failed(&header.hop, &why)),
+            Op::Xor => {
+                writer.write_all(&u32::MAX.to_le_bytes())?;
+                wire::write_json(&mut writer, &why)
+            }
+        };
+    }
+    if header.op == Op::Xor {
+        return parity::serve_xor(&header, writer.inner, node);
     }
     let acks = if header.hop.children.is_empty() {
         store(&header, &mut reader, node)?

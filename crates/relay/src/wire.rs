@@ -8,6 +8,11 @@
 //!               the last; the hash is computed once by the sender at the root
 //! ack         = u32 length, JSON [LeafAck]   (one entry per data node of the receiver's subtree)
 //! ```
+//!
+//! For `op = "xor"` (a parity tree) the connecting parent sends only the header and the pieces flow
+//! back on the same connection, each hashed by the node that sent it (data are combined on the way);
+//! instead of a piece, a node may send `u32 0xFFFF_FFFF, u32 length, JSON string`: the error that
+//! stopped its subtree.
 
 use std::io::{self, Read, Write};
 
@@ -41,11 +46,26 @@ impl Hop {
     }
 }
 
+/// What a stream does.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Op {
+    /// Replication: pieces flow from the connecting parent down to the data nodes, which store them.
+    #[default]
+    Replicate,
+    /// Parity: the parent connects and sends the header; pieces flow back up: data nodes read theirs,
+    /// relays XOR their children's, the root receives the XOR of all.
+    Xor,
+}
+
 /// What the sender tells each receiver before the pieces.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Header {
     /// [`VERSION`].
     pub version: u32,
+    /// Which way the pieces flow and what relays do with them.
+    #[serde(default)]
+    pub op: Op,
     /// The transfer's id (chosen by the root; names the object at the leaves).
     pub transfer: String,
     /// Object size, bytes.

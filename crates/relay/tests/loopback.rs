@@ -11,9 +11,10 @@ use std::thread;
 use std::time::Duration;
 
 use permafrost_relay::{
-    hops, send, serve, Header, LeafAck, NodeStats, RelayNode, Sink, SinkFactory, QUEUE_PIECES,
+    hops, rebuild, send, serve, Header, LeafAck, NodeStats, RelayNode, Sink, SinkFactory,
+    SourceFactory, QUEUE_PIECES,
 };
-use permafrost_topology::{replication_tree, Demand, Role, Topology};
+use permafrost_topology::{parity_tree, replication_tree, Demand, NodeId, Role, Topology};
 
 type Stored = Arc<Mutex<HashMap<String, Vec<u8>>>>;
 
@@ -79,6 +80,16 @@ fn start(slow: &str) -> Cluster {
             });
             factory
         });
+        let source: Option<SourceFactory> = (node.role == Role::Node).then(|| {
+            let name = node.name.clone();
+            let factory: SourceFactory = Arc::new(move |h: &Header| {
+                Ok(
+                    Box::new(io::Cursor::new(held_by(&name, h.object_bytes as usize)))
+                        as Box<dyn Read + Send>,
+                )
+            });
+            factory
+        });
         c.addrs.insert(
             node.name.clone(),
             listener.local_addr().unwrap().to_string(),
@@ -89,6 +100,7 @@ fn start(slow: &str) -> Cluster {
             Arc::new(RelayNode {
                 name: node.name.clone(),
                 sink,
+                source,
                 stats,
             }),
         );
@@ -96,8 +108,20 @@ fn start(slow: &str) -> Cluster {
     c
 }
 
+/// The piece data node `name` holds for parity rebuilds.
+fn held_by(name: &str, bytes: usize) -> Vec<u8> {
+    let seed = name
+        .bytes()
+        .fold(0x9E37_79B9u64, |h, b| h.wrapping_mul(31) ^ u64::from(b));
+    object_seeded(bytes, seed)
+}
+
 fn object(bytes: usize) -> Vec<u8> {
-    let mut x = 0x243F_6A88_85A3_08D3u64;
+    object_seeded(bytes, 0x243F_6A88_85A3_08D3)
+}
+
+fn object_seeded(bytes: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed | 1;
     (0..bytes)
         .map(|_| {
             x ^= x << 13;
@@ -106,6 +130,49 @@ fn object(bytes: usize) -> Vec<u8> {
             x as u8
         })
         .collect()
+}
+
+/// A one-connection TCP proxy to `target` that flips the byte at 1 MiB of the stream going towards
+/// the target (`towards_target`) or coming back from it. Returns its address.
+fn flipping_proxy(target: String, towards_target: bool) -> String {
+    let proxy = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = proxy.local_addr().unwrap().to_string();
+    thread::spawn(move || {
+        let (near, _) = proxy.accept().unwrap();
+        let far = TcpStream::connect(target).unwrap();
+        let (mut from, mut to, mut plain_from, mut plain_to) = if towards_target {
+            (
+                near.try_clone().unwrap(),
+                far.try_clone().unwrap(),
+                far,
+                near,
+            )
+        } else {
+            (
+                far.try_clone().unwrap(),
+                near.try_clone().unwrap(),
+                near,
+                far,
+            )
+        };
+        thread::spawn(move || io::copy(&mut plain_from, &mut plain_to));
+        let mut buf = vec![0u8; 64 << 10];
+        let mut seen = 0usize;
+        while let Ok(n) = from.read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+            const AT: usize = 1 << 20;
+            if (seen..seen + n).contains(&AT) {
+                buf[AT - seen] ^= 0x40;
+            }
+            seen += n;
+            if to.write_all(&buf[..n]).is_err() {
+                break;
+            }
+        }
+    });
+    addr
 }
 
 const OBJECT_BYTES: usize = 8 << 20;
@@ -178,30 +245,7 @@ fn a_corrupted_byte_on_the_uplink_is_caught_at_every_leaf_and_nothing_is_acknowl
     let data = c.topology.with_role(Role::Node);
     let tree = replication_tree(&c.topology, client, &Demand::any(&data, 3)).unwrap();
     // A proxy in front of the core relay flips one byte in the middle of the stream.
-    let proxy = TcpListener::bind("127.0.0.1:0").unwrap();
-    let proxy_addr = proxy.local_addr().unwrap().to_string();
-    let core_addr = c.addrs["core"].clone();
-    thread::spawn(move || {
-        let (mut down, _) = proxy.accept().unwrap();
-        let mut up = TcpStream::connect(core_addr).unwrap();
-        let mut back_up = up.try_clone().unwrap();
-        let mut back_down = down.try_clone().unwrap();
-        thread::spawn(move || io::copy(&mut back_up, &mut back_down));
-        let mut buf = vec![0u8; 64 << 10];
-        let mut seen = 0usize;
-        loop {
-            let n = down.read(&mut buf).unwrap();
-            if n == 0 {
-                break;
-            }
-            const AT: usize = 1 << 20;
-            if (seen..seen + n).contains(&AT) {
-                buf[AT - seen] ^= 0x40;
-            }
-            seen += n;
-            up.write_all(&buf[..n]).unwrap();
-        }
-    });
+    let proxy_addr = flipping_proxy(c.addrs["core"].clone(), true);
     let children = hops(&c.topology, &tree, &|n| {
         if n == "core" {
             proxy_addr.clone()
@@ -313,4 +357,87 @@ fn a_stream_sent_to_the_wrong_node_is_refused_and_an_empty_object_is_fine() {
     .unwrap();
     assert!(all_ok(&acks), "{acks:?}");
     assert!(c.stored["n1"].lock().unwrap()["t5"].is_empty());
+}
+
+fn xor_of(names: &[&str], bytes: usize) -> Vec<u8> {
+    let mut acc = vec![0u8; bytes];
+    for n in names {
+        acc.iter_mut()
+            .zip(held_by(n, bytes))
+            .for_each(|(a, b)| *a ^= b);
+    }
+    acc
+}
+
+#[test]
+fn a_parity_tree_rebuilds_the_xor_and_the_root_receives_one_stream_whatever_the_group() {
+    let c = start("");
+    let root = c.topology.node_id("n6").unwrap();
+    let bytes = 4 << 20;
+    for group in 3..=5usize {
+        let survivors: Vec<String> = (2..=group).map(|i| format!("n{i}")).collect();
+        let holders: Vec<Vec<NodeId>> = survivors
+            .iter()
+            .map(|n| vec![c.topology.node_id(n).unwrap()])
+            .collect();
+        let tree = parity_tree(&c.topology, root, &Demand::one_of_each(&holders)).unwrap();
+        let children = hops(&c.topology, &tree, &|n| c.addrs[n].clone());
+        let stats = Arc::new(NodeStats::default());
+        let mut out = Vec::new();
+        let hash = rebuild("p1", &children, bytes as u64, PIECE_BYTES, &mut out, &stats).unwrap();
+        let names: Vec<&str> = survivors.iter().map(String::as_str).collect();
+        let expected = xor_of(&names, bytes);
+        assert!(
+            out == expected,
+            "group {group}: the rebuilt bytes are the XOR of the survivors"
+        );
+        assert_eq!(hash, *blake3::hash(&expected).as_bytes());
+        // One stream into the root, whatever the group size.
+        let into_root = stats.bytes_in.load(Ordering::Relaxed) as f64;
+        let overhead = 1.0 + 36.0 / f64::from(PIECE_BYTES);
+        assert!(
+            into_root >= bytes as f64 && into_root <= bytes as f64 * overhead,
+            "{into_root}"
+        );
+    }
+}
+
+#[test]
+fn a_corrupted_piece_below_a_relay_fails_the_rebuild_naming_the_node() {
+    let c = start("");
+    let root = c.topology.node_id("n6").unwrap();
+    let holders: Vec<Vec<NodeId>> = ["n2", "n4", "n5"]
+        .iter()
+        .map(|n| vec![c.topology.node_id(n).unwrap()])
+        .collect();
+    let tree = parity_tree(&c.topology, root, &Demand::one_of_each(&holders)).unwrap();
+    // n4's answer to edge2 passes a proxy that flips a byte.
+    let proxy = flipping_proxy(c.addrs["n4"].clone(), false);
+    let children = hops(&c.topology, &tree, &|n| {
+        if n == "n4" {
+            proxy.clone()
+        } else {
+            c.addrs[n].clone()
+        }
+    });
+    let mut out = Vec::new();
+    let e = rebuild(
+        "p2",
+        &children,
+        4 << 20,
+        PIECE_BYTES,
+        &mut out,
+        &Arc::default(),
+    )
+    .unwrap_err();
+    let text = e.to_string();
+    assert!(
+        text.contains("n4") && text.contains("BLAKE3 mismatch"),
+        "{text}"
+    );
+    assert!(
+        text.contains("edge2"),
+        "the relay that caught it is named: {text}"
+    );
+    assert!(out.len() < 4 << 20, "the rebuild stopped");
 }
