@@ -31,7 +31,7 @@ pub mod wire;
 mod node;
 mod parity;
 
-pub use node::{send, serve, NodeStats, RelayNode, Sink, SinkFactory, QUEUE_PIECES};
+pub use node::{send, serve, NodeStats, RelayNode, Sink, SinkFactory, QUEUE_PIECES, STREAMS_MAX};
 pub use parity::{rebuild, SourceFactory};
 pub use wire::{Header, Hop, LeafAck, Op};
 

@@ -44,6 +44,8 @@ pub struct NodeStats {
     pub pieces_held_max: AtomicU64,
     /// Streams accepted.
     pub streams: AtomicU64,
+    /// Streams being served now.
+    pub streams_open: AtomicU64,
 }
 
 /// A node that accepts streams: a relay (forwards to the children the header names) and, when it
@@ -313,14 +315,24 @@ pub fn send(
     forward(&base, children, &mut next, stats)
 }
 
-/// Accept streams on `listener` until it fails; one thread per connection.
+/// Most streams one node serves at once; more are refused (closed), and their senders report the
+/// subtree failed.
+pub const STREAMS_MAX: u64 = 512;
+
+/// Accept streams on `listener` until it fails; one thread per connection, at most [`STREAMS_MAX`].
 pub fn serve(listener: TcpListener, node: Arc<RelayNode>) -> JoinHandle<()> {
     thread::spawn(move || {
         for conn in listener.incoming() {
             let Ok(conn) = conn else { continue };
+            if node.stats.streams_open.fetch_add(1, Ordering::AcqRel) >= STREAMS_MAX {
+                node.stats.streams_open.fetch_sub(1, Ordering::AcqRel);
+                drop(conn);
+                continue;
+            }
             let node = Arc::clone(&node);
             thread::spawn(move || {
                 let _ = handle(conn, &node);
+                node.stats.streams_open.fetch_sub(1, Ordering::AcqRel);
             });
         }
     })
@@ -348,7 +360,15 @@ fn handle(conn: TcpStream, node: &RelayNode) -> io::Result<()> {
     if let Err(why) = header.validate(&node.name) {
         let why = format!("{}: {why}", node.name);
         return match header.op {
-            Op::Replicate => wire::write_json(&mut writer, &failed(&header.hop, &why)),
+            Op::Replicate => {
+                // Read the stream to its end when it can be framed, so the sender gets the reason.
+                if (1..=wire::PIECE_BYTES_MAX).contains(&header.piece_bytes) {
+                    for index in 0..header.pieces() {
+                        wire::read_piece(&mut reader, header.piece_len(index))?;
+                    }
+                }
+                wire::write_json(&mut writer, &failed(&header.hop, &why))
+            }
             Op::Xor => {
                 writer.write_all(&u32::MAX.to_le_bytes())?;
                 wire::write_json(&mut writer, &why)
