@@ -441,3 +441,106 @@ fn a_corrupted_piece_below_a_relay_fails_the_rebuild_naming_the_node() {
     );
     assert!(out.len() < 4 << 20, "the rebuild stopped");
 }
+
+/// A one-connection TCP proxy to `target` that forwards 1 MiB and then cuts both connections (a relay
+/// dying mid-transfer). Returns its address.
+fn cutting_proxy(target: String) -> String {
+    let proxy = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = proxy.local_addr().unwrap().to_string();
+    thread::spawn(move || {
+        let (mut near, _) = proxy.accept().unwrap();
+        let mut far = TcpStream::connect(target).unwrap();
+        let mut buf = vec![0u8; 64 << 10];
+        let mut left = 1usize << 20;
+        while left > 0 {
+            let Ok(n) = near.read(&mut buf[..left.min(64 << 10)]) else {
+                break;
+            };
+            if n == 0 || far.write_all(&buf[..n]).is_err() {
+                break;
+            }
+            left -= n;
+        }
+        let _ = near.shutdown(std::net::Shutdown::Both);
+        let _ = far.shutdown(std::net::Shutdown::Both);
+    });
+    addr
+}
+
+#[test]
+fn when_a_relay_dies_mid_write_the_missing_copies_go_out_on_a_tree_around_it() {
+    let c = start("");
+    let t = &c.topology;
+    let client = t.node_id("client").unwrap();
+    let edge1 = t.node_id("edge1").unwrap();
+    let data = t.with_role(Role::Node);
+    let k = 3;
+    let body = object(4 << 20);
+    let tree = replication_tree(t, client, &Demand::any(&data, k)).unwrap();
+    assert!(
+        tree.duty(edge1).is_some(),
+        "the first tree runs through edge1"
+    );
+    let cut = cutting_proxy(c.addrs["edge1"].clone());
+    let children = hops(t, &tree, &|n| {
+        if n == "edge1" {
+            cut.clone()
+        } else {
+            c.addrs[n].clone()
+        }
+    });
+    let first = send(
+        "w1",
+        &children,
+        &mut &body[..],
+        body.len() as u64,
+        PIECE_BYTES,
+        &Arc::default(),
+    )
+    .unwrap();
+    let done: Vec<NodeId> = first
+        .iter()
+        .filter(|a| a.ok)
+        .map(|a| t.node_id(&a.node).unwrap())
+        .collect();
+    assert!(done.len() < k, "the copies behind edge1 failed: {first:?}");
+    for a in first.iter().filter(|a| !a.ok) {
+        assert!(
+            !c.stored[&a.node].lock().unwrap().contains_key("w1"),
+            "no partial copy on {}",
+            a.node
+        );
+    }
+    // Retry: the copies still missing, on candidates not yet holding one, around the failed relay.
+    let rest: Vec<NodeId> = data.iter().copied().filter(|n| !done.contains(n)).collect();
+    let failed_nodes: Vec<NodeId> = first
+        .iter()
+        .filter(|a| !a.ok)
+        .map(|a| t.node_id(&a.node).unwrap())
+        .collect();
+    let demand = Demand::any(&rest, k - done.len()).avoiding(&[edge1]);
+    let retry = replication_tree(t, client, &demand.avoiding(&failed_nodes)).unwrap();
+    assert!(retry.duty(edge1).is_none());
+    let children = hops(t, &retry, &|n| c.addrs[n].clone());
+    let second = send(
+        "w1",
+        &children,
+        &mut &body[..],
+        body.len() as u64,
+        PIECE_BYTES,
+        &Arc::default(),
+    )
+    .unwrap();
+    assert!(all_ok(&second), "{second:?}");
+    let holders: Vec<&String> = c
+        .stored
+        .iter()
+        .filter(|(_, s)| s.lock().unwrap().get("w1") == Some(&body))
+        .map(|(n, _)| n)
+        .collect();
+    assert_eq!(
+        holders.len(),
+        k,
+        "k byte-exact copies in the end: {holders:?}"
+    );
+}

@@ -34,6 +34,9 @@ pub struct Group {
 pub struct Demand {
     /// The groups.
     pub groups: Vec<Group>,
+    /// Nodes the tree must not use (relays or data nodes that failed: a retry on another tree).
+    /// An avoided candidate is never chosen.
+    pub avoid: Vec<NodeId>,
 }
 
 impl Demand {
@@ -47,6 +50,7 @@ impl Demand {
                     count: 1,
                 })
                 .collect(),
+            avoid: Vec::new(),
         }
     }
 
@@ -57,6 +61,7 @@ impl Demand {
                 candidates: candidates.to_vec(),
                 count: k,
             }],
+            avoid: Vec::new(),
         }
     }
 
@@ -70,7 +75,14 @@ impl Demand {
                     count: 1,
                 })
                 .collect(),
+            avoid: Vec::new(),
         }
+    }
+
+    /// The same demand, not using `nodes` (e.g. the relay or data node that failed during a write).
+    pub fn avoiding(mut self, nodes: &[NodeId]) -> Self {
+        self.avoid.extend_from_slice(nodes);
+        self
     }
 }
 
@@ -301,6 +313,7 @@ struct Search<'a> {
     degree: Vec<u32>,
     reached: Vec<usize>,
     forbidden: Vec<bool>,
+    avoided: Vec<bool>,
     edges: Vec<TreeEdge>,
     targets: Vec<NodeId>,
 }
@@ -315,6 +328,7 @@ impl Search<'_> {
 
     fn open(&self, node: NodeId) -> bool {
         !self.in_tree[node.index()]
+            && !self.avoided[node.index()]
             && self.group_of[node.index()]
                 .is_some_and(|g| self.reached[g] < self.demand.groups[g].count)
     }
@@ -340,6 +354,7 @@ impl Search<'_> {
         while let Some(x) = queue.pop_front() {
             for (link, y) in topology.neighbours(x) {
                 if !useful[y.index()]
+                    && !self.avoided[y.index()]
                     && !self.forbidden[link.index()]
                     && !self.in_tree[y.index()]
                     && can_forward(topology, y)
@@ -475,10 +490,19 @@ pub fn tree_with_budget(
         degree: vec![0; n],
         reached: vec![0; demand.groups.len()],
         forbidden: vec![false; topology.links().len()],
+        avoided: vec![false; n],
         edges: Vec::new(),
         targets: Vec::new(),
     };
     s.in_tree[root.index()] = true;
+    for &v in &demand.avoid {
+        if !topology.contains(v) {
+            return Err(TreeError::UnknownNode(v.index()));
+        }
+        if v != root {
+            s.avoided[v.index()] = true;
+        }
+    }
     // The choices taken, and whether each was turned into "ruled out" by backtracking.
     let mut stack: Vec<(Candidate, bool)> = Vec::new();
     let mut steps = 0u32;

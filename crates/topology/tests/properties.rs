@@ -157,6 +157,7 @@ proptest! {
                         candidates: map(&g.candidates),
                         count: g.count,
                     }).collect(),
+                    avoid: vec![],
                 };
                 let tree2 = replication_tree(&t2, t2.node_id("client").unwrap(), &demand2).unwrap();
                 prop_assert_eq!(tree2.named_edges(&t2), tree.named_edges(&t));
@@ -184,6 +185,18 @@ proptest! {
                 prop_assert!(shape.degree_limits, "no limits, yet no tree: {}", u);
                 prop_assert!(u.disconnected.is_empty());
                 prop_assert!(!u.exhausted, "small topologies are searched completely: {}", u);
+            }
+            Err(e) => prop_assert!(false, "unexpected error {}", e),
+        }
+        // A retry avoiding a relay (as after a relay failed mid-write) never uses it.
+        let avoided = t.with_role(Role::Relay)[rng.below(shape.relays.max(1))];
+        match replication_tree(&t, client, &demand.clone().avoiding(&[avoided])) {
+            Ok(tree) => {
+                assert_valid(&t, &tree, &demand);
+                prop_assert!(tree.duty(avoided).is_none(), "avoided relay used");
+            }
+            Err(TreeError::Unreachable(u)) => {
+                prop_assert!(!u.exhausted, "{}", u);
             }
             Err(e) => prop_assert!(false, "unexpected error {}", e),
         }
