@@ -242,3 +242,32 @@ proptest! {
         }
     }
 }
+
+const EXAMPLE: &str = include_str!("../../../docs/cluster-topology.toml");
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+
+    /// Bad input never panics: arbitrary text, and the example file with one line replaced, deleted
+    /// or duplicated, either parses into a valid topology or is refused with a message.
+    #[test]
+    fn no_topology_text_makes_the_parser_panic(
+        junk in "\\PC{0,200}",
+        line in 0usize..200,
+        edit in 0u8..3,
+    ) {
+        let _ = Topology::from_toml_str(&junk);
+        let mut lines: Vec<&str> = EXAMPLE.lines().collect();
+        let i = line % lines.len();
+        match edit {
+            0 => lines[i] = &junk,
+            1 => { lines.remove(i); }
+            _ => lines.insert(i, lines[i]),
+        }
+        let text = lines.join("\n");
+        match Topology::from_toml_str(&text) {
+            Ok(t) => prop_assert!(t.links().iter().all(|l| l.capacity_mbit > 0.0)),
+            Err(e) => prop_assert!(!e.to_string().is_empty()),
+        }
+    }
+}
