@@ -743,6 +743,35 @@ impl Tree {
             .fold(f64::INFINITY, f64::min)
     }
 
+    /// One line for status output and logs: `client → core → { edge1 → { n1, n2 }, edge2 → n4 }`
+    /// (children by name; parity trees read the same way, data flowing towards the root).
+    pub fn render(&self, topology: &Topology) -> String {
+        fn below(tree: &Tree, topology: &Topology, node: NodeId, out: &mut String) {
+            out.push_str(topology.name(node));
+            let children = tree.children(topology, node);
+            match children.len() {
+                0 => {}
+                1 => {
+                    out.push_str(" → ");
+                    below(tree, topology, children[0], out);
+                }
+                _ => {
+                    out.push_str(" → { ");
+                    for (i, c) in children.iter().enumerate() {
+                        if i > 0 {
+                            out.push_str(", ");
+                        }
+                        below(tree, topology, *c, out);
+                    }
+                    out.push_str(" }");
+                }
+            }
+        }
+        let mut out = String::new();
+        below(self, topology, self.root, &mut out);
+        out
+    }
+
     /// Edges as `(parent name, child name)`, for comparing trees across topologies and for display.
     pub fn named_edges(&self, topology: &Topology) -> Vec<(String, String)> {
         self.edges

@@ -82,6 +82,11 @@ fn a_replication_tree_carries_the_object_over_the_uplink_once_and_stays_flat_as_
         assert_eq!(tree.duty(edge1), Some(Duty::Duplicate));
         assert_eq!(tree.duty(client), Some(Duty::Root));
     }
+    let tree = replication_tree(&t, client, &Demand::any(&data, 4)).unwrap();
+    assert_eq!(
+        tree.render(&t),
+        "client → core → { edge1 → { n1, n2, n3 }, edge2 → n4 }"
+    );
 }
 
 #[test]
