@@ -361,9 +361,10 @@ impl Network {
                     self.topology.display()
                 );
             }
-            if addr.rsplit_once(':').is_none_or(|(host, port)| {
-                host.is_empty() || port.parse::<u16>().is_err()
-            }) {
+            if addr
+                .rsplit_once(':')
+                .is_none_or(|(host, port)| host.is_empty() || port.parse::<u16>().is_err())
+            {
                 bail!("--addr {entry:?}: the address is not HOST:PORT");
             }
             if addrs.insert(name.to_string(), addr.to_string()).is_some() {
@@ -610,8 +611,8 @@ fn run_rebuild(args: RebuildArgs) -> Result<()> {
             .context("no parity tree")?;
         ("tree", cluster.tree_hops(&tree)?, tree.render(t))
     };
-    let out = File::create(&args.out)
-        .with_context(|| format!("cannot create {}", args.out.display()))?;
+    let out =
+        File::create(&args.out).with_context(|| format!("cannot create {}", args.out.display()))?;
     let mut out = io::BufWriter::with_capacity(1 << 20, out);
     let stats = Arc::new(NodeStats::default());
     let started = Instant::now();
