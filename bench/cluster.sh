@@ -97,13 +97,16 @@ for l in t["link"]:
     a, b = l["between"]
     adj.setdefault(a, []).append((b, l["capacity_mbit"]))
     adj.setdefault(b, []).append((a, l["capacity_mbit"]))
-seen, order = {clients[0]}, [clients[0]]
+seen, order, up = {clients[0]}, [clients[0]], {}
 print(clients[0], "-", 0, "client")
 for parent in order:
     for child, cap in adj.get(parent, []):
+        if child == up.get(parent):
+            continue
         if child in seen:
             sys.exit(f"{sys.argv[1]}: the links form a cycle at {child}; this script cables trees only")
         seen.add(child)
+        up[child] = parent
         order.append(child)
         print(child, parent, cap, role[child])
 if len(seen) != len(role):
@@ -156,14 +159,14 @@ for n in "${NODES[@]}"; do
     ip link set "${TAG}a$l" netns "$TAG-$p"
     ip link set "${TAG}b$l" netns "$TAG-$n"
     ip -n "$TAG-$p" link set "${TAG}a$l" name "d-$n"
-    ip -n "$TAG-$n" link set "${TAG}b$l" name up
+    ip -n "$TAG-$n" link set "${TAG}b$l" name uplink
     ip -n "$TAG-$p" addr add "${UPADDR[$n]}/30" dev "d-$n"
-    ip -n "$TAG-$n" addr add "${ADDR[$n]}/30" dev up
-    ip -n "$TAG-$p" link set "d-$n" up
-    ip -n "$TAG-$n" link set up up
+    ip -n "$TAG-$n" addr add "${ADDR[$n]}/30" dev uplink
+    ip -n "$TAG-$p" link set dev "d-$n" up
+    ip -n "$TAG-$n" link set dev uplink up
     # Each direction shaped to the link's capacity (tbf on each end's egress).
     tc -n "$TAG-$p" qdisc add dev "d-$n" root tbf rate "${CAP[$n]}mbit" burst 256kb latency 100ms
-    tc -n "$TAG-$n" qdisc add dev up root tbf rate "${CAP[$n]}mbit" burst 256kb latency 100ms
+    tc -n "$TAG-$n" qdisc add dev uplink root tbf rate "${CAP[$n]}mbit" burst 256kb latency 100ms
     ip -n "$TAG-$n" route add default via "${UPADDR[$n]}"
 done
 # Routes down the tree: every node reaches each node below a child through that child.
@@ -269,13 +272,13 @@ rebuild_once() {   # round, group n, mode (tree|naive)
     local csv
     csv=$(IFS=,; echo "${from[*]}")
     local rx0 rx1 t0 t1 json out="$SCRATCH/rebuilt-$round-$group-$mode"
-    rx0=$(counter "$REBUILD_ONTO" up rx_bytes)
+    rx0=$(counter "$REBUILD_ONTO" uplink rx_bytes)
     t0=$(now)
     json=$(in_ns "$REBUILD_ONTO" nice -n -10 "$BIN" relay rebuild --topology "$TOPOLOGY" "${ADDR_ARGS[@]}" \
         --onto "$REBUILD_ONTO" --from "$csv" --key piece --bytes "$OBJECT_BYTES" "${extra[@]}" --out "$out" \
         --json 2>>"$OUT/rebuild.log") || FAILED=1
     t1=$(now)
-    rx1=$(counter "$REBUILD_ONTO" up rx_bytes)
+    rx1=$(counter "$REBUILD_ONTO" uplink rx_bytes)
     local want got exact
     want=$(python3 - "$SCRATCH" "${from[@]}" <<'EOF'
 import hashlib, sys
@@ -330,7 +333,11 @@ say "# load after $(loadavg)"
 
 python3 - "$RESULTS.lines" "$RESULTS" <<'EOF'
 import json, sys
-rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+text, rows, at, dec = open(sys.argv[1]).read(), [], 0, json.JSONDecoder()
+while text[at:].strip():
+    at += len(text[at:]) - len(text[at:].lstrip())
+    row, at = dec.raw_decode(text, at)
+    rows.append(row)
 json.dump(rows, open(sys.argv[2], "w"), indent=1)
 EOF
 rm -f "$RESULTS.lines"
