@@ -10,6 +10,7 @@ mod object;
 mod pattern;
 mod progress;
 mod record;
+mod relay;
 mod serve;
 mod units;
 
@@ -74,6 +75,10 @@ enum Command {
     /// e-VLBI recording: start, stop and watch scans of VDIF frames over UDP, schedules, a paced sender.
     #[command(subcommand)]
     Record(record::RecordCommand),
+    /// Cluster data plane: run a relay or a data node, write k copies along a replication tree, rebuild through a
+    /// parity tree (docs/cluster.md).
+    #[command(subcommand)]
+    Relay(relay::RelayCommand),
 }
 
 #[derive(Subcommand)]
@@ -132,6 +137,7 @@ fn main() {
         Command::Verify(args) => object::verify(args),
         Command::Salvage(args) => object::salvage(args),
         Command::Record(command) => record::run(command),
+        Command::Relay(command) => relay::run(command),
     };
     if let Err(error) = result {
         eprintln!("permafrost: {error:#}");

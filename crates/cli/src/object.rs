@@ -470,6 +470,33 @@ pub(crate) fn stat_of(target: &Target, path: &str) -> Result<ObjectStat> {
     connect(target)?.stat(&bucket, &key)
 }
 
+/// Store `file` (`len_bytes` long) as `bucket/key`, making the bucket when it is missing (`permafrost relay node`:
+/// a copy that arrived through a replication tree). Returns once the archive acknowledged the object.
+pub(crate) fn put_file(
+    target: &Target,
+    bucket: &str,
+    key: &str,
+    file: std::fs::File,
+    len_bytes: u64,
+) -> Result<ObjectStat> {
+    let archive = connect(target)?;
+    if !archive.list_buckets()?.iter().any(|b| b == bucket) {
+        archive.make_bucket(bucket)?;
+    }
+    let request = PutRequest {
+        content_encoding: "identity".to_string(),
+        ..PutRequest::default()
+    };
+    archive.put(bucket, key, Body::File { file, len_bytes }, &request, true)
+}
+
+/// The data directory of a target (for `permafrost relay node`'s spool files).
+pub(crate) fn data_dir_of(target: &Target) -> Option<&Path> {
+    remote_endpoint(target)
+        .is_none()
+        .then_some(target.data_dir.as_path())
+}
+
 fn connect(target: &Target) -> Result<Box<dyn Archive>> {
     let endpoint = target.endpoint.clone().or_else(|| {
         std::env::var("PERMAFROST_ENDPOINT")

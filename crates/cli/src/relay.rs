@@ -1,0 +1,661 @@
+//! `permafrost relay`: the cluster's data plane (`permafrost-relay`) from the command line (docs/cluster.md).
+//!
+//! - `serve`: a relay (the source's switch node) listening on an address; it forwards each replication stream to
+//!   the children its header names and XORs its children's streams for a parity rebuild. Holds no data.
+//! - `node`: a data node. Each copy that arrives is checked piece by piece (BLAKE3 from the root), spooled to a
+//!   file, and stored into the node's archive (`--data-dir`, opened in this process for each object, or a running
+//!   `permafrost serve` through `--endpoint`); the ack goes back only after the archive acknowledged the object. For
+//!   a parity rebuild it reads the object named by the transfer from the archive and sends it up.
+//! - `send`: write a file with k copies along a replication tree from the topology (the client sends it once);
+//!   `--fan-out` sends one stream per copy from here to the same data nodes (the baseline).
+//! - `rebuild`: receive the XOR of the survivors' pieces through a parity tree rooted here (one stream);
+//!   `--naive` opens one stream per survivor from here (the baseline).
+//!
+//! Names are the topology's; `--addr NAME=HOST:PORT` says where each relay or data node listens. Bad input (a
+//! topology naming unknown nodes, an unknown node, a missing address, no tree within the limits) fails before
+//! anything is sent; an unreachable relay or node fails the copies below it, named, and the command exits 1.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::io::{self, Seek, Write};
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use anyhow::{bail, Context, Result};
+use clap::{Args, Subcommand};
+use serde::Serialize;
+
+use permafrost_relay::{
+    hops, rebuild, send, serve, Header, Hop, LeafAck, NodeStats, RelayNode, Sink, SinkFactory,
+    SourceFactory,
+};
+use permafrost_topology::{parity_tree, replication_tree, Demand, NodeId, Role, Topology, Tree};
+
+use crate::object::{data_dir_of, get_into, put_file, Target};
+
+/// Piece size on the wire unless `--piece-bytes` says otherwise.
+const PIECE_BYTES_DEFAULT: u32 = 1 << 20;
+
+#[derive(Subcommand)]
+pub enum RelayCommand {
+    /// Run a relay (switch node): duplicate replication streams to their children, XOR parity streams.
+    Serve(ServeArgs),
+    /// Run a data node: store each copy that arrives into the archive; send stored objects up for rebuilds.
+    Node(NodeArgs),
+    /// Write a file with k copies along a replication tree (or, with --fan-out, one stream per copy).
+    Send(SendArgs),
+    /// Rebuild from the survivors through a parity tree (or, with --naive, one stream per survivor).
+    Rebuild(RebuildArgs),
+}
+
+#[derive(Args)]
+pub struct ServeArgs {
+    /// This relay's name in the topology (streams addressed to another name are refused).
+    #[arg(long)]
+    name: String,
+    /// Address to listen on, HOST:PORT.
+    #[arg(long)]
+    listen: String,
+}
+
+#[derive(Args)]
+pub struct NodeArgs {
+    /// This data node's name in the topology.
+    #[arg(long)]
+    name: String,
+    /// Address to listen on, HOST:PORT.
+    #[arg(long)]
+    listen: String,
+    /// Bucket the copies are stored in (key = the transfer's key); made when missing.
+    #[arg(long, default_value = "relay")]
+    bucket: String,
+    #[command(flatten)]
+    target: Target,
+}
+
+/// The topology and where its nodes listen.
+#[derive(Args)]
+pub struct Network {
+    /// The cluster topology file (format: docs/cluster.md).
+    #[arg(long)]
+    topology: PathBuf,
+    /// Where node NAME's relay or data node listens (repeatable; every node of the tree needs one).
+    #[arg(long = "addr", value_name = "NAME=HOST:PORT")]
+    addrs: Vec<String>,
+}
+
+#[derive(Args)]
+pub struct SendArgs {
+    #[command(flatten)]
+    network: Network,
+    /// The tree's root: this host's node in the topology [default: the topology's only client].
+    #[arg(long)]
+    from: Option<String>,
+    /// Number of copies; the tree picks the best-connected data nodes.
+    #[arg(long, conflicts_with = "to")]
+    copies: Option<usize>,
+    /// These data nodes, comma-separated (instead of --copies).
+    #[arg(long, value_delimiter = ',')]
+    to: Vec<String>,
+    /// Baseline: send one stream per copy from here to the tree's data nodes (routed by the network).
+    #[arg(long)]
+    fan_out: bool,
+    /// Object key at the data nodes [default: the file's name].
+    #[arg(long)]
+    key: Option<String>,
+    /// Piece size on the wire, bytes.
+    #[arg(long, default_value_t = PIECE_BYTES_DEFAULT)]
+    piece_bytes: u32,
+    /// Print the result as JSON on stdout.
+    #[arg(long)]
+    json: bool,
+    /// The file to write.
+    file: PathBuf,
+}
+
+#[derive(Args)]
+pub struct RebuildArgs {
+    #[command(flatten)]
+    network: Network,
+    /// The rebuilding node (this host's node in the topology; the tree's root).
+    #[arg(long)]
+    onto: String,
+    /// The data nodes holding the surviving pieces, comma-separated.
+    #[arg(long, value_delimiter = ',', required = true)]
+    from: Vec<String>,
+    /// Key of the pieces at the survivors (each holds its own piece under this key).
+    #[arg(long)]
+    key: String,
+    /// Size of each piece, bytes (every survivor's object must have exactly this size).
+    #[arg(long)]
+    bytes: u64,
+    /// Baseline: one stream per survivor from here, XORed here.
+    #[arg(long)]
+    naive: bool,
+    /// Piece size on the wire, bytes.
+    #[arg(long, default_value_t = PIECE_BYTES_DEFAULT)]
+    piece_bytes: u32,
+    /// File the rebuilt bytes are written to.
+    #[arg(long)]
+    out: PathBuf,
+    /// Print the result as JSON on stdout.
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn run(command: RelayCommand) -> Result<()> {
+    match command {
+        RelayCommand::Serve(args) => run_relay(args),
+        RelayCommand::Node(args) => run_node(args),
+        RelayCommand::Send(args) => run_send(args),
+        RelayCommand::Rebuild(args) => run_rebuild(args),
+    }
+}
+
+fn listen(addr: &str) -> Result<TcpListener> {
+    TcpListener::bind(addr).with_context(|| format!("cannot listen on {addr}"))
+}
+
+fn run_relay(args: ServeArgs) -> Result<()> {
+    let listener = listen(&args.listen)?;
+    eprintln!(
+        "permafrost relay {}: listening on {}",
+        args.name, args.listen
+    );
+    let node = RelayNode {
+        name: args.name,
+        sink: None,
+        source: None,
+        stats: Arc::new(NodeStats::default()),
+    };
+    serve(listener, Arc::new(node))
+        .join()
+        .map_err(|_| anyhow::anyhow!("the relay's accept loop panicked"))
+}
+
+/// A copy on its way into the archive: spooled to a file, stored by `finish`; the spool file goes either way.
+struct StoreSink {
+    node: Arc<DataNode>,
+    key: String,
+    path: PathBuf,
+    file: File,
+    bytes: u64,
+    started: Instant,
+}
+
+/// What every stream of a data node shares.
+struct DataNode {
+    name: String,
+    bucket: String,
+    target: Target,
+    spool: PathBuf,
+    /// One archive operation at a time (a data directory opened here is locked while open).
+    archive: Mutex<()>,
+}
+
+impl DataNode {
+    fn spool_path(&self, transfer: &str, what: &str) -> PathBuf {
+        let safe: String = transfer
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+            .take(64)
+            .collect();
+        self.spool
+            .join(format!("{what}-{safe}-{}", std::process::id()))
+            .with_extension(format!("{}", spool_counter()))
+    }
+}
+
+fn spool_counter() -> u64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+}
+
+impl Sink for StoreSink {
+    fn write_piece(&mut self, _index: u64, payload: &[u8]) -> io::Result<()> {
+        self.file.write_all(payload)?;
+        self.bytes += payload.len() as u64;
+        Ok(())
+    }
+
+    fn finish(mut self: Box<Self>) -> io::Result<()> {
+        self.file.rewind()?;
+        let file = self.file.try_clone()?;
+        let _one = self.node.archive.lock().unwrap_or_else(|p| p.into_inner());
+        let stored = put_file(
+            &self.node.target,
+            &self.node.bucket,
+            &self.key,
+            file,
+            self.bytes,
+        )
+        .map_err(|e| io::Error::other(format!("{e:#}")))?;
+        eprintln!(
+            "permafrost relay node {}: stored {}/{} ({} bytes, etag {}) {:.3} s after the first byte",
+            self.node.name,
+            self.node.bucket,
+            self.key,
+            self.bytes,
+            stored.etag,
+            self.started.elapsed().as_secs_f64()
+        );
+        Ok(())
+    }
+}
+
+impl Drop for StoreSink {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+fn run_node(args: NodeArgs) -> Result<()> {
+    let spool = match data_dir_of(&args.target) {
+        Some(dir) => {
+            std::fs::create_dir_all(dir)
+                .with_context(|| format!("cannot create {}", dir.display()))?;
+            dir.join("relay-spool")
+        }
+        None => std::env::temp_dir().join(format!("permafrost-relay-{}", args.name)),
+    };
+    std::fs::create_dir_all(&spool)
+        .with_context(|| format!("cannot create the spool directory {}", spool.display()))?;
+    let listener = listen(&args.listen)?;
+    let node = Arc::new(DataNode {
+        name: args.name.clone(),
+        bucket: args.bucket,
+        target: args.target,
+        spool,
+        archive: Mutex::new(()),
+    });
+    let sink_node = Arc::clone(&node);
+    let sink: SinkFactory = Arc::new(move |h: &Header| {
+        let path = sink_node.spool_path(&h.transfer, "in");
+        let file = File::options()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(&path)?;
+        Ok(Box::new(StoreSink {
+            node: Arc::clone(&sink_node),
+            key: h.transfer.clone(),
+            path,
+            file,
+            bytes: 0,
+            started: Instant::now(),
+        }) as Box<dyn Sink>)
+    });
+    let source_node = Arc::clone(&node);
+    let source: SourceFactory = Arc::new(move |h: &Header| {
+        let path = source_node.spool_path(&h.transfer, "out");
+        let mut file = File::options()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(&path)?;
+        // Unlinked at once: the open file is all the rebuild needs.
+        let _ = std::fs::remove_file(&path);
+        let got = {
+            let _one = source_node
+                .archive
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            get_into(
+                &source_node.target,
+                &format!("{}/{}", source_node.bucket, h.transfer),
+                &mut file,
+            )
+            .map_err(|e| io::Error::other(format!("{e:#}")))?
+        };
+        if got != h.object_bytes {
+            return Err(io::Error::other(format!(
+                "{}/{} holds {got} bytes, the rebuild asked for {}",
+                source_node.bucket, h.transfer, h.object_bytes
+            )));
+        }
+        file.rewind()?;
+        Ok(Box::new(file) as Box<dyn io::Read + Send>)
+    });
+    eprintln!(
+        "permafrost relay node {}: listening on {}, storing into bucket {} ({})",
+        node.name,
+        args.listen,
+        node.bucket,
+        match data_dir_of(&node.target) {
+            Some(dir) => format!("archive {}", dir.display()),
+            None => "the --endpoint server".to_string(),
+        }
+    );
+    let relay = RelayNode {
+        name: args.name,
+        sink: Some(sink),
+        source: Some(source),
+        stats: Arc::new(NodeStats::default()),
+    };
+    serve(listener, Arc::new(relay))
+        .join()
+        .map_err(|_| anyhow::anyhow!("the data node's accept loop panicked"))
+}
+
+/// The topology with every node's address checked.
+struct Cluster {
+    topology: Topology,
+    addrs: HashMap<String, String>,
+}
+
+impl Network {
+    fn load(&self) -> Result<Cluster> {
+        let topology = Topology::from_path(&self.topology)
+            .map_err(|e| anyhow::anyhow!("{e}"))
+            .with_context(|| format!("topology {}", self.topology.display()))?;
+        let mut addrs = HashMap::new();
+        for entry in &self.addrs {
+            let Some((name, addr)) = entry.split_once('=') else {
+                bail!("--addr {entry:?}: use NAME=HOST:PORT");
+            };
+            if topology.node_id(name).is_none() {
+                bail!(
+                    "--addr {entry:?}: the topology {} has no node {name:?}",
+                    self.topology.display()
+                );
+            }
+            if addr
+                .rsplit_once(':')
+                .is_none_or(|(host, port)| host.is_empty() || port.parse::<u16>().is_err())
+            {
+                bail!("--addr {entry:?}: the address is not HOST:PORT");
+            }
+            if addrs.insert(name.to_string(), addr.to_string()).is_some() {
+                bail!("--addr names {name:?} twice");
+            }
+        }
+        Ok(Cluster { topology, addrs })
+    }
+}
+
+impl Cluster {
+    fn node(&self, name: &str, what: &str) -> Result<NodeId> {
+        self.topology.node_id(name).with_context(|| {
+            format!(
+                "{what} {name:?}: the topology has no such node (nodes: {})",
+                self.names(None)
+            )
+        })
+    }
+
+    fn data_node(&self, name: &str, what: &str) -> Result<NodeId> {
+        let id = self.node(name, what)?;
+        if self.topology.node(id).role != Role::Node {
+            bail!(
+                "{what} {name:?} is a {}, not a data node (data nodes: {})",
+                self.topology.node(id).role.as_str(),
+                self.names(Some(Role::Node))
+            );
+        }
+        Ok(id)
+    }
+
+    fn names(&self, role: Option<Role>) -> String {
+        self.topology
+            .nodes()
+            .iter()
+            .filter(|n| role.is_none_or(|r| n.role == r))
+            .map(|n| n.name.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
+    /// The hops of `tree` below its root; every node in it needs an address.
+    fn tree_hops(&self, tree: &Tree) -> Result<Vec<Hop>> {
+        for id in tree.nodes() {
+            let name = self.topology.name(id);
+            if id != tree.root() && !self.addrs.contains_key(name) {
+                bail!(
+                    "no --addr for {name:?}, which is in the tree {}",
+                    tree.render(&self.topology)
+                );
+            }
+        }
+        Ok(hops(&self.topology, tree, &|name| self.addrs[name].clone()))
+    }
+
+    /// One direct stream per node (the baselines), routed by the network, not by relays.
+    fn direct_hops(&self, nodes: &[NodeId]) -> Result<Vec<Hop>> {
+        nodes
+            .iter()
+            .map(|&id| {
+                let name = self.topology.name(id);
+                let addr = self
+                    .addrs
+                    .get(name)
+                    .with_context(|| format!("no --addr for {name:?}"))?;
+                Ok(Hop {
+                    name: name.to_string(),
+                    addr: addr.clone(),
+                    children: Vec::new(),
+                })
+            })
+            .collect()
+    }
+}
+
+#[derive(Serialize)]
+struct SendReport {
+    mode: &'static str,
+    tree: String,
+    key: String,
+    object_bytes: u64,
+    copies: usize,
+    copies_ok: usize,
+    seconds: f64,
+    /// Bytes this process wrote to the network (headers, hashes, payload).
+    bytes_out: u64,
+    acks: Vec<LeafAck>,
+}
+
+fn run_send(args: SendArgs) -> Result<()> {
+    let cluster = args.network.load()?;
+    let t = &cluster.topology;
+    let root = match &args.from {
+        Some(name) => cluster.node(name, "--from")?,
+        None => match t.with_role(Role::Client).as_slice() {
+            [one] => *one,
+            _ => bail!(
+                "the topology has {} clients: say which one this is with --from",
+                t.with_role(Role::Client).len()
+            ),
+        },
+    };
+    let demand = if !args.to.is_empty() {
+        let to = args
+            .to
+            .iter()
+            .map(|n| cluster.data_node(n, "--to"))
+            .collect::<Result<Vec<_>>>()?;
+        Demand::exact(&to)
+    } else {
+        let Some(k) = args.copies else {
+            bail!("say how many copies (--copies K) or where (--to n1,n2)");
+        };
+        let candidates: Vec<NodeId> = t
+            .with_role(Role::Node)
+            .into_iter()
+            .filter(|&n| n != root)
+            .collect();
+        if k == 0 || k > candidates.len() {
+            bail!(
+                "--copies {k}: the topology has {} data nodes to hold copies",
+                candidates.len()
+            );
+        }
+        Demand::any(&candidates, k)
+    };
+    let tree = replication_tree(t, root, &demand)
+        .map_err(|e| anyhow::anyhow!("{e}"))
+        .context("no replication tree")?;
+    let targets: Vec<NodeId> = tree.targets().to_vec();
+    let (mode, children, shape) = if args.fan_out {
+        let direct = cluster.direct_hops(&targets)?;
+        let names: Vec<&str> = targets.iter().map(|&n| t.name(n)).collect();
+        (
+            "fan-out",
+            direct,
+            format!("{} → {{ {} }} (direct)", t.name(root), names.join(", ")),
+        )
+    } else {
+        ("tree", cluster.tree_hops(&tree)?, tree.render(t))
+    };
+    let key = match &args.key {
+        Some(k) => k.clone(),
+        None => args
+            .file
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .context("the file has no name: pass --key")?,
+    };
+    let mut file =
+        File::open(&args.file).with_context(|| format!("cannot open {}", args.file.display()))?;
+    let object_bytes = file
+        .metadata()
+        .with_context(|| format!("cannot stat {}", args.file.display()))?
+        .len();
+    let stats = Arc::new(NodeStats::default());
+    let started = Instant::now();
+    let acks = send(
+        &key,
+        &children,
+        &mut file,
+        object_bytes,
+        args.piece_bytes,
+        &stats,
+    )
+    .with_context(|| format!("reading {}", args.file.display()))?;
+    let report = SendReport {
+        mode,
+        tree: shape,
+        key,
+        object_bytes,
+        copies: targets.len(),
+        copies_ok: acks.iter().filter(|a| a.ok).count(),
+        seconds: started.elapsed().as_secs_f64(),
+        bytes_out: stats.bytes_out.load(std::sync::atomic::Ordering::Relaxed),
+        acks,
+    };
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        println!(
+            "{} {}: {} of {} copies stored in {:.3} s ({} bytes sent from here)",
+            report.mode,
+            report.tree,
+            report.copies_ok,
+            report.copies,
+            report.seconds,
+            report.bytes_out
+        );
+    }
+    if report.copies_ok < report.copies {
+        let failures: Vec<String> = report
+            .acks
+            .iter()
+            .filter(|a| !a.ok)
+            .map(|a| format!("{}: {}", a.node, a.error.as_deref().unwrap_or("failed")))
+            .collect();
+        bail!(
+            "{} of {} copies stored; failed: {}",
+            report.copies_ok,
+            report.copies,
+            failures.join("; ")
+        );
+    }
+    Ok(())
+}
+
+#[derive(Serialize)]
+struct RebuildReport {
+    mode: &'static str,
+    tree: String,
+    key: String,
+    object_bytes: u64,
+    seconds: f64,
+    /// Bytes this process read from the network.
+    bytes_in: u64,
+    blake3: String,
+}
+
+fn run_rebuild(args: RebuildArgs) -> Result<()> {
+    let cluster = args.network.load()?;
+    let t = &cluster.topology;
+    let root = cluster.node(&args.onto, "--onto")?;
+    let survivors = args
+        .from
+        .iter()
+        .map(|n| cluster.data_node(n, "--from"))
+        .collect::<Result<Vec<_>>>()?;
+    if survivors.contains(&root) {
+        bail!("--from names the rebuilding node {:?} itself", args.onto);
+    }
+    let holders: Vec<Vec<NodeId>> = survivors.iter().map(|&n| vec![n]).collect();
+    let (mode, children, shape) = if args.naive {
+        let names: Vec<&str> = survivors.iter().map(|&n| t.name(n)).collect();
+        (
+            "naive",
+            cluster.direct_hops(&survivors)?,
+            format!("{} ← {{ {} }} (direct)", t.name(root), names.join(", ")),
+        )
+    } else {
+        let tree = parity_tree(t, root, &Demand::one_of_each(&holders))
+            .map_err(|e| anyhow::anyhow!("{e}"))
+            .context("no parity tree")?;
+        ("tree", cluster.tree_hops(&tree)?, tree.render(t))
+    };
+    let out =
+        File::create(&args.out).with_context(|| format!("cannot create {}", args.out.display()))?;
+    let mut out = io::BufWriter::with_capacity(1 << 20, out);
+    let stats = Arc::new(NodeStats::default());
+    let started = Instant::now();
+    let hash = rebuild(
+        &args.key,
+        &children,
+        args.bytes,
+        args.piece_bytes,
+        &mut out,
+        &stats,
+    )
+    .context("rebuild failed")?;
+    finish_file(out, &args.out)?;
+    let report = RebuildReport {
+        mode,
+        tree: shape,
+        key: args.key,
+        object_bytes: args.bytes,
+        seconds: started.elapsed().as_secs_f64(),
+        bytes_in: stats.bytes_in.load(std::sync::atomic::Ordering::Relaxed),
+        blake3: hash.iter().map(|b| format!("{b:02x}")).collect(),
+    };
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        println!(
+            "{} {}: rebuilt {} bytes in {:.3} s ({} bytes received here), BLAKE3 {}",
+            report.mode,
+            report.tree,
+            report.object_bytes,
+            report.seconds,
+            report.bytes_in,
+            report.blake3
+        );
+    }
+    Ok(())
+}
+
+fn finish_file(out: io::BufWriter<File>, path: &Path) -> Result<()> {
+    let file = out
+        .into_inner()
+        .map_err(|e| e.into_error())
+        .with_context(|| format!("writing {}", path.display()))?;
+    file.sync_all()
+        .with_context(|| format!("writing {}", path.display()))
+}
