@@ -7,6 +7,8 @@ need_apt=()
 command -v losetup >/dev/null 2>&1 || need_apt+=(mount)
 # permafrost-plot rasterises chart text with a system font (PNG output of --plot).
 [ -e /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ] || need_apt+=(fonts-dejavu-core)
+# The cluster test (tests/e2e/test_cluster_netns.py) builds network namespaces, veth pairs and tbf links.
+{ command -v ip && command -v tc; } >/dev/null 2>&1 || need_apt+=(iproute2)
 if [ ${#need_apt[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}"
