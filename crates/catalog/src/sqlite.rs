@@ -965,11 +965,21 @@ impl SqlCatalog {
             Backend::Sqlite(s) => s,
             Backend::Postgres(pg) => return pg.run(true, &self.name, |e| self.db_error(e), f),
         };
-        let conn = match sqlite.readers.lock().pop() {
+        let mut conn = match sqlite.readers.lock().pop() {
             Some(c) => c,
             None => SqliteBackend::connect(&sqlite.path, sqlite.options, false)?,
         };
-        let result = f(&Connection::sqlite(&conn));
+        // One read transaction, so that every statement of `f` sees the same commit (outside a transaction
+        // each statement would take its own snapshot, and a count per state could see a content twice).
+        let result = match conn.transaction_with_behavior(rusqlite::TransactionBehavior::Deferred) {
+            Ok(tx) => {
+                let result = f(&Connection::sqlite(&tx));
+                // Ending a read transaction cannot lose anything; a failure here surfaces on the next use.
+                let _ = tx.finish();
+                result
+            }
+            Err(e) => Err(self.db_error(e.into())),
+        };
         // A commit visible to `f` took its number before it became visible, hence before this load.
         let seen_seq = sqlite.commit_seq.load(Ordering::SeqCst);
         {
