@@ -691,6 +691,8 @@ struct ExtentCheck {
     expected: Option<[u8; 32]>,
     what: String,
     done: bool,
+    /// The mismatch found, repeated by every later read (the stream never ends cleanly after it).
+    failed: Option<String>,
 }
 
 /// One segment's bytes from one read promise, read in place from the promise's chunk buffers
@@ -733,6 +735,7 @@ impl SegmentStream {
                     e.extent_id, e.grid_bucket, e.offset
                 ),
                 done: false,
+                failed: None,
             };
             (
                 e.offset,
@@ -802,29 +805,32 @@ impl SegmentStream {
             return Ok(());
         };
         if c.done {
-            return Ok(());
+            return match &c.failed {
+                Some(message) => Err(invalid(message.clone())),
+                None => Ok(()),
+            };
         }
         c.done = true;
-        let stored = u32::from_le_bytes(
-            c.trailer[..]
-                .try_into()
-                .map_err(|_| invalid(format!("{}: trailer missing", c.what)))?,
-        );
-        if stored != c.crc {
-            return Err(invalid(format!(
+        let failure = match <[u8; 4]>::try_from(&c.trailer[..]).map(u32::from_le_bytes) {
+            Err(_) => Some(format!("{}: trailer missing", c.what)),
+            Ok(stored) if stored != c.crc => Some(format!(
                 "{}: crc32c mismatch (stored {stored:#010x}, computed {:#010x})",
                 c.what, c.crc
-            )));
-        }
-        if let (true, Some(expected)) = (c.hash, c.expected) {
-            if *c.hasher.finalize().as_bytes() != expected {
-                return Err(invalid(format!(
-                    "{}: BLAKE3 differs from the catalog's",
-                    c.what
-                )));
+            )),
+            Ok(_)
+                if c.hash
+                    && c.expected
+                        .is_some_and(|e| *c.hasher.finalize().as_bytes() != e) =>
+            {
+                Some(format!("{}: BLAKE3 differs from the catalog's", c.what))
             }
+            Ok(_) => None,
+        };
+        c.failed = failure.clone();
+        match failure {
+            Some(message) => Err(invalid(message)),
+            None => Ok(()),
         }
-        Ok(())
     }
 }
 
