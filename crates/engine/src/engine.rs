@@ -22,7 +22,7 @@
 
 use std::collections::VecDeque;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -232,6 +232,8 @@ pub(crate) struct Shared {
     wake: Condvar,
     wake_mutex: Mutex<()>,
     scrub_queue: Mutex<VecDeque<usize>>,
+    /// Read promises open per disk: the spin-up scrub slice of a disk waits while a reader streams from it.
+    pub(crate) readers: Vec<AtomicUsize>,
     /// The caller's disk wrapper, applied to replacement disks too.
     wrap_disk: Option<WrapDisk>,
     /// Power counters of earlier processes (from the journal); this process's are added on top.
@@ -582,7 +584,8 @@ impl Shared {
         Ok(())
     }
 
-    fn notify(&self) {
+    /// Wake the background threads.
+    pub(crate) fn notify(&self) {
         self.wake.notify_all();
     }
 

@@ -253,7 +253,12 @@ impl io::Write for WritePromise {
 /// reconstructed ends the stream with an error; it never yields wrong bytes, and a stream never ends short.
 ///
 /// Memory is bounded: a thread holds one chunk (being read, or waiting for the reader to take it) and the reader
-/// one, so at most `readahead_chunks + 1` chunk buffers exist; the reader hands each one back for reuse.
+/// one, so at most `readahead_chunks + 1` chunk buffers are in use; the reader hands each one back to a pool
+/// shared by all promises (at most `CHUNK_BUFFERS_KEPT` idle buffers), so a new promise (every segment of a
+/// GET opens one) reuses buffers instead of paying page faults and clearing for fresh ones.
+///
+/// Besides [`std::io::Read`] (a copy into the caller's buffer), it implements [`std::io::BufRead`]: a caller
+/// that checks or copies the bytes anyway reads them in place from the chunk buffer (one copy less).
 pub struct ReadPromise {
     /// One rendezvous channel per read-ahead thread; chunk `k` comes from `chunks[k % chunks.len()]`.
     chunks: Vec<Receiver<Result<Vec<u8>>>>,
@@ -263,11 +268,33 @@ pub struct ReadPromise {
     remaining_bytes: u64,
     current: Vec<u8>,
     pos: usize,
-    /// Chunk buffers the reader is done with, for the threads to reuse (at most `readahead_chunks + 1`).
-    spare: Arc<Mutex<Vec<Vec<u8>>>>,
     stop: Arc<AtomicBool>,
     threads: Vec<JoinHandle<()>>,
     error: Option<String>,
+    /// Counted in `Shared::readers` until dropped.
+    shared: Arc<Shared>,
+    disk: usize,
+}
+
+/// Idle chunk buffers kept for read promises to reuse (engine-wide; 8 MiB each by default).
+const CHUNK_BUFFERS_KEPT: usize = 8;
+
+static CHUNK_BUFFERS: Mutex<Vec<Vec<u8>>> = Mutex::new(Vec::new());
+
+/// A chunk buffer from the pool (empty when the pool is).
+fn take_chunk_buffer() -> Vec<u8> {
+    CHUNK_BUFFERS.lock().pop().unwrap_or_default()
+}
+
+/// Hand a chunk buffer back to the pool (dropped when the pool is full).
+fn give_chunk_buffer(buf: Vec<u8>) {
+    if buf.capacity() == 0 {
+        return;
+    }
+    let mut pool = CHUNK_BUFFERS.lock();
+    if pool.len() < CHUNK_BUFFERS_KEPT {
+        pool.push(buf);
+    }
 }
 
 /// Chunk `k` of `[offset, end)`: chunks are aligned to `chunk_bytes_max` in the logical space, so the first may
@@ -288,7 +315,7 @@ impl ReadPromise {
         let chunk_max = shared.chunk_bytes_max();
         let end = offset + len;
         let stop = Arc::new(AtomicBool::new(false));
-        let spare = Arc::new(Mutex::new(Vec::with_capacity(threads_count + 1)));
+        shared.readers[disk].fetch_add(1, Ordering::SeqCst);
         let mut chunks = Vec::with_capacity(threads_count);
         let mut threads = Vec::with_capacity(threads_count);
         for first in 0..threads_count {
@@ -297,7 +324,6 @@ impl ReadPromise {
             chunks.push(rx);
             let shared = Arc::clone(&shared);
             let stop = Arc::clone(&stop);
-            let spare = Arc::clone(&spare);
             let wake = WakeContext::current(); // the reader's reason, for the spin-ups it causes
             let thread = std::thread::Builder::new()
                 .name(format!("permafrost-read-{disk}"))
@@ -313,15 +339,28 @@ impl ReadPromise {
                             return;
                         }
                         let want = (to - from) as usize;
-                        let mut buf: Vec<u8> = spare.lock().pop().unwrap_or_default();
+                        let mut buf = take_chunk_buffer();
                         // Every byte is overwritten by the read: a reused buffer's old bytes never show.
                         buf.resize(want.div_ceil(4096) * 4096, 0);
-                        let result = shared.read_chunk(disk, from, &mut buf).map(|()| {
-                            buf.truncate(want);
-                            buf
-                        });
+                        let result = match shared.read_chunk(disk, from, &mut buf) {
+                            Ok(()) => {
+                                buf.truncate(want);
+                                Ok(buf)
+                            }
+                            Err(e) => {
+                                give_chunk_buffer(buf);
+                                Err(e)
+                            }
+                        };
                         let failed = result.is_err();
-                        if tx.send(result).is_err() || failed {
+                        if let Err(unsent) = tx.send(result) {
+                            // The reader is gone: keep the buffer for the next promise.
+                            if let Ok(buf) = unsent.0 {
+                                give_chunk_buffer(buf);
+                            }
+                            return;
+                        }
+                        if failed {
                             return;
                         }
                         k += threads_count as u64;
@@ -336,10 +375,11 @@ impl ReadPromise {
             remaining_bytes: len,
             current: Vec::new(),
             pos: 0,
-            spare,
             stop,
             threads,
             error: None,
+            shared,
+            disk,
         }
     }
 
@@ -368,28 +408,37 @@ impl ReadPromise {
         self.remaining_bytes -= chunk.len() as u64;
         let done = std::mem::replace(&mut self.current, chunk);
         self.pos = 0;
-        let mut spare = self.spare.lock();
-        if done.capacity() > 0 && spare.len() <= self.chunks.len() {
-            spare.push(done);
-        }
+        give_chunk_buffer(done);
         Ok(true)
     }
 }
 
 impl io::Read for ReadPromise {
     fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
+        let available = io::BufRead::fill_buf(self)?;
+        let n = out.len().min(available.len());
+        out[..n].copy_from_slice(&available[..n]);
+        io::BufRead::consume(self, n);
+        Ok(n)
+    }
+}
+
+impl io::BufRead for ReadPromise {
+    /// The verified bytes of the current chunk not yet consumed (empty at the end of the range).
+    fn fill_buf(&mut self) -> io::Result<&[u8]> {
         if let Some(e) = &self.error {
             return Err(io::Error::other(e.clone()));
         }
         while self.pos == self.current.len() {
             if !self.next()? {
-                return Ok(0);
+                return Ok(&[]);
             }
         }
-        let n = out.len().min(self.current.len() - self.pos);
-        out[..n].copy_from_slice(&self.current[self.pos..self.pos + n]);
-        self.pos += n;
-        Ok(n)
+        Ok(&self.current[self.pos..])
+    }
+
+    fn consume(&mut self, n: usize) {
+        self.pos = (self.pos + n).min(self.current.len());
     }
 }
 
@@ -400,5 +449,9 @@ impl Drop for ReadPromise {
         for t in self.threads.drain(..) {
             let _ = t.join();
         }
+        give_chunk_buffer(std::mem::take(&mut self.current));
+        self.shared.readers[self.disk].fetch_sub(1, Ordering::SeqCst);
+        // A spin-up scrub slice may be waiting for this disk's readers.
+        self.shared.notify();
     }
 }

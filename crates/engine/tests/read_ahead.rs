@@ -61,3 +61,49 @@ fn read_ahead_returns_committed_bytes_in_order_and_zeros_where_never_written() {
         engine.close().unwrap();
     }
 }
+
+/// Read in place ([`std::io::BufRead`]): the same bytes as `Read`, in order, whatever the amounts consumed; and
+/// promises dropped in the middle (their chunk buffers go back to the shared pool with other data in them) leave
+/// the next promises' bytes exact, zeros included.
+#[test]
+fn read_in_place_returns_committed_bytes_and_pooled_buffers_never_leak_old_bytes() {
+    use std::io::BufRead;
+    let dir = tempfile::tempdir().unwrap();
+    let engine = Engine::create(dir.path(), test_config()).expect("create grid");
+    let mut expected = vec![0u8; (8 * MIB) as usize];
+    let head = pattern(3, (3 * MIB) as usize);
+    let tail = pattern(4, MIB as usize);
+    write(&engine, 0, 0, &head, WriteMode::Serialized);
+    write(&engine, 0, 5 * MIB, &tail, WriteMode::Serialized);
+    expected[..head.len()].copy_from_slice(&head);
+    expected[(5 * MIB) as usize..(6 * MIB) as usize].copy_from_slice(&tail);
+    for round in 0..3 {
+        // Half read, then dropped: its buffers (full of data) go back to the pool.
+        let mut dropped = engine.read(0, 0, 8 * MIB).expect("read promise");
+        let mut half = vec![0u8; (3 * MIB) as usize + 17];
+        dropped.read_exact(&mut half).unwrap();
+        assert!(half == expected[..half.len()], "round {round}: dropped one");
+        drop(dropped);
+        for (offset, len, step) in [(0, 8 * MIB, 1 << 20), (MIB + 4096, 5 * MIB, 4097)] {
+            let mut promise = engine.read(0, offset, len).expect("read promise");
+            let mut back = Vec::new();
+            loop {
+                let available = promise.fill_buf().unwrap();
+                if available.is_empty() {
+                    break;
+                }
+                let n = available.len().min(step);
+                back.extend_from_slice(&available[..n]);
+                promise.consume(n);
+            }
+            assert!(
+                back == expected[offset as usize..(offset + len) as usize],
+                "round {round}: {offset}+{len} consumed by {step}"
+            );
+            // At the end it stays at the end.
+            assert!(promise.fill_buf().unwrap().is_empty());
+            assert_eq!(promise.read(&mut [0u8; 8]).unwrap(), 0);
+        }
+    }
+    engine.close().unwrap();
+}

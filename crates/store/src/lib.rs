@@ -45,6 +45,7 @@ mod persist;
 mod pipeline;
 mod put;
 mod read;
+mod read_ahead;
 mod salvage;
 mod store;
 mod summary;

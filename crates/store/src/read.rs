@@ -8,8 +8,11 @@
 //! BLAKE3), else against the content's BLAKE3 (its id). Reads that verify (`prefer_grid`) always use BLAKE3. When
 //! that end check covers every byte delivered, the extents' BLAKE3 is not computed as well (their crc32c still
 //! is): one hash pass per byte instead of two. A mismatch ends the stream with an `InvalidData` error before
-//! end-of-file, so a caller never sees a clean end after wrong bytes. Memory: one 64 KiB buffer (1 MiB for a grid
-//! segment) plus the engine's read-ahead and, for chunked contents, about two chunks.
+//! end-of-file, so a caller never sees a clean end after wrong bytes. Memory: one 64 KiB buffer for a cache file
+//! (a grid segment is read in place from the engine's chunk buffers) plus the engine's read-ahead (for a part
+//! list, of two parts: the next part is opened ahead) and, for chunked contents, about two chunks; a long read of
+//! a persisted chunked content decodes on a read-ahead thread ([`ReadAhead`], a few 1 MiB blocks ahead), whose
+//! errors keep their place in the stream, so all of the above holds unchanged.
 
 use std::fs::File;
 use std::io::{self, BufReader, Read, Seek, SeekFrom};
@@ -24,13 +27,14 @@ use permafrost_format::{Algorithm, ChunkIndex, EXTENT_HEADER_BYTES, EXTENT_TRAIL
 
 use crate::checksum::{ChecksumAlgorithm, Hasher};
 use crate::multipart_checksum::ChecksumType;
+use crate::read_ahead::ReadAhead;
 use crate::store::{ByteRange, Inner};
 use crate::{Result, StoreError};
 
 const BUFFER_BYTES: usize = 64 << 10;
-/// Bytes taken from a read promise at once (the engine hands out 8 MiB chunks; a larger read means fewer copies
-/// and calls per byte).
-const GRID_BUFFER_BYTES: usize = 1 << 20;
+/// Reads of a persisted chunked content at least this long decode on a read-ahead thread ([`ReadAhead`]);
+/// shorter ones (a small GET, a mount's page) stay on the caller's thread.
+const READ_AHEAD_BYTES_MIN: u64 = 2 << 20;
 
 fn invalid(message: String) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, message)
@@ -250,6 +254,7 @@ impl ObjectReader {
             ExtentChecks::Full
         };
         let source = open_source(inner, content, prefer_grid, extents)?;
+        let on_grid = source.on_grid();
         let index = || -> Result<Option<ChunkIndex>> {
             if content.chunk_index.is_empty() {
                 return Ok(None);
@@ -269,9 +274,21 @@ impl ObjectReader {
                 Box::new(source.take(len))
             }
         } else if let Some(index) = index()? {
-            Box::new(permafrost_format::decode_range(
+            let decode: Box<dyn Read + Send> = Box::new(permafrost_format::decode_range(
                 &index, source, offset, len,
-            )?)
+            )?);
+            if on_grid && len >= READ_AHEAD_BYTES_MIN {
+                // The grid read, its checks and the decode on a thread of their own, ahead of the caller.
+                match ReadAhead::start(decode) {
+                    Ok(ahead) => Box::new(ahead),
+                    Err((e, decode)) => {
+                        tracing::warn!("reading without read-ahead: cannot start a thread: {e}");
+                        decode
+                    }
+                }
+            } else {
+                decode
+            }
         } else {
             let algorithm = match content.id.encoding {
                 Encoding::Zstd => Algorithm::Zstd,
@@ -381,7 +398,10 @@ impl ObjectReader {
     }
 }
 
-/// Bytes `[pos, end)` of the concatenation of parts, opening one part's reader at a time.
+/// Bytes `[pos, end)` of the concatenation of parts, reading one part at a time. The part after the one being
+/// read is opened as soon as that one is (at most two parts open): a persisted part's read promise starts its
+/// read-ahead then, so the disk keeps reading across the part boundary instead of waiting until the reader
+/// reaches it.
 struct PartsBody {
     inner: Arc<Inner>,
     parts: Vec<(ContentPart, ContentRecord)>,
@@ -389,6 +409,8 @@ struct PartsBody {
     end: u64,
     /// The open part's reader and the object position where it ends.
     current: Option<(ObjectReader, u64)>,
+    /// The next part's reader, opened ahead, with the object positions where it starts and ends.
+    next: Option<(ObjectReader, u64, u64)>,
     prefer_grid: bool,
     /// The check of a part read whole.
     part_check: EndCheck,
@@ -409,14 +431,15 @@ impl PartsBody {
             pos,
             end,
             current: None,
+            next: None,
             prefer_grid,
             part_check,
         }
     }
 
-    /// Open the part holding byte `pos` for `[pos, min(end, part end))`.
-    fn open_next(&mut self) -> io::Result<()> {
-        let pos = self.pos;
+    /// Open the part holding byte `pos` for `[pos, min(end, part end))`; returns its reader and the object
+    /// position where it ends.
+    fn open_at(&self, pos: u64) -> io::Result<(ObjectReader, u64)> {
         let i = self
             .parts
             .partition_point(|(p, _)| p.logical_offset + p.logical_bytes <= pos);
@@ -440,7 +463,25 @@ impl PartsBody {
         )
         .map_err(|e| io::Error::other(format!("part {} of the object: {e}", part.seq)))?;
         self.inner.touch(record.id);
-        self.current = Some((reader, part.logical_offset + to));
+        Ok((reader, part.logical_offset + to))
+    }
+
+    /// Make the part holding `self.pos` current (the one opened ahead when it is that one), and open the one
+    /// after it ahead. A failure to open ahead is not reported here: the part is opened again when reached.
+    fn open_next(&mut self) -> io::Result<()> {
+        let pos = self.pos;
+        let current = match self.next.take() {
+            Some((reader, start, end)) if start == pos => (reader, end),
+            _ => self.open_at(pos)?,
+        };
+        let part_end = current.1;
+        self.current = Some(current);
+        if part_end < self.end {
+            self.next = self
+                .open_at(part_end)
+                .ok()
+                .map(|(reader, end)| (reader, part_end, end));
+        }
         Ok(())
     }
 }
@@ -478,8 +519,19 @@ impl Read for ObjectReader {
 }
 
 /// The stored bytes of a content, from the cache or the grid.
-pub(crate) trait Source: Read + Seek + Send {}
-impl<T: Read + Seek + Send> Source for T {}
+pub(crate) trait Source: Read + Seek + Send {
+    /// Whether the bytes come from the grid (read promises), not the cache.
+    fn on_grid(&self) -> bool {
+        false
+    }
+}
+impl Source for io::Cursor<Vec<u8>> {}
+impl Source for BufReader<File> {}
+impl Source for GridSource {
+    fn on_grid(&self) -> bool {
+        true
+    }
+}
 
 /// Which checks a grid read makes of the extents it streams whole.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -639,9 +691,13 @@ struct ExtentCheck {
     expected: Option<[u8; 32]>,
     what: String,
     done: bool,
+    /// The mismatch found, repeated by every later read (the stream never ends cleanly after it).
+    failed: Option<String>,
 }
 
-/// One segment's bytes from one read promise.
+/// One segment's bytes from one read promise, read in place from the promise's chunk buffers
+/// ([`std::io::BufRead`]): the checks run over them there and only the output window is copied, once, into
+/// the caller's buffer.
 struct SegmentStream {
     promise: ReadPromise,
     /// Bytes consumed from the promise.
@@ -650,11 +706,6 @@ struct SegmentStream {
     out_start: u64,
     out_end: u64,
     check: Option<ExtentCheck>,
-    /// The bytes last taken from the promise.
-    raw: Vec<u8>,
-    /// The output window's part of `raw` not yet delivered: `raw[out_pos..out_end_in_raw]`.
-    out_pos: usize,
-    out_end_in_raw: usize,
 }
 
 impl SegmentStream {
@@ -684,6 +735,7 @@ impl SegmentStream {
                     e.extent_id, e.grid_bucket, e.offset
                 ),
                 done: false,
+                failed: None,
             };
             (
                 e.offset,
@@ -712,9 +764,6 @@ impl SegmentStream {
             out_start,
             out_end,
             check,
-            raw: vec![0; GRID_BUFFER_BYTES],
-            out_pos: 0,
-            out_end_in_raw: 0,
         })
     }
 
@@ -725,42 +774,30 @@ impl SegmentStream {
     }
 
     fn out_done(&self) -> bool {
-        self.at >= self.out_end && self.out_pos >= self.out_end_in_raw
+        self.at >= self.out_end
     }
 
-    /// Consume the rest of what the check needs (no output).
+    /// Once the output window is delivered: consume the rest of what the check needs (no output) and check.
     fn read_to_check(&mut self, _unused: &mut [u8]) -> io::Result<()> {
         if self.check.is_none() || !self.out_done() {
             return Ok(());
         }
-        let mut sink = [0u8; 1];
-        while self.read(&mut sink)? > 0 {}
+        while self.read(&mut [])? > 0 {}
         Ok(())
     }
 
-    /// Check the `n` bytes just read into `raw` and mark the output window's part of them for delivery.
-    fn process(&mut self, n: usize) {
-        let start = self.at;
-        let chunk = &self.raw[..n];
-        if let Some(c) = self.check.as_mut() {
-            let crc_part = (c.crc_end.saturating_sub(start)).min(n as u64) as usize;
-            c.crc = crc32c::crc32c_append(c.crc, &chunk[..crc_part]);
-            let hash_part = (c.hash_end.saturating_sub(start)).min(n as u64) as usize;
-            if c.hash {
-                c.hasher.update(&chunk[..hash_part]);
-            }
-            if hash_part > crc_part {
-                c.trailer.extend_from_slice(&chunk[crc_part..hash_part]);
-            }
+    /// Feed the checks with `bytes`, the promise's bytes from `start` on.
+    fn check_bytes(check: &mut ExtentCheck, start: u64, bytes: &[u8]) {
+        let n = bytes.len() as u64;
+        let crc_part = (check.crc_end.saturating_sub(start)).min(n) as usize;
+        check.crc = crc32c::crc32c_append(check.crc, &bytes[..crc_part]);
+        let hash_part = (check.hash_end.saturating_sub(start)).min(n) as usize;
+        if check.hash {
+            check.hasher.update(&bytes[..hash_part]);
         }
-        let lo = self.out_start.max(start);
-        let hi = self.out_end.min(start + n as u64);
-        (self.out_pos, self.out_end_in_raw) = if lo < hi {
-            ((lo - start) as usize, (hi - start) as usize)
-        } else {
-            (0, 0)
-        };
-        self.at += n as u64;
+        if hash_part > crc_part {
+            check.trailer.extend_from_slice(&bytes[crc_part..hash_part]);
+        }
     }
 
     fn finish_check(&mut self) -> io::Result<()> {
@@ -768,60 +805,81 @@ impl SegmentStream {
             return Ok(());
         };
         if c.done {
-            return Ok(());
+            return match &c.failed {
+                Some(message) => Err(invalid(message.clone())),
+                None => Ok(()),
+            };
         }
         c.done = true;
-        let stored = u32::from_le_bytes(
-            c.trailer[..]
-                .try_into()
-                .map_err(|_| invalid(format!("{}: trailer missing", c.what)))?,
-        );
-        if stored != c.crc {
-            return Err(invalid(format!(
+        let failure = match <[u8; 4]>::try_from(&c.trailer[..]).map(u32::from_le_bytes) {
+            Err(_) => Some(format!("{}: trailer missing", c.what)),
+            Ok(stored) if stored != c.crc => Some(format!(
                 "{}: crc32c mismatch (stored {stored:#010x}, computed {:#010x})",
                 c.what, c.crc
-            )));
-        }
-        if let (true, Some(expected)) = (c.hash, c.expected) {
-            if *c.hasher.finalize().as_bytes() != expected {
-                return Err(invalid(format!(
-                    "{}: BLAKE3 differs from the catalog's",
-                    c.what
-                )));
+            )),
+            Ok(_)
+                if c.hash
+                    && c.expected
+                        .is_some_and(|e| *c.hasher.finalize().as_bytes() != e) =>
+            {
+                Some(format!("{}: BLAKE3 differs from the catalog's", c.what))
             }
+            Ok(_) => None,
+        };
+        c.failed = failure.clone();
+        match failure {
+            Some(message) => Err(invalid(message)),
+            None => Ok(()),
         }
-        Ok(())
     }
 }
 
 impl Read for SegmentStream {
+    /// Output bytes of the window; an empty `buf` reads nothing while output is left, and after the window runs
+    /// the rest of the check (0 = done and checked).
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        use std::io::BufRead;
         loop {
-            if self.out_pos < self.out_end_in_raw {
-                let n = buf.len().min(self.out_end_in_raw - self.out_pos);
-                buf[..n].copy_from_slice(&self.raw[self.out_pos..self.out_pos + n]);
-                self.out_pos += n;
-                return Ok(n);
-            }
             let needed = self.needed_end();
             if self.at >= needed {
                 self.finish_check()?;
                 return Ok(0);
             }
-            let want = ((needed - self.at) as usize).min(self.raw.len());
-            let mut raw = std::mem::take(&mut self.raw);
-            let n = self.promise.read(&mut raw[..want]);
-            self.raw = raw;
-            let n = n?;
-            if n == 0 {
+            let start = self.at;
+            let in_window = start >= self.out_start && start < self.out_end;
+            if in_window && buf.is_empty() {
+                return Ok(0);
+            }
+            let available = self.promise.fill_buf()?;
+            if available.is_empty() {
                 return Err(io::Error::new(
                     io::ErrorKind::UnexpectedEof,
                     "the grid read ended early",
                 ));
             }
-            self.process(n);
-            if buf.is_empty() && self.out_pos == self.out_end_in_raw {
-                continue;
+            let available = &available[..available.len().min((needed - start) as usize)];
+            // Up to the next window edge: bytes before the window or after it (checked only), or output.
+            let take = if in_window {
+                available
+                    .len()
+                    .min((self.out_end - start) as usize)
+                    .min(buf.len())
+            } else if start < self.out_start {
+                available.len().min((self.out_start - start) as usize)
+            } else {
+                available.len()
+            };
+            let bytes = &available[..take];
+            if let Some(c) = self.check.as_mut() {
+                Self::check_bytes(c, start, bytes);
+            }
+            if in_window {
+                buf[..take].copy_from_slice(bytes);
+            }
+            self.promise.consume(take);
+            self.at += take as u64;
+            if in_window {
+                return Ok(take);
             }
         }
     }

@@ -12,7 +12,7 @@
 use permafrost_disk::power::{WakeKind, WakeReason};
 use std::collections::{HashMap, VecDeque};
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
@@ -263,6 +263,7 @@ impl Engine {
             wake: Condvar::new(),
             wake_mutex: Mutex::new(()),
             scrub_queue: Mutex::new(VecDeque::new()),
+            readers: (0..n).map(|_| AtomicUsize::new(0)).collect(),
             wrap_disk: options.wrap_disk,
             power_base,
             config: RwLock::new(config),

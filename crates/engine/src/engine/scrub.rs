@@ -1,5 +1,6 @@
 //! Scrub: verifying written stripes with IDR (check and repair) — a slice from the scrub cursor whenever a disk
-//! spins up, and deliberately the ranges last known good longer ago than `scrub_overdue_after_ms`.
+//! spins up (once no read promise is streaming from it: a reader's GET keeps the disk's bandwidth), and
+//! deliberately the ranges last known good longer ago than `scrub_overdue_after_ms`.
 //!
 //! **Invariants.**
 //! - The scrub thread runs a slice on a disk that spun up anyway; it spins a disk up only for overdue ranges
@@ -138,6 +139,18 @@ impl Shared {
                 }
                 continue;
             };
+            // Not while a reader streams from the disk (the slice would take the disk's bandwidth from it): the
+            // slice waits until the last read promise on it is dropped, while the disk is still up.
+            if self.readers[disk].load(Ordering::SeqCst) > 0 {
+                {
+                    let mut queue = self.scrub_queue.lock();
+                    if !queue.contains(&disk) {
+                        queue.push_back(disk);
+                    }
+                }
+                self.sleep_until_woken(200);
+                continue;
+            }
             // Only while the disk is up anyway: never spin a disk up just for this slice.
             if !matches!(
                 self.power.state(disk),
