@@ -6,7 +6,9 @@ the same run.
          from the cache: a sequential read through the mount (`dd bs=1M` to /dev/null) against an S3 GET of the
          same object (boto3, 1 MiB reads), alternating, `--rounds` each (median reported), the kernel's caches
          dropped and every disk off before each read (so each one spins up one disk). Then the same with a
-         second object of that size that stays in the cache. Goal: mount >= 0.9 x GET from the grid.
+         second object of that size that stays in the cache. Goal: mount >= 0.9 x GET from the grid. The mount's
+         kernel read-ahead is what the server set ([mount] read_ahead_kb, reported with the server's log line);
+         --read-ahead-kb overwrites it through sysfs, for experiments.
   tree   100 directories x 1,000 small files (--quick: 10 x 1,000), made on the local file system, uploaded
          (--upload mount: `cp -r` into the mount; s3: `rclone copy` with 32 transfers), persisted and evicted.
          Then `find DIR` (names) and `find DIR -ls` (a stat of every entry) over: the local copy, the permafrost

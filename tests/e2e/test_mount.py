@@ -344,9 +344,9 @@ def test_the_server_sets_its_mounts_read_ahead_and_large_sequential_reads_are_ex
         assert mount_read_ahead_kb(m.mnt) == 1024
         assert "set the kernel's read-ahead of the mount to 1024 KiB" in m.server.log_tail(20000)
         s3 = client(m.endpoint)
-        s3.create_bucket(Bucket="ra")
-        s3.put_object(Bucket="ra", Key="seq/big.bin", Body=body)
-        path = m.mnt / "ra" / "seq" / "big.bin"
+        s3.create_bucket(Bucket="readahead")
+        s3.put_object(Bucket="readahead", Key="seq/big.bin", Body=body)
+        path = m.mnt / "readahead" / "seq" / "big.bin"
         assert dd_digest(path) == digest, "read from the cache differs"
         assert mount_read_ahead_kb(m.mnt) == 1024, "reads changed the read-ahead"
         wait_persisted(m.endpoint, expect_contents=1)

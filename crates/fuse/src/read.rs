@@ -412,6 +412,7 @@ mod tests {
         );
         drop(part);
         assert_eq!(pool.0.lock().len(), 1);
-        assert_eq!(pool.take().as_ptr(), base, "the buffer is reused");
+        let again = pool.take();
+        assert_eq!(again.as_ptr(), base, "the buffer is reused");
     }
 }
