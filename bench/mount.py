@@ -6,7 +6,9 @@ the same run.
          from the cache: a sequential read through the mount (`dd bs=1M` to /dev/null) against an S3 GET of the
          same object (boto3, 1 MiB reads), alternating, `--rounds` each (median reported), the kernel's caches
          dropped and every disk off before each read (so each one spins up one disk). Then the same with a
-         second object of that size that stays in the cache. Goal: mount >= 0.9 x GET from the grid.
+         second object of that size that stays in the cache. Goal: mount >= 0.9 x GET from the grid. The mount's
+         kernel read-ahead is what the server set ([mount] read_ahead_kb, reported with the server's log line);
+         --read-ahead-kb overwrites it through sysfs, for experiments.
   tree   100 directories x 1,000 small files (--quick: 10 x 1,000), made on the local file system, uploaded
          (--upload mount: `cp -r` into the mount; s3: `rclone copy` with 32 transfers), persisted and evicted.
          Then `find DIR` (names) and `find DIR -ls` (a stat of every entry) over: the local copy, the permafrost
@@ -208,8 +210,13 @@ class Run:
         s.start()
         s.mnt = mnt
         assert os.path.ismount(mnt), f"{mnt} is not mounted; see {s.log}"
-        if self.args.read_ahead_kb:  # the kernel's read-ahead of the mount (FUSE alone cannot raise it)
+        # The server sets the kernel's read-ahead of its mount itself ([mount] read_ahead_kb, docs/mount.md);
+        # --read-ahead-kb overrides it through sysfs, for experiments only.
+        s.read_ahead_set_by = "server"
+        if self.args.read_ahead_kb:
             Path(f"/sys/class/bdi/{bdi_of(mnt)['bdi']}/read_ahead_kb").write_text(f"{self.args.read_ahead_kb}\n")
+            s.read_ahead_set_by = "--read-ahead-kb"
+        s.read_ahead_log = [l for l in s.log.read_text(errors="replace").splitlines() if "read-ahead" in l]
         pf.s3_client(s.endpoint).create_bucket(Bucket=BUCKET)
         return s
 
@@ -237,8 +244,11 @@ class Run:
         post(s.endpoint, EVICT_PATH)
         assert cached_bytes(s.endpoint) == 0, "evict left bytes in the cache"
         pf.put_object(s3, "read/cached.bin", size, 62)
-        phase = dict(bdi=bdi_of(s.mnt), cases={})
-        self.say(f"   mount {phase['bdi']}")
+        phase = dict(bdi=bdi_of(s.mnt), read_ahead_set_by=s.read_ahead_set_by, server_said=s.read_ahead_log,
+                     cases={})
+        self.say(f"   mount {phase['bdi']} (read_ahead_kb as left by the {s.read_ahead_set_by})")
+        for line in s.read_ahead_log:
+            self.say(f"   server: {line}")
         for case, key, seed in (("grid", "read/persisted.bin", 61), ("cache", "read/cached.bin", 62)):
             from_grid = case == "grid"
             path = s.mnt / BUCKET / key
@@ -390,7 +400,8 @@ def main():
     p.add_argument("--upload", choices=["mount", "s3"], default="mount", help="how the tree gets in")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--read-ahead-kb", type=int, default=0,
-                   help="set the mount's /sys/class/bdi/*/read_ahead_kb (default: leave the kernel's 128)")
+                   help="experiments: overwrite the mount's /sys/class/bdi/*/read_ahead_kb after the server set it "
+                        "(default: leave what the server chose, [mount] read_ahead_kb)")
     p.add_argument("--bin", default=None)
     p.add_argument("--scratch", default=str(pf.REPO.parent / "bench-scratch-mount"))
     p.add_argument("--out", default=None)

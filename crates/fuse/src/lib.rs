@@ -23,6 +23,7 @@
 //! (`EPERM`), POSIX ACLs. Changes made through S3 reach the kernel's caches after the TTL (`ttl`).
 
 mod attr;
+pub mod bdi;
 mod dir;
 mod fs;
 pub mod inode;
@@ -40,6 +41,11 @@ use permafrost_store::Store;
 
 pub use mountpoint::{MountPointError, Prepared, FS_NAME};
 
+/// Default kernel read-ahead of the mount: 1 MiB, so sequential reads through the page cache reach us as
+/// requests of up to 1 MiB, several in flight (the kernel's 128 KiB keeps a `dd` well below an S3 GET;
+/// BENCHMARKS.md).
+pub const READ_AHEAD_KB: u32 = 1024;
+
 /// How the mount presents the archive.
 #[derive(Debug, Clone)]
 pub struct MountConfig {
@@ -55,6 +61,9 @@ pub struct MountConfig {
     pub allow_other: bool,
     /// Worker threads answering FUSE requests (metadata from the catalog, writes to the staging files).
     pub threads: usize,
+    /// The kernel's read-ahead of the mount in KiB, set through sysfs after mounting when the server runs as
+    /// root ([`bdi`]); 0 leaves the kernel's (128 KiB).
+    pub read_ahead_kb: u32,
 }
 
 impl Default for MountConfig {
@@ -69,6 +78,7 @@ impl Default for MountConfig {
             dir_mode: 0o755,
             allow_other: uid == 0,
             threads: 4,
+            read_ahead_kb: READ_AHEAD_KB,
         }
     }
 }
@@ -93,12 +103,14 @@ pub enum MountError {
 pub struct Mounted {
     path: PathBuf,
     cleaned_stale: bool,
+    read_ahead: bdi::ReadAhead,
     shared: Arc<fs::Shared>,
     handle: Option<fuse3::raw::MountHandle>,
     runtime: Option<tokio::runtime::Runtime>,
 }
 
-/// Mount `store` on `dir` (see [`mountpoint::prepare`]: a stale mount left by a crash is cleaned up first).
+/// Mount `store` on `dir` (see [`mountpoint::prepare`]: a stale mount left by a crash is cleaned up first),
+/// then set the kernel's read-ahead of the mount ([`bdi::apply`]; never fails the mount).
 pub fn mount(store: Arc<Store>, dir: &Path, config: MountConfig) -> Result<Mounted, MountError> {
     let prepared = mountpoint::prepare(dir)?;
     write::clear_staging(&store).map_err(MountError::Staging)?;
@@ -131,9 +143,11 @@ pub fn mount(store: Arc<Store>, dir: &Path, config: MountConfig) -> Result<Mount
             path: path.display().to_string(),
             source,
         })?;
+    let read_ahead = bdi::apply(&path, config.read_ahead_kb);
     Ok(Mounted {
         path,
         cleaned_stale: prepared.cleaned_stale,
+        read_ahead,
         shared,
         handle: Some(handle),
         runtime: Some(runtime),
@@ -149,6 +163,11 @@ impl Mounted {
     /// A stale mount left by a crashed server was found on the mount point and unmounted first.
     pub fn cleaned_stale(&self) -> bool {
         self.cleaned_stale
+    }
+
+    /// What became of `read_ahead_kb` (its `Display` is one line for the log).
+    pub fn read_ahead(&self) -> &bdi::ReadAhead {
+        &self.read_ahead
     }
 
     /// Commit files still open for writing (their bytes so far become the objects, as a close would), then

@@ -103,7 +103,7 @@ pub fn prepare(dir: &Path) -> Result<Prepared, MountPointError> {
     let lookup = std::fs::canonicalize(&absolute).unwrap_or_else(|_| absolute.clone());
     let mut cleaned_stale = false;
     if let Some(entry) = mounted_at(&lookup) {
-        let stale = matches!(std::fs::metadata(&lookup), Err(e) if e.raw_os_error() == Some(libc::ENOTCONN));
+        let stale = statfs_errno(&lookup) == Some(libc::ENOTCONN);
         let ours = entry.fs_type.starts_with("fuse") && entry.source == FS_NAME;
         if !ours {
             return Err(MountPointError::Refused {
@@ -140,6 +140,20 @@ pub fn prepare(dir: &Path) -> Result<Prepared, MountPointError> {
         path: std::fs::canonicalize(&lookup).unwrap_or(lookup),
         cleaned_stale,
     })
+}
+
+/// The errno of a `statfs` of `path`, if it fails. A dead FUSE server shows as `ENOTCONN` here: `statfs`
+/// always reaches the file system's server, while a `stat` of the mount's root may be answered from the
+/// kernel's attribute cache (the mount's TTL) after the server died.
+fn statfs_errno(path: &Path) -> Option<i32> {
+    let c_path = CString::new(path.as_os_str().as_bytes()).ok()?;
+    // SAFETY: an all-zero statfs is a valid value of this plain C struct.
+    let mut buf: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: c_path is NUL-terminated and buf is a valid statfs, both alive for the call.
+    if unsafe { libc::statfs(c_path.as_ptr(), &mut buf) } == 0 {
+        return None;
+    }
+    std::io::Error::last_os_error().raw_os_error()
 }
 
 /// Unmount `path`: `umount2` as root (`MNT_DETACH` when `lazy`: gone from the namespace at once, finished

@@ -9,6 +9,10 @@
 //! read-ahead) is [`Miss::Behind`]: the caller reads those bytes on their own and leaves the stream alone.
 //! A closed stream (replaced by another read's restart) answers its waiting reads with [`Miss::Restart`] at
 //! once, so they go on with the stream that replaced it.
+//!
+//! Costs per byte: the producer reads into 1 MiB buffers it reuses (a pool per stream; a fresh buffer per MiB
+//! cost page faults and zeroing), and a read request inside one chunk is answered with a slice of it (no
+//! copy); only a request spanning chunks is copied together.
 
 use std::collections::VecDeque;
 use std::io::Read;
@@ -31,6 +35,46 @@ const JUMP_BYTES: u64 = AHEAD_BYTES;
 const LATE_BYTES: u64 = AHEAD_BYTES;
 /// One read from the store.
 const CHUNK_BYTES: usize = 1 << 20;
+/// Chunk buffers a stream keeps for reuse: the window's, plus a few with replies in flight.
+const POOL_KEPT: usize = ((AHEAD_BYTES + BEHIND_BYTES) / CHUNK_BYTES as u64) as usize + 4;
+
+/// Chunk buffers of one stream, reused: a fresh 1 MiB buffer per chunk costs the allocator's page faults and
+/// zeroing on every MiB read.
+#[derive(Default)]
+struct ChunkPool(Mutex<Vec<Vec<u8>>>);
+
+impl ChunkPool {
+    fn take(&self) -> Vec<u8> {
+        self.0.lock().pop().unwrap_or_else(|| vec![0; CHUNK_BYTES])
+    }
+
+    fn give(&self, buf: Vec<u8>) {
+        let mut pool = self.0.lock();
+        if pool.len() < POOL_KEPT {
+            pool.push(buf);
+        }
+    }
+}
+
+/// The first `len` bytes of a pooled buffer as the owner of a [`Bytes`] (no copy); back to the pool when the
+/// last slice of it is dropped (a reply sent, the window trimmed).
+struct PooledChunk {
+    buf: Vec<u8>,
+    len: usize,
+    pool: Arc<ChunkPool>,
+}
+
+impl AsRef<[u8]> for PooledChunk {
+    fn as_ref(&self) -> &[u8] {
+        &self.buf[..self.len]
+    }
+}
+
+impl Drop for PooledChunk {
+    fn drop(&mut self) {
+        self.pool.give(std::mem::take(&mut self.buf));
+    }
+}
 
 #[derive(Default)]
 struct Window {
@@ -111,6 +155,7 @@ impl ReadAhead {
             Ok(r) => r,
             Err(e) => return self.fail(e.to_string()),
         };
+        let pool = Arc::new(ChunkPool::default());
         loop {
             {
                 let mut w = self.window.lock();
@@ -122,16 +167,16 @@ impl ReadAhead {
                 }
             }
             let at = self.window.lock().end;
-            let mut buf =
-                BytesMut::zeroed(CHUNK_BYTES.min(size_bytes.saturating_sub(at).max(1) as usize));
+            let want = CHUNK_BYTES.min(size_bytes.saturating_sub(at).max(1) as usize);
+            let mut buf = pool.take();
             let mut filled = 0;
             // Fill the chunk (sources return short reads at segment boundaries).
             let result = loop {
-                match reader.read(&mut buf[filled..]) {
+                match reader.read(&mut buf[filled..want]) {
                     Ok(0) => break Ok(true),
                     Ok(n) => {
                         filled += n;
-                        if filled == buf.len() {
+                        if filled == want {
                             break Ok(false);
                         }
                     }
@@ -139,12 +184,15 @@ impl ReadAhead {
                     Err(e) => break Err(e.to_string()),
                 }
             };
-            buf.truncate(filled);
             {
                 let mut w = self.window.lock();
                 if filled > 0 {
                     w.end += filled as u64;
-                    w.chunks.push_back(buf.freeze());
+                    w.chunks.push_back(Bytes::from_owner(PooledChunk {
+                        buf,
+                        len: filled,
+                        pool: Arc::clone(&pool),
+                    }));
                 }
                 match &result {
                     Ok(true) => w.eof = true,
@@ -223,8 +271,8 @@ fn copy_out(w: &Window, from: u64, until: u64) -> Bytes {
         if chunk_end > from && at < until {
             let lo = from.max(at) - at;
             let hi = until.min(chunk_end) - at;
-            if lo == 0 && hi == chunk.len() as u64 && out.is_empty() && until == chunk_end {
-                return chunk.clone(); // one whole chunk: no copy
+            if out.is_empty() && until <= chunk_end {
+                return chunk.slice(lo as usize..hi as usize); // inside one chunk: no copy
             }
             out.extend_from_slice(&chunk[lo as usize..hi as usize]);
         }
@@ -331,5 +379,40 @@ mod tests {
         trim(&mut w, 104);
         assert_eq!(w.start, 103);
         assert_eq!(&copy_out(&w, 103, 106)[..], b"def");
+    }
+
+    #[test]
+    fn a_request_inside_one_chunk_is_a_slice_of_it_and_chunks_return_to_the_pool() {
+        let pool = Arc::new(ChunkPool::default());
+        let mut buf = pool.take();
+        buf[..6].copy_from_slice(b"abcdef");
+        let base = buf.as_ptr();
+        let chunk = Bytes::from_owner(PooledChunk {
+            buf,
+            len: 6,
+            pool: Arc::clone(&pool),
+        });
+        let mut w = Window {
+            start: 100,
+            end: 106,
+            ..Default::default()
+        };
+        w.chunks.push_back(chunk);
+        let part = copy_out(&w, 102, 105);
+        assert_eq!(&part[..], b"cde");
+        assert_eq!(
+            part.as_ptr(),
+            base.wrapping_add(2),
+            "copied instead of sliced"
+        );
+        w.chunks.clear();
+        assert!(
+            pool.0.lock().is_empty(),
+            "back in the pool while a reply still holds it"
+        );
+        drop(part);
+        assert_eq!(pool.0.lock().len(), 1);
+        let again = pool.take();
+        assert_eq!(again.as_ptr(), base, "the buffer is reused");
     }
 }
