@@ -179,8 +179,12 @@ def test_any_node_answers_and_a_killed_node_shows_down(pg, tmp_path):
 
         # kill -9 of a: b reports it down; its objects answer 503 naming it; HEAD and list still answer.
         nodes["a"].kill()
-        wait_for("a shown down", lambda: health(tmp_path / "b") == {"a": "down", "b": "up", "c": "up"})
         b1 = client(nodes["b"].endpoint, retries=1)
+        # Before the timeout a still counts as up: the forward finds nobody there, a clear 503 all the same.
+        response = error_of(lambda: b1.get_object(Bucket="shared", Key="dir/small.txt"))
+        assert response["ResponseMetadata"]["HTTPStatusCode"] == 503, response
+        assert "node a (127.0.0.1:" in response["Error"]["Message"], response
+        wait_for("a shown down", lambda: health(tmp_path / "b") == {"a": "down", "b": "up", "c": "up"})
         response = error_of(lambda: b1.get_object(Bucket="shared", Key="dir/big.bin"))
         assert response["ResponseMetadata"]["HTTPStatusCode"] == 503
         assert response["Error"]["Code"] == "ServiceUnavailable"

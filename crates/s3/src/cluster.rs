@@ -114,19 +114,23 @@ impl ClusterNode {
         })
     }
 
-    /// The answer for a GET held elsewhere: forward to the first holder up, or 503 naming the holders down.
+    /// The answer for a GET held elsewhere: forward to the holders up (in order: the next one when one does not
+    /// answer), or 503 naming the holders down. The message lists `name=address` of the holders up.
     pub(crate) fn forward_or_unavailable(
         bucket: &str,
         key: &str,
         up: &[NodeInfo],
         down: &[NodeInfo],
     ) -> S3Error {
-        match up.first() {
-            Some(node) => S3Error::with_message(
+        match up.is_empty() {
+            false => S3Error::with_message(
                 S3ErrorCode::Custom(FORWARD_CODE.into()),
-                node.address.clone(),
+                up.iter()
+                    .map(|n| format!("{}={}", n.name, n.address))
+                    .collect::<Vec<_>>()
+                    .join(" "),
             ),
-            None => service_unavailable(format!(
+            true => service_unavailable(format!(
                 "{bucket}/{key} is held only by {}, which {} down; try again when {} back",
                 names(down),
                 if down.len() == 1 { "is" } else { "are" },
@@ -220,18 +224,21 @@ fn names(nodes: &[NodeInfo]) -> String {
         .join(", ")
 }
 
-/// Forward a GET to `address` with the client's own request line and headers; the answer streams back.
+/// Forward a GET to the first of `holders` (`name=address …`) that answers, with the client's own request
+/// line and headers; the answer streams back. None answers: `503` naming each with its error.
 pub(crate) async fn forward(
-    address: &str,
+    holders: &str,
     method: &http::Method,
     uri: &http::Uri,
     headers: &http::HeaderMap,
     node_name: &str,
 ) -> http::Response<s3s::Body> {
-    let url = format!(
-        "http://{address}{}",
-        uri.path_and_query().map_or("/", |p| p.as_str())
-    );
+    let path = uri.path_and_query().map_or("/", |p| p.as_str()).to_owned();
+    let holders: Vec<(String, String)> = holders
+        .split(' ')
+        .filter_map(|h| h.split_once('='))
+        .map(|(n, a)| (n.to_owned(), a.to_owned()))
+        .collect();
     static AGENT: std::sync::OnceLock<ureq::Agent> = std::sync::OnceLock::new();
     let agent = AGENT.get_or_init(|| {
         ureq::AgentBuilder::new()
@@ -239,28 +246,47 @@ pub(crate) async fn forward(
             .redirects(0)
             .build()
     });
-    let mut request = agent.request(method.as_str(), &url);
-    for (name, value) in headers {
-        if HOP_BY_HOP.contains(&name.as_str()) {
-            continue;
+    let request_to = |address: &str| {
+        let mut request = agent.request(method.as_str(), &format!("http://{address}{path}"));
+        for (name, value) in headers {
+            if HOP_BY_HOP.contains(&name.as_str()) {
+                continue;
+            }
+            if let Ok(v) = value.to_str() {
+                request = request.set(name.as_str(), v);
+            }
         }
-        if let Ok(v) = value.to_str() {
-            request = request.set(name.as_str(), v);
-        }
-    }
-    request = request.set(FORWARDED_HEADER, node_name);
-    let address = address.to_owned();
+        request.set(FORWARDED_HEADER, node_name)
+    };
+    let requests: Vec<(String, String, ureq::Request)> = holders
+        .into_iter()
+        .map(|(name, address)| {
+            let request = request_to(&address);
+            (name, address, request)
+        })
+        .collect();
     let (tx, rx) = tokio::sync::mpsc::channel::<Result<bytes::Bytes, std::io::Error>>(
         crate::BODY_PIECES_IN_FLIGHT,
     );
     let (head_tx, head_rx) = tokio::sync::oneshot::channel();
     tokio::task::spawn_blocking(move || {
-        let response = match request.call() {
-            Ok(r) | Err(ureq::Error::Status(_, r)) => r,
-            Err(e) => {
-                let _ = head_tx.send(Err(format!("cannot reach the holder at {address}: {e}")));
-                return;
+        let mut failures = Vec::new();
+        let mut answer = None;
+        for (name, address, request) in requests {
+            match request.call() {
+                Ok(r) | Err(ureq::Error::Status(_, r)) => {
+                    answer = Some(r);
+                    break;
+                }
+                Err(e) => failures.push(format!("node {name} ({address}) does not answer: {e}")),
             }
+        }
+        let Some(response) = answer else {
+            let _ = head_tx.send(Err(format!(
+                "{}; it has not missed heartbeats for the timeout yet, try again shortly",
+                failures.join("; ")
+            )));
+            return;
         };
         let mut head = http::Response::builder().status(response.status());
         for name in response.headers_names() {
