@@ -177,10 +177,10 @@ impl ClusterDb {
         };
         // Two nodes starting at once may race on CREATE … IF NOT EXISTS (a unique violation on the system
         // catalogs): the loser tries again once.
-        let mut result = db.write(|c| Self::migrate(c));
+        let mut result = db.write(Self::migrate);
         if result.is_err() {
             std::thread::sleep(std::time::Duration::from_millis(200));
-            result = db.write(|c| Self::migrate(c));
+            result = db.write(Self::migrate);
         }
         result?;
         Ok(db)

@@ -353,7 +353,7 @@ pub fn start(store: &Arc<Store>, m: &Membership) -> Result<(Arc<ClusterNode>, He
                     }
                     beats += 1;
                     // Bytes used are summed over the catalog: every 10th heartbeat, not every one.
-                    if !failing && beats % 10 == 0 {
+                    if !failing && beats.is_multiple_of(10) {
                         last = capacity_and_used(&store);
                     }
                     match db.heartbeat(node_id, last.0, last.1) {

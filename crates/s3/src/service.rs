@@ -141,7 +141,7 @@ impl S3 for PermafrostS3 {
                 return Ok(S3Response::new(HeadObjectOutput {
                     accept_ranges: Some("bytes".into()),
                     content_length: i64::try_from(entry.size_bytes).ok(),
-                    content_type: entry.content_type.map(Into::into),
+                    content_type: entry.content_type,
                     e_tag: Some(crate::common::etag(&entry.etag)),
                     last_modified: Some(crate::common::timestamp(entry.last_modified_ms)),
                     ..Default::default()
