@@ -31,6 +31,7 @@
 //! **Not here.** Bytes (the cache files and the grid are the store's), hashing, formats, policies.
 
 mod archive;
+pub mod cluster;
 mod list;
 mod namespace;
 mod postgres;

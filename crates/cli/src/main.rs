@@ -5,6 +5,7 @@
 //! `survey`); this file only parses and dispatches. Long work shows a progress bar on stderr;
 //! `--json` prints machine-readable results on stdout. Errors print one clear line and exit 1.
 
+mod cluster;
 mod grid;
 mod object;
 mod pattern;
@@ -75,6 +76,10 @@ enum Command {
     /// e-VLBI recording: start, stop and watch scans of VDIF frames over UDP, schedules, a paced sender.
     #[command(subcommand)]
     Record(record::RecordCommand),
+    /// Cluster membership: the nodes of the cluster this data directory belongs to, their health and the
+    /// topology (docs/cluster.md "Nodes").
+    #[command(subcommand)]
+    Cluster(cluster::ClusterCommand),
     /// Cluster data plane: run a relay or a data node, write k copies along a replication tree, rebuild through a
     /// parity tree (docs/cluster.md).
     #[command(subcommand)]
@@ -138,6 +143,7 @@ fn main() {
         Command::Salvage(args) => object::salvage(args),
         Command::Record(command) => record::run(command),
         Command::Relay(command) => relay::run(command),
+        Command::Cluster(command) => cluster::run(command),
     };
     if let Err(error) = result {
         eprintln!("permafrost: {error:#}");

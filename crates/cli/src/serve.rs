@@ -359,6 +359,23 @@ pub fn run(args: ServeArgs) -> Result<()> {
         });
     }
     let (credentials, credentials_source) = credentials(data_dir)?;
+    // A node of a cluster: every check before the archive opens (docs/cluster.md "Nodes").
+    let membership = match crate::cluster::section(data_dir)? {
+        None => None,
+        Some(section) => {
+            let url = crate::cluster::database_url(config.catalog.url.as_deref(), &config_path)?;
+            let m = crate::cluster::join(data_dir, section, &url, &listen)?;
+            note!(
+                "permafrost: node {} of cluster {} (id {}), advertised at {}; store catalog in schema {}",
+                m.section.node,
+                m.section.name,
+                m.cluster_id,
+                m.address,
+                permafrost_catalog::cluster::node_schema(&m.section.node)
+            );
+            Some(m)
+        }
+    };
     let new_grid = !data_dir
         .join("grid")
         .join(permafrost_engine::CONFIG_FILE)
@@ -385,6 +402,10 @@ pub fn run(args: ServeArgs) -> Result<()> {
         power_description(&grid.disks)
     );
     let store = Arc::new(store);
+    let cluster = match &membership {
+        None => None,
+        Some(m) => Some(crate::cluster::start(&store, m)?),
+    };
     let mounted = match &args.mount {
         None => None,
         Some(dir) => {
@@ -451,10 +472,25 @@ pub fn run(args: ServeArgs) -> Result<()> {
         );
         permafrost_s3::add_archive_endpoints(&admin);
         permafrost_record::api::add_endpoints(&admin, &recorder);
-        let served =
-            permafrost_s3::serve_admin(listener, admin.clone(), credentials, shutdown_signal())
-                .await
-                .context("serving S3");
+        if let Some(m) = &membership {
+            crate::cluster::add_endpoint(
+                &admin,
+                Arc::clone(&m.db),
+                m.section.clone(),
+                m.cluster_id.clone(),
+                data_dir.to_path_buf(),
+            );
+        }
+        let node = cluster.as_ref().map(|(node, _)| Arc::clone(node));
+        let served = permafrost_s3::serve_node(
+            listener,
+            admin.clone(),
+            credentials,
+            node,
+            shutdown_signal(),
+        )
+        .await
+        .context("serving S3");
         admin.stop();
         served
     });
@@ -468,6 +504,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
         }
     }
     runtime.shutdown_timeout(Duration::from_millis(CLOSE_WAIT_MS));
+    drop(cluster); // the heartbeat stops (it holds the store)
     recorder.shutdown();
     drop(recorder);
     served?;

@@ -10,6 +10,12 @@ use s3s::{S3Error, S3ErrorCode};
 
 /// The S3 error for a store error, with the store's message.
 pub(crate) fn s3_error(error: StoreError) -> S3Error {
+    // The catalog's database gone (PostgreSQL stopped, connection lost): 503, the request may be retried.
+    if let StoreError::Internal(message) = &error {
+        if message.starts_with("catalog database ") {
+            return crate::cluster::service_unavailable(message.clone());
+        }
+    }
     let code =
         S3ErrorCode::from_bytes(error.s3_code().as_bytes()).unwrap_or(S3ErrorCode::InternalError);
     if matches!(error, StoreError::Internal(_)) {

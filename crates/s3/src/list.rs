@@ -11,6 +11,7 @@ use s3s::dto::*;
 use s3s::{S3Error, S3ErrorCode, S3Request, S3Response, S3Result};
 
 use crate::bridge::blocking;
+use crate::cluster::ClusterNode;
 use crate::common::{etag, owner, timestamp, url_encode};
 
 /// Most entries (objects + common prefixes) one page holds, as in S3.
@@ -82,6 +83,7 @@ fn object_entry(record: ObjectRecord, with_owner: bool, encoder: &Encoder) -> Ob
 
 async fn list_page(
     store: &Arc<Store>,
+    cluster: Option<&Arc<ClusterNode>>,
     bucket: &str,
     prefix: &str,
     delimiter: Option<&str>,
@@ -96,7 +98,14 @@ async fn list_page(
         start_after,
         max_keys: limit.unwrap_or(1),
     };
-    let page = blocking(move || store.list_objects(&bucket, &query)).await?;
+    // In a cluster the directory lists every node's objects (crate::cluster).
+    let page = match cluster {
+        Some(c) => {
+            let db = Arc::clone(&c.db);
+            crate::cluster::blocking(move || db.list_objects(&bucket, &query)).await?
+        }
+        None => blocking(move || store.list_objects(&bucket, &query)).await?,
+    };
     if limit.is_none() {
         // max-keys=0: the bucket exists (checked by the query), the answer is empty.
         return Ok(ListPage::default());
@@ -106,6 +115,7 @@ async fn list_page(
 
 pub(crate) async fn list_objects_v2(
     store: &Arc<Store>,
+    cluster: Option<&Arc<ClusterNode>>,
     req: S3Request<ListObjectsV2Input>,
 ) -> S3Result<S3Response<ListObjectsV2Output>> {
     let input = req.input;
@@ -121,6 +131,7 @@ pub(crate) async fn list_objects_v2(
     let prefix = input.prefix.clone().unwrap_or_default();
     let page = list_page(
         store,
+        cluster,
         &input.bucket,
         &prefix,
         input.delimiter.as_deref(),
@@ -167,6 +178,7 @@ pub(crate) async fn list_objects_v2(
 
 pub(crate) async fn list_objects(
     store: &Arc<Store>,
+    cluster: Option<&Arc<ClusterNode>>,
     req: S3Request<ListObjectsInput>,
 ) -> S3Result<S3Response<ListObjectsOutput>> {
     let input = req.input;
@@ -175,6 +187,7 @@ pub(crate) async fn list_objects(
     let marker = input.marker.clone().filter(|m| !m.is_empty());
     let page = list_page(
         store,
+        cluster,
         &input.bucket,
         &prefix,
         input.delimiter.as_deref(),

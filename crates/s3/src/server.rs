@@ -19,6 +19,7 @@ use tokio::net::TcpListener;
 
 use crate::admin::{AdminRoute, ReservedNameValidation};
 use crate::auth::{Credentials, RootAuth};
+use crate::cluster::{ClusterNode, FORWARD_CODE};
 use crate::service::PermafrostS3;
 
 /// A response header an operation sets when s3s would not send the status it needs (RestoreObject's `202`):
@@ -31,9 +32,19 @@ pub const DRAIN_TIMEOUT_MS: u64 = 30_000;
 /// The S3 service (s3s) over the admin's store, checking signatures against `credentials`; signed requests to
 /// the admin API go to `admin`.
 pub fn s3_service(admin: Admin, credentials: Credentials) -> S3Service {
+    s3_service_in(admin, credentials, None)
+}
+
+/// [`s3_service`] of a cluster node (`crate::cluster`), or of a single server when `cluster` is `None`.
+pub fn s3_service_in(
+    admin: Admin,
+    credentials: Credentials,
+    cluster: Option<Arc<ClusterNode>>,
+) -> S3Service {
     let store = Arc::clone(admin.store());
     let mut builder = S3ServiceBuilder::new(PermafrostS3 {
         store: Arc::clone(&store),
+        cluster,
     });
     builder.set_auth(RootAuth::new(credentials));
     builder.set_route(AdminRoute { store, admin });
@@ -72,6 +83,7 @@ fn declares_no_body(headers: &HeaderMap) -> bool {
 async fn handle(
     s3: S3Service,
     admin: Admin,
+    cluster: Option<Arc<ClusterNode>>,
     request: Request<Incoming>,
 ) -> Result<Response<Body>, HttpError> {
     let (method, path) = (request.method().clone(), request.uri().path().to_owned());
@@ -92,7 +104,27 @@ async fn handle(
     };
     let mut request = request;
     request.extensions_mut().insert(Arc::clone(&witness));
+    // A GET in a cluster may be answered by forwarding the client's own request to the holder (`cluster`).
+    let forwardable = match &cluster {
+        Some(node) if method == http::Method::GET => Some((
+            Arc::clone(node),
+            request.uri().clone(),
+            request.headers().clone(),
+        )),
+        _ => None,
+    };
     let mut response = s3.call(request).await?;
+    if let Some((node, uri, headers)) = forwardable {
+        if !response.status().is_success() {
+            if let Some((code, address)) = error_code_and_message(response.body()) {
+                if code == FORWARD_CODE {
+                    response =
+                        crate::cluster::forward(&address, &method, &uri, &headers, &node.node_name)
+                            .await;
+                }
+            }
+        }
+    }
     explain_signature_mismatch(&mut response, access_key.as_deref());
     if let Some(status) = response
         .headers_mut()
@@ -283,7 +315,18 @@ pub async fn serve_admin(
     credentials: Credentials,
     shutdown: impl Future<Output = ()>,
 ) -> std::io::Result<()> {
-    let s3 = s3_service(admin.clone(), credentials);
+    serve_node(listener, admin, credentials, None, shutdown).await
+}
+
+/// [`serve_admin`] for a node of a cluster (`crate::cluster`): `cluster` is its view of the others.
+pub async fn serve_node(
+    listener: TcpListener,
+    admin: Admin,
+    credentials: Credentials,
+    cluster: Option<Arc<ClusterNode>>,
+    shutdown: impl Future<Output = ()>,
+) -> std::io::Result<()> {
+    let s3 = s3_service_in(admin.clone(), credentials, cluster.clone());
     let graceful = GracefulShutdown::new();
     let mut http = hyper::server::conn::http1::Builder::new();
     http.timer(hyper_util::rt::TokioTimer::new())
@@ -309,8 +352,9 @@ pub async fn serve_admin(
                 }
                 let s3 = s3.clone();
                 let admin = admin.clone();
+                let cluster = cluster.clone();
                 let service = hyper::service::service_fn(move |request: Request<Incoming>| {
-                    handle(s3.clone(), admin.clone(), request)
+                    handle(s3.clone(), admin.clone(), cluster.clone(), request)
                 });
                 let connection = graceful.watch(http.serve_connection(TokioIo::new(stream), service));
                 tokio::spawn(async move {

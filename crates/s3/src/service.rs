@@ -6,14 +6,16 @@ use permafrost_store::Store;
 use s3s::dto::*;
 use s3s::{S3Request, S3Response, S3Result, S3};
 
+use crate::cluster::{ClusterNode, Route};
 use crate::{
     acl, bucket, copy, delete, get, lifecycle, list, lock, multipart, put, restore, tagging,
     versioning,
 };
 
-/// The S3 API over one store.
+/// The S3 API over one store, and in a cluster its node's view of the others (`crate::cluster`).
 pub(crate) struct PermafrostS3 {
     pub(crate) store: Arc<Store>,
+    pub(crate) cluster: Option<Arc<ClusterNode>>,
 }
 
 #[async_trait::async_trait]
@@ -22,6 +24,24 @@ impl S3 for PermafrostS3 {
         &self,
         req: S3Request<ListBucketsInput>,
     ) -> S3Result<S3Response<ListBucketsOutput>> {
+        if let Some(c) = &self.cluster {
+            let db = Arc::clone(&c.db);
+            let buckets = crate::cluster::blocking(move || db.buckets()).await?;
+            return Ok(S3Response::new(ListBucketsOutput {
+                buckets: Some(
+                    buckets
+                        .into_iter()
+                        .map(|(name, created_ms)| Bucket {
+                            name: Some(name),
+                            creation_date: Some(crate::common::timestamp(created_ms)),
+                            bucket_region: None,
+                        })
+                        .collect(),
+                ),
+                owner: Some(crate::common::owner()),
+                ..Default::default()
+            }));
+        }
         bucket::list_buckets(&self.store, req).await
     }
 
@@ -29,13 +49,30 @@ impl S3 for PermafrostS3 {
         &self,
         req: S3Request<CreateBucketInput>,
     ) -> S3Result<S3Response<CreateBucketOutput>> {
-        bucket::create_bucket(&self.store, req).await
+        let name = req.input.bucket.clone();
+        let answer = bucket::create_bucket(&self.store, req).await?;
+        if let Some(c) = &self.cluster {
+            let db = Arc::clone(&c.db);
+            crate::cluster::blocking(move || db.add_bucket(&name)).await?;
+        }
+        Ok(answer)
     }
 
     async fn delete_bucket(
         &self,
         req: S3Request<DeleteBucketInput>,
     ) -> S3Result<S3Response<DeleteBucketOutput>> {
+        if let Some(c) = &self.cluster {
+            // Refused while the directory names an object in it (on any node).
+            let (db, name) = (Arc::clone(&c.db), req.input.bucket.clone());
+            crate::cluster::blocking(move || db.remove_bucket(&name)).await?;
+            return match bucket::delete_bucket(&self.store, req).await {
+                Err(e) if *e.code() == s3s::S3ErrorCode::NoSuchBucket => {
+                    Ok(S3Response::new(DeleteBucketOutput {}))
+                }
+                other => other,
+            };
+        }
         bucket::delete_bucket(&self.store, req).await
     }
 
@@ -43,6 +80,16 @@ impl S3 for PermafrostS3 {
         &self,
         req: S3Request<HeadBucketInput>,
     ) -> S3Result<S3Response<HeadBucketOutput>> {
+        if let Some(c) = &self.cluster {
+            let (db, name) = (Arc::clone(&c.db), req.input.bucket.clone());
+            if !crate::cluster::blocking(move || db.bucket_exists(&name)).await? {
+                return Err(s3s::S3Error::with_message(
+                    s3s::S3ErrorCode::NoSuchBucket,
+                    format!("no such bucket: {}", req.input.bucket),
+                ));
+            }
+            return Ok(S3Response::new(HeadBucketOutput::default()));
+        }
         bucket::head_bucket(&self.store, req).await
     }
 
@@ -57,13 +104,30 @@ impl S3 for PermafrostS3 {
         &self,
         req: S3Request<PutObjectInput>,
     ) -> S3Result<S3Response<PutObjectOutput>> {
-        put::put_object(&self.store, req).await
+        let Some(c) = &self.cluster else {
+            return put::put_object(&self.store, req).await;
+        };
+        let (bucket, key) = (req.input.bucket.clone(), req.input.key.clone());
+        c.ensure_local_bucket(&self.store, &bucket).await?;
+        let answer = put::put_object(&self.store, req).await?;
+        c.publish(&self.store, &bucket, &key).await?;
+        Ok(answer)
     }
 
     async fn get_object(
         &self,
         req: S3Request<GetObjectInput>,
     ) -> S3Result<S3Response<GetObjectOutput>> {
+        if let (Some(c), None) = (&self.cluster, &req.input.version_id) {
+            if !req.headers.contains_key(crate::cluster::FORWARDED_HEADER) {
+                let (bucket, key) = (req.input.bucket.clone(), req.input.key.clone());
+                if let Route::Remote { up, down, .. } = c.route(&bucket, &key).await? {
+                    return Err(ClusterNode::forward_or_unavailable(
+                        &bucket, &key, &up, &down,
+                    ));
+                }
+            }
+        }
         get::get_object(&self.store, req).await
     }
 
@@ -71,6 +135,19 @@ impl S3 for PermafrostS3 {
         &self,
         req: S3Request<HeadObjectInput>,
     ) -> S3Result<S3Response<HeadObjectOutput>> {
+        if let (Some(c), None) = (&self.cluster, &req.input.version_id) {
+            if let Route::Remote { entry, .. } = c.route(&req.input.bucket, &req.input.key).await? {
+                // Answered from the directory, whether or not a holder is up.
+                return Ok(S3Response::new(HeadObjectOutput {
+                    accept_ranges: Some("bytes".into()),
+                    content_length: i64::try_from(entry.size_bytes).ok(),
+                    content_type: entry.content_type,
+                    e_tag: Some(crate::common::etag(&entry.etag)),
+                    last_modified: Some(crate::common::timestamp(entry.last_modified_ms)),
+                    ..Default::default()
+                }));
+            }
+        }
         get::head_object(&self.store, req).await
     }
 
@@ -78,7 +155,19 @@ impl S3 for PermafrostS3 {
         &self,
         req: S3Request<DeleteObjectInput>,
     ) -> S3Result<S3Response<DeleteObjectOutput>> {
-        delete::delete_object(&self.store, req).await
+        let Some(c) = &self.cluster else {
+            return delete::delete_object(&self.store, req).await;
+        };
+        let (bucket, key, current) = (
+            req.input.bucket.clone(),
+            req.input.key.clone(),
+            req.input.version_id.is_none(),
+        );
+        let answer = delete::delete_object(&self.store, req).await?;
+        if current {
+            c.unpublish(&bucket, &key).await?;
+        }
+        Ok(answer)
     }
 
     async fn delete_objects(
@@ -92,27 +181,38 @@ impl S3 for PermafrostS3 {
         &self,
         req: S3Request<CopyObjectInput>,
     ) -> S3Result<S3Response<CopyObjectOutput>> {
-        copy::copy_object(&self.store, req).await
+        let Some(c) = &self.cluster else {
+            return copy::copy_object(&self.store, req).await;
+        };
+        let (bucket, key) = (req.input.bucket.clone(), req.input.key.clone());
+        c.ensure_local_bucket(&self.store, &bucket).await?;
+        let answer = copy::copy_object(&self.store, req).await?;
+        c.publish(&self.store, &bucket, &key).await?;
+        Ok(answer)
     }
 
     async fn list_objects(
         &self,
         req: S3Request<ListObjectsInput>,
     ) -> S3Result<S3Response<ListObjectsOutput>> {
-        list::list_objects(&self.store, req).await
+        list::list_objects(&self.store, self.cluster.as_ref(), req).await
     }
 
     async fn list_objects_v2(
         &self,
         req: S3Request<ListObjectsV2Input>,
     ) -> S3Result<S3Response<ListObjectsV2Output>> {
-        list::list_objects_v2(&self.store, req).await
+        list::list_objects_v2(&self.store, self.cluster.as_ref(), req).await
     }
 
     async fn create_multipart_upload(
         &self,
         req: S3Request<CreateMultipartUploadInput>,
     ) -> S3Result<S3Response<CreateMultipartUploadOutput>> {
+        if let Some(c) = &self.cluster {
+            c.ensure_local_bucket(&self.store, &req.input.bucket)
+                .await?;
+        }
         multipart::create_multipart_upload(&self.store, req).await
     }
 
@@ -127,7 +227,13 @@ impl S3 for PermafrostS3 {
         &self,
         req: S3Request<CompleteMultipartUploadInput>,
     ) -> S3Result<S3Response<CompleteMultipartUploadOutput>> {
-        multipart::complete_multipart_upload(&self.store, req).await
+        let Some(c) = &self.cluster else {
+            return multipart::complete_multipart_upload(&self.store, req).await;
+        };
+        let (bucket, key) = (req.input.bucket.clone(), req.input.key.clone());
+        let answer = multipart::complete_multipart_upload(&self.store, req).await?;
+        c.publish(&self.store, &bucket, &key).await?;
+        Ok(answer)
     }
 
     async fn abort_multipart_upload(

@@ -46,6 +46,7 @@ pub fn load_config(data_dir: &Path) -> Result<StoreConfig> {
     };
     let table: toml::Table =
         toml::from_str(&text).with_context(|| format!("{} is not valid TOML", path.display()))?;
+    let table_copy = table.clone();
     let config: StoreConfig = match table.get("store") {
         Some(store) => {
             // `[catalog]` is a table of its own in the file (docs/catalog.md), also inside `[store]`.
@@ -60,10 +61,22 @@ pub fn load_config(data_dir: &Path) -> Result<StoreConfig> {
             let mut table = table;
             table.remove("server");
             table.remove("mount");
+            table.remove("cluster");
             toml::Value::Table(table).try_into()
         }
     }
     .with_context(|| format!("{}: invalid store configuration", path.display()))?;
+    // A node of a cluster keeps its store catalog in a schema of its own (docs/cluster.md "Nodes"): every
+    // opener of this data directory (serve and the local commands) uses it, so catalogs of nodes never mix.
+    let mut config = config;
+    if let Some(section) = crate::cluster::section_of(&table_copy, &path)? {
+        if let Some(url) = config.catalog.url.as_deref() {
+            config.catalog.url = Some(
+                permafrost_catalog::cluster::node_store_url(url, &section.node)
+                    .map_err(|e| anyhow::anyhow!("{e}"))?,
+            );
+        }
+    }
     Ok(config)
 }
 

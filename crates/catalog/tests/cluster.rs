@@ -1,0 +1,162 @@
+//! The cluster's shared tables (`permafrost_catalog::cluster`) on the test PostgreSQL server: one database per
+//! test (the shared tables live in a fixed schema, so tests must not share a database).
+
+mod common;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use permafrost_catalog::cluster::{node_store_url, ClusterDb, DirEntry, Health};
+use permafrost_catalog::{CatalogError, ListQuery};
+
+/// A fresh database on the test server; its URL (`None`: PostgreSQL skipped on purpose).
+fn fresh_database() -> Option<String> {
+    let url = common::pg_url()?;
+    static N: AtomicU64 = AtomicU64::new(0);
+    let name = format!(
+        "cl{}_{}_{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .subsec_nanos(),
+        N.fetch_add(1, Ordering::SeqCst)
+    );
+    let mut client = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+    client
+        .batch_execute(&format!("CREATE DATABASE {name}"))
+        .unwrap();
+    let base = url.split('?').next().unwrap();
+    Some(format!("{}/{name}", base.rsplit_once('/').unwrap().0))
+}
+
+fn entry(bucket: &str, key: &str, etag: &str, ms: u64) -> DirEntry {
+    DirEntry {
+        bucket: bucket.into(),
+        key: key.into(),
+        size_bytes: 10,
+        etag: etag.into(),
+        last_modified_ms: ms,
+        content_type: None,
+    }
+}
+
+#[test]
+fn nodes_join_heartbeat_and_time_out() {
+    let Some(url) = fresh_database() else { return };
+    let db = ClusterDb::connect(&url, 400).unwrap();
+    let id = db.cluster("c").unwrap();
+    // The id is made once; another name is refused.
+    assert_eq!(
+        ClusterDb::connect(&url, 400).unwrap().cluster("c").unwrap(),
+        id
+    );
+    let e = db.cluster("other").unwrap_err().to_string();
+    assert!(e.contains("holds cluster \"c\""), "{e}");
+    let a = db.join(&id, "a", "inst-a", "127.0.0.1:1", 100, 5).unwrap();
+    let b = db.join(&id, "b", "inst-b", "127.0.0.1:2", 100, 7).unwrap();
+    // The same instance joins again (a restart); another instance may not take the name.
+    assert_eq!(
+        db.join(&id, "a", "inst-a", "127.0.0.1:3", 100, 5).unwrap(),
+        a
+    );
+    let e = db
+        .join(&id, "a", "inst-x", "127.0.0.1:4", 0, 0)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("already taken"), "{e}");
+    let nodes = db.nodes().unwrap();
+    assert_eq!(nodes.len(), 2);
+    assert_eq!(nodes[0].address, "127.0.0.1:3");
+    assert!(nodes.iter().all(|n| n.health == Health::Up));
+    std::thread::sleep(std::time::Duration::from_millis(700));
+    db.heartbeat(b.node_id, 200, 9).unwrap();
+    let nodes = db.nodes().unwrap();
+    assert_eq!(nodes[0].health, Health::Down, "{nodes:?}");
+    assert_eq!(nodes[1].health, Health::Up);
+    assert_eq!((nodes[1].capacity_bytes, nodes[1].used_bytes), (200, 9));
+}
+
+#[test]
+fn the_directory_follows_publish_delete_and_reconcile() {
+    let Some(url) = fresh_database() else { return };
+    let db = ClusterDb::connect(&url, 10_000).unwrap();
+    let id = db.cluster("c").unwrap();
+    let a = db.join(&id, "a", "ia", "h:1", 0, 0).unwrap().node_id;
+    let b = db.join(&id, "b", "ib", "h:2", 0, 0).unwrap().node_id;
+    db.add_bucket("bk").unwrap();
+    db.publish(a, &entry("bk", "x/1", "e1", 100)).unwrap();
+    db.publish(a, &entry("bk", "x/2", "e2", 100)).unwrap();
+    db.publish(b, &entry("bk", "y", "e3", 100)).unwrap();
+    // b writes a newer x/1: a's older row goes; a's stale copy cannot come back by publishing.
+    db.publish(b, &entry("bk", "x/1", "e4", 200)).unwrap();
+    db.publish(a, &entry("bk", "x/1", "e1", 100)).unwrap();
+    let holders = db.holders("bk", "x/1").unwrap();
+    assert_eq!(holders.len(), 1);
+    assert_eq!(
+        (holders[0].0.name.as_str(), holders[0].1.etag.as_str()),
+        ("b", "e4")
+    );
+    // Listing with a delimiter, from the directory.
+    let page = db
+        .list_objects(
+            "bk",
+            &ListQuery {
+                prefix: String::new(),
+                delimiter: Some("/".into()),
+                start_after: None,
+                max_keys: 1000,
+            },
+        )
+        .unwrap();
+    assert_eq!(page.common_prefixes, vec!["x/".to_string()]);
+    assert_eq!(page.objects.len(), 1);
+    assert_eq!(page.objects[0].key, "y");
+    assert!(matches!(
+        db.list_objects("none", &ListQuery::default()),
+        Err(CatalogError::NoSuchBucket(_))
+    ));
+    // A bucket with objects cannot go.
+    assert!(matches!(
+        db.remove_bucket("bk"),
+        Err(CatalogError::BucketNotEmpty(_))
+    ));
+    // a restarts holding only x/2 and a new z (a crash lost a publish and a delete): reconcile repairs both.
+    db.unpublish(b, "bk", "y").unwrap();
+    let (published, removed) = db
+        .reconcile(
+            a,
+            &[entry("bk", "x/2", "e2", 100), entry("bk", "z", "e5", 300)],
+        )
+        .unwrap();
+    assert_eq!((published, removed), (1, 0));
+    let (published, removed) = db.reconcile(a, &[entry("bk", "z", "e5", 300)]).unwrap();
+    assert_eq!((published, removed), (0, 1));
+    let keys: Vec<String> = db
+        .list_objects("bk", &ListQuery::default())
+        .unwrap()
+        .objects
+        .into_iter()
+        .map(|o| o.key)
+        .collect();
+    assert_eq!(keys, ["x/1", "z"]);
+    assert!(db.holders("bk", "y").unwrap().is_empty());
+}
+
+#[test]
+fn node_store_urls_select_the_node_schema() {
+    assert_eq!(
+        node_store_url("postgresql://u:p@h:5432/db", "n1").unwrap(),
+        "postgresql://u:p@h:5432/db?options=-csearch_path%3Dpf_node_n1"
+    );
+    assert_eq!(
+        node_store_url("postgresql://h/db?connect_timeout=5", "n1").unwrap(),
+        "postgresql://h/db?connect_timeout=5&options=-csearch_path%3Dpf_node_n1"
+    );
+    let e = node_store_url("postgresql://u:secret@h/db?options=-cx%3Dy", "n1")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("must not set options=") && !e.contains("secret"),
+        "{e}"
+    );
+}
