@@ -121,6 +121,11 @@ pub struct LeafAck {
     pub ok: bool,
     /// Why not, when not.
     pub error: Option<String>,
+    /// When not ok: the relay or data node that failed (could not be reached, broke the connection,
+    /// sent no ack), as seen by its parent; `None` when the data node itself refused or failed the copy
+    /// (corrupt piece, storage error). A retry avoids the blamed node (or the data node itself).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub blame: Option<String>,
 }
 
 /// The hash that travels with piece `index`.
