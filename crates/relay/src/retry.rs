@@ -85,6 +85,7 @@ impl Written {
 /// itself (corrupt piece, storage error). The next tree avoids every such node and reaches only the
 /// copies still missing (for [`Copies::Any`], from the candidates without a copy that are not
 /// avoided). `Err` only for local problems: `open` failing, a tree node without an address.
+#[allow(clippy::too_many_arguments)] // the tree's inputs, the object's, and the counters: all needed.
 pub fn write_copies(
     topology: &Topology,
     root: NodeId,
