@@ -12,9 +12,18 @@
 # Every stored copy is read back from its node's archive and compared (SHA-256) with the source; every rebuild
 # with the XOR of the survivors' pieces. The script exits 1 when any check fails.
 #
+# With --failures, after that (issue 13's failure items, relay path), each on a write of k=3 copies:
+#   - relay: `kill -9` the edge relay of the tree once it has received a quarter of the object: the write must
+#     complete on another tree avoiding it (the client's uplink shows the resend), every copy byte-exact;
+#   - node: `kill -9` a data node of the tree likewise: the write completes with the copy moved to another node;
+#     the killed node, restarted, holds nothing of the object (no half-visible copy, its spool cleared);
+#   - node-exact: the same with `--to` naming the killed node: the write is not acknowledged (exit 1), the two
+#     other copies are whole, the killed node holds nothing.
+#
 # Usage: bench/cluster.sh [--quick] [--object-mib M] [--copies 3,4,5] [--groups 3,4,5] [--rounds R]
-#                         [--topology FILE] [--out DIR] [--scratch DIR]
-#   defaults: 64 MiB object, copies 3,4,5, groups 3,4,5, 1 round, docs/cluster-topology.toml
+#                         [--failures] [--failure-mib M] [--topology FILE] [--out DIR] [--scratch DIR]
+#   defaults: 64 MiB object, copies 3,4,5, groups 3,4,5, 1 round, docs/cluster-topology.toml; failure
+#   scenarios off (--failure-mib 64); --copies "" / --groups "" skip the writes / rebuilds
 #   --quick   16 MiB object (about a minute)
 # Needs root and `ip netns` (iproute2) with tbf. Environment: PERMAFROST_BIN (default: target/release/permafrost
 # of this checkout, built if missing). Results: DIR/results.json (one record per run) and DIR/summary.txt
@@ -25,6 +34,8 @@ OBJECT_MIB=64
 COPIES=3,4,5
 GROUP_SIZES=3,4,5
 ROUNDS=1
+FAILURES=0
+FAILURE_MIB=64
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 TOPOLOGY="$ROOT/docs/cluster-topology.toml"
 OUT=""
@@ -39,7 +50,9 @@ while [[ $# -gt 0 ]]; do
         --topology) TOPOLOGY="$2"; shift ;;
         --out) OUT="$2"; shift ;;
         --scratch) SCRATCH="$2"; shift ;;
-        -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
+        --failures) FAILURES=1 ;;
+        --failure-mib) FAILURE_MIB="$2"; shift ;;
+        -h|--help) sed -n '2,30p' "$0"; exit 0 ;;
         *) echo "unknown argument: $1 (see --help)" >&2; exit 64 ;;
     esac
     shift
@@ -73,6 +86,7 @@ TAG="pf$$"             # namespaces: $TAG-<node>; unique per run, so two runs ne
 
 NAMESPACES=()
 PIDS=()
+declare -A PID_OF      # node -> pid of its relay / data node process (ip netns exec and nice exec it)
 cleanup() {
     local rc=$?
     for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
@@ -185,16 +199,17 @@ for n in "${NODES[@]}"; do
     ADDR_ARGS+=(--addr "$n=${ADDR[$n]}:$PORT")
 done
 
-# Start the relays and data nodes (server side at nice -10, as every benchmark here).
-for n in "${NODES[@]}"; do
+# Start node $1's relay or data node (server side at nice -10, as every benchmark here).
+start_node() {
+    local n=$1
     case ${ROLE[$n]} in
         relay)
             ip netns exec "$TAG-$n" nice -n -10 "$BIN" relay serve --name "$n" --listen "${ADDR[$n]}:$PORT" \
                 2>>"$OUT/$n.log" &
-            PIDS+=($!) ;;
+            ;;
         node)
             mkdir -p "$SCRATCH/$n"
-            cat >"$SCRATCH/$n/permafrost.toml" <<'EOF'
+            [[ -f $SCRATCH/$n/permafrost.toml ]] || cat >"$SCRATCH/$n/permafrost.toml" <<'EOF'
 [store]
 cache_bytes_max = 4294967296
 
@@ -203,16 +218,25 @@ disk_capacity_bytes = 1073741824
 EOF
             ip netns exec "$TAG-$n" nice -n -10 "$BIN" relay node --name "$n" --listen "${ADDR[$n]}:$PORT" \
                 --data-dir "$SCRATCH/$n" 2>>"$OUT/$n.log" &
-            PIDS+=($!) ;;
+            ;;
+        *) return 0 ;;
     esac
-done
-for n in "${NODES[@]}"; do
-    [[ ${ROLE[$n]} == client ]] && continue
+    PIDS+=($!)
+    PID_OF[$n]=$!
+}
+# Wait until node $1 accepts connections (from the client's namespace).
+wait_node() {
     for _ in $(seq 100); do
-        ip netns exec "$TAG-$CLIENT" python3 -c "import socket,sys; socket.create_connection(('${ADDR[$n]}', $PORT), 1)" \
-            2>/dev/null && break
+        ip netns exec "$TAG-$CLIENT" python3 -c "import socket,sys; socket.create_connection(('${ADDR[$1]}', $PORT), 1)" \
+            2>/dev/null && return 0
         sleep 0.1
     done
+    return 1
+}
+for n in "${NODES[@]}"; do start_node "$n"; done
+for n in "${NODES[@]}"; do
+    [[ ${ROLE[$n]} == client ]] && continue
+    wait_node "$n" || true
 done
 
 counter() { ip netns exec "$TAG-$1" cat "/sys/class/net/$2/statistics/$3"; }
@@ -227,7 +251,7 @@ OBJECT_SHA=$(sha256sum "$SCRATCH/object" | cut -d' ' -f1)
 say "# bench/cluster.sh $(date -u +%Y-%m-%dT%H:%M:%SZ), commit $(commit_measured "$ROOT"), $(machine)"
 say "# topology $TOPOLOGY: $(for n in "${NODES[@]}"; do [[ ${PARENT[$n]} != - ]] && printf '%s-%s ' "${PARENT[$n]}" "$n"; done)"
 say "# namespaces $TAG-<node>, removed on exit"
-say "# links shaped with tbf to capacity (${CAP[$FIRST_CHILD]} Mbit/s at the client); object $OBJECT_MIB MiB; load $(loadavg)"
+say "# links shaped with tbf to capacity (${CAP[$FIRST_CHILD]} Mbit/s at the client); object $OBJECT_MIB MiB$( ((FAILURES)) && echo ", failure scenarios $FAILURE_MIB MiB"); load $(loadavg)"
 
 # Read bucket/key back from node $1's archive and compare it with sha256 $3.
 check_copy() {
@@ -254,11 +278,14 @@ write_once() {   # round, k, mode (tree|fan-out)
         [[ $(check_copy "$n" "$key" "$OBJECT_SHA") == true ]] || { exact=false; FAILED=1; }
     done
     [[ $count == "$k" ]] || { exact=false; FAILED=1; }
-    local wall up
+    local wall up net
     wall=$(elapsed "$t0" "$t1")
     up=$((tx1 - tx0))
-    record "{\"what\": \"write\", \"round\": $round, \"k\": $k, \"mode\": \"$mode\", \"object_bytes\": $OBJECT_BYTES, \"client_uplink_bytes\": $up, \"seconds\": $wall, \"copies_ok\": $count, \"byte_exact\": $exact, \"nodes\": \"$nodes\", \"send\": ${json:-null}}"
-    say "write k=$k $(printf '%-8s' "$mode") client uplink $(ratio "$up" "$OBJECT_BYTES") x object, $wall s, copies $count/$k on [$nodes] byte-exact $exact"
+    # The transfer alone: the latest "last piece at" of this key in the data nodes' logs (each counted from
+    # the node's first byte, which follows the client's start by a round trip); the rest is the store.
+    net=$(cat "$OUT"/n*.log 2>/dev/null | python3 -c 'import re,sys; t=[float(m.group(1)) for m in re.finditer(r"stored relay/"+re.escape(sys.argv[1])+r" .*?\(last piece at ([0-9.]+) s\)", sys.stdin.read())]; print(f"{max(t):.3f}" if t else "null")' "$key")
+    record "{\"what\": \"write\", \"round\": $round, \"k\": $k, \"mode\": \"$mode\", \"object_bytes\": $OBJECT_BYTES, \"client_uplink_bytes\": $up, \"seconds\": $wall, \"transfer_seconds\": $net, \"copies_ok\": $count, \"byte_exact\": $exact, \"nodes\": \"$nodes\", \"send\": ${json:-null}}"
+    say "write k=$k $(printf '%-8s' "$mode") client uplink $(ratio "$up" "$OBJECT_BYTES") x object, $wall s (last piece at the leaves $net s), copies $count/$k on [$nodes] byte-exact $exact"
 }
 
 REBUILD_ONTO="${NODES[${#NODES[@]}-1]}"     # the last data node (n6 in the example)
@@ -329,6 +356,101 @@ if [[ -n $GROUP_SIZES ]]; then
         done
     done
 fi
+# --failures: kill a relay or data node mid-write (see the header).
+FAIL_RELAY="${FAIL_RELAY:-edge1}"   # in the first k=3 tree of the example topology
+FAIL_NODE="${FAIL_NODE:-n2}"
+
+# Kill node $1 (kill -9) once the link from its parent has carried $2 more bytes than $4 (its rx counter
+# before the write), unless process $3 (the write) ends first. Prints the bytes it had received (-1: the write
+# ended first). Polls every 5 ms from one shell inside the node's namespace (no process per poll).
+kill_when() {
+    local n=$1 bytes=$2 pid=$3 rx0=$4 victim=${PID_OF[$1]}
+    ip netns exec "$TAG-$n" bash -c '
+        exec {tick}<> <(:)
+        f=/sys/class/net/uplink/statistics/rx_bytes
+        while kill -0 '"$pid"' 2>/dev/null; do
+            read -r rx <"$f"
+            if (( rx - '"$rx0"' >= '"$bytes"' )); then
+                kill -9 '"$victim"'
+                echo $((rx - '"$rx0"'))
+                exit 0
+            fi
+            read -r -t 0.005 -u "$tick" _ || true
+        done
+        echo -1'
+}
+
+# True when node $1's archive has no object relay/$2 and its spool holds no partial copy.
+nothing_visible() {
+    local n=$1 key=$2
+    if "$BIN" get --data-dir "$SCRATCH/$n" "relay/$key" - >/dev/null 2>>"$OUT/check.log"; then
+        echo false; return
+    fi
+    if compgen -G "$SCRATCH/$n/relay-spool/in-*" >/dev/null; then echo false; return; fi
+    echo true
+}
+
+fail_once() {   # scenario (relay|node|node-exact)
+    local scenario=$1 victim target_args key="fail-$1" expect_rc=0
+    case $scenario in
+        relay) victim=$FAIL_RELAY; target_args=(--copies 3) ;;
+        node) victim=$FAIL_NODE; target_args=(--copies 3) ;;
+        node-exact)
+            victim=$FAIL_NODE; expect_rc=1
+            local to=() n
+            for n in "${NODES[@]}"; do [[ ${ROLE[$n]} == node ]] && to+=("$n"); done
+            target_args=(--to "$(IFS=,; echo "${to[*]:0:3}")") ;;
+    esac
+    local tx0 tx1 t0 t1 rc=0 spid got rx0
+    tx0=$(counter "$CLIENT" "d-$FIRST_CHILD" tx_bytes)
+    rx0=$(counter "$victim" uplink rx_bytes)
+    t0=$(now)
+    in_ns "$CLIENT" nice -n -10 "$BIN" relay send --topology "$TOPOLOGY" "${ADDR_ARGS[@]}" "${target_args[@]}" \
+        --key "$key" --json "$SCRATCH/fail-object" >"$SCRATCH/fail.json" 2>>"$OUT/client.log" &
+    spid=$!
+    got=$(kill_when "$victim" $((FAIL_BYTES / 4)) "$spid" "$rx0")
+    wait "$spid" || rc=$?
+    wait "${PID_OF[$victim]}" 2>/dev/null || true
+    t1=$(now)
+    tx1=$(counter "$CLIENT" "d-$FIRST_CHILD" tx_bytes)
+    # Bring the victim back (a data node clears its spool at start); then check what it holds.
+    start_node "$victim"
+    wait_node "$victim" || say "# $victim did not come back"
+    local json nodes count=0 exact=true ok=true hidden=true
+    json=$(cat "$SCRATCH/fail.json")
+    nodes=$(python3 -c 'import json,sys; d = json.loads(sys.argv[1] or "null") or {}; print(" ".join(a["node"] for a in d.get("acks", []) if a["ok"]))' "$json")
+    for n in $nodes; do
+        count=$((count + 1))
+        [[ $(check_copy "$n" "$key" "$FAIL_SHA") == true ]] || exact=false
+    done
+    [[ ${ROLE[$victim]} == node ]] && hidden=$(nothing_visible "$victim" "$key")
+    local attempts first_tree
+    attempts=$(python3 -c 'import json,sys; d = json.loads(sys.argv[1] or "null") or {}; print(len(d.get("attempts", [])))' "$json")
+    first_tree=$(python3 -c 'import json,sys; d = json.loads(sys.argv[1] or "null") or {}; print((d.get("attempts") or [{}])[0].get("tree", ""))' "$json")
+    [[ $got != -1 ]] || ok=false                       # killed mid-transfer
+    [[ $first_tree == *"$victim"* ]] || ok=false       # the victim was in the first tree
+    [[ $rc == "$expect_rc" && $exact == true && $hidden == true ]] || ok=false
+    if [[ $scenario == node-exact ]]; then
+        [[ $count == 2 && $nodes != *"$victim"* ]] || ok=false
+    else
+        [[ $count == 3 && $attempts -ge 2 && $nodes != *"$victim"* ]] || ok=false
+    fi
+    [[ $ok == true ]] || FAILED=1
+    local wall up
+    wall=$(elapsed "$t0" "$t1")
+    up=$((tx1 - tx0))
+    record "{\"what\": \"failure\", \"scenario\": \"$scenario\", \"killed\": \"$victim\", \"killed_after_bytes\": $got, \"object_bytes\": $FAIL_BYTES, \"exit_code\": $rc, \"client_uplink_bytes\": $up, \"seconds\": $wall, \"copies_ok\": $count, \"nodes\": \"$nodes\", \"byte_exact\": $exact, \"nothing_visible_on_killed\": $hidden, \"attempts\": $attempts, \"as_expected\": $ok, \"send\": ${json:-null}}"
+    say "failure $(printf '%-10s' "$scenario") kill -9 $victim after $got bytes: exit $rc, copies $count on [$nodes] byte-exact $exact, $attempts trees, client uplink $(ratio "$up" "$FAIL_BYTES") x object, $wall s, nothing visible on $victim $hidden: $( [[ $ok == true ]] && echo as expected || echo NOT AS EXPECTED)"
+}
+
+if [[ $FAILURES == 1 ]]; then
+    FAIL_BYTES=$((FAILURE_MIB << 20))
+    head -c "$FAIL_BYTES" /dev/urandom >"$SCRATCH/fail-object"
+    FAIL_SHA=$(sha256sum "$SCRATCH/fail-object" | cut -d' ' -f1)
+    fail_once relay
+    fail_once node
+    fail_once node-exact
+fi
 say "# load after $(loadavg)"
 
 python3 - "$RESULTS.lines" "$RESULTS" <<'EOF'
@@ -341,6 +463,16 @@ while text[at:].strip():
 json.dump(rows, open(sys.argv[2], "w"), indent=1)
 EOF
 rm -f "$RESULTS.lines"
+# A text chart of the completion times (one bar per row, 1 char = max/50).
+python3 - "$RESULTS" <<'EOF' | tee -a "$SUMMARY"
+import json, sys
+rows = [r for r in json.load(open(sys.argv[1])) if r["what"] in ("write", "rebuild") and r.get("round") == 1]
+if rows:
+    top = max(r["seconds"] for r in rows)
+    for r in rows:
+        what = f'write k={r["k"]}' if r["what"] == "write" else f'rebuild n={r["group"]}'
+        print(f'{what:<12} {r["mode"]:<8} {"#" * max(1, round(50 * r["seconds"] / top)):<50} {r["seconds"]:7.2f} s')
+EOF
 say "# results: $RESULTS"
 if [[ $FAILED != 0 ]]; then
     say "# FAILED: a copy or rebuild was missing or not byte-exact (logs in $OUT)"

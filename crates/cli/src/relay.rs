@@ -28,8 +28,8 @@ use clap::{Args, Subcommand};
 use serde::Serialize;
 
 use permafrost_relay::{
-    hops, rebuild, send, serve, Header, Hop, LeafAck, NodeStats, RelayNode, Sink, SinkFactory,
-    SourceFactory,
+    hops, rebuild, send, serve, write_copies, Attempt, Copies, Header, Hop, LeafAck, NodeStats,
+    RelayNode, Sink, SinkFactory, SourceFactory,
 };
 use permafrost_topology::{parity_tree, replication_tree, Demand, NodeId, Role, Topology, Tree};
 
@@ -221,6 +221,7 @@ impl Sink for StoreSink {
     }
 
     fn finish(mut self: Box<Self>) -> io::Result<()> {
+        let received = self.started.elapsed().as_secs_f64();
         self.file.rewind()?;
         let file = self.file.try_clone()?;
         let _one = self.node.archive.lock().unwrap_or_else(|p| p.into_inner());
@@ -233,7 +234,8 @@ impl Sink for StoreSink {
         )
         .map_err(|e| io::Error::other(format!("{e:#}")))?;
         eprintln!(
-            "permafrost relay node {}: stored {}/{} ({} bytes, etag {}) {:.3} s after the first byte",
+            "permafrost relay node {}: stored {}/{} ({} bytes, etag {}) {:.3} s after the first byte \
+             (last piece at {received:.3} s)",
             self.node.name,
             self.node.bucket,
             self.key,
@@ -262,6 +264,7 @@ fn run_node(args: NodeArgs) -> Result<()> {
     };
     std::fs::create_dir_all(&spool)
         .with_context(|| format!("cannot create the spool directory {}", spool.display()))?;
+    clear_spool(&spool, &args.name)?;
     let listener = listen(&args.listen)?;
     let node = Arc::new(DataNode {
         name: args.name.clone(),
@@ -337,6 +340,31 @@ fn run_node(args: NodeArgs) -> Result<()> {
     serve(listener, Arc::new(relay))
         .join()
         .map_err(|_| anyhow::anyhow!("the data node's accept loop panicked"))
+}
+
+/// Remove what a previous run of this node left in its spool (copies that were arriving when it was
+/// killed): they were never stored, never acknowledged, and nothing else reads them.
+fn clear_spool(spool: &Path, name: &str) -> Result<()> {
+    let entries = std::fs::read_dir(spool)
+        .with_context(|| format!("cannot read the spool directory {}", spool.display()))?;
+    let mut removed = 0u64;
+    for entry in entries {
+        let entry = entry.with_context(|| format!("reading {}", spool.display()))?;
+        let file_name = entry.file_name();
+        let file_name = file_name.to_string_lossy();
+        if file_name.starts_with("in-") || file_name.starts_with("out-") {
+            std::fs::remove_file(entry.path())
+                .with_context(|| format!("cannot remove {}", entry.path().display()))?;
+            removed += 1;
+        }
+    }
+    if removed > 0 {
+        eprintln!(
+            "permafrost relay node {name}: removed {removed} partial copies a previous run left in {}",
+            spool.display()
+        );
+    }
+    Ok(())
 }
 
 /// The topology with every node's address checked.
@@ -444,15 +472,23 @@ impl Cluster {
 #[derive(Serialize)]
 struct SendReport {
     mode: &'static str,
+    /// The first tree tried (fan-out: the direct streams).
     tree: String,
     key: String,
     object_bytes: u64,
+    /// Copies wanted.
     copies: usize,
+    /// Copies acknowledged (every piece checked, durable at its node).
     copies_ok: usize,
     seconds: f64,
-    /// Bytes this process wrote to the network (headers, hashes, payload).
+    /// Bytes this process wrote to the network (headers, hashes, payload), all attempts.
     bytes_out: u64,
+    /// Per data node that was sent a copy: its last ack (ok, or why not and which node failed).
     acks: Vec<LeafAck>,
+    /// Every tree tried, in order, with its acks (more than one after a failure: the retries).
+    attempts: Vec<Attempt>,
+    /// Why the write stopped short of the copies wanted, when it did.
+    gave_up: Option<String>,
 }
 
 fn run_send(args: SendArgs) -> Result<()> {
@@ -468,13 +504,13 @@ fn run_send(args: SendArgs) -> Result<()> {
             ),
         },
     };
-    let demand = if !args.to.is_empty() {
+    let copies = if !args.to.is_empty() {
         let to = args
             .to
             .iter()
             .map(|n| cluster.data_node(n, "--to"))
             .collect::<Result<Vec<_>>>()?;
-        Demand::exact(&to)
+        Copies::Exact(to)
     } else {
         let Some(k) = args.copies else {
             bail!("say how many copies (--copies K) or where (--to n1,n2)");
@@ -490,23 +526,15 @@ fn run_send(args: SendArgs) -> Result<()> {
                 candidates.len()
             );
         }
-        Demand::any(&candidates, k)
+        Copies::Any { candidates, k }
+    };
+    let demand = match &copies {
+        Copies::Exact(nodes) => Demand::exact(nodes),
+        Copies::Any { candidates, k } => Demand::any(candidates, *k),
     };
     let tree = replication_tree(t, root, &demand)
         .map_err(|e| anyhow::anyhow!("{e}"))
         .context("no replication tree")?;
-    let targets: Vec<NodeId> = tree.targets().to_vec();
-    let (mode, children, shape) = if args.fan_out {
-        let direct = cluster.direct_hops(&targets)?;
-        let names: Vec<&str> = targets.iter().map(|&n| t.name(n)).collect();
-        (
-            "fan-out",
-            direct,
-            format!("{} → {{ {} }} (direct)", t.name(root), names.join(", ")),
-        )
-    } else {
-        ("tree", cluster.tree_hops(&tree)?, tree.render(t))
-    };
     let key = match &args.key {
         Some(k) => k.clone(),
         None => args
@@ -515,37 +543,115 @@ fn run_send(args: SendArgs) -> Result<()> {
             .map(|n| n.to_string_lossy().into_owned())
             .context("the file has no name: pass --key")?,
     };
-    let mut file =
-        File::open(&args.file).with_context(|| format!("cannot open {}", args.file.display()))?;
-    let object_bytes = file
-        .metadata()
+    let object_bytes = std::fs::metadata(&args.file)
         .with_context(|| format!("cannot stat {}", args.file.display()))?
         .len();
+    let path = args.file.clone();
+    let mut open = move || -> io::Result<Box<dyn io::Read>> {
+        Ok(Box::new(io::BufReader::with_capacity(
+            1 << 20,
+            File::open(&path)?,
+        )))
+    };
+    if !args.fan_out {
+        // Fails before sending when the first tree lacks an address; retries check theirs.
+        cluster.tree_hops(&tree)?;
+    }
     let stats = Arc::new(NodeStats::default());
     let started = Instant::now();
-    let acks = send(
-        &key,
-        &children,
-        &mut file,
-        object_bytes,
-        args.piece_bytes,
-        &stats,
-    )
-    .with_context(|| format!("reading {}", args.file.display()))?;
+    let (mode, shape, attempts, gave_up) = if args.fan_out {
+        // The baseline: one direct stream per copy, to the nodes the tree chose; no retry.
+        let targets: Vec<NodeId> = tree.targets().to_vec();
+        let direct = cluster.direct_hops(&targets)?;
+        let names: Vec<&str> = targets.iter().map(|&n| t.name(n)).collect();
+        let shape = format!("{} → {{ {} }} (direct)", t.name(root), names.join(", "));
+        let mut reader = open().with_context(|| format!("cannot open {}", args.file.display()))?;
+        let acks = send(
+            &key,
+            &direct,
+            &mut *reader,
+            object_bytes,
+            args.piece_bytes,
+            &stats,
+        )
+        .with_context(|| format!("reading {}", args.file.display()))?;
+        let attempt = Attempt {
+            tree: shape.clone(),
+            avoided: Vec::new(),
+            acks,
+            seconds: started.elapsed().as_secs_f64(),
+            bytes_out: stats.bytes_out.load(std::sync::atomic::Ordering::Relaxed),
+        };
+        ("fan-out", shape, vec![attempt], None)
+    } else {
+        let written = write_copies(
+            t,
+            root,
+            &copies,
+            &|name| cluster.addrs.get(name).cloned(),
+            &key,
+            &mut open,
+            object_bytes,
+            args.piece_bytes,
+            &stats,
+        )
+        .with_context(|| format!("writing {}", args.file.display()))?;
+        ("tree", tree.render(t), written.attempts, written.gave_up)
+    };
+    // Each node's last word: a node retried later (or replaced) shows its final state.
+    let mut acks: Vec<LeafAck> = Vec::new();
+    for attempt in &attempts {
+        for ack in &attempt.acks {
+            match acks.iter_mut().find(|a| a.node == ack.node) {
+                Some(a) => *a = ack.clone(),
+                None => acks.push(ack.clone()),
+            }
+        }
+    }
     let report = SendReport {
         mode,
         tree: shape,
         key,
         object_bytes,
-        copies: targets.len(),
+        copies: copies.wanted(),
         copies_ok: acks.iter().filter(|a| a.ok).count(),
         seconds: started.elapsed().as_secs_f64(),
         bytes_out: stats.bytes_out.load(std::sync::atomic::Ordering::Relaxed),
         acks,
+        attempts,
+        gave_up,
     };
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
+        for (i, attempt) in report.attempts.iter().enumerate() {
+            let stored: Vec<&str> = attempt
+                .acks
+                .iter()
+                .filter(|a| a.ok)
+                .map(|a| a.node.as_str())
+                .collect();
+            println!(
+                "attempt {} {}: stored on [{}] in {:.3} s ({} bytes sent from here){}",
+                i + 1,
+                attempt.tree,
+                stored.join(", "),
+                attempt.seconds,
+                attempt.bytes_out,
+                if attempt.avoided.is_empty() {
+                    String::new()
+                } else {
+                    format!(", avoiding {}", attempt.avoided.join(", "))
+                }
+            );
+            for ack in attempt.acks.iter().filter(|a| !a.ok) {
+                println!(
+                    "  {}: failed: {}",
+                    ack.node,
+                    ack.error.as_deref().unwrap_or("no reason given")
+                );
+            }
+        }
         println!(
             "{} {}: {} of {} copies stored in {:.3} s ({} bytes sent from here)",
             report.mode,
@@ -564,10 +670,15 @@ fn run_send(args: SendArgs) -> Result<()> {
             .map(|a| format!("{}: {}", a.node, a.error.as_deref().unwrap_or("failed")))
             .collect();
         bail!(
-            "{} of {} copies stored; failed: {}",
+            "{} of {} copies stored, the write is not acknowledged; failed: {}{}",
             report.copies_ok,
             report.copies,
-            failures.join("; ")
+            failures.join("; "),
+            report
+                .gave_up
+                .as_deref()
+                .map(|g| format!("; {g}"))
+                .unwrap_or_default()
         );
     }
     Ok(())

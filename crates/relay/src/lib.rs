@@ -23,16 +23,24 @@
 //!   change the data); the root returns the BLAKE3 of the rebuilt object for comparison with the
 //!   catalog. Any failure below fails the whole rebuild with the node and piece named.
 //!
-//! **Not here.** Choosing the tree (`permafrost-topology`), retrying a failed subtree on another
-//! tree, TLS and authentication of peers.
+//! - A failure is reported, never hidden: every failed ack names the node that failed (`blame`: the
+//!   child that could not be reached, broke the connection or sent no ack; none when the data node
+//!   itself failed the copy). A relay all of whose children failed answers at once and its parent
+//!   stops sending to it, so a dead subtree stops costing the links above it.
+//! - [`write_copies`] retries on another tree that avoids every node that failed, sending only to the
+//!   copies still missing; a write is complete only when every wanted copy was acknowledged.
+//!
+//! **Not here.** Choosing the tree (`permafrost-topology`), TLS and authentication of peers.
 
 pub mod wire;
 
 mod node;
 mod parity;
+mod retry;
 
 pub use node::{send, serve, NodeStats, RelayNode, Sink, SinkFactory, QUEUE_PIECES, STREAMS_MAX};
 pub use parity::{rebuild, SourceFactory};
+pub use retry::{write_copies, Attempt, Copies, Written, ATTEMPTS_MAX};
 pub use wire::{Header, Hop, LeafAck, Op};
 
 use permafrost_topology::{Topology, Tree};

@@ -3,11 +3,11 @@
 
 use std::io::{self, BufReader, BufWriter, Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream, ToSocketAddrs};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver};
 use std::sync::Arc;
 use std::thread::{self, JoinHandle};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::parity::{self, SourceFactory};
 use crate::wire::{self, piece_hash, Header, Hop, LeafAck, Op, Piece};
@@ -16,6 +16,15 @@ use crate::wire::{self, piece_hash, Header, Hop, LeafAck, Op, Piece};
 pub const QUEUE_PIECES: usize = 4;
 /// A connection that moves nothing for this long fails (its subtree is reported failed).
 pub const IO_TIMEOUT: Duration = Duration::from_secs(30);
+/// After the last piece, a data node makes its copy durable before it answers; the ack is awaited
+/// for [`IO_TIMEOUT`] plus the object's size at this rate (a node storing slower counts as failed):
+/// 30 s + 64 s for 256 MiB.
+pub const FINISH_BYTES_PER_S_MIN: u64 = 4 << 20;
+
+/// How long a parent waits for an ack after the stream to the child stopped moving.
+pub(crate) fn ack_patience(object_bytes: u64) -> Duration {
+    IO_TIMEOUT + Duration::from_secs(object_bytes / FINISH_BYTES_PER_S_MIN)
+}
 /// Socket buffering per connection, bytes.
 pub(crate) const BUFFER_BYTES: usize = 256 << 10;
 
@@ -115,15 +124,23 @@ impl Drop for Held {
     }
 }
 
-fn failed(hop: &Hop, message: &str) -> Vec<LeafAck> {
+/// Every leaf below `hop` failed because of `blame` (the hop itself, when it could not be reached or
+/// broke the connection; `None` when the node that failed is the leaf itself).
+fn failed_by(hop: &Hop, message: &str, blame: Option<&str>) -> Vec<LeafAck> {
     hop.leaves()
         .into_iter()
         .map(|node| LeafAck {
             node,
             ok: false,
             error: Some(message.to_string()),
+            blame: blame.map(str::to_string),
         })
         .collect()
+}
+
+/// Every leaf below `hop` failed because `hop` did (unreachable, connection lost, no ack).
+fn failed(hop: &Hop, message: &str) -> Vec<LeafAck> {
+    failed_by(hop, message, Some(&hop.name))
 }
 
 pub(crate) fn connect(addr: &str) -> io::Result<TcpStream> {
@@ -145,22 +162,96 @@ pub(crate) fn connect(addr: &str) -> io::Result<TcpStream> {
     Err(last)
 }
 
+/// When a connection last moved data (milliseconds since `base`): the ack reader waits as long as the
+/// stream it answers is moving, and at most [`IO_TIMEOUT`] after it stopped.
+struct Progress {
+    base: Instant,
+    last_ms: AtomicU64,
+}
+
+impl Progress {
+    fn new() -> Progress {
+        Progress {
+            base: Instant::now(),
+            last_ms: AtomicU64::new(0),
+        }
+    }
+
+    fn touch(&self) {
+        let now = self.base.elapsed().as_millis() as u64;
+        self.last_ms.fetch_max(now, Ordering::Relaxed);
+    }
+
+    fn idle(&self) -> Duration {
+        let now = self.base.elapsed().as_millis() as u64;
+        Duration::from_millis(now.saturating_sub(self.last_ms.load(Ordering::Relaxed)))
+    }
+}
+
+/// Reads through socket timeouts until the stream in the other direction has not moved for `patience`.
+struct Patient<R> {
+    inner: R,
+    progress: Arc<Progress>,
+    patience: Duration,
+}
+
+impl<R: Read> Read for Patient<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        loop {
+            match self.inner.read(buf) {
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                    ) && self.progress.idle() < self.patience => {}
+                other => return other,
+            }
+        }
+    }
+}
+
 /// Stream the pieces from `rx` to one child and return its subtree's acks (all failed, with the
 /// reason, if the child cannot be reached, the connection breaks, or the stream ends early).
+///
+/// The ack is read by a second thread while the pieces go out: a child whose whole subtree failed
+/// answers at once (see [`handle`]), and then this stops sending to it and drops `rx`, so that a
+/// parent none of whose children is left stops too (and answers its own parent early).
 fn child_stream(header: Header, rx: Receiver<Arc<Held>>, stats: Arc<NodeStats>) -> Vec<LeafAck> {
     let hop = header.hop.clone();
     let fail = |rx: Receiver<Arc<Held>>, what: String| {
-        // Keep taking pieces so that the other children are not held up by this one.
-        for _ in rx.iter() {}
+        // Dropping the queue tells the parent this child takes no more pieces.
+        drop(rx);
         failed(&hop, &format!("{} ({}): {what}", hop.name, hop.addr))
     };
     let conn = match connect(&hop.addr) {
         Ok(c) => c,
         Err(e) => return fail(rx, format!("cannot connect: {e}")),
     };
-    let writer = match conn.try_clone() {
-        Ok(w) => w,
-        Err(e) => return fail(rx, e.to_string()),
+    let (writer, reader) = match (conn.try_clone(), conn.try_clone()) {
+        (Ok(w), Ok(r)) => (w, r),
+        (Err(e), _) | (_, Err(e)) => return fail(rx, e.to_string()),
+    };
+    let progress = Arc::new(Progress::new());
+    let patience = ack_patience(header.object_bytes);
+    let answered = Arc::new(AtomicBool::new(false));
+    let ack_reader = {
+        let progress = Arc::clone(&progress);
+        let answered = Arc::clone(&answered);
+        let stats = Arc::clone(&stats);
+        thread::spawn(move || {
+            let mut r = Patient {
+                inner: Counting {
+                    inner: reader,
+                    count: stats,
+                    inbound: true,
+                },
+                progress,
+                patience,
+            };
+            let acks = wire::read_json::<Vec<LeafAck>>(&mut r);
+            answered.store(true, Ordering::Release);
+            acks
+        })
     };
     let mut w = BufWriter::with_capacity(
         BUFFER_BYTES,
@@ -170,37 +261,49 @@ fn child_stream(header: Header, rx: Receiver<Arc<Held>>, stats: Arc<NodeStats>) 
             inbound: false,
         },
     );
-    if let Err(e) = wire::write_json(&mut w, &header) {
-        return fail(rx, format!("sending the header: {e}"));
-    }
     let mut sent = 0u64;
-    while let Ok(held) = rx.recv() {
-        if let Err(e) = wire::write_piece(&mut w, &held.piece) {
-            drop(held);
-            return fail(rx, format!("sending piece {sent}: {e}"));
+    // The child answered (or closed) before the stream's end.
+    let mut child_ended = false;
+    let mut send_error = wire::write_json(&mut w, &header)
+        .err()
+        .map(|e| format!("sending the header: {e}"));
+    if send_error.is_none() {
+        while let Ok(held) = rx.recv() {
+            if answered.load(Ordering::Acquire) {
+                child_ended = true;
+                break;
+            }
+            if let Err(e) = wire::write_piece(&mut w, &held.piece) {
+                send_error = Some(format!("sending piece {sent}: {e}"));
+                break;
+            }
+            sent += 1;
+            progress.touch();
         }
-        sent += 1;
     }
-    if sent < header.pieces() {
-        let _ = conn.shutdown(Shutdown::Both);
-        return failed(
-            &hop,
-            &format!(
-                "{}: the stream above it ended after {sent} pieces",
-                hop.name
-            ),
-        );
+    if send_error.is_none() && sent == header.pieces() {
+        if let Err(e) = w.flush() {
+            send_error = Some(e.to_string());
+        }
+        progress.touch();
     }
-    if let Err(e) = w.flush() {
-        return failed(&hop, &format!("{} ({}): {e}", hop.name, hop.addr));
+    let early = sent < header.pieces();
+    drop(rx);
+    if early || send_error.is_some() {
+        // The child answered early, the connection broke, or the stream above ended: the child sees
+        // the end of the stream (and a broken connection ends the ack reader at once).
+        let how = if send_error.is_some() {
+            Shutdown::Both
+        } else {
+            Shutdown::Write
+        };
+        let _ = conn.shutdown(how);
     }
-    let mut r = Counting {
-        inner: conn,
-        count: stats,
-        inbound: true,
-    };
-    match wire::read_json::<Vec<LeafAck>>(&mut r) {
-        Ok(mut acks) => {
+    let answer = ack_reader
+        .join()
+        .unwrap_or_else(|_| Err(io::Error::other("ack reader panicked")));
+    match (answer, send_error) {
+        (Ok(mut acks), _) => {
             // Every leaf of the subtree gets an answer, whatever the child sent.
             for leaf in hop.leaves() {
                 if !acks.iter().any(|a| a.node == leaf) {
@@ -208,13 +311,43 @@ fn child_stream(header: Header, rx: Receiver<Arc<Held>>, stats: Arc<NodeStats>) 
                         node: leaf,
                         ok: false,
                         error: Some(format!("{}: no acknowledgement", hop.name)),
+                        blame: Some(hop.name.clone()),
                     });
                 }
             }
             acks.retain(|a| hop.leaves().contains(&a.node));
+            if early {
+                // No leaf below can hold a copy it did not receive in full.
+                for a in acks.iter_mut().filter(|a| a.ok) {
+                    a.ok = false;
+                    a.error = Some(format!(
+                        "{}: acknowledged after {sent} of {} pieces",
+                        hop.name,
+                        header.pieces()
+                    ));
+                    a.blame = Some(hop.name.clone());
+                }
+            }
             acks
         }
-        Err(e) => failed(
+        (Err(_), Some(what)) => failed(&hop, &format!("{} ({}): {what}", hop.name, hop.addr)),
+        (Err(_), None) if early && !child_ended => failed_by(
+            &hop,
+            &format!(
+                "{}: the stream above it ended after {sent} pieces",
+                hop.name
+            ),
+            // This node's own source ended: not the child's fault.
+            None,
+        ),
+        (Err(e), None) if e.kind() == io::ErrorKind::UnexpectedEof => failed(
+            &hop,
+            &format!(
+                "{} ({}): closed the connection without an ack",
+                hop.name, hop.addr
+            ),
+        ),
+        (Err(e), None) => failed(
             &hop,
             &format!("{} ({}): waiting for the ack: {e}", hop.name, hop.addr),
         ),
@@ -222,13 +355,14 @@ fn child_stream(header: Header, rx: Receiver<Arc<Held>>, stats: Arc<NodeStats>) 
 }
 
 /// Send `pieces` of the transfer described by `base` to `children`, each in its own thread behind a
-/// bounded queue; return every leaf's ack, or the error that stopped the source.
+/// bounded queue; return every leaf's ack and whether every piece was taken from the source (not
+/// when every child failed first: then it stops early), or the error that stopped the source.
 fn forward(
     base: &Header,
     children: &[Hop],
     next_piece: &mut dyn FnMut(u64) -> io::Result<Piece>,
     stats: &Arc<NodeStats>,
-) -> io::Result<Vec<LeafAck>> {
+) -> io::Result<(Vec<LeafAck>, bool)> {
     let mut senders = Vec::with_capacity(children.len());
     let mut threads: Vec<JoinHandle<Vec<LeafAck>>> = Vec::with_capacity(children.len());
     for child in children {
@@ -242,13 +376,22 @@ fn forward(
         senders.push(tx);
     }
     let mut source_error = None;
+    let mut alive = vec![true; senders.len()];
+    let mut complete = true;
     for index in 0..base.pieces() {
+        if !alive.iter().any(|a| *a) {
+            // Every child failed (each reported its subtree): reading on would only waste the links above.
+            complete = false;
+            break;
+        }
         match next_piece(index) {
             Ok(piece) => {
                 let held = Arc::new(Held::new(piece, stats));
-                for tx in &senders {
+                for (tx, alive) in senders.iter().zip(alive.iter_mut()) {
                     // A child thread that ended has already reported its subtree as failed.
-                    let _ = tx.send(Arc::clone(&held));
+                    if *alive && tx.send(Arc::clone(&held)).is_err() {
+                        *alive = false;
+                    }
                 }
             }
             Err(e) => {
@@ -268,7 +411,7 @@ fn forward(
     }
     match source_error {
         Some(e) => Err(e),
-        None => Ok(acks),
+        None => Ok((acks, complete)),
     }
 }
 
@@ -312,7 +455,7 @@ pub fn send(
             payload,
         })
     };
-    forward(&base, children, &mut next, stats)
+    forward(&base, children, &mut next, stats).map(|(acks, _)| acks)
 }
 
 /// Most streams one node serves at once; more are refused (closed), and their senders report the
@@ -367,7 +510,7 @@ fn handle(conn: TcpStream, node: &RelayNode) -> io::Result<()> {
                         wire::read_piece(&mut reader, header.piece_len(index))?;
                     }
                 }
-                wire::write_json(&mut writer, &failed(&header.hop, &why))
+                wire::write_json(&mut writer, &failed_by(&header.hop, &why, Some(&node.name)))
             }
             Op::Xor => {
                 writer.write_all(&u32::MAX.to_le_bytes())?;
@@ -378,13 +521,21 @@ fn handle(conn: TcpStream, node: &RelayNode) -> io::Result<()> {
     if header.op == Op::Xor {
         return parity::serve_xor(&header, writer.inner, node);
     }
-    let acks = if header.hop.children.is_empty() {
-        store(&header, &mut reader, node)?
-    } else {
-        let mut next = |index: u64| wire::read_piece(&mut reader, header.piece_len(index));
-        forward(&header, &header.hop.children, &mut next, &node.stats)?
-    };
-    wire::write_json(&mut writer, &acks)
+    if header.hop.children.is_empty() {
+        let acks = store(&header, &mut reader, node)?;
+        return wire::write_json(&mut writer, &acks);
+    }
+    let mut next = |index: u64| wire::read_piece(&mut reader, header.piece_len(index));
+    let (acks, complete) = forward(&header, &header.hop.children, &mut next, &node.stats)?;
+    wire::write_json(&mut writer, &acks)?;
+    if !complete {
+        // Every child failed: the parent has the answer now and stops sending; take what is still on
+        // its way until it closes, so that the connection ends cleanly (a reset would look like a
+        // failure of this relay).
+        writer.inner.shutdown(Shutdown::Write)?;
+        io::copy(&mut reader, &mut io::sink())?;
+    }
+    Ok(())
 }
 
 /// At a data node: check every piece against the root's hash and store it; ack after `finish`.
@@ -430,5 +581,6 @@ fn store(header: &Header, reader: &mut impl Read, node: &RelayNode) -> io::Resul
         node: node.name.clone(),
         ok: failure.is_none(),
         error: failure.map(|f| format!("{}: {f}", node.name)),
+        blame: None,
     }])
 }

@@ -9,6 +9,10 @@
 //! ack         = u32 length, JSON [LeafAck]   (one entry per data node of the receiver's subtree)
 //! ```
 //!
+//! The sender reads the ack while it sends: a relay all of whose children failed sends its ack (every
+//! leaf failed) before the last piece and then reads and drops what still arrives; the sender stops
+//! and closes its side.
+//!
 //! For `op = "xor"` (a parity tree) the connecting parent sends only the header and the pieces flow
 //! back on the same connection, each hashed by the node that sent it (data are combined on the way);
 //! instead of a piece, a node may send `u32 0xFFFF_FFFF, u32 length, JSON string`: the error that
@@ -121,6 +125,11 @@ pub struct LeafAck {
     pub ok: bool,
     /// Why not, when not.
     pub error: Option<String>,
+    /// When not ok: the relay or data node that failed (could not be reached, broke the connection,
+    /// sent no ack), as seen by its parent; `None` when the data node itself refused or failed the copy
+    /// (corrupt piece, storage error). A retry avoids the blamed node (or the data node itself).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub blame: Option<String>,
 }
 
 /// The hash that travels with piece `index`.

@@ -11,8 +11,8 @@ use std::thread;
 use std::time::Duration;
 
 use permafrost_relay::{
-    hops, rebuild, send, serve, Header, LeafAck, NodeStats, RelayNode, Sink, SinkFactory,
-    SourceFactory, QUEUE_PIECES,
+    hops, rebuild, send, serve, write_copies, Copies, Header, LeafAck, NodeStats, RelayNode, Sink,
+    SinkFactory, SourceFactory, Written, QUEUE_PIECES,
 };
 use permafrost_topology::{parity_tree, replication_tree, Demand, NodeId, Role, Topology};
 
@@ -543,4 +543,178 @@ fn when_a_relay_dies_mid_write_the_missing_copies_go_out_on_a_tree_around_it() {
         k,
         "k byte-exact copies in the end: {holders:?}"
     );
+}
+
+/// The holders of a byte-exact copy of `body` under `key`.
+fn holders_of(c: &Cluster, key: &str, body: &[u8]) -> Vec<String> {
+    let mut v: Vec<String> = c
+        .stored
+        .iter()
+        .filter(|(_, s)| s.lock().unwrap().get(key).map(Vec::as_slice) == Some(body))
+        .map(|(n, _)| n.clone())
+        .collect();
+    v.sort();
+    v
+}
+
+fn write_through(
+    c: &Cluster,
+    copies: &Copies,
+    key: &str,
+    body: &[u8],
+    cut: &[(&str, String)],
+    stats: &Arc<NodeStats>,
+) -> Written {
+    let t = &c.topology;
+    let client = t.node_id("client").unwrap();
+    let body = body.to_vec();
+    let len = body.len() as u64;
+    let mut open = move || Ok(Box::new(io::Cursor::new(body.clone())) as Box<dyn Read>);
+    write_copies(
+        t,
+        client,
+        copies,
+        &|n| {
+            cut.iter()
+                .find(|(name, _)| *name == n)
+                .map(|(_, a)| a.clone())
+                .or_else(|| c.addrs.get(n).cloned())
+        },
+        key,
+        &mut open,
+        len,
+        PIECE_BYTES,
+        stats,
+    )
+    .unwrap()
+}
+
+#[test]
+fn write_copies_retries_around_a_relay_that_dies_and_stops_feeding_its_dead_subtree() {
+    let c = start("");
+    let t = &c.topology;
+    let data = t.with_role(Role::Node);
+    let body = object(32 << 20);
+    let cut = cutting_proxy(c.addrs["edge1"].clone());
+    let stats = Arc::new(NodeStats::default());
+    let copies = Copies::Any {
+        candidates: data.clone(),
+        k: 3,
+    };
+    let w = write_through(&c, &copies, "w2", &body, &[("edge1", cut)], &stats);
+    assert!(w.complete(), "{w:?}");
+    assert_eq!(w.attempts.len(), 2, "one retry: {w:?}");
+    let first = &w.attempts[0];
+    assert!(first.tree.contains("edge1"), "{}", first.tree);
+    for a in &first.acks {
+        assert!(!a.ok, "{a:?}");
+        assert_eq!(a.blame.as_deref(), Some("edge1"), "{a:?}");
+        assert!(
+            !c.stored[&a.node].lock().unwrap().contains_key("w2"),
+            "no copy on {}",
+            a.node
+        );
+    }
+    // core answered as soon as its only child failed: the client stopped well before the end.
+    assert!(
+        first.bytes_out < body.len() as u64 * 3 / 4,
+        "the first attempt sent {} of {} bytes",
+        first.bytes_out,
+        body.len()
+    );
+    let second = &w.attempts[1];
+    assert_eq!(second.avoided, vec!["edge1".to_string()]);
+    assert!(!second.tree.contains("edge1"), "{}", second.tree);
+    assert!(second.acks.iter().all(|a| a.ok), "{second:?}");
+    assert_eq!(holders_of(&c, "w2", &body), ["n4", "n5", "n6"]);
+    assert_eq!(w.stored.len(), 3);
+}
+
+#[test]
+fn a_data_node_dying_mid_write_is_replaced_for_any_k_and_fails_an_exact_write_naming_it() {
+    let c = start("");
+    let t = &c.topology;
+    let data = t.with_role(Role::Node);
+    let body = object(8 << 20);
+    // Any 3: n2 dies after 1 MiB; n1 and n3 keep their copies, a retry puts the third elsewhere.
+    let cut = cutting_proxy(c.addrs["n2"].clone());
+    let w = write_through(
+        &c,
+        &Copies::Any {
+            candidates: data.clone(),
+            k: 3,
+        },
+        "w3",
+        &body,
+        &[("n2", cut)],
+        &Arc::default(),
+    );
+    assert!(w.complete(), "{w:?}");
+    assert_eq!(w.attempts.len(), 2, "{w:?}");
+    let failed: Vec<_> = w.attempts[0].acks.iter().filter(|a| !a.ok).collect();
+    assert_eq!(failed.len(), 1, "{w:?}");
+    assert_eq!(failed[0].node, "n2");
+    assert_eq!(failed[0].blame.as_deref(), Some("n2"));
+    assert_eq!(w.attempts[1].avoided, vec!["n2".to_string()]);
+    let holders = holders_of(&c, "w3", &body);
+    assert_eq!(holders.len(), 3, "{holders:?}");
+    assert!(!holders.contains(&"n2".to_string()));
+    assert!(
+        !c.stored["n2"].lock().unwrap().contains_key("w3"),
+        "no half copy on n2"
+    );
+    // Exactly n1, n2, n3: n2 cannot be replaced, so the write is not complete and says why.
+    let cut = cutting_proxy(c.addrs["n2"].clone());
+    let exact = ["n1", "n2", "n3"].map(|n| t.node_id(n).unwrap()).to_vec();
+    let w = write_through(
+        &c,
+        &Copies::Exact(exact),
+        "w4",
+        &body,
+        &[("n2", cut)],
+        &Arc::default(),
+    );
+    assert!(!w.complete(), "{w:?}");
+    assert_eq!(w.stored, ["n1", "n3"]);
+    let why = w.gave_up.as_deref().unwrap();
+    assert!(why.contains("n2"), "{why}");
+    assert!(why.contains("avoided: n2"), "{why}");
+    assert!(
+        !c.stored["n2"].lock().unwrap().contains_key("w4"),
+        "no half copy on n2"
+    );
+}
+
+#[test]
+fn when_the_only_path_dies_the_write_fails_naming_what_is_unreachable() {
+    let c = start("");
+    let t = &c.topology;
+    let data = t.with_role(Role::Node);
+    let body = object(4 << 20);
+    let cut = cutting_proxy(c.addrs["core"].clone());
+    let w = write_through(
+        &c,
+        &Copies::Any {
+            candidates: data.clone(),
+            k: 3,
+        },
+        "w5",
+        &body,
+        &[("core", cut)],
+        &Arc::default(),
+    );
+    assert!(!w.complete());
+    assert!(w.stored.is_empty(), "{w:?}");
+    assert_eq!(w.attempts.len(), 1);
+    assert!(
+        w.attempts[0]
+            .acks
+            .iter()
+            .all(|a| a.blame.as_deref() == Some("core")),
+        "{w:?}"
+    );
+    let why = w.gave_up.unwrap();
+    assert!(why.contains("avoided: core"), "{why}");
+    assert!(why.contains("not connected to the root"), "{why}");
+    assert!(holders_of(&c, "w5", &body).is_empty());
 }

@@ -37,6 +37,8 @@ pub struct Demand {
     /// Nodes the tree must not use (relays or data nodes that failed: a retry on another tree).
     /// An avoided candidate is never chosen.
     pub avoid: Vec<NodeId>,
+    /// Links the tree must not use (a link that failed while its two ends still answer).
+    pub avoid_links: Vec<LinkId>,
 }
 
 impl Demand {
@@ -51,6 +53,7 @@ impl Demand {
                 })
                 .collect(),
             avoid: Vec::new(),
+            avoid_links: Vec::new(),
         }
     }
 
@@ -62,6 +65,7 @@ impl Demand {
                 count: k,
             }],
             avoid: Vec::new(),
+            avoid_links: Vec::new(),
         }
     }
 
@@ -76,12 +80,19 @@ impl Demand {
                 })
                 .collect(),
             avoid: Vec::new(),
+            avoid_links: Vec::new(),
         }
     }
 
     /// The same demand, not using `nodes` (e.g. the relay or data node that failed during a write).
     pub fn avoiding(mut self, nodes: &[NodeId]) -> Self {
         self.avoid.extend_from_slice(nodes);
+        self
+    }
+
+    /// The same demand, not using `links` (links that failed during a write).
+    pub fn avoiding_links(mut self, links: &[LinkId]) -> Self {
+        self.avoid_links.extend_from_slice(links);
         self
     }
 }
@@ -117,6 +128,9 @@ pub enum TreeError {
     /// A node id does not belong to the topology.
     #[error("node #{0} is not in the topology")]
     UnknownNode(usize),
+    /// A link id does not belong to the topology.
+    #[error("link #{0} is not in the topology")]
+    UnknownLink(usize),
     /// The demand asks for nothing.
     #[error("the demand is empty: a tree needs at least one data node to reach")]
     EmptyDemand,
@@ -158,6 +172,9 @@ pub struct Unreachable {
     pub disconnected: Vec<String>,
     /// Nodes of the greedy's partial tree at their degree limit (they blocked the rest).
     pub full: Vec<String>,
+    /// The nodes and links the demand avoids (failed ones), as named in the topology
+    /// (`"edge1"`, `"core–edge1"`); empty when the demand avoids nothing.
+    pub avoided: Vec<String>,
     /// The search stopped before it was complete (its budget of [`SEARCH_STEPS_MAX`] steps spent, or
     /// backtracking off): a tree may exist that it did not find. Otherwise no tree within the limits
     /// exists.
@@ -178,9 +195,17 @@ impl fmt::Display for Unreachable {
         if !self.disconnected.is_empty() {
             write!(
                 f,
-                "; not connected to the root through relays: {}",
+                "; not connected to the root through relays{}: {}",
+                if self.avoided.is_empty() {
+                    ""
+                } else {
+                    " without the avoided ones"
+                },
                 self.disconnected.join(", ")
             )?;
+        }
+        if !self.avoided.is_empty() {
+            write!(f, "; avoided: {}", self.avoided.join(", "))?;
         }
         if !self.full.is_empty() {
             write!(f, "; at their degree limit: {}", self.full.join(", "))?;
@@ -314,6 +339,8 @@ struct Search<'a> {
     reached: Vec<usize>,
     forbidden: Vec<bool>,
     avoided: Vec<bool>,
+    /// Links the demand avoids (unlike `forbidden`, never undone by backtracking).
+    link_avoided: Vec<bool>,
     edges: Vec<TreeEdge>,
     targets: Vec<NodeId>,
 }
@@ -356,6 +383,7 @@ impl Search<'_> {
                 if !useful[y.index()]
                     && !self.avoided[y.index()]
                     && !self.forbidden[link.index()]
+                    && !self.link_avoided[link.index()]
                     && !self.in_tree[y.index()]
                     && can_forward(topology, y)
                 {
@@ -373,7 +401,11 @@ impl Search<'_> {
         let mut reachable = self.reached.clone();
         while let Some(x) = queue.pop_front() {
             for (link, y) in topology.neighbours(x) {
-                if seen[y.index()] || self.forbidden[link.index()] || self.in_tree[y.index()] {
+                if seen[y.index()]
+                    || self.forbidden[link.index()]
+                    || self.link_avoided[link.index()]
+                    || self.in_tree[y.index()]
+                {
                     continue;
                 }
                 if self.open(y) {
@@ -408,6 +440,7 @@ impl Search<'_> {
                 let c = child.index();
                 if self.in_tree[c]
                     || self.forbidden[link.index()]
+                    || self.link_avoided[link.index()]
                     || !(self.open(child) || useful[c])
                 {
                     continue;
@@ -491,6 +524,7 @@ pub fn tree_with_budget(
         reached: vec![0; demand.groups.len()],
         forbidden: vec![false; topology.links().len()],
         avoided: vec![false; n],
+        link_avoided: vec![false; topology.links().len()],
         edges: Vec::new(),
         targets: Vec::new(),
     };
@@ -502,6 +536,12 @@ pub fn tree_with_budget(
         if v != root {
             s.avoided[v.index()] = true;
         }
+    }
+    for &l in &demand.avoid_links {
+        if l.index() >= topology.links().len() {
+            return Err(TreeError::UnknownLink(l.index()));
+        }
+        s.link_avoided[l.index()] = true;
     }
     // The choices taken, and whether each was turned into "ruled out" by backtracking.
     let mut stack: Vec<(Candidate, bool)> = Vec::new();
@@ -554,7 +594,7 @@ pub fn tree_with_budget(
         let short: Vec<usize> = (0..demand.groups.len())
             .filter(|&g| reached[g] < demand.groups[g].count)
             .collect();
-        let mut why = explain(topology, root, demand, &short, &reached, &edges);
+        let mut why = explain(topology, root, demand, &short, &reached, &edges, &s);
         why.exhausted = exhausted;
         return Err(TreeError::Unreachable(why));
     }
@@ -589,9 +629,10 @@ fn explain(
     short: &[usize],
     reached: &[usize],
     edges: &[TreeEdge],
+    s: &Search<'_>,
 ) -> Unreachable {
     let n = topology.nodes().len();
-    // Reachable from the root through relays, ignoring degree limits.
+    // Reachable from the root through relays, ignoring degree limits, without the avoided nodes and links.
     let mut seen = vec![false; n];
     seen[root.index()] = true;
     let mut queue = VecDeque::from([root]);
@@ -599,8 +640,8 @@ fn explain(
         if x != root && !topology.forwards(x) {
             continue;
         }
-        for (_, y) in topology.neighbours(x) {
-            if !seen[y.index()] {
+        for (link, y) in topology.neighbours(x) {
+            if !seen[y.index()] && !s.avoided[y.index()] && !s.link_avoided[link.index()] {
                 seen[y.index()] = true;
                 queue.push_back(y);
             }
@@ -625,7 +666,7 @@ fn explain(
                 group
                     .candidates
                     .iter()
-                    .filter(|c| !seen[c.index()])
+                    .filter(|c| !seen[c.index()] && !s.avoided[c.index()])
                     .map(|&c| topology.name(c).to_string()),
             );
             (g, names, group.count - reached[g])
@@ -637,10 +678,23 @@ fn explain(
         .filter(|&v| !degree_room(topology, v, degree[v.index()]))
         .map(|v| topology.name(v).to_string())
         .collect();
+    let mut avoided: Vec<String> = (0..n)
+        .filter(|&i| s.avoided[i])
+        .map(|i| topology.name(NodeId(i as u32)).to_string())
+        .collect();
+    avoided.extend(
+        topology
+            .links()
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| s.link_avoided[*i])
+            .map(|(_, l)| format!("{}–{}", topology.name(l.a), topology.name(l.b))),
+    );
     Unreachable {
         short,
         disconnected,
         full,
+        avoided,
         exhausted: false,
     }
 }

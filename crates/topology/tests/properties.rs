@@ -8,8 +8,8 @@ use permafrost_topology::baseline::plain_mst;
 use permafrost_topology::random::{random_topology, RandomShape, SplitMix};
 use permafrost_topology::tree_shape;
 use permafrost_topology::{
-    parity_tree, replication_tree, tree, tree_with_budget, Demand, Flow, NodeId, Role, Topology,
-    Tree, TreeError,
+    parity_tree, replication_tree, tree, tree_with_budget, Demand, Flow, LinkId, NodeId, Role,
+    Topology, Tree, TreeError,
 };
 use proptest::prelude::*;
 
@@ -133,6 +133,43 @@ fn path_width(t: &Topology, tree: &Tree, mut node: NodeId) -> f64 {
     w
 }
 
+/// Without degree limits: can the network minus the avoided nodes and links carry `demand` from `root`?
+/// (Per group: enough non-avoided candidates next to the root or to a relay reachable from the root
+/// through non-avoided relays and links.)
+fn feasible_avoiding(t: &Topology, root: NodeId, demand: &Demand) -> bool {
+    let n = t.nodes().len();
+    let avoided = |v: NodeId| demand.avoid.contains(&v);
+    let link_avoided = |a: NodeId, b: NodeId| {
+        demand
+            .avoid_links
+            .contains(&t.link_between(a, b).expect("neighbours share a link"))
+    };
+    let mut seen = vec![false; n];
+    seen[root.index()] = true;
+    let mut queue = vec![root];
+    let mut reached = vec![false; n];
+    while let Some(x) = queue.pop() {
+        for (_, y) in t.neighbours(x) {
+            if seen[y.index()] || avoided(y) || link_avoided(x, y) {
+                continue;
+            }
+            if t.node(y).role == Role::Node {
+                reached[y.index()] = true;
+            } else if t.forwards(y) {
+                seen[y.index()] = true;
+                queue.push(y);
+            }
+        }
+    }
+    demand.groups.iter().all(|g| {
+        g.candidates
+            .iter()
+            .filter(|c| reached[c.index()] && !avoided(**c))
+            .count()
+            >= g.count
+    })
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
 
@@ -158,6 +195,7 @@ proptest! {
                         count: g.count,
                     }).collect(),
                     avoid: vec![],
+                    avoid_links: vec![],
                 };
                 let tree2 = replication_tree(&t2, t2.node_id("client").unwrap(), &demand2).unwrap();
                 prop_assert_eq!(tree2.named_edges(&t2), tree.named_edges(&t));
@@ -197,6 +235,65 @@ proptest! {
             }
             Err(TreeError::Unreachable(u)) => {
                 prop_assert!(!u.exhausted, "{}", u);
+            }
+            Err(e) => prop_assert!(false, "unexpected error {}", e),
+        }
+    }
+
+    /// A retry after failures: whatever relays, data nodes and links it must avoid, the tree never uses
+    /// one of them; without degree limits it exists exactly when the rest of the network can carry the
+    /// demand, and otherwise the error names the groups left short, the unreachable candidates and
+    /// every avoided element.
+    #[test]
+    fn retry_trees_avoid_failed_elements((seed, shape) in shape(), k_pick in 1usize..6, any_k in any::<bool>(),
+                                          node_odds in 2usize..8, link_odds in 2usize..10) {
+        let t = random_topology(seed, shape);
+        let client = t.node_id("client").unwrap();
+        let data = t.with_role(Role::Node);
+        let k = k_pick.min(data.len());
+        let mut rng = SplitMix(seed ^ 0xfa11);
+        let demand = if any_k { Demand::any(&data, k) } else { Demand::exact(&pick(&mut rng, &data, k)) };
+        let avoid_nodes: Vec<NodeId> = t
+            .nodes()
+            .iter()
+            .filter_map(|n| t.node_id(&n.name))
+            .filter(|&v| v != client && rng.below(node_odds) == 0)
+            .collect();
+        let avoid_links: Vec<LinkId> = t
+            .links()
+            .iter()
+            .map(|l| t.link_between(l.a, l.b).unwrap())
+            .filter(|_| rng.below(link_odds) == 0)
+            .collect();
+        let demand = demand.avoiding(&avoid_nodes).avoiding_links(&avoid_links);
+        let feasible = feasible_avoiding(&t, client, &demand);
+        match replication_tree(&t, client, &demand) {
+            Ok(tree) => {
+                assert_valid(&t, &tree, &demand);
+                prop_assert!(feasible, "a tree the network minus the avoided cannot carry");
+                for &v in &avoid_nodes {
+                    prop_assert!(tree.duty(v).is_none(), "avoided node {} used", t.name(v));
+                }
+                for e in tree.edges() {
+                    prop_assert!(!avoid_links.contains(&e.link), "avoided link {}–{} used",
+                        t.name(e.parent), t.name(e.child));
+                }
+            }
+            Err(TreeError::Unreachable(u)) => {
+                prop_assert!(!u.exhausted, "{}", u);
+                prop_assert!(!feasible || shape.degree_limits, "no limits and feasible, yet no tree: {}", u);
+                prop_assert!(!u.short.is_empty(), "{}", u);
+                prop_assert_eq!(u.avoided.len(), avoid_nodes.len() + avoid_links.len());
+                let text = u.to_string();
+                for &v in &avoid_nodes {
+                    prop_assert!(text.contains(t.name(v)), "{} not named in {}", t.name(v), text);
+                }
+                if !shape.degree_limits {
+                    // Some short group's candidate is named as unreachable, or the group lacks candidates.
+                    prop_assert!(!u.disconnected.is_empty()
+                        || demand.groups.iter().any(|g| g.candidates.iter().filter(|c| !avoid_nodes.contains(c)).count() < g.count),
+                        "{}", text);
+                }
             }
             Err(e) => prop_assert!(false, "unexpected error {}", e),
         }
