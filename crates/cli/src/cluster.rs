@@ -182,7 +182,7 @@ pub fn join(
                 "# The cluster this data directory belongs to (written when it first joined; do not edit).\n\
                  cluster_id = \"{cluster_id}\"\ninstance = \"{instance}\"\n"
             );
-            write_durable(&id_path, &text)?;
+            crate::serve::write_durable(&id_path, &text)?;
             instance
         }
         Err(e) => return Err(e).with_context(|| format!("cannot read {}", id_path.display())),
@@ -202,18 +202,6 @@ pub fn join(
         node_id: joined.node_id,
         address,
     })
-}
-
-fn write_durable(path: &Path, text: &str) -> Result<()> {
-    use std::io::Write as _;
-    let tmp = path.with_extension("tmp");
-    let mut file =
-        std::fs::File::create(&tmp).with_context(|| format!("cannot create {}", tmp.display()))?;
-    file.write_all(text.as_bytes())
-        .and_then(|()| file.sync_all())
-        .with_context(|| format!("cannot write {}", tmp.display()))?;
-    std::fs::rename(&tmp, path)
-        .with_context(|| format!("cannot rename {} to {}", tmp.display(), path.display()))
 }
 
 /// The topology must parse, name this node and every node the cluster knows as data nodes.

@@ -310,8 +310,12 @@ fn write_private(path: &Path, text: &str) -> Result<()> {
         .with_context(|| format!("cannot write {}", path.display()))
 }
 
-fn write_durable(path: &Path, text: &str) -> Result<()> {
-    let tmp = path.with_extension("toml.tmp");
+/// Write `text` to `path` so that a crash leaves the old file or the new one whole: a temporary file next to it
+/// (`NAME.tmp`), synced, then renamed over it.
+pub(crate) fn write_durable(path: &Path, text: &str) -> Result<()> {
+    let mut tmp_name = path.file_name().unwrap_or_default().to_os_string();
+    tmp_name.push(".tmp");
+    let tmp = path.with_file_name(tmp_name);
     let mut file =
         std::fs::File::create(&tmp).with_context(|| format!("cannot create {}", tmp.display()))?;
     file.write_all(text.as_bytes())

@@ -109,9 +109,9 @@ pub struct StoreConfig {
     /// Bytes per engine chunk of a persist step (`WritePromise::with_chunk_bytes`, a multiple of the grid's
     /// `chunk_bytes_max`): each chunk is one journal transaction with one sync per disk (serialized mode: five
     /// journal steps, four disk syncs), so larger chunks spend less of the device on syncs; memory is about six
-    /// buffers of it per chunk in flight. The default, 32 MiB with 3 in flight, persisted one sequential dataset
-    /// ~1.5x faster than 8 MiB in the same minutes (`BENCHMARKS.md`), for ~400 MB more resident memory while
-    /// persisting.
+    /// buffers of it per chunk in flight. The default, 16 MiB with 3 in flight, persisted one sequential dataset
+    /// 1.2x faster than 8 MiB in the same quiet minutes for ~130 MB more resident memory while persisting; 32 MiB
+    /// was faster still but took the server past 512 MiB while streaming a 1 GiB object (`BENCHMARKS.md`).
     pub persist_chunk_bytes: u64,
     /// fsync cache files and commit the catalog durably before acknowledging. `false` is only for tests and
     /// benchmarks: a crash may lose acknowledged data.
@@ -207,7 +207,7 @@ impl Default for StoreConfig {
             default_placement: permafrost_policy::DatasetAffinity::NAME.into(),
             persist_batch_bytes_max: 4 << 30,
             persist_chunks_in_flight: 3,
-            persist_chunk_bytes: 32 << 20,
+            persist_chunk_bytes: 16 << 20,
             fsync: true,
             grid: GridSetup::default(),
             power_profile: None,
