@@ -313,10 +313,9 @@ fn the_watchdog_persists_contents_without_stored_bytes_of_their_own() {
     }
 }
 
-#[test]
-fn a_damaged_part_fails_the_whole_read_checked_by_the_objects_crc() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = open(dir.path());
+/// A store whose bucket `lists` stores contents raw, so that a test can find and change their bytes on the grid.
+fn open_with_raw_lists(dir: &std::path::Path) -> Store {
+    let store = open(dir);
     store
         .create_bucket(
             "lists",
@@ -326,6 +325,13 @@ fn a_damaged_part_fails_the_whole_read_checked_by_the_objects_crc() {
             },
         )
         .unwrap();
+    store
+}
+
+#[test]
+fn a_damaged_part_fails_the_whole_read_checked_by_the_objects_crc() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open_with_raw_lists(dir.path());
     let parts = vec![data(31, 5 << 20, false), data(32, (3 << 20) + 7, false)];
     let info = upload(&store, "lists", "dmg", PutOptions::default(), &parts);
     // The whole read is checked against this full-object CRC (not each part's BLAKE3).
@@ -408,16 +414,7 @@ fn flip_on_grid(store: &Store, bucket: usize, at: u64, mask: u8) {
 #[test]
 fn a_persisted_part_list_read_ahead_across_parts_detects_damage_at_every_position() {
     let dir = tempfile::tempdir().unwrap();
-    let store = open(dir.path());
-    store
-        .create_bucket(
-            "lists",
-            BucketSettings {
-                compression: Some(Compression::None),
-                ..Default::default()
-            },
-        )
-        .unwrap();
+    let store = open_with_raw_lists(dir.path());
     let parts = vec![
         data(41, 5 << 20, false),
         data(42, (5 << 20) + 4097, false),
