@@ -36,10 +36,12 @@ pub mod wire;
 
 mod node;
 mod parity;
+mod pipe;
 mod retry;
 
 pub use node::{send, serve, NodeStats, RelayNode, Sink, SinkFactory, QUEUE_PIECES, STREAMS_MAX};
 pub use parity::{rebuild, SourceFactory};
+pub use pipe::pipe_sink;
 pub use retry::{write_copies, Attempt, Copies, Written, ATTEMPTS_MAX};
 pub use wire::{Header, Hop, LeafAck, Op};
 
