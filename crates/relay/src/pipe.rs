@@ -1,4 +1,5 @@
-//! [`pipe_sink`]: a [`Sink`] that streams a copy into a store as it arrives, with no spool file.
+//! [`pipe_sink`]: a [`Sink`] that streams a copy into a store as it arrives, with no spool file; and its mirror
+//! [`pipe_source`], which streams a stored object out for a parity rebuild as it is read.
 //!
 //! The store runs on a thread of its own and reads the pieces through a bounded channel, so the memory
 //! bound of the relay holds: at most [`QUEUE_PIECES`] pieces wait in the channel, plus the one the store is
@@ -10,7 +11,7 @@
 //! so a store that stops at its first read error stores nothing. `finish` ends the stream (the reader sees
 //! the end of the object only after exactly `object_bytes`) and returns the store's own result.
 
-use std::io::{self, Read};
+use std::io::{self, Read, Write};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 use std::sync::Arc;
@@ -201,6 +202,123 @@ where
     }))
 }
 
+/// The reading side of [`pipe_source`].
+struct SourceReader {
+    rx: Option<Receiver<io::Result<Vec<u8>>>>,
+    current: Vec<u8>,
+    position: usize,
+    producer: Option<JoinHandle<()>>,
+}
+
+impl Read for SourceReader {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        if buf.is_empty() {
+            return Ok(0);
+        }
+        while self.position == self.current.len() {
+            let Some(rx) = self.rx.as_ref() else {
+                return Ok(0);
+            };
+            match rx.recv() {
+                Ok(Ok(bytes)) => {
+                    self.current = bytes;
+                    self.position = 0;
+                }
+                Ok(Err(e)) => {
+                    self.rx = None;
+                    return Err(e);
+                }
+                // The producer ended after every byte.
+                Err(_) => self.rx = None,
+            }
+        }
+        let n = buf.len().min(self.current.len() - self.position);
+        buf[..n].copy_from_slice(&self.current[self.position..self.position + n]);
+        self.position += n;
+        Ok(n)
+    }
+}
+
+impl Drop for SourceReader {
+    fn drop(&mut self) {
+        // A producer still writing sees the pipe closed and stops.
+        self.rx = None;
+        if let Some(handle) = self.producer.take() {
+            let _ = handle.join();
+        }
+    }
+}
+
+/// The producing side of [`pipe_source`]: refuses more than the object's bytes.
+struct SourceWriter {
+    tx: SyncSender<io::Result<Vec<u8>>>,
+    written: u64,
+    object_bytes: u64,
+}
+
+impl Write for SourceWriter {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        if self.written + buf.len() as u64 > self.object_bytes {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("holds more than the {} bytes asked for", self.object_bytes),
+            ));
+        }
+        self.tx
+            .send(Ok(buf.to_vec()))
+            .map_err(|_| io::Error::new(io::ErrorKind::BrokenPipe, "the reader went away"))?;
+        self.written += buf.len() as u64;
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// The mirror of [`pipe_sink`] for parity sources: runs `produce` on its own thread and returns a reader of
+/// what it writes, through a bounded channel ([`QUEUE_PIECES`] writes), so an object is sent up as it is read
+/// instead of after a whole read. The reader ends after exactly `object_bytes`; it returns the producer's error
+/// where the producer failed, and an error when the producer wrote more or fewer than `object_bytes` bytes.
+/// Dropping the reader early makes the producer's writes fail and waits for its thread.
+pub fn pipe_source<F>(object_bytes: u64, produce: F) -> io::Result<Box<dyn Read + Send>>
+where
+    F: FnOnce(&mut dyn Write) -> io::Result<()> + Send + 'static,
+{
+    let (tx, rx) = sync_channel(QUEUE_PIECES);
+    let handle = thread::Builder::new()
+        .name("relay-source".to_string())
+        .spawn(move || {
+            let mut writer = SourceWriter {
+                tx,
+                written: 0,
+                object_bytes,
+            };
+            let outcome = produce(&mut writer).and_then(|()| {
+                if writer.written == object_bytes {
+                    Ok(())
+                } else {
+                    Err(io::Error::new(
+                        io::ErrorKind::UnexpectedEof,
+                        format!(
+                            "holds {} bytes, {object_bytes} were asked for",
+                            writer.written
+                        ),
+                    ))
+                }
+            });
+            if let Err(e) = outcome {
+                let _ = writer.tx.send(Err(e));
+            }
+        })?;
+    Ok(Box::new(SourceReader {
+        rx: Some(rx),
+        current: Vec::new(),
+        position: 0,
+        producer: Some(handle),
+    }))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -381,5 +499,57 @@ mod tests {
             .chunks(1024)
             .enumerate()
             .all(|(i, c)| c.iter().all(|b| *b == i as u8)));
+    }
+    fn read_all(mut r: Box<dyn Read + Send>) -> io::Result<Vec<u8>> {
+        let mut all = Vec::new();
+        r.read_to_end(&mut all)?;
+        Ok(all)
+    }
+
+    #[test]
+    fn source_streams_exact_bytes_and_errors() {
+        let object = data(100_001);
+        let copy = object.clone();
+        let r = pipe_source(object.len() as u64, move |w: &mut dyn Write| {
+            for chunk in copy.chunks(4096) {
+                w.write_all(chunk)?;
+            }
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(read_all(r).unwrap(), object);
+        // Shorter than asked for.
+        let r = pipe_source(10, |w: &mut dyn Write| w.write_all(&[1; 6])).unwrap();
+        let e = read_all(r).unwrap_err();
+        assert_eq!(e.to_string(), "holds 6 bytes, 10 were asked for");
+        // Longer.
+        let r = pipe_source(10, |w: &mut dyn Write| w.write_all(&[1; 16])).unwrap();
+        assert!(read_all(r).unwrap_err().to_string().contains("more than"));
+        // The producer's own error, after the bytes before it.
+        let r = pipe_source(10, |w: &mut dyn Write| {
+            w.write_all(&[1; 4])?;
+            Err(io::Error::other("extent unreadable"))
+        })
+        .unwrap();
+        let mut r = r;
+        let mut first = [0u8; 4];
+        r.read_exact(&mut first).unwrap();
+        assert_eq!(first, [1; 4]);
+        assert_eq!(read_all(r).unwrap_err().to_string(), "extent unreadable");
+    }
+
+    #[test]
+    fn source_reader_dropped_early_stops_the_producer() {
+        let (done_tx, done_rx) = sync_channel(1);
+        let mut r = pipe_source(1 << 30, move |w: &mut dyn Write| {
+            let result = (0..).try_for_each(|_| w.write_all(&[7; 1024]));
+            done_tx.send(result.is_err()).unwrap();
+            result
+        })
+        .unwrap();
+        let mut some = [0u8; 10];
+        r.read_exact(&mut some).unwrap();
+        drop(r);
+        assert!(done_rx.recv_timeout(Duration::from_secs(5)).unwrap());
     }
 }
