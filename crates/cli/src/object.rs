@@ -371,7 +371,7 @@ trait Archive {
         &self,
         bucket: &str,
         key: &str,
-        body: Body,
+        body: Body<'_>,
         request: &PutRequest,
         json: bool,
     ) -> Result<ObjectStat>;
@@ -410,14 +410,22 @@ trait Archive {
     fn wait_persisted(&self, bucket: &str, key: &str, timeout: Duration) -> Result<bool>;
 }
 
-/// The bytes of a put: a file (its length known) or standard input.
-pub enum Body {
-    File { file: std::fs::File, len_bytes: u64 },
+/// The bytes of a put: a file (its length known), standard input, or a stream of known length (a copy arriving
+/// at `permafrost relay node`: a read error abandons the put, nothing becomes visible).
+pub enum Body<'a> {
+    File {
+        file: std::fs::File,
+        len_bytes: u64,
+    },
     Stdin,
+    Stream {
+        reader: &'a mut dyn Read,
+        len_bytes: u64,
+    },
 }
 
-impl Body {
-    fn open(path: &Path) -> Result<Body> {
+impl<'a> Body<'a> {
+    fn open(path: &Path) -> Result<Body<'static>> {
         if path == Path::new("-") {
             return Ok(Body::Stdin);
         }
@@ -438,15 +446,16 @@ impl Body {
     /// Length when known before reading.
     fn len_bytes(&self) -> Option<u64> {
         match self {
-            Body::File { len_bytes, .. } => Some(*len_bytes),
+            Body::File { len_bytes, .. } | Body::Stream { len_bytes, .. } => Some(*len_bytes),
             Body::Stdin => None,
         }
     }
 
-    fn into_reader(self) -> Box<dyn Read> {
+    fn into_reader(self) -> Box<dyn Read + 'a> {
         match self {
             Body::File { file, .. } => Box::new(file),
             Body::Stdin => Box::new(std::io::stdin().lock()),
+            Body::Stream { reader, .. } => Box::new(reader),
         }
     }
 }
@@ -470,34 +479,51 @@ pub(crate) fn stat_of(target: &Target, path: &str) -> Result<ObjectStat> {
     connect(target)?.stat(&bucket, &key)
 }
 
-/// Store `file` (`len_bytes` long) as `bucket/key`, making the bucket when it is missing (`permafrost relay node`:
-/// a copy that arrived through a replication tree). Returns once the archive acknowledged the object.
-pub(crate) fn put_file(
-    target: &Target,
-    bucket: &str,
-    key: &str,
-    file: std::fs::File,
-    len_bytes: u64,
-) -> Result<ObjectStat> {
-    let archive = connect(target)?;
-    if !archive.list_buckets()?.iter().any(|b| b == bucket) {
-        archive.make_bucket(bucket)?;
-    }
-    let request = PutRequest {
-        content_encoding: "identity".to_string(),
-        ..PutRequest::default()
-    };
-    archive.put(bucket, key, Body::File { file, len_bytes }, &request, true)
+/// An archive opened once for several operations: `permafrost relay node` shares one between the copies it
+/// stores and the rebuild sources it reads at the same time (a data directory stays locked while it is open).
+pub(crate) struct OpenArchive(Box<dyn Archive + Send + Sync>);
+
+/// Open the target's archive (lock and open its data directory, or check the endpoint's credentials).
+pub(crate) fn open_archive(target: &Target) -> Result<OpenArchive> {
+    connect(target).map(OpenArchive)
 }
 
-/// The data directory of a target (for `permafrost relay node`'s spool files).
+impl OpenArchive {
+    /// Store `len_bytes` from `reader` as `bucket/key`, making the bucket when it is missing (a copy that arrives
+    /// through a replication tree). Returns once the archive acknowledged the object; a read error (or fewer
+    /// bytes than announced) fails the put and leaves nothing visible.
+    pub(crate) fn put_stream(
+        &self,
+        bucket: &str,
+        key: &str,
+        reader: &mut dyn Read,
+        len_bytes: u64,
+    ) -> Result<ObjectStat> {
+        if !self.0.list_buckets()?.iter().any(|b| b == bucket) {
+            self.0.make_bucket(bucket)?;
+        }
+        let request = PutRequest {
+            content_encoding: "identity".to_string(),
+            ..PutRequest::default()
+        };
+        let body = Body::Stream { reader, len_bytes };
+        self.0.put(bucket, key, body, &request, true)
+    }
+
+    /// Copy `bucket/key` to `sink` as it is read; returns the bytes written.
+    pub(crate) fn get_into(&self, bucket: &str, key: &str, sink: &mut dyn Write) -> Result<u64> {
+        self.0.get(bucket, key, None, sink, true)
+    }
+}
+
+/// The data directory of a target (None when it is a running server).
 pub(crate) fn data_dir_of(target: &Target) -> Option<&Path> {
     remote_endpoint(target)
         .is_none()
         .then_some(target.data_dir.as_path())
 }
 
-fn connect(target: &Target) -> Result<Box<dyn Archive>> {
+fn connect(target: &Target) -> Result<Box<dyn Archive + Send + Sync>> {
     let endpoint = target.endpoint.clone().or_else(|| {
         std::env::var("PERMAFROST_ENDPOINT")
             .ok()

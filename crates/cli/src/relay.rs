@@ -2,10 +2,13 @@
 //!
 //! - `serve`: a relay (the source's switch node) listening on an address; it forwards each replication stream to
 //!   the children its header names and XORs its children's streams for a parity rebuild. Holds no data.
-//! - `node`: a data node. Each copy that arrives is checked piece by piece (BLAKE3 from the root), spooled to a
-//!   file, and stored into the node's archive (`--data-dir`, opened in this process for each object, or a running
-//!   `permafrost serve` through `--endpoint`); the ack goes back only after the archive acknowledged the object. For
-//!   a parity rebuild it reads the object named by the transfer from the archive and sends it up.
+//! - `node`: a data node. Each copy that arrives is checked piece by piece (BLAKE3 from the root) and streamed
+//!   straight into the node's archive as it arrives (`--data-dir`, opened in this process, or a running
+//!   `permafrost serve` through `--endpoint`; no spool file); the ack goes back only after the archive acknowledged
+//!   the object, and a copy that breaks off leaves nothing visible. For a parity rebuild it streams the object
+//!   named by the transfer out of the archive and sends it up piece by piece as it is read. Concurrent streams
+//!   share one open archive (a data directory is opened by the first and closed by the last, so it is locked only
+//!   while streams run).
 //! - `send`: write a file with k copies along a replication tree from the topology (the client sends it once);
 //!   `--fan-out` sends one stream per copy from here to the same data nodes (the baseline).
 //! - `rebuild`: receive the XOR of the survivors' pieces through a parity tree rooted here (one stream);
@@ -17,10 +20,10 @@
 
 use std::collections::HashMap;
 use std::fs::File;
-use std::io::{self, Seek, Write};
+use std::io;
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
@@ -28,12 +31,12 @@ use clap::{Args, Subcommand};
 use serde::Serialize;
 
 use permafrost_relay::{
-    hops, rebuild, send, serve, write_copies, Attempt, Copies, Header, Hop, LeafAck, NodeStats,
-    RelayNode, Sink, SinkFactory, SourceFactory,
+    hops, pipe_sink, pipe_source, rebuild, send, serve, write_copies, Attempt, Copies, Header, Hop,
+    LeafAck, NodeStats, RelayNode, Sink, SinkFactory, SourceFactory,
 };
 use permafrost_topology::{parity_tree, replication_tree, Demand, NodeId, Role, Topology, Tree};
 
-use crate::object::{data_dir_of, get_into, put_file, Target};
+use crate::object::{data_dir_of, open_archive, OpenArchive, Target};
 
 /// Piece size on the wire unless `--piece-bytes` says otherwise.
 const PIECE_BYTES_DEFAULT: u32 = 1 << 20;
@@ -175,152 +178,141 @@ fn run_relay(args: ServeArgs) -> Result<()> {
         .map_err(|_| anyhow::anyhow!("the relay's accept loop panicked"))
 }
 
-/// A copy on its way into the archive: spooled to a file, stored by `finish`; the spool file goes either way.
-struct StoreSink {
-    node: Arc<DataNode>,
-    key: String,
-    path: PathBuf,
-    file: File,
-    bytes: u64,
-    started: Instant,
-}
-
-/// What every stream of a data node shares.
+/// What every stream of a data node shares: the archive, opened by the first stream that needs it and closed
+/// when the last one ends (so a data directory is locked only while copies or rebuild sources are moving, and
+/// `permafrost get --data-dir` works between them).
 struct DataNode {
     name: String,
     bucket: String,
     target: Target,
-    spool: PathBuf,
-    /// One archive operation at a time (a data directory opened here is locked while open).
-    archive: Mutex<()>,
+    /// The open archive while some stream uses it. The lock also orders opening and closing: the last user
+    /// closes it (and releases the data directory's lock) before the next one can open it.
+    archive: Mutex<Weak<OpenArchive>>,
+}
+
+/// One stream's use of the data node's archive; dropping it closes the archive when it was the last use.
+struct ArchiveUse {
+    node: Arc<DataNode>,
+    archive: Option<Arc<OpenArchive>>,
 }
 
 impl DataNode {
-    fn spool_path(&self, transfer: &str, what: &str) -> PathBuf {
-        let safe: String = transfer
-            .chars()
-            .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
-            .take(64)
-            .collect();
-        self.spool
-            .join(format!("{what}-{safe}-{}", std::process::id()))
-            .with_extension(format!("{}", spool_counter()))
+    fn archive(self: &Arc<Self>) -> io::Result<ArchiveUse> {
+        let mut shared = self.archive.lock().unwrap_or_else(|p| p.into_inner());
+        let archive = match shared.upgrade() {
+            Some(open) => open,
+            None => {
+                let open = Arc::new(
+                    open_archive(&self.target).map_err(|e| io::Error::other(format!("{e:#}")))?,
+                );
+                *shared = Arc::downgrade(&open);
+                open
+            }
+        };
+        Ok(ArchiveUse {
+            node: Arc::clone(self),
+            archive: Some(archive),
+        })
     }
 }
 
-fn spool_counter() -> u64 {
-    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+impl std::ops::Deref for ArchiveUse {
+    type Target = OpenArchive;
+    fn deref(&self) -> &OpenArchive {
+        self.archive.as_ref().expect("held until drop")
+    }
 }
 
-impl Sink for StoreSink {
-    fn write_piece(&mut self, _index: u64, payload: &[u8]) -> io::Result<()> {
-        self.file.write_all(payload)?;
-        self.bytes += payload.len() as u64;
-        Ok(())
+impl Drop for ArchiveUse {
+    fn drop(&mut self) {
+        let _shared = self.node.archive.lock().unwrap_or_else(|p| p.into_inner());
+        // The last use closes the archive here, under the lock.
+        self.archive = None;
     }
+}
 
-    fn finish(mut self: Box<Self>) -> io::Result<()> {
-        let received = self.started.elapsed().as_secs_f64();
-        self.file.rewind()?;
-        let file = self.file.try_clone()?;
-        let _one = self.node.archive.lock().unwrap_or_else(|p| p.into_inner());
-        let stored = put_file(
-            &self.node.target,
-            &self.node.bucket,
-            &self.key,
-            file,
-            self.bytes,
-        )
-        .map_err(|e| io::Error::other(format!("{e:#}")))?;
+/// Store an arriving copy straight into the archive as its pieces arrive (`pipe_sink`: no spool file; a copy
+/// that breaks off fails the put, and nothing becomes visible).
+fn store_copy(node: &Arc<DataNode>, h: &Header) -> io::Result<Box<dyn Sink>> {
+    let node = Arc::clone(node);
+    let key = h.transfer.clone();
+    let object_bytes = h.object_bytes;
+    let started = Instant::now();
+    pipe_sink(object_bytes, move |reader: &mut dyn io::Read| {
+        let archive = node.archive()?;
+        let mut counted = LastByte {
+            inner: reader,
+            left: object_bytes,
+            at: None,
+            started,
+        };
+        let stored = archive
+            .put_stream(&node.bucket, &key, &mut counted, object_bytes)
+            .map_err(|e| io::Error::other(format!("{e:#}")))?;
+        let received = counted.at.unwrap_or_default();
         eprintln!(
             "permafrost relay node {}: stored {}/{} ({} bytes, etag {}) {:.3} s after the first byte \
              (last piece at {received:.3} s)",
-            self.node.name,
-            self.node.bucket,
-            self.key,
-            self.bytes,
+            node.name,
+            node.bucket,
+            key,
+            object_bytes,
             stored.etag,
-            self.started.elapsed().as_secs_f64()
+            started.elapsed().as_secs_f64()
         );
         Ok(())
+    })
+}
+
+/// Notes when the last byte of the object was read (seconds after `started`).
+struct LastByte<'a> {
+    inner: &'a mut dyn io::Read,
+    left: u64,
+    at: Option<f64>,
+    started: Instant,
+}
+
+impl io::Read for LastByte<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.left = self.left.saturating_sub(n as u64);
+        if self.left == 0 && self.at.is_none() {
+            self.at = Some(self.started.elapsed().as_secs_f64());
+        }
+        Ok(n)
     }
 }
 
-impl Drop for StoreSink {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.path);
-    }
+/// Stream this node's copy of the transfer's key out of the archive for a parity rebuild, as it is read (no
+/// whole read first).
+fn read_source(node: &Arc<DataNode>, h: &Header) -> io::Result<Box<dyn io::Read + Send>> {
+    let node = Arc::clone(node);
+    let key = h.transfer.clone();
+    let object_bytes = h.object_bytes;
+    pipe_source(object_bytes, move |out: &mut dyn io::Write| {
+        let archive = node.archive()?;
+        archive
+            .get_into(&node.bucket, &key, out)
+            .map(|_| ())
+            .map_err(|e| io::Error::other(format!("{}/{key}: {e:#}", node.bucket)))
+    })
 }
 
 fn run_node(args: NodeArgs) -> Result<()> {
-    let spool = match data_dir_of(&args.target) {
-        Some(dir) => {
-            std::fs::create_dir_all(dir)
-                .with_context(|| format!("cannot create {}", dir.display()))?;
-            dir.join("relay-spool")
-        }
-        None => std::env::temp_dir().join(format!("permafrost-relay-{}", args.name)),
-    };
-    std::fs::create_dir_all(&spool)
-        .with_context(|| format!("cannot create the spool directory {}", spool.display()))?;
-    clear_spool(&spool, &args.name)?;
+    if let Some(dir) = data_dir_of(&args.target) {
+        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    }
     let listener = listen(&args.listen)?;
     let node = Arc::new(DataNode {
         name: args.name.clone(),
         bucket: args.bucket,
         target: args.target,
-        spool,
-        archive: Mutex::new(()),
+        archive: Mutex::new(Weak::new()),
     });
     let sink_node = Arc::clone(&node);
-    let sink: SinkFactory = Arc::new(move |h: &Header| {
-        let path = sink_node.spool_path(&h.transfer, "in");
-        let file = File::options()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .open(&path)?;
-        Ok(Box::new(StoreSink {
-            node: Arc::clone(&sink_node),
-            key: h.transfer.clone(),
-            path,
-            file,
-            bytes: 0,
-            started: Instant::now(),
-        }) as Box<dyn Sink>)
-    });
+    let sink: SinkFactory = Arc::new(move |h: &Header| store_copy(&sink_node, h));
     let source_node = Arc::clone(&node);
-    let source: SourceFactory = Arc::new(move |h: &Header| {
-        let path = source_node.spool_path(&h.transfer, "out");
-        let mut file = File::options()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .open(&path)?;
-        // Unlinked at once: the open file is all the rebuild needs.
-        let _ = std::fs::remove_file(&path);
-        let got = {
-            let _one = source_node
-                .archive
-                .lock()
-                .unwrap_or_else(|p| p.into_inner());
-            get_into(
-                &source_node.target,
-                &format!("{}/{}", source_node.bucket, h.transfer),
-                &mut file,
-            )
-            .map_err(|e| io::Error::other(format!("{e:#}")))?
-        };
-        if got != h.object_bytes {
-            return Err(io::Error::other(format!(
-                "{}/{} holds {got} bytes, the rebuild asked for {}",
-                source_node.bucket, h.transfer, h.object_bytes
-            )));
-        }
-        file.rewind()?;
-        Ok(Box::new(file) as Box<dyn io::Read + Send>)
-    });
+    let source: SourceFactory = Arc::new(move |h: &Header| read_source(&source_node, h));
     eprintln!(
         "permafrost relay node {}: listening on {}, storing into bucket {} ({})",
         node.name,
@@ -340,31 +332,6 @@ fn run_node(args: NodeArgs) -> Result<()> {
     serve(listener, Arc::new(relay))
         .join()
         .map_err(|_| anyhow::anyhow!("the data node's accept loop panicked"))
-}
-
-/// Remove what a previous run of this node left in its spool (copies that were arriving when it was
-/// killed): they were never stored, never acknowledged, and nothing else reads them.
-fn clear_spool(spool: &Path, name: &str) -> Result<()> {
-    let entries = std::fs::read_dir(spool)
-        .with_context(|| format!("cannot read the spool directory {}", spool.display()))?;
-    let mut removed = 0u64;
-    for entry in entries {
-        let entry = entry.with_context(|| format!("reading {}", spool.display()))?;
-        let file_name = entry.file_name();
-        let file_name = file_name.to_string_lossy();
-        if file_name.starts_with("in-") || file_name.starts_with("out-") {
-            std::fs::remove_file(entry.path())
-                .with_context(|| format!("cannot remove {}", entry.path().display()))?;
-            removed += 1;
-        }
-    }
-    if removed > 0 {
-        eprintln!(
-            "permafrost relay node {name}: removed {removed} partial copies a previous run left in {}",
-            spool.display()
-        );
-    }
-    Ok(())
 }
 
 /// The topology with every node's address checked.

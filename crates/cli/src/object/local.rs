@@ -182,7 +182,7 @@ impl Archive for Local {
         &self,
         bucket: &str,
         key: &str,
-        body: Body,
+        body: Body<'_>,
         request: &PutRequest,
         json: bool,
     ) -> Result<ObjectStat> {

@@ -573,7 +573,7 @@ impl Archive for Remote {
         &self,
         bucket: &str,
         key: &str,
-        body: Body,
+        body: Body<'_>,
         request: &PutRequest,
         json: bool,
     ) -> Result<ObjectStat> {
@@ -600,12 +600,13 @@ impl Archive for Remote {
             action.headers_mut().insert(name.clone(), value.clone());
         }
         let url = action.sign(SIGNATURE_VALID);
-        let (reader, len): (Box<dyn Read>, u64) = match body {
+        let (reader, len): (Box<dyn Read + '_>, u64) = match body {
             Body::File { file, len_bytes } => (Box::new(file), len_bytes),
             Body::Stdin => {
                 let (file, len) = spool_stdin()?;
                 (Box::new(file), len)
             }
+            Body::Stream { reader, len_bytes } => (Box::new(reader), len_bytes),
         };
         let bar = bytes_bar("put", json);
         bar.set_length(len);
