@@ -41,7 +41,7 @@ mod retry;
 pub use node::{send, serve, NodeStats, RelayNode, Sink, SinkFactory, QUEUE_PIECES, STREAMS_MAX};
 pub use parity::{rebuild, SourceFactory};
 pub use retry::{write_copies, Attempt, Copies, Written, ATTEMPTS_MAX};
-pub use wire::{Header, Hop, LeafAck, Op};
+pub use wire::{Header, Hop, LeafAck, ObjectMeta, Op};
 
 use permafrost_topology::{Topology, Tree};
 
