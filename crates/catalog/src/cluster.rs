@@ -34,7 +34,7 @@ use crate::{
 /// The PostgreSQL schema of the shared tables.
 pub const CLUSTER_SCHEMA: &str = "permafrost_cluster";
 /// Version of the shared tables (in `permafrost_cluster.meta.schema_version`).
-pub const CLUSTER_SCHEMA_VERSION: u32 = 1;
+pub const CLUSTER_SCHEMA_VERSION: u32 = 2;
 
 const SCHEMA: &str = r#"
 CREATE SCHEMA IF NOT EXISTS permafrost_cluster;
@@ -199,12 +199,14 @@ impl ClusterDb {
         if exists.is_none() {
             c.execute_batch(SCHEMA).map_err(sql_err)?;
         }
+        // SCHEMA is version 1; the steps below bring it up.
         c.execute(
-            "INSERT INTO permafrost_cluster.meta (key, value) VALUES ('schema_version', ?1) \
+            "INSERT INTO permafrost_cluster.meta (key, value) VALUES ('schema_version', '1') \
              ON CONFLICT (key) DO NOTHING",
-            params![CLUSTER_SCHEMA_VERSION.to_string()],
+            params![],
         )
         .map_err(sql_err)?;
+        migrate_copies(c)?;
         let version: String = c
             .query_row(
                 "SELECT value FROM permafrost_cluster.meta WHERE key = 'schema_version'",
@@ -445,7 +447,8 @@ impl ClusterDb {
         self.write(|c| publish_in(c, node_id, entry))
     }
 
-    /// After a local delete: `node_id` no longer holds `bucket/key`.
+    /// After a local delete of a version that only this node held (versioned deletes): `node_id` no longer
+    /// holds `bucket/key`. A DELETE of the current version uses [`ClusterDb::delete_everywhere`].
     pub fn unpublish(&self, node_id: i64, bucket: &str, key: &str) -> Result<()> {
         self.write(|c| {
             c.execute(
@@ -664,4 +667,305 @@ pub fn random_id() -> String {
     use rand::Rng;
     let bytes: [u8; 16] = rand::thread_rng().gen();
     bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+// ---- Copies (issue 13 `copies = k`; schema version 2) -------------------------------------------------------
+//
+// - `nodes.relay_address`: where the node's in-process relay listens (empty: none).
+// - `buckets.copies`: a bucket's own `copies = k` (NULL: the cluster default of each node's `[cluster] copies`).
+// - `tombstones`: a DELETE of a replicated object leaves one row per other holder (the version it deleted); the
+//   holder deletes its copy of that version (or an older one) when it sees the row — at once when up (every
+//   heartbeat), at start before the reconcile when it was down — so a holder that was down never republishes it.
+// - `under_replicated`: objects written with fewer copies than wanted (nodes down), for the catch-up.
+
+const COPIES_SCHEMA: &str = r#"
+ALTER TABLE permafrost_cluster.nodes ADD COLUMN IF NOT EXISTS relay_address TEXT NOT NULL DEFAULT '';
+ALTER TABLE permafrost_cluster.buckets ADD COLUMN IF NOT EXISTS copies BIGINT;
+CREATE TABLE IF NOT EXISTS permafrost_cluster.tombstones (
+    node_id BIGINT NOT NULL,
+    bucket TEXT COLLATE "C" NOT NULL,
+    key BYTEA NOT NULL,
+    etag TEXT NOT NULL,
+    last_modified_ms BIGINT NOT NULL,
+    PRIMARY KEY (node_id, bucket, key)
+);
+CREATE TABLE IF NOT EXISTS permafrost_cluster.under_replicated (
+    bucket TEXT COLLATE "C" NOT NULL,
+    key BYTEA NOT NULL,
+    etag TEXT NOT NULL,
+    last_modified_ms BIGINT NOT NULL,
+    wanted BIGINT NOT NULL,
+    held BIGINT NOT NULL,
+    PRIMARY KEY (bucket, key)
+);
+"#;
+
+/// Schema version 1 → 2.
+fn migrate_copies(c: &Connection) -> Result<()> {
+    let version: String = c
+        .query_row(
+            "SELECT value FROM permafrost_cluster.meta WHERE key = 'schema_version'",
+            params![],
+            |r| r.get(0),
+        )
+        .map_err(sql_err)?;
+    if version == "1" {
+        c.execute_batch(COPIES_SCHEMA).map_err(sql_err)?;
+        c.execute(
+            "UPDATE permafrost_cluster.meta SET value = '2' WHERE key = 'schema_version'",
+            params![],
+        )
+        .map_err(sql_err)?;
+    }
+    Ok(())
+}
+
+/// One version a DELETE removed that a node still holds (it deletes its copy when it sees this).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Tombstone {
+    pub bucket: String,
+    pub key: String,
+    pub etag: String,
+    pub last_modified_ms: u64,
+}
+
+/// An object written with fewer copies than wanted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnderReplicated {
+    pub bucket: String,
+    pub key: String,
+    pub etag: String,
+    pub last_modified_ms: u64,
+    pub wanted: u32,
+    pub held: u32,
+}
+
+impl ClusterDb {
+    /// Where `node_id`'s relay listens (`host:port`; empty: it runs none).
+    pub fn set_relay_address(&self, node_id: i64, address: &str) -> Result<()> {
+        self.write(|c| {
+            c.execute(
+                "UPDATE permafrost_cluster.nodes SET relay_address = ?2 WHERE node_id = ?1",
+                params![node_id, address],
+            )
+            .map_err(sql_err)?;
+            Ok(())
+        })
+    }
+
+    /// Every node's relay address by node name (nodes without one left out).
+    pub fn relay_addresses(&self) -> Result<Vec<(String, String)>> {
+        self.read(|c| {
+            let mut st = c
+                .prepare_cached(
+                    "SELECT name, relay_address FROM permafrost_cluster.nodes \
+                     WHERE relay_address <> '' ORDER BY name",
+                )
+                .map_err(sql_err)?;
+            let rows = st
+                .query_map(params![], |r| Ok((r.get(0)?, r.get(1)?)))
+                .map_err(sql_err)?;
+            rows.map(|r| r.map_err(sql_err)).collect()
+        })
+    }
+
+    /// Set (`Some`) or clear (`None`: the cluster default) a bucket's `copies`. `NoSuchBucket` when the cluster
+    /// does not know it.
+    pub fn set_bucket_copies(&self, bucket: &str, copies: Option<u32>) -> Result<()> {
+        self.write(|c| {
+            let n = c
+                .execute(
+                    "UPDATE permafrost_cluster.buckets SET copies = ?2 WHERE name = ?1",
+                    params![bucket, copies.map(i64::from)],
+                )
+                .map_err(sql_err)?;
+            if n == 0 {
+                return Err(CatalogError::NoSuchBucket(bucket.to_owned()));
+            }
+            Ok(())
+        })
+    }
+
+    /// A bucket's own `copies` (None: the cluster default, or the bucket is unknown).
+    pub fn bucket_copies(&self, bucket: &str) -> Result<Option<u32>> {
+        self.read(|c| {
+            let copies: Option<Option<i64>> = c
+                .query_row(
+                    "SELECT copies FROM permafrost_cluster.buckets WHERE name = ?1",
+                    params![bucket],
+                    |r| r.get(0),
+                )
+                .optional()
+                .map_err(sql_err)?;
+            Ok(copies
+                .flatten()
+                .map(|k| k.clamp(0, i64::from(u32::MAX)) as u32))
+        })
+    }
+
+    /// A DELETE of the current version of `bucket/key` on `node_id` (after its local delete): every row of the
+    /// key goes, and each other holder gets a [`Tombstone`] for the version it holds. One transaction: a reader
+    /// sees the object on every holder or on none. Returns the other holders' names.
+    pub fn delete_everywhere(&self, node_id: i64, bucket: &str, key: &str) -> Result<Vec<String>> {
+        self.write(|c| {
+            let mut st = c
+                .prepare_cached(
+                    "SELECT o.node_id, n.name, o.etag, o.last_modified_ms FROM permafrost_cluster.objects o \
+                     JOIN permafrost_cluster.nodes n ON n.node_id = o.node_id \
+                     WHERE o.bucket = ?1 AND o.key = ?2 AND o.node_id <> ?3 ORDER BY n.name",
+                )
+                .map_err(sql_err)?;
+            let others: Vec<(i64, String, String, i64)> = st
+                .query_map(params![bucket, key.as_bytes(), node_id], |r| {
+                    Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
+                })
+                .map_err(sql_err)?
+                .collect::<sql::Result<_>>()
+                .map_err(sql_err)?;
+            for (holder, _, etag, lm) in &others {
+                c.execute(
+                    "INSERT INTO permafrost_cluster.tombstones (node_id, bucket, key, etag, last_modified_ms) \
+                     VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT (node_id, bucket, key) DO UPDATE SET \
+                     etag = excluded.etag, last_modified_ms = GREATEST(permafrost_cluster.tombstones.last_modified_ms, \
+                     excluded.last_modified_ms)",
+                    params![holder, bucket, key.as_bytes(), etag, lm],
+                )
+                .map_err(sql_err)?;
+            }
+            c.execute(
+                "DELETE FROM permafrost_cluster.objects WHERE bucket = ?1 AND key = ?2",
+                params![bucket, key.as_bytes()],
+            )
+            .map_err(sql_err)?;
+            c.execute(
+                "DELETE FROM permafrost_cluster.under_replicated WHERE bucket = ?1 AND key = ?2",
+                params![bucket, key.as_bytes()],
+            )
+            .map_err(sql_err)?;
+            Ok(others.into_iter().map(|(_, name, _, _)| name).collect())
+        })
+    }
+
+    /// The deletes `node_id` has still to apply to its store.
+    pub fn tombstones(&self, node_id: i64) -> Result<Vec<Tombstone>> {
+        self.read(|c| {
+            let mut st = c
+                .prepare_cached(
+                    "SELECT bucket, key, etag, last_modified_ms FROM permafrost_cluster.tombstones \
+                     WHERE node_id = ?1 ORDER BY bucket, key",
+                )
+                .map_err(sql_err)?;
+            let rows = st
+                .query_map(params![node_id], |r| {
+                    let key: Vec<u8> = r.get(1)?;
+                    Ok(Tombstone {
+                        bucket: r.get(0)?,
+                        key: String::from_utf8_lossy(&key).into_owned(),
+                        etag: r.get(2)?,
+                        last_modified_ms: r.get::<_, i64>(3)?.max(0) as u64,
+                    })
+                })
+                .map_err(sql_err)?;
+            rows.map(|r| r.map_err(sql_err)).collect()
+        })
+    }
+
+    /// The delete `node_id` has still to apply to its copy of `bucket/key`, if any.
+    pub fn tombstone(&self, node_id: i64, bucket: &str, key: &str) -> Result<Option<Tombstone>> {
+        self.read(|c| {
+            c.query_row(
+                "SELECT etag, last_modified_ms FROM permafrost_cluster.tombstones \
+                 WHERE node_id = ?1 AND bucket = ?2 AND key = ?3",
+                params![node_id, bucket, key.as_bytes()],
+                |r| {
+                    Ok(Tombstone {
+                        bucket: bucket.to_owned(),
+                        key: key.to_owned(),
+                        etag: r.get(0)?,
+                        last_modified_ms: r.get::<_, i64>(1)?.max(0) as u64,
+                    })
+                },
+            )
+            .optional()
+            .map_err(sql_err)
+        })
+    }
+
+    /// `node_id` applied `tombstone` (deleted its copy, or held none that old); also drops its directory row of
+    /// that version or an older one, should one have come back meanwhile.
+    pub fn clear_tombstone(&self, node_id: i64, tombstone: &Tombstone) -> Result<()> {
+        let lm = tombstone.last_modified_ms as i64;
+        self.write(|c| {
+            let key = tombstone.key.as_bytes();
+            c.execute(
+                "DELETE FROM permafrost_cluster.tombstones WHERE node_id = ?1 AND bucket = ?2 AND key = ?3 \
+                 AND last_modified_ms <= ?4",
+                params![node_id, tombstone.bucket, key, lm],
+            )
+            .map_err(sql_err)?;
+            c.execute(
+                "DELETE FROM permafrost_cluster.objects WHERE node_id = ?1 AND bucket = ?2 AND key = ?3 \
+                 AND last_modified_ms <= ?4",
+                params![node_id, tombstone.bucket, key, lm],
+            )
+            .map_err(sql_err)?;
+            Ok(())
+        })
+    }
+
+    /// Record that this version of `bucket/key` has `held` of `wanted` copies (replaces an older record of the
+    /// key); `held >= wanted` clears the record.
+    pub fn record_copies(&self, entry: &DirEntry, wanted: u32, held: u32) -> Result<()> {
+        self.write(|c| {
+            let key = entry.key.as_bytes();
+            c.execute(
+                "DELETE FROM permafrost_cluster.under_replicated WHERE bucket = ?1 AND key = ?2 \
+                 AND last_modified_ms <= ?3",
+                params![entry.bucket, key, entry.last_modified_ms as i64],
+            )
+            .map_err(sql_err)?;
+            if held < wanted {
+                c.execute(
+                    "INSERT INTO permafrost_cluster.under_replicated (bucket, key, etag, last_modified_ms, wanted, \
+                     held) VALUES (?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT (bucket, key) DO NOTHING",
+                    params![
+                        entry.bucket,
+                        key,
+                        entry.etag,
+                        entry.last_modified_ms as i64,
+                        i64::from(wanted),
+                        i64::from(held)
+                    ],
+                )
+                .map_err(sql_err)?;
+            }
+            Ok(())
+        })
+    }
+
+    /// Every object recorded with fewer copies than wanted, by bucket and key.
+    pub fn under_replicated(&self) -> Result<Vec<UnderReplicated>> {
+        self.read(|c| {
+            let mut st = c
+                .prepare_cached(
+                    "SELECT bucket, key, etag, last_modified_ms, wanted, held \
+                     FROM permafrost_cluster.under_replicated ORDER BY bucket, key",
+                )
+                .map_err(sql_err)?;
+            let rows = st
+                .query_map(params![], |r| {
+                    let key: Vec<u8> = r.get(1)?;
+                    Ok(UnderReplicated {
+                        bucket: r.get(0)?,
+                        key: String::from_utf8_lossy(&key).into_owned(),
+                        etag: r.get(2)?,
+                        last_modified_ms: r.get::<_, i64>(3)?.max(0) as u64,
+                        wanted: r.get::<_, i64>(4)?.clamp(0, i64::from(u32::MAX)) as u32,
+                        held: r.get::<_, i64>(5)?.clamp(0, i64::from(u32::MAX)) as u32,
+                    })
+                })
+                .map_err(sql_err)?;
+            rows.map(|r| r.map_err(sql_err)).collect()
+        })
+    }
 }

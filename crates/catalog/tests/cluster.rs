@@ -160,3 +160,75 @@ fn node_store_urls_select_the_node_schema() {
         "{e}"
     );
 }
+
+#[test]
+fn copies_delete_everywhere_leaves_tombstones_and_under_replication_is_recorded() {
+    let Some(url) = fresh_database() else { return };
+    let db = ClusterDb::connect(&url, 10_000).unwrap();
+    let id = db.cluster("c").unwrap();
+    let a = db
+        .join(&id, "a", "ia", "127.0.0.1:1", 1, 0)
+        .unwrap()
+        .node_id;
+    let b = db
+        .join(&id, "b", "ib", "127.0.0.1:2", 1, 0)
+        .unwrap()
+        .node_id;
+    let c = db
+        .join(&id, "c", "ic", "127.0.0.1:3", 1, 0)
+        .unwrap()
+        .node_id;
+    // Relay addresses, published by each node.
+    db.set_relay_address(a, "127.0.0.1:11").unwrap();
+    db.set_relay_address(b, "127.0.0.1:12").unwrap();
+    assert_eq!(
+        db.relay_addresses().unwrap(),
+        vec![
+            ("a".to_string(), "127.0.0.1:11".to_string()),
+            ("b".to_string(), "127.0.0.1:12".to_string())
+        ]
+    );
+    // A bucket's own copies; unknown buckets refused.
+    db.add_bucket("bk").unwrap();
+    assert_eq!(db.bucket_copies("bk").unwrap(), None);
+    db.set_bucket_copies("bk", Some(3)).unwrap();
+    assert_eq!(db.bucket_copies("bk").unwrap(), Some(3));
+    db.set_bucket_copies("bk", None).unwrap();
+    assert_eq!(db.bucket_copies("bk").unwrap(), None);
+    assert!(matches!(
+        db.set_bucket_copies("nope", Some(2)),
+        Err(CatalogError::NoSuchBucket(_))
+    ));
+    // Three holders of one version; the DELETE on a: every row goes, b and c get tombstones.
+    let x = entry("bk", "x", "e1", 100);
+    for n in [a, b, c] {
+        db.publish(n, &x).unwrap();
+    }
+    db.record_copies(&x, 4, 3).unwrap();
+    assert_eq!(db.under_replicated().unwrap().len(), 1);
+    let mut others = db.delete_everywhere(a, "bk", "x").unwrap();
+    others.sort();
+    assert_eq!(others, vec!["b", "c"]);
+    assert!(db.holders("bk", "x").unwrap().is_empty());
+    assert!(db.under_replicated().unwrap().is_empty());
+    assert!(db.tombstones(a).unwrap().is_empty());
+    let t = db.tombstone(b, "bk", "x").unwrap().unwrap();
+    assert_eq!((t.etag.as_str(), t.last_modified_ms), ("e1", 100));
+    // b was down: at its return its reconcile would publish x again; applying the tombstone (clear) drops the
+    // row of that version even if it came back meanwhile, and a newer version is kept.
+    db.publish(b, &x).unwrap();
+    db.clear_tombstone(b, &t).unwrap();
+    assert!(db.holders("bk", "x").unwrap().is_empty());
+    assert!(db.tombstones(b).unwrap().is_empty());
+    let newer = entry("bk", "x", "e2", 200);
+    db.publish(c, &newer).unwrap();
+    let tc = db.tombstones(c).unwrap().remove(0);
+    db.clear_tombstone(c, &tc).unwrap();
+    assert_eq!(db.holders("bk", "x").unwrap().len(), 1);
+    // Under-replication: recorded when short, replaced by a newer version's full record.
+    db.record_copies(&newer, 2, 1).unwrap();
+    let u = db.under_replicated().unwrap();
+    assert_eq!((u[0].wanted, u[0].held, u[0].etag.as_str()), (2, 1, "e2"));
+    db.record_copies(&newer, 2, 2).unwrap();
+    assert!(db.under_replicated().unwrap().is_empty());
+}

@@ -14,6 +14,10 @@
 //! heartbeat_ms = 2000       # how often it says it is alive
 //! timeout_ms = 10000        # a node whose last heartbeat is older shows as down
 //! topology = "topology.toml" # optional: the network (docs/cluster.md "Topology file")
+//! copies = 2                # nodes holding each object (the cluster default; a bucket may set its own) [1]
+//! relay_address = "0.0.0.0:9400" # where this node's in-process relay listens [an ephemeral port]
+//! [cluster.relays]          # with a topology: where its `permafrost relay serve` processes listen
+//! core = "10.0.0.2:7400"
 //! ```
 //!
 //! **Start-up checks** (each one line, before the archive opens): `[cluster]` without a PostgreSQL catalog; the
@@ -23,7 +27,11 @@
 //! cluster knows.
 //!
 //! **While serving**: one thread sends a heartbeat (capacity, bytes used) every `heartbeat_ms`; when a heartbeat
-//! fails (the database went away) the node reconciles its directory rows again once it is back.
+//! fails (the database went away) the node reconciles its directory rows again once it is back. On each beat
+//! it applies the deletes other nodes left it (tombstones), and every [`CATCH_UP_BEATS`] beats it makes the
+//! missing copies of under-replicated objects it holds (`permafrost_s3::ClusterNode::catch_up`). The node's
+//! relay (`permafrost_relay::serve`, storing copies into this node's store) listens on `relay_address`, which is
+//! published in the nodes table.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -55,7 +63,23 @@ pub struct ClusterSection {
     pub timeout_ms: u64,
     #[serde(default)]
     pub topology: Option<PathBuf>,
+    /// Nodes holding each object, the cluster default (a bucket may set its own: `cluster bucket`).
+    #[serde(default = "copies_default")]
+    pub copies: u32,
+    /// Where this node's relay listens (`host:port`; port 0 = any free port) [`0.0.0.0:0`].
+    #[serde(default)]
+    pub relay_address: Option<String>,
+    /// With a topology: the `permafrost relay serve` processes it names, `name = "host:port"`.
+    #[serde(default)]
+    pub relays: std::collections::BTreeMap<String, String>,
 }
+
+fn copies_default() -> u32 {
+    1
+}
+
+/// Heartbeats between two catch-up passes over the under-replicated objects.
+pub const CATCH_UP_BEATS: u64 = 3;
 
 fn heartbeat_default() -> u64 {
     2000
@@ -94,6 +118,12 @@ pub fn section_of(table: &toml::Table, path: &Path) -> Result<Option<ClusterSect
             section.node
         );
     }
+    if section.copies == 0 {
+        bail!(
+            "{}: [cluster] copies = 0: every object needs at least one holder (1 = no copies)",
+            path.display()
+        );
+    }
     if section.heartbeat_ms == 0 || section.timeout_ms <= section.heartbeat_ms {
         bail!(
             "{}: [cluster] needs heartbeat_ms > 0 and timeout_ms > heartbeat_ms",
@@ -124,6 +154,8 @@ pub struct Membership {
     pub cluster_id: String,
     pub node_id: i64,
     pub address: String,
+    /// `[cluster] topology`, checked.
+    pub topology: Option<Arc<permafrost_topology::Topology>>,
 }
 
 /// Check everything about the cluster and register this node (before the store opens: a refused start changes
@@ -187,9 +219,30 @@ pub fn join(
         }
         Err(e) => return Err(e).with_context(|| format!("cannot read {}", id_path.display())),
     };
-    if let Some(path) = &section.topology {
-        check_topology(&data_dir.join(path), &db, &section.node)?;
-    }
+    let topology = match &section.topology {
+        Some(path) => {
+            let t = check_topology(&data_dir.join(path), &db, &section.node)?;
+            let data_nodes = t.with_role(permafrost_topology::Role::Node).len();
+            if section.copies as usize > data_nodes {
+                bail!(
+                    "[cluster] copies = {}: the topology {} has only {data_nodes} data nodes",
+                    section.copies,
+                    data_dir.join(path).display()
+                );
+            }
+            for name in section.relays.keys() {
+                match t.node_id(name) {
+                    Some(id) if t.node(id).role == permafrost_topology::Role::Relay => {}
+                    _ => bail!(
+                        "[cluster.relays] {name}: the topology {} names no relay {name:?}",
+                        data_dir.join(path).display()
+                    ),
+                }
+            }
+            Some(Arc::new(t))
+        }
+        None => None,
+    };
     db.make_node_schema(&section.node)
         .map_err(|e| anyhow::anyhow!("{e}"))?;
     let joined = db
@@ -201,6 +254,7 @@ pub fn join(
         cluster_id,
         node_id: joined.node_id,
         address,
+        topology,
     })
 }
 
@@ -276,12 +330,34 @@ fn local_entries(store: &Store) -> Result<(Vec<String>, Vec<DirEntry>)> {
 
 /// Make the directory's rows of this node equal to what its store holds; returns (published, removed).
 pub fn reconcile(store: &Store, db: &ClusterDb, node_id: i64) -> Result<(usize, usize)> {
+    // Deletes made while this node was away first: what they removed must not be published again.
+    let deleted = apply_tombstones(store, db, node_id)?;
+    if deleted > 0 {
+        tracing::info!(
+            deleted,
+            "cluster: applied the deletes made while this node was away"
+        );
+    }
     let (buckets, entries) = local_entries(store)?;
     for bucket in &buckets {
         db.add_bucket(bucket).map_err(|e| anyhow::anyhow!("{e}"))?;
     }
     db.reconcile(node_id, &entries)
         .map_err(|e| anyhow::anyhow!("{e}"))
+}
+
+/// Delete the copies other nodes' DELETEs left this node tombstones for (the version deleted or an older one; a
+/// newer local version stays). Returns the copies deleted.
+pub fn apply_tombstones(store: &Store, db: &ClusterDb, node_id: i64) -> Result<usize> {
+    let mut deleted = 0;
+    for t in db.tombstones(node_id).map_err(|e| anyhow::anyhow!("{e}"))? {
+        if permafrost_s3::apply_tombstone(store, &t).map_err(|e| anyhow::anyhow!("{e}"))? {
+            deleted += 1;
+        }
+        db.clear_tombstone(node_id, &t)
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+    }
+    Ok(deleted)
 }
 
 /// Capacity of the grid and the stored bytes the catalog counts.
@@ -300,10 +376,13 @@ fn capacity_and_used(store: &Store) -> (u64, u64) {
 pub struct Heartbeat {
     stop: Arc<AtomicBool>,
     thread: Option<std::thread::JoinHandle<()>>,
+    /// The store as the relay's sink sees it; emptied at stop so that the archive can close.
+    relay_store: Arc<std::sync::Mutex<Option<Arc<Store>>>>,
 }
 
 impl Drop for Heartbeat {
     fn drop(&mut self) {
+        *self.relay_store.lock().unwrap_or_else(|p| p.into_inner()) = None;
         self.stop.store(true, Ordering::SeqCst);
         if let Some(t) = self.thread.take() {
             let _ = t.join();
@@ -314,6 +393,17 @@ impl Drop for Heartbeat {
 /// Reconcile the directory with the store, then heartbeat every `heartbeat_ms` (reconciling again after the
 /// database comes back). Returns the S3 layer's view and the heartbeat (stops when dropped).
 pub fn start(store: &Arc<Store>, m: &Membership) -> Result<(Arc<ClusterNode>, Heartbeat)> {
+    let node = Arc::new(ClusterNode {
+        db: Arc::clone(&m.db),
+        node_id: m.node_id,
+        node_name: m.section.node.clone(),
+        replication: permafrost_s3::Replication {
+            copies: m.section.copies,
+            topology: m.topology.clone(),
+            relays: m.section.relays.clone(),
+            ..Default::default()
+        },
+    });
     let (published, removed) = reconcile(store, &m.db, m.node_id)?;
     tracing::info!(
         node = %m.section.node,
@@ -324,9 +414,13 @@ pub fn start(store: &Arc<Store>, m: &Membership) -> Result<(Arc<ClusterNode>, He
     let (capacity, used) = capacity_and_used(store);
     m.db.heartbeat(m.node_id, capacity, used)
         .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let relay_store = Arc::new(std::sync::Mutex::new(Some(Arc::clone(store))));
+    let relay_address = start_relay(m, &node, &relay_store)?;
+    tracing::info!(node = %m.section.node, %relay_address, copies = m.section.copies, "cluster: relay listening");
     let stop = Arc::new(AtomicBool::new(false));
     let thread = {
         let (stop, store, db) = (Arc::clone(&stop), Arc::clone(store), Arc::clone(&m.db));
+        let me = Arc::clone(&node);
         let (node_id, every) = (m.node_id, Duration::from_millis(m.section.heartbeat_ms));
         std::thread::Builder::new()
             .name("permafrost-heartbeat".into())
@@ -352,7 +446,18 @@ pub fn start(store: &Arc<Store>, m: &Membership) -> Result<(Arc<ClusterNode>, He
                             }
                             Err(e) => tracing::warn!("cluster: reconcile after the database came back failed: {e}"),
                         },
-                        Ok(()) => {}
+                        Ok(()) => {
+                            if let Err(e) = apply_tombstones(&store, &db, node_id) {
+                                tracing::warn!("cluster: applying deletes failed: {e:#}");
+                            }
+                            if beats.is_multiple_of(CATCH_UP_BEATS) {
+                                match me.catch_up(&store) {
+                                    Ok(0) => {}
+                                    Ok(made) => tracing::info!(made, "cluster: catch-up made missing copies"),
+                                    Err(e) => tracing::warn!("cluster: catch-up failed: {e}"),
+                                }
+                            }
+                        }
                         Err(e) => {
                             if !failing {
                                 tracing::error!("cluster: heartbeat failed (requests answer 503 until the database is back): {e}");
@@ -364,18 +469,55 @@ pub fn start(store: &Arc<Store>, m: &Membership) -> Result<(Arc<ClusterNode>, He
             })
             .context("starting the heartbeat thread")?
     };
-    let node = Arc::new(ClusterNode {
-        db: Arc::clone(&m.db),
-        node_id: m.node_id,
-        node_name: m.section.node.clone(),
-    });
     Ok((
         node,
         Heartbeat {
             stop,
             thread: Some(thread),
+            relay_store,
         },
     ))
+}
+
+/// Listen on `[cluster] relay_address` and serve the relay node role in-process: copies that arrive are
+/// stored into this node's store (`permafrost_s3::cluster::copy_sink`). Publishes the address other nodes
+/// reach it at (the advertised S3 host with the bound port when the listen host is unspecified).
+fn start_relay(
+    m: &Membership,
+    node: &Arc<ClusterNode>,
+    store: &Arc<std::sync::Mutex<Option<Arc<Store>>>>,
+) -> Result<String> {
+    let listen = m
+        .section
+        .relay_address
+        .clone()
+        .unwrap_or_else(|| "0.0.0.0:0".to_owned());
+    let listener = std::net::TcpListener::bind(&listen)
+        .with_context(|| format!("[cluster] relay_address {listen}: cannot listen"))?;
+    let bound = listener.local_addr()?;
+    let published = if bound.ip().is_unspecified() {
+        let host = m
+            .address
+            .rsplit_once(':')
+            .map_or(m.address.as_str(), |(h, _)| h);
+        format!("{host}:{}", bound.port())
+    } else {
+        bound.to_string()
+    };
+    m.db.set_relay_address(m.node_id, &published)
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let slot = Arc::clone(store);
+    let sink = permafrost_s3::copy_sink(slot, Arc::clone(node));
+    permafrost_relay::serve(
+        listener,
+        Arc::new(permafrost_relay::RelayNode {
+            name: m.section.node.clone(),
+            sink: Some(sink),
+            source: None,
+            stats: Arc::new(permafrost_relay::NodeStats::default()),
+        }),
+    );
+    Ok(published)
 }
 
 /// What `cluster status` and the admin endpoint show.
@@ -493,6 +635,21 @@ pub fn add_endpoint(
 pub enum ClusterCommand {
     /// Nodes (address, health, last heartbeat, capacity and use) and the topology, from the shared catalog.
     Status(StatusArgs),
+    /// A bucket's own `copies` (nodes holding each of its objects), overriding the cluster's `[cluster] copies`.
+    Bucket(BucketArgs),
+}
+
+#[derive(Args)]
+pub struct BucketArgs {
+    /// The bucket (cluster-wide).
+    name: String,
+    /// Nodes holding each new object of the bucket: 1 up to the nodes of the cluster, or `default` for the
+    /// cluster's `[cluster] copies`. Without it: show the bucket's setting.
+    #[arg(long)]
+    copies: Option<String>,
+    /// Data directory of a node of the cluster.
+    #[arg(long, default_value = "./permafrost-data")]
+    data_dir: PathBuf,
 }
 
 #[derive(Args)]
@@ -508,7 +665,60 @@ pub struct StatusArgs {
 pub fn run(command: ClusterCommand) -> Result<()> {
     match command {
         ClusterCommand::Status(args) => run_status(args),
+        ClusterCommand::Bucket(args) => run_bucket(args),
     }
+}
+
+fn run_bucket(args: BucketArgs) -> Result<()> {
+    let path = args.data_dir.join(CONFIG_FILE);
+    let Some(section) = section(&args.data_dir)? else {
+        bail!(
+            "{}: no [cluster] table: this data directory is not a node of a cluster",
+            path.display()
+        );
+    };
+    let config = crate::object::load_config(&args.data_dir)?;
+    let url = database_url(config.catalog.url.as_deref(), &path)?;
+    let db = ClusterDb::connect(&url, section.timeout_ms).map_err(|e| anyhow::anyhow!("{e}"))?;
+    db.cluster(&section.name)
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    if !db
+        .bucket_exists(&args.name)
+        .map_err(|e| anyhow::anyhow!("{e}"))?
+    {
+        bail!("no such bucket in the cluster: {}", args.name);
+    }
+    let wanted = match args.copies.as_deref() {
+        None => None,
+        Some("default") => Some(None),
+        Some(text) => {
+            let nodes = db.nodes().map_err(|e| anyhow::anyhow!("{e}"))?.len();
+            match text.parse::<u32>() {
+                Ok(k) if k >= 1 && k as usize <= nodes => Some(Some(k)),
+                Ok(k) if k >= 1 => bail!(
+                    "--copies {k}: the cluster has only {nodes} node(s); at most {nodes} copies"
+                ),
+                _ => bail!(
+                    "--copies {text:?}: a number of nodes from 1 (no copies) up to the nodes of the cluster, or `default`"
+                ),
+            }
+        }
+    };
+    if let Some(copies) = wanted {
+        db.set_bucket_copies(&args.name, copies)
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+    }
+    match db
+        .bucket_copies(&args.name)
+        .map_err(|e| anyhow::anyhow!("{e}"))?
+    {
+        Some(k) => println!("bucket {}: copies = {k}", args.name),
+        None => println!(
+            "bucket {}: copies = the cluster default ([cluster] copies, {} on this node)",
+            args.name, section.copies
+        ),
+    }
+    Ok(())
 }
 
 fn run_status(args: StatusArgs) -> Result<()> {

@@ -535,6 +535,7 @@ fn run_send(args: SendArgs) -> Result<()> {
         let mut reader = open().with_context(|| format!("cannot open {}", args.file.display()))?;
         let acks = send(
             &key,
+            None,
             &direct,
             &mut *reader,
             object_bytes,
@@ -557,6 +558,7 @@ fn run_send(args: SendArgs) -> Result<()> {
             &copies,
             &|name| cluster.addrs.get(name).cloned(),
             &key,
+            None,
             &mut open,
             object_bytes,
             args.piece_bytes,

@@ -78,6 +78,7 @@ fn main() {
                 let start = Instant::now();
                 let acks = send(
                     &format!("b{k}-{r}"),
+                    None,
                     children,
                     &mut src,
                     bytes,

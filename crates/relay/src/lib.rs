@@ -43,7 +43,7 @@ pub use node::{send, serve, NodeStats, RelayNode, Sink, SinkFactory, QUEUE_PIECE
 pub use parity::{rebuild, SourceFactory};
 pub use pipe::{pipe_sink, pipe_source};
 pub use retry::{write_copies, Attempt, Copies, Written, ATTEMPTS_MAX};
-pub use wire::{Header, Hop, LeafAck, Op};
+pub use wire::{Header, Hop, LeafAck, ObjectMeta, Op};
 
 use permafrost_topology::{Topology, Tree};
 

@@ -416,10 +416,11 @@ fn forward(
 }
 
 /// At the root: send `object_bytes` bytes from `object` along the tree below the root (`children`),
-/// in pieces of `piece_bytes`. Returns one ack per data node of the tree; `Err` only when reading
+/// in pieces of `piece_bytes`; `object_meta` travels in every header (a cluster copy's metadata). Returns one ack per data node of the tree; `Err` only when reading
 /// `object` fails (then nothing is acknowledged: the children see the stream end early).
 pub fn send(
     transfer: &str,
+    object_meta: Option<&wire::ObjectMeta>,
     children: &[Hop],
     object: &mut dyn Read,
     object_bytes: u64,
@@ -437,6 +438,7 @@ pub fn send(
             addr: String::new(),
             children: Vec::new(),
         },
+        object: object_meta.cloned(),
     };
     if piece_bytes == 0 || piece_bytes > wire::PIECE_BYTES_MAX {
         return Err(io::Error::new(

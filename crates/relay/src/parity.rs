@@ -198,6 +198,7 @@ pub fn rebuild(
         transfer: transfer.to_string(),
         object_bytes,
         piece_bytes,
+        object: None,
         hop: Hop {
             name: String::new(),
             addr: String::new(),

@@ -77,7 +77,8 @@ impl Written {
     }
 }
 
-/// Write `object_bytes` bytes (from a fresh reader `open()` per attempt) as `copies` from `root`,
+/// Write `object_bytes` bytes (from a fresh reader `open()` per attempt) as `copies` from `root`
+/// (`object_meta`: see [`send`]),
 /// retrying on another tree after failures, at most [`ATTEMPTS_MAX`] trees.
 ///
 /// After each attempt, every failed copy marks a node unusable: the relay or data node its ack
@@ -92,6 +93,7 @@ pub fn write_copies(
     copies: &Copies,
     addr_of: &dyn Fn(&str) -> Option<String>,
     transfer: &str,
+    object_meta: Option<&crate::wire::ObjectMeta>,
     open: &mut dyn FnMut() -> io::Result<Box<dyn Read>>,
     object_bytes: u64,
     piece_bytes: u32,
@@ -165,6 +167,7 @@ pub fn write_copies(
         let mut reader = open()?;
         let acks = send(
             transfer,
+            object_meta,
             &hops,
             &mut *reader,
             object_bytes,

@@ -78,6 +78,30 @@ pub struct Header {
     pub piece_bytes: u32,
     /// The receiver itself and its subtree.
     pub hop: Hop,
+    /// The object a replication stream carries, as the root holds it (a cluster copy keeps the origin's
+    /// bucket, key, ETag, last modified and metadata); absent for `permafrost relay send` (the transfer
+    /// names the object). Optional on the wire: senders and receivers of before it interoperate.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub object: Option<ObjectMeta>,
+}
+
+/// What a data node needs to store a copy that is the same object as the origin's.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ObjectMeta {
+    pub bucket: String,
+    pub key: String,
+    /// The origin's ETag (a multipart `md5-N` one too), kept as it is.
+    pub etag: String,
+    /// The origin's last-modified time, ms since the epoch.
+    pub last_modified_ms: u64,
+    #[serde(default)]
+    pub content_type: Option<String>,
+    /// `x-amz-meta-*` pairs, names without the prefix.
+    #[serde(default)]
+    pub user_metadata: Vec<(String, String)>,
+    /// Stored headers, tags, storage class and Object Lock (the store's attributes, as JSON).
+    #[serde(default)]
+    pub attributes: Option<serde_json::Value>,
 }
 
 impl Header {

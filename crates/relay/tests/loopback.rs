@@ -193,6 +193,7 @@ fn a_replication_tree_delivers_byte_exact_copies_and_the_client_sends_once() {
     let client_stats = Arc::new(NodeStats::default());
     let acks = send(
         "t1",
+        None,
         &children,
         &mut &body[..],
         body.len() as u64,
@@ -256,6 +257,7 @@ fn a_corrupted_byte_on_the_uplink_is_caught_at_every_leaf_and_nothing_is_acknowl
     let body = object(2 << 20);
     let acks = send(
         "t2",
+        None,
         &children,
         &mut &body[..],
         body.len() as u64,
@@ -299,6 +301,7 @@ fn a_data_node_that_is_down_is_reported_and_the_others_still_get_their_copy() {
     let body = object(1 << 20);
     let acks = send(
         "t3",
+        None,
         &children,
         &mut &body[..],
         body.len() as u64,
@@ -330,6 +333,7 @@ fn a_stream_sent_to_the_wrong_node_is_refused_and_an_empty_object_is_fine() {
     };
     let acks = send(
         "t4",
+        None,
         &[wrong],
         &mut &b""[..],
         0,
@@ -348,6 +352,7 @@ fn a_stream_sent_to_the_wrong_node_is_refused_and_an_empty_object_is_fine() {
     };
     let acks = send(
         "t5",
+        None,
         &[right],
         &mut &b""[..],
         0,
@@ -491,6 +496,7 @@ fn when_a_relay_dies_mid_write_the_missing_copies_go_out_on_a_tree_around_it() {
     });
     let first = send(
         "w1",
+        None,
         &children,
         &mut &body[..],
         body.len() as u64,
@@ -524,6 +530,7 @@ fn when_a_relay_dies_mid_write_the_missing_copies_go_out_on_a_tree_around_it() {
     let children = hops(t, &retry, &|n| c.addrs[n].clone());
     let second = send(
         "w1",
+        None,
         &children,
         &mut &body[..],
         body.len() as u64,
@@ -581,6 +588,7 @@ fn write_through(
                 .or_else(|| c.addrs.get(n).cloned())
         },
         key,
+        None,
         &mut open,
         len,
         PIECE_BYTES,

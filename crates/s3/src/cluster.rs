@@ -6,9 +6,23 @@
 //!   version first), and when every holder is down the answer is `503 ServiceUnavailable` naming them.
 //! - ListObjects (v1, v2) and ListBuckets come from the directory; buckets are cluster-wide (a PUT into a
 //!   bucket another node made creates it here first).
-//! - Writes stay local: after the local commit a PUT, multipart completion or copy publishes the object in the
-//!   directory, a DELETE removes this node's row (a crash between the two is repaired by the reconcile at
-//!   start).
+//! - Writes commit locally first: after the local commit a PUT, multipart completion or copy publishes the
+//!   object in the directory (a crash between the two is repaired by the reconcile at start), then makes the
+//!   bucket's other `copies − 1` copies ([`ClusterNode::replicate`], below) before the client gets its answer.
+//! - **Copies.** `[cluster] copies = k` (or the bucket's own `copies`, [`ClusterDb::set_bucket_copies`]): the
+//!   receiving node streams the object, read back from its own store, along a replication tree
+//!   ([`tree_for_write`], the one place that chooses it) to `k − 1` other nodes that are up, with
+//!   `permafrost_relay::write_copies` (a copy that fails is retried on another node). Each node runs the relay
+//!   node role in-process ([`copy_sink`]): a copy is written into its store as the pieces arrive, carries the
+//!   origin's ETag, last-modified time and metadata (`wire::ObjectMeta`), and is published by its holder
+//!   before it is acknowledged; a copy that breaks off is discarded (nothing visible). The client is answered
+//!   after every copy to the nodes that could take one is durable. Fewer nodes than `k` (up, or working):
+//!   the write is answered with the copies made and recorded as under-replicated; the catch-up
+//!   ([`ClusterNode::catch_up`], on a holder's heartbeat) makes the missing copies when nodes are back.
+//! - **DELETE** of the current version removes every copy: the local delete, then one directory transaction
+//!   that removes every holder's row and leaves each other holder a tombstone ([`ClusterDb::delete_everywhere`]);
+//!   a holder deletes its copy when it sees its tombstone — on its next heartbeat when up, at start before
+//!   its reconcile when it was down — so a holder that was down never brings the object back.
 //! - **Forwarding and authentication.** The forwarded GET carries the client's own request: method, path,
 //!   query and every header, `Host` and `Authorization` included, plus [`FORWARDED_HEADER`]. The holder checks
 //!   the client's SigV4 signature itself (the signature covers `Host`, which is kept as the client sent it), so
@@ -20,11 +34,15 @@
 //!   (never an answer from stale local state); the store's own catalog errors are mapped the same way
 //!   (`error`).
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::time::Instant;
 
-use permafrost_catalog::cluster::{ClusterDb, DirEntry, Health, NodeInfo};
+use permafrost_catalog::cluster::{ClusterDb, DirEntry, Health, NodeInfo, UnderReplicated};
 use permafrost_catalog::CatalogError;
-use permafrost_store::{BucketSettings, Store, StoreError};
+use permafrost_relay::{write_copies, Copies, NodeStats, ObjectMeta, Sink, SinkFactory};
+use permafrost_store::{BucketSettings, PutHandle, PutOptions, ReplicaOf, Store, StoreError};
+use permafrost_topology::{NodeId, Role, Topology};
 use s3s::{S3Error, S3ErrorCode, S3Result};
 
 /// Marks a request one node forwarded to another (served locally there).
@@ -38,7 +56,35 @@ pub struct ClusterNode {
     pub db: Arc<ClusterDb>,
     pub node_id: i64,
     pub node_name: String,
+    /// How this node makes the copies of what it receives.
+    pub replication: Replication,
 }
+
+/// How a node makes copies (issue 13 `copies = k`).
+pub struct Replication {
+    /// `[cluster] copies`: the cluster default of copies per object (1 = one holder, no copies).
+    pub copies: u32,
+    /// `[cluster] topology`, when set: the network the trees are built on (else direct hops).
+    pub topology: Option<Arc<Topology>>,
+    /// `[cluster.relays]`: where the `permafrost relay serve` processes the topology names listen.
+    pub relays: BTreeMap<String, String>,
+    /// The root sender's counters.
+    pub stats: Arc<NodeStats>,
+}
+
+impl Default for Replication {
+    fn default() -> Self {
+        Replication {
+            copies: 1,
+            topology: None,
+            relays: BTreeMap::new(),
+            stats: Arc::new(NodeStats::default()),
+        }
+    }
+}
+
+/// Piece size of a copy on the wire.
+pub const COPY_PIECE_BYTES: u32 = 1 << 20;
 
 /// Where a GET or HEAD of the current version is answered.
 pub(crate) enum Route {
@@ -89,11 +135,35 @@ where
 
 impl ClusterNode {
     /// Where the current version of `bucket/key` is answered.
-    pub(crate) async fn route(self: &Arc<Self>, bucket: &str, key: &str) -> S3Result<Route> {
+    pub(crate) async fn route(
+        self: &Arc<Self>,
+        store: &Arc<Store>,
+        bucket: &str,
+        key: &str,
+    ) -> S3Result<Route> {
+        let store = Arc::clone(store);
         let me = Arc::clone(self);
         let (bucket, key) = (bucket.to_owned(), key.to_owned());
-        let holders = blocking(move || me.db.holders(&bucket, &key)).await?;
+        let holders = {
+            let (me, bucket, key) = (Arc::clone(&me), bucket.clone(), key.clone());
+            blocking(move || me.db.holders(&bucket, &key)).await?
+        };
         let Some((_, newest)) = holders.first() else {
+            // Deleted on another node while this one still has its copy (its heartbeat deletes it soon): delete
+            // it now, so that this node never answers with an object the cluster deleted.
+            {
+                let (me, store, bucket) = (Arc::clone(&me), Arc::clone(&store), bucket.clone());
+                blocking(move || {
+                    if let Some(t) = me.db.tombstone(me.node_id, &bucket, &key)? {
+                        apply_tombstone(&store, &t).map_err(CatalogError::Unreachable)?;
+                        me.db.clear_tombstone(me.node_id, &t)?;
+                    }
+                    Ok(())
+                })
+                .await?;
+            }
+            // A cluster bucket this node has no copy in yet: the local answer is then NoSuchKey, as elsewhere.
+            me.ensure_local_bucket(&store, &bucket).await?;
             return Ok(Route::Local);
         };
         let newest = newest.clone();
@@ -202,10 +272,448 @@ impl ClusterNode {
         blocking(move || me.db.publish(me.node_id, &entry)).await
     }
 
-    /// After a local delete of `bucket/key`: this node no longer holds it.
-    pub(crate) async fn unpublish(self: &Arc<Self>, bucket: &str, key: &str) -> S3Result<()> {
+    /// After a local delete of the current version of `bucket/key`: no node holds it any more (the other
+    /// holders get tombstones and delete their copies).
+    pub(crate) async fn delete_everywhere(
+        self: &Arc<Self>,
+        bucket: &str,
+        key: &str,
+    ) -> S3Result<()> {
         let (me, bucket, key) = (Arc::clone(self), bucket.to_owned(), key.to_owned());
-        blocking(move || me.db.unpublish(me.node_id, &bucket, &key)).await
+        let others = {
+            let (bucket, key) = (bucket.clone(), key.clone());
+            let me = Arc::clone(&me);
+            blocking(move || me.db.delete_everywhere(me.node_id, &bucket, &key)).await?
+        };
+        if !others.is_empty() {
+            tracing::info!(
+                "cluster: deleted {bucket}/{key}; tombstones for {} (each deletes its copy)",
+                others.join(", ")
+            );
+        }
+        Ok(())
+    }
+
+    /// After the local commit and publish of `bucket/key`: make the bucket's other copies (see the module
+    /// doc). `Err` only when the directory cannot be reached (`503`).
+    pub(crate) async fn replicate(
+        self: &Arc<Self>,
+        store: &Arc<Store>,
+        bucket: &str,
+        key: &str,
+    ) -> S3Result<()> {
+        let (me, store, bucket, key) = (
+            Arc::clone(self),
+            Arc::clone(store),
+            bucket.to_owned(),
+            key.to_owned(),
+        );
+        match tokio::task::spawn_blocking(move || {
+            me.replicate_blocking(&store, &bucket, &key, None)
+        })
+        .await
+        {
+            Ok(result) => result.map(|_| ()).map_err(unavailable),
+            Err(e) => Err(crate::error::internal(format!("copy task failed: {e}"))),
+        }
+    }
+
+    /// The copies of `bucket`: its own setting, else the cluster default.
+    pub fn copies_for(&self, bucket: &str) -> Result<u32, CatalogError> {
+        Ok(self
+            .db
+            .bucket_copies(bucket)?
+            .unwrap_or(self.replication.copies))
+    }
+
+    /// Make the missing copies of the version of `bucket/key` this node holds (`expect`: only when it is that
+    /// version), from this node, to nodes that are up and hold none. Returns the holders after it. The
+    /// outcome is recorded in the directory (under-replicated or not) and logged in one line.
+    pub fn replicate_blocking(
+        &self,
+        store: &Store,
+        bucket: &str,
+        key: &str,
+        expect: Option<&UnderReplicated>,
+    ) -> Result<usize, CatalogError> {
+        let wanted = self.copies_for(bucket)?.max(1);
+        if wanted == 1 && expect.is_none() {
+            return Ok(1);
+        }
+        let info = match store.head_object(bucket, key) {
+            Ok(info) => info,
+            Err(e) => {
+                tracing::warn!(
+                    "cluster: no copies of {bucket}/{key}: this node cannot read it ({e})"
+                );
+                return Ok(0);
+            }
+        };
+        if let Some(x) = expect {
+            if x.etag != info.etag || x.last_modified_ms != info.last_modified_ms {
+                return Ok(0);
+            }
+        }
+        let entry = DirEntry {
+            bucket: bucket.to_owned(),
+            key: key.to_owned(),
+            size_bytes: info.size_bytes,
+            etag: info.etag.clone(),
+            last_modified_ms: info.last_modified_ms,
+            content_type: info.content_type.clone(),
+        };
+        let holders: Vec<String> = self
+            .db
+            .holders(bucket, key)?
+            .into_iter()
+            .filter(|(_, e)| e.etag == entry.etag && e.last_modified_ms == entry.last_modified_ms)
+            .map(|(n, _)| n.name)
+            .collect();
+        let have = holders.len().max(1);
+        if have >= wanted as usize {
+            self.db.record_copies(&entry, wanted, have as u32)?;
+            return Ok(have);
+        }
+        let relays: BTreeMap<String, String> = self.db.relay_addresses()?.into_iter().collect();
+        let up: Vec<String> = self
+            .db
+            .nodes()?
+            .into_iter()
+            .filter(|n| {
+                n.health == Health::Up
+                    && n.id != self.node_id
+                    && relays.contains_key(&n.name)
+                    && !holders.contains(&n.name)
+            })
+            .map(|n| n.name)
+            .collect();
+        let started = Instant::now();
+        let outcome = match tree_for_write(
+            &self.node_name,
+            &up,
+            self.replication.topology.as_deref(),
+            &format!("{bucket}/{key}"),
+        ) {
+            Err(e) => Err(e),
+            Ok(plan) if plan.candidates.is_empty() => Err("no other node is up".to_owned()),
+            Ok(plan) => {
+                let k = (wanted as usize - have).min(plan.candidates.len());
+                let meta = ObjectMeta {
+                    bucket: bucket.to_owned(),
+                    key: key.to_owned(),
+                    etag: info.etag.clone(),
+                    last_modified_ms: info.last_modified_ms,
+                    content_type: info.content_type.clone(),
+                    user_metadata: info.user_metadata.clone(),
+                    attributes: serde_json::to_value(&info.attributes).ok(),
+                };
+                let addr_of = |name: &str| {
+                    relays
+                        .get(name)
+                        .or_else(|| self.replication.relays.get(name))
+                        .cloned()
+                };
+                let mut open = || -> std::io::Result<Box<dyn std::io::Read>> {
+                    let (now, reader) = store
+                        .open_object(bucket, key, None, None)
+                        .map_err(|e| std::io::Error::other(e.to_string()))?;
+                    if now.etag != info.etag || now.last_modified_ms != info.last_modified_ms {
+                        return Err(std::io::Error::other(
+                            "a newer version replaced it meanwhile (that write makes its own copies)",
+                        ));
+                    }
+                    Ok(Box::new(reader))
+                };
+                let transfer = format!("{bucket}/{key}@{}", info.last_modified_ms);
+                write_copies(
+                    &plan.topology,
+                    plan.root,
+                    &Copies::Any {
+                        candidates: plan.candidates,
+                        k,
+                    },
+                    &addr_of,
+                    &transfer,
+                    Some(&meta),
+                    &mut open,
+                    info.size_bytes,
+                    COPY_PIECE_BYTES,
+                    &self.replication.stats,
+                )
+                .map_err(|e| e.to_string())
+            }
+        };
+        let (stored, why) = match outcome {
+            Ok(written) => {
+                let failures: Vec<String> = written
+                    .attempts
+                    .iter()
+                    .flat_map(|a| &a.acks)
+                    .filter(|a| !a.ok)
+                    .map(|a| format!("{}: {}", a.node, a.error.as_deref().unwrap_or("failed")))
+                    .collect();
+                let why = written
+                    .gave_up
+                    .into_iter()
+                    .chain(failures)
+                    .collect::<Vec<_>>();
+                (written.stored, why.join("; "))
+            }
+            Err(e) => (Vec::new(), e),
+        };
+        let held = have + stored.len();
+        if expect.is_some() && stored.is_empty() {
+            return Ok(held); // a catch-up that found no node to copy to: nothing changed, nothing to say
+        }
+        self.db.record_copies(&entry, wanted, held as u32)?;
+        let mut all = holders;
+        all.extend(stored.iter().cloned());
+        if held < wanted as usize {
+            tracing::warn!(
+                "cluster: {bucket}/{key}: {held} of {wanted} copies ({}) in {:.3} s, recorded as under-replicated: {}",
+                all.join(", "),
+                started.elapsed().as_secs_f64(),
+                if why.is_empty() { "too few nodes up" } else { why.as_str() }
+            );
+        } else {
+            tracing::info!(
+                "cluster: {bucket}/{key}: {held} of {wanted} copies ({}) in {:.3} s{}",
+                all.join(", "),
+                started.elapsed().as_secs_f64(),
+                if why.is_empty() {
+                    String::new()
+                } else {
+                    format!(" (retried after: {why})")
+                }
+            );
+        }
+        Ok(held)
+    }
+
+    /// The catch-up: for every object recorded as under-replicated whose version this node holds, and of whose
+    /// holders that are up this node comes first by name (one node does it), make the missing copies. Objects
+    /// whose recorded version no node holds any more are dropped from the record. Returns the copies made.
+    pub fn catch_up(&self, store: &Store) -> Result<usize, CatalogError> {
+        let mut made = 0;
+        for x in self.db.under_replicated()? {
+            let holders = self.db.holders(&x.bucket, &x.key)?;
+            let of_version: Vec<&NodeInfo> = holders
+                .iter()
+                .filter(|(_, e)| e.etag == x.etag && e.last_modified_ms == x.last_modified_ms)
+                .map(|(n, _)| n)
+                .collect();
+            if of_version.is_empty() {
+                let entry = DirEntry {
+                    bucket: x.bucket.clone(),
+                    key: x.key.clone(),
+                    size_bytes: 0,
+                    etag: x.etag.clone(),
+                    last_modified_ms: x.last_modified_ms,
+                    content_type: None,
+                };
+                self.db.record_copies(&entry, 0, 0)?;
+                continue;
+            }
+            let first_up = of_version.iter().find(|n| n.health == Health::Up);
+            if first_up.map(|n| n.id) != Some(self.node_id) {
+                continue;
+            }
+            let held = self.replicate_blocking(store, &x.bucket, &x.key, Some(&x))?;
+            made += held.saturating_sub(of_version.len());
+        }
+        Ok(made)
+    }
+}
+
+/// Apply one delete another node made: delete the local copy when it is that version or older (a newer local
+/// version stays). Returns whether a copy was deleted.
+pub fn apply_tombstone(
+    store: &Store,
+    t: &permafrost_catalog::cluster::Tombstone,
+) -> Result<bool, String> {
+    match store.head_object(&t.bucket, &t.key) {
+        Ok(info) if info.last_modified_ms <= t.last_modified_ms => {
+            store.delete_object(&t.bucket, &t.key).map_err(|e| {
+                format!(
+                    "deleting {}/{} (deleted on another node): {e}",
+                    t.bucket, t.key
+                )
+            })?;
+            tracing::info!(
+                "cluster: deleted this node's copy of {}/{} (deleted on another node)",
+                t.bucket,
+                t.key
+            );
+            Ok(true)
+        }
+        Ok(_) | Err(StoreError::NoSuchKey { .. }) | Err(StoreError::NoSuchBucket(_)) => Ok(false),
+        Err(e) => Err(format!(
+            "reading {}/{} (deleted on another node): {e}",
+            t.bucket, t.key
+        )),
+    }
+}
+
+/// The tree of one write: the network, its root (the writing node) and the data nodes that may take a copy.
+pub struct WritePlan {
+    pub topology: Topology,
+    pub root: NodeId,
+    pub candidates: Vec<NodeId>,
+}
+
+/// Choose the network of a write of `object` (`bucket/key`) from `me` to the nodes `up` (up, with a relay,
+/// holding no copy): the configured topology when there is one (`me` is the root; candidates are the nodes
+/// `up` that it names as data nodes), else direct hops (a star from `me`) whose links are weighted by a hash
+/// of the object and the node (rendezvous hashing), so that the copies of different objects spread over the
+/// nodes instead of all going to the first by name. The only place that chooses it: a topology with live
+/// utilisation from the catalog replaces `configured` here.
+pub fn tree_for_write(
+    me: &str,
+    up: &[String],
+    configured: Option<&Topology>,
+    object: &str,
+) -> Result<WritePlan, String> {
+    let topology = match configured {
+        Some(t) => t.clone(),
+        None => {
+            let mut t = Topology::new();
+            t.add_node(me, Role::Node, None)
+                .map_err(|e| e.to_string())?;
+            for name in up {
+                t.add_node(name, Role::Node, None)
+                    .map_err(|e| e.to_string())?;
+                let spread = (fnv1a(&[object.as_bytes(), b"\0", name.as_bytes()]) % 500) as f64;
+                t.add_link(me, name, 1000.0, [spread, 0.0])
+                    .map_err(|e| e.to_string())?;
+            }
+            t
+        }
+    };
+    let root = topology
+        .node_id(me)
+        .ok_or_else(|| format!("the topology does not name this node ({me})"))?;
+    let candidates = up
+        .iter()
+        .filter_map(|n| topology.node_id(n))
+        .filter(|&id| id != root && topology.node(id).role == Role::Node)
+        .collect();
+    Ok(WritePlan {
+        topology,
+        root,
+        candidates,
+    })
+}
+
+/// FNV-1a over `parts` (a stable hash: the same object goes to the same nodes on every node and build).
+fn fnv1a(parts: &[&[u8]]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for part in parts {
+        for &b in *part {
+            h ^= u64::from(b);
+            h = h.wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+    h
+}
+
+/// The storage of this node's in-process relay node: a copy that arrives (its header carries the object's
+/// [`ObjectMeta`]) is written into `store` as the pieces arrive, with the origin's ETag, last-modified time and
+/// metadata; after the last piece the put commits and the copy is published in the directory, and only then is
+/// it acknowledged. A stream that breaks off drops the put: nothing visible.
+/// `store` is emptied when the node stops (streams arriving then are refused).
+pub fn copy_sink(
+    store: Arc<std::sync::Mutex<Option<Arc<Store>>>>,
+    node: Arc<ClusterNode>,
+) -> SinkFactory {
+    Arc::new(move |header: &permafrost_relay::Header| {
+        let Some(store) = store.lock().unwrap_or_else(|p| p.into_inner()).clone() else {
+            return Err(std::io::Error::other("this node is stopping"));
+        };
+        let Some(meta) = header.object.clone() else {
+            return Err(std::io::Error::other(
+                "a stream without object metadata (a cluster node stores cluster copies only)",
+            ));
+        };
+        match store.head_bucket(&meta.bucket) {
+            Ok(_) => {}
+            Err(StoreError::NoSuchBucket(_)) => {
+                match store.create_bucket(&meta.bucket, BucketSettings::default()) {
+                    Ok(()) | Err(StoreError::BucketAlreadyOwnedByYou(_)) => {}
+                    Err(e) => return Err(std::io::Error::other(e.to_string())),
+                }
+            }
+            Err(e) => return Err(std::io::Error::other(e.to_string())),
+        }
+        let options = PutOptions {
+            user_metadata: meta.user_metadata.clone(),
+            content_type: meta.content_type.clone(),
+            attributes: meta
+                .attributes
+                .clone()
+                .and_then(|v| serde_json::from_value(v).ok())
+                .unwrap_or_default(),
+            replica_of: Some(ReplicaOf {
+                etag: meta.etag.clone(),
+                last_modified_ms: meta.last_modified_ms,
+            }),
+            ..PutOptions::default()
+        };
+        let handle = store
+            .begin_put(&meta.bucket, &meta.key, options)
+            .map_err(|e| std::io::Error::other(e.to_string()))?;
+        Ok(Box::new(CopySink {
+            handle,
+            meta,
+            node: Arc::clone(&node),
+            started: Instant::now(),
+        }) as Box<dyn Sink>)
+    })
+}
+
+struct CopySink {
+    handle: PutHandle,
+    meta: ObjectMeta,
+    node: Arc<ClusterNode>,
+    started: Instant,
+}
+
+impl Sink for CopySink {
+    fn write_piece(&mut self, _index: u64, payload: &[u8]) -> std::io::Result<()> {
+        self.handle
+            .write(payload)
+            .map_err(|e| std::io::Error::other(e.to_string()))
+    }
+
+    fn finish(self: Box<Self>) -> std::io::Result<()> {
+        let CopySink {
+            handle,
+            meta,
+            node,
+            started,
+        } = *self;
+        let info = handle
+            .finish()
+            .map_err(|e| std::io::Error::other(e.to_string()))?;
+        let entry = DirEntry {
+            bucket: meta.bucket,
+            key: meta.key,
+            size_bytes: info.size_bytes,
+            etag: info.etag,
+            last_modified_ms: info.last_modified_ms,
+            content_type: info.content_type,
+        };
+        node.db
+            .publish(node.node_id, &entry)
+            .map_err(|e| std::io::Error::other(e.to_string()))?;
+        tracing::info!(
+            "cluster: stored the copy of {}/{} ({} bytes, etag {}) in {:.3} s",
+            entry.bucket,
+            entry.key,
+            entry.size_bytes,
+            entry.etag,
+            started.elapsed().as_secs_f64()
+        );
+        Ok(())
     }
 }
 

@@ -65,6 +65,7 @@ pub(crate) async fn create_multipart_upload(
         expected: Default::default(),
         attributes,
         upload_checksum,
+        replica_of: None,
     };
     let store = Arc::clone(store);
     let (bucket, key) = (input.bucket.clone(), input.key.clone());

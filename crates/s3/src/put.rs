@@ -100,6 +100,7 @@ pub(crate) async fn put_object(
                 expected,
                 attributes,
                 upload_checksum: None,
+                replica_of: None,
             };
             opener.begin_put(&bucket, &key, options)
         },

@@ -111,6 +111,7 @@ impl S3 for PermafrostS3 {
         c.ensure_local_bucket(&self.store, &bucket).await?;
         let answer = put::put_object(&self.store, req).await?;
         c.publish(&self.store, &bucket, &key).await?;
+        c.replicate(&self.store, &bucket, &key).await?;
         Ok(answer)
     }
 
@@ -121,7 +122,7 @@ impl S3 for PermafrostS3 {
         if let (Some(c), None) = (&self.cluster, &req.input.version_id) {
             if !req.headers.contains_key(crate::cluster::FORWARDED_HEADER) {
                 let (bucket, key) = (req.input.bucket.clone(), req.input.key.clone());
-                if let Route::Remote { up, down, .. } = c.route(&bucket, &key).await? {
+                if let Route::Remote { up, down, .. } = c.route(&self.store, &bucket, &key).await? {
                     return Err(ClusterNode::forward_or_unavailable(
                         &bucket, &key, &up, &down,
                     ));
@@ -136,7 +137,10 @@ impl S3 for PermafrostS3 {
         req: S3Request<HeadObjectInput>,
     ) -> S3Result<S3Response<HeadObjectOutput>> {
         if let (Some(c), None) = (&self.cluster, &req.input.version_id) {
-            if let Route::Remote { entry, .. } = c.route(&req.input.bucket, &req.input.key).await? {
+            if let Route::Remote { entry, .. } = c
+                .route(&self.store, &req.input.bucket, &req.input.key)
+                .await?
+            {
                 // Answered from the directory, whether or not a holder is up.
                 return Ok(S3Response::new(HeadObjectOutput {
                     accept_ranges: Some("bytes".into()),
@@ -165,7 +169,7 @@ impl S3 for PermafrostS3 {
         );
         let answer = delete::delete_object(&self.store, req).await?;
         if current {
-            c.unpublish(&bucket, &key).await?;
+            c.delete_everywhere(&bucket, &key).await?;
         }
         Ok(answer)
     }
@@ -188,6 +192,7 @@ impl S3 for PermafrostS3 {
         c.ensure_local_bucket(&self.store, &bucket).await?;
         let answer = copy::copy_object(&self.store, req).await?;
         c.publish(&self.store, &bucket, &key).await?;
+        c.replicate(&self.store, &bucket, &key).await?;
         Ok(answer)
     }
 
@@ -233,6 +238,7 @@ impl S3 for PermafrostS3 {
         let (bucket, key) = (req.input.bucket.clone(), req.input.key.clone());
         let answer = multipart::complete_multipart_upload(&self.store, req).await?;
         c.publish(&self.store, &bucket, &key).await?;
+        c.replicate(&self.store, &bucket, &key).await?;
         Ok(answer)
     }
 

@@ -68,7 +68,7 @@ pub use permafrost_catalog::{
     NULL_VERSION,
 };
 pub use permafrost_engine::WriteMode;
-pub use put::{Checksums, PutHandle, PutOptions};
+pub use put::{Checksums, PutHandle, PutOptions, ReplicaOf};
 pub use read::ObjectReader;
 pub use salvage::{salvage_disk_image, salvage_through_engine, SalvageProgress, SalvageReport};
 pub use store::{

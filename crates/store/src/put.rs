@@ -76,6 +76,18 @@ pub struct PutOptions {
     /// Multipart uploads: the checksum announced at creation (`None`: the default full-object CRC64NVME).
     #[serde(default)]
     pub upload_checksum: Option<crate::UploadChecksum>,
+    /// A copy of an object another cluster node holds (issue 13, `copies = k`): keep the origin's ETag (a
+    /// multipart `md5-N` one too) and last-modified time instead of computing them, so every copy is the same
+    /// object version.
+    #[serde(default)]
+    pub replica_of: Option<ReplicaOf>,
+}
+
+/// The origin's identity of a replicated object version (see [`PutOptions::replica_of`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ReplicaOf {
+    pub etag: String,
+    pub last_modified_ms: u64,
 }
 
 impl PutOptions {
@@ -554,8 +566,16 @@ impl PutHandle {
                     key: key.clone(),
                     content: id,
                     size_bytes: logical_bytes,
-                    etag: etag_of(&md5),
-                    last_modified_ms: now,
+                    etag: self
+                        .options
+                        .replica_of
+                        .as_ref()
+                        .map_or_else(|| etag_of(&md5), |r| r.etag.clone()),
+                    last_modified_ms: self
+                        .options
+                        .replica_of
+                        .as_ref()
+                        .map_or(now, |r| r.last_modified_ms),
                     content_type: self.options.content_type.clone(),
                     user_metadata: self.options.user_metadata.clone(),
                     checksums,

@@ -1,0 +1,265 @@
+"""`copies = k` through `permafrost serve` (issue 13, docs/cluster.md "Copies"): a PUT (single or multipart) on one
+node is held by k nodes, each copy the same object (ETag, last modified, content type, metadata) and byte-exact
+from its own store; a holder killed with SIGKILL leaves the object readable from another; a node killed while
+clients write loses no acknowledged object and leaves no half-visible one; DELETE removes every copy, also with
+a holder down at the time; a node that was down catches up the copies it missed.
+
+Real processes and the throwaway PostgreSQL of scripts/pg-cluster.sh (the `pg` fixture of
+test_cluster_nodes.py; skipped with the reason when not root or without PostgreSQL).
+"""
+
+import os
+import random
+import subprocess
+import threading
+import time
+
+import pytest
+from botocore.exceptions import ClientError
+
+from conftest import Server, binary, client
+from test_cluster_nodes import error_of, health, node_config, pg, wait_for  # noqa: F401 - pg is a fixture
+
+MIB = 1024 * 1024
+
+
+def start_nodes(tmp_path, url, names, copies):
+    nodes = {}
+    for name in names:
+        s = Server(tmp_path / name, config=node_config(url, "copies", name, f"copies = {copies}\n"))
+        s.start()
+        nodes[name] = s
+    return nodes
+
+
+def stop_all(nodes):
+    for s in nodes.values():
+        s.kill()
+
+
+def psql(pg, url, sql):
+    database = url.rsplit("/", 1)[1]
+    r = pg.as_postgres(pg.bin / "psql", "-At", "-h", pg.dir, "-p", pg.port, "-U", "postgres", "-d", database,
+                       "-c", sql)
+    return [line for line in r.stdout.splitlines() if line]
+
+
+def holders(pg, url, bucket, key):
+    """The nodes the directory names as holding bucket/key, by name."""
+    return psql(pg, url, "SELECT n.name FROM permafrost_cluster.objects o JOIN permafrost_cluster.nodes n "
+                         f"ON n.node_id = o.node_id WHERE o.bucket = '{bucket}' "
+                         f"AND o.key = convert_to('{key}', 'UTF8') ORDER BY n.name")
+
+
+def fnv1a(data: bytes) -> int:
+    h = 0xcbf29ce484222325
+    for b in data:
+        h = ((h ^ b) * 0x100000001b3) & 0xFFFFFFFFFFFFFFFF
+    return h
+
+
+def preferred(obj: str, candidates: str) -> str:
+    """The node a direct-hop write of `obj` sends its first copy to (tree_for_write: the least used link,
+    used = fnv1a(obj NUL node) % 500, ties by name)."""
+    return min(candidates, key=lambda n: (fnv1a(f"{obj}\0{n}".encode()) % 500, n))
+
+
+def same_object(s3, bucket, key, body, head0):
+    """`s3` (a node holding a copy) serves the object from its own store, identical to the origin's."""
+    got = s3.get_object(Bucket=bucket, Key=key)
+    assert got["Body"].read() == body
+    for field in ("ETag", "LastModified", "ContentType", "Metadata", "ContentLength"):
+        assert got[field] == head0[field], (field, got[field], head0[field])
+
+
+def bucket_copies(tmp_path, name, *args):
+    return subprocess.run([str(binary()), "cluster", "bucket", name, *args, "--data-dir", str(tmp_path / "a")],
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_put_is_held_by_k_nodes_survives_a_holder_killed_and_delete_removes_every_copy(pg, tmp_path):
+    url = pg.database()
+    nodes = start_nodes(tmp_path, url, ["a", "b", "c", "d"], copies=2)
+    try:
+        s3 = {n: client(nodes[n].endpoint) for n in nodes}
+        s3["a"].create_bucket(Bucket="two")
+        body = os.urandom(3 * MIB + 17)
+        s3["a"].put_object(Bucket="two", Key="single.bin", Body=body, ContentType="application/x-test",
+                           Metadata={"origin": "a"})
+        # Multipart on b: an "md5-N" ETag that every copy keeps.
+        parts = [os.urandom(5 * MIB), os.urandom(5 * MIB), os.urandom(123)]
+        up = s3["b"].create_multipart_upload(Bucket="two", Key="multi.bin", Metadata={"parts": "3"})
+        etags = [s3["b"].upload_part(Bucket="two", Key="multi.bin", UploadId=up["UploadId"], PartNumber=i + 1,
+                                     Body=p)["ETag"] for i, p in enumerate(parts)]
+        s3["b"].complete_multipart_upload(
+            Bucket="two", Key="multi.bin", UploadId=up["UploadId"],
+            MultipartUpload={"Parts": [{"ETag": e, "PartNumber": i + 1} for i, e in enumerate(etags)]})
+        multi = b"".join(parts)
+        for key, data, origin in (("single.bin", body, "a"), ("multi.bin", multi, "b")):
+            held = holders(pg, url, "two", key)
+            assert len(held) == 2 and origin in held, held
+            head0 = s3[origin].get_object(Bucket="two", Key=key)
+            if key == "multi.bin":
+                assert head0["ETag"].endswith('-3"'), head0["ETag"]
+            for n in held:
+                same_object(s3[n], "two", key, data, head0)
+            for n in set(nodes) - set(held):  # forwarded from a holder
+                assert s3[n].get_object(Bucket="two", Key=key)["Body"].read() == data
+
+        # A bucket's own setting; bad values refused with a clear error.
+        s3["c"].create_bucket(Bucket="three")
+        assert bucket_copies(tmp_path, "three", "--copies", "3").returncode == 0
+        shown = bucket_copies(tmp_path, "three")
+        assert shown.returncode == 0 and "copies = 3" in shown.stdout, shown
+        for bad, message in (("0", "from 1"), ("5", "only 4 node(s)"), ("x", "from 1")):
+            r = bucket_copies(tmp_path, "three", "--copies", bad)
+            assert r.returncode != 0 and message in r.stderr, (bad, r.stderr)
+        assert "no such bucket" in bucket_copies(tmp_path, "nope", "--copies", "2").stderr
+        three = os.urandom(700 * 1024)
+        s3["c"].put_object(Bucket="three", Key="x", Body=three)
+        held3 = holders(pg, url, "three", "x")
+        assert len(held3) == 3 and "c" in held3, held3
+
+        # DELETE with every holder up removes every copy, also from each holder's own store.
+        s3["a"].delete_object(Bucket="three", Key="x")
+        assert holders(pg, url, "three", "x") == []
+        for n in nodes:
+            assert error_of(lambda: s3[n].get_object(Bucket="three", Key="x"))["Error"]["Code"] == "NoSuchKey"
+        wait_for("tombstones applied",
+                 lambda: psql(pg, url, "SELECT count(*) FROM permafrost_cluster.tombstones") == ["0"])
+
+        # kill -9 of the other holder of single.bin: every node still reads it byte-exact (failover), at once
+        # (the dead holder still counts as up) and after it shows down.
+        other = next(n for n in holders(pg, url, "two", "single.bin") if n != "a")
+        nodes[other].kill()
+        alive = [n for n in nodes if n != other]
+        for n in alive:
+            assert client(nodes[n].endpoint, retries=1).get_object(
+                Bucket="two", Key="single.bin")["Body"].read() == body
+        wait_for(f"{other} shown down", lambda: health(tmp_path / "a")[other] == "down")
+        for n in alive:
+            assert s3[n].get_object(Bucket="two", Key="single.bin")["Body"].read() == body
+
+        # DELETE with a holder down: gone everywhere, and the holder does not bring it back when it returns.
+        s3["a"].delete_object(Bucket="two", Key="single.bin")
+        assert holders(pg, url, "two", "single.bin") == []
+        for n in alive:
+            assert error_of(lambda: s3[n].get_object(Bucket="two", Key="single.bin"))["Error"]["Code"] == "NoSuchKey"
+        nodes[other].start()
+        wait_for(f"{other} shown up", lambda: health(tmp_path / "a")[other] == "up")
+        assert holders(pg, url, "two", "single.bin") == []
+        assert error_of(lambda: s3[other].get_object(Bucket="two", Key="single.bin"))["Error"]["Code"] == "NoSuchKey"
+        assert error_of(lambda: s3[other].head_object(Bucket="two", Key="single.bin"))["Error"]["Code"] == "404"
+        assert [o["Key"] for o in s3[other].list_objects_v2(Bucket="two").get("Contents", [])] == ["multi.bin"]
+        assert psql(pg, url, "SELECT count(*) FROM permafrost_cluster.tombstones") == ["0"]
+    finally:
+        stop_all(nodes)
+
+
+def test_kill_a_node_while_clients_write_loses_nothing_acknowledged(pg, tmp_path):
+    url = pg.database()
+    nodes = start_nodes(tmp_path, url, ["a", "b", "c", "d"], copies=2)
+    try:
+        client(nodes["a"].endpoint).create_bucket(Bucket="writes")
+        acknowledged = {}
+        lock = threading.Lock()
+        stop = threading.Event()
+        errors = []
+
+        def writer(node, seed):
+            rng = random.Random(seed)
+            s3 = client(nodes[node].endpoint, retries=1)
+            i = 0
+            while not stop.is_set():
+                key = f"{node}/{i:04d}"
+                body = rng.randbytes(rng.choice([64 * 1024, 700 * 1024, 2 * MIB + 5]))
+                try:
+                    s3.put_object(Bucket="writes", Key=key, Body=body)
+                    with lock:
+                        acknowledged[key] = body
+                except ClientError as e:  # not acknowledged: allowed, must not be half-visible
+                    errors.append(str(e))
+                i += 1
+
+        def big_writer():
+            # Large objects whose copy goes to d (the node a's direct-hop tree prefers for the key): d is
+            # likely to be killed in the middle of receiving one.
+            s3 = client(nodes["a"].endpoint, retries=1)
+            for i in range(1000):
+                key = f"big/{i:04d}"
+                if stop.is_set() or len(acknowledged) > 200:
+                    return
+                if preferred("writes/" + key, "bcd") != "d":
+                    continue
+                body = os.urandom(24 * MIB)
+                try:
+                    s3.put_object(Bucket="writes", Key=key, Body=body)
+                    with lock:
+                        acknowledged[key] = body
+                except ClientError as e:
+                    errors.append(str(e))
+
+        threads = [threading.Thread(target=writer, args=(n, k)) for k, n in enumerate("abc")]
+        threads.append(threading.Thread(target=big_writer))
+        for t in threads:
+            t.start()
+        wait_for("a few writes", lambda: len(acknowledged) >= 15, timeout_s=60)
+        # Kill d while a copy is arriving there (d gets no client writes: a file in its cache's tmp is a copy).
+        receiving = wait_for("a copy arriving at d",
+                             lambda: any(f.stat().st_size > 0 for f in (tmp_path / "d/cache/tmp").iterdir()),
+                             timeout_s=60)
+        nodes["d"].kill()
+        assert receiving
+        killed_at = len(acknowledged)
+        time.sleep(4)  # d still counts as up for the first 3 s: copies to it fail and go elsewhere
+        stop.set()
+        for t in threads:
+            t.join(timeout=120)
+        assert len(acknowledged) > killed_at, "no write was acknowledged after the kill"
+        nodes["d"].start()
+        wait_for("d shown up", lambda: health(tmp_path / "a")["d"] == "up")
+
+        s3 = {n: client(nodes[n].endpoint) for n in nodes}
+        for key, body in acknowledged.items():
+            held = holders(pg, url, "writes", key)
+            assert len(held) >= 2, (key, held)
+            for n in held:
+                assert s3[n].get_object(Bucket="writes", Key=key)["Body"].read() == body, (key, n)
+        # No half-visible object: everything listed (on any node) can be read, from any node.
+        listed = [o["Key"] for o in s3["d"].list_objects_v2(Bucket="writes", MaxKeys=1000).get("Contents", [])]
+        assert set(acknowledged) <= set(listed)
+        for key in listed:
+            size = s3["b"].head_object(Bucket="writes", Key=key)["ContentLength"]
+            got = s3["c"].get_object(Bucket="writes", Key=key)["Body"].read()
+            assert len(got) == size and (key not in acknowledged or got == acknowledged[key]), key
+    finally:
+        stop.set()
+        stop_all(nodes)
+
+
+def test_a_node_that_was_down_catches_up_the_copies_it_missed(pg, tmp_path):
+    url = pg.database()
+    nodes = start_nodes(tmp_path, url, ["a", "b", "c"], copies=3)
+    try:
+        s3 = client(nodes["a"].endpoint)
+        s3.create_bucket(Bucket="catch")
+        nodes["c"].kill()
+        wait_for("c shown down", lambda: health(tmp_path / "a")["c"] == "down")
+        body = os.urandom(2 * MIB + 3)
+        s3.put_object(Bucket="catch", Key="late", Body=body)  # answered with 2 of 3 copies
+        assert holders(pg, url, "catch", "late") == ["a", "b"]
+        assert psql(pg, url, "SELECT wanted, held FROM permafrost_cluster.under_replicated") == ["3|2"]
+        nodes["c"].start()
+        wait_for("c holds its copy", lambda: holders(pg, url, "catch", "late") == ["a", "b", "c"], timeout_s=30)
+        assert client(nodes["c"].endpoint).get_object(Bucket="catch", Key="late")["Body"].read() == body
+        assert psql(pg, url, "SELECT count(*) FROM permafrost_cluster.under_replicated") == ["0"]
+    finally:
+        stop_all(nodes)
+
+
+def test_bad_copies_setting_is_refused_at_start(pg, tmp_path):
+    url = pg.database()
+    s = Server(tmp_path / "z", config=node_config(url, "copies", "z", "copies = 0\n"))
+    with pytest.raises(RuntimeError) as e:
+        s.start()
+    assert "[cluster] copies = 0" in str(e.value)
