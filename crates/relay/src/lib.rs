@@ -38,7 +38,9 @@ mod node;
 mod parity;
 mod retry;
 
-pub use node::{send, serve, NodeStats, RelayNode, Sink, SinkFactory, QUEUE_PIECES, STREAMS_MAX};
+pub use node::{
+    send, serve, NodeStats, PeerBytes, RelayNode, Sink, SinkFactory, QUEUE_PIECES, STREAMS_MAX,
+};
 pub use parity::{rebuild, SourceFactory};
 pub use retry::{write_copies, Attempt, Copies, Written, ATTEMPTS_MAX};
 pub use wire::{Header, Hop, LeafAck, Op};
