@@ -285,8 +285,11 @@ pub struct LinkMeter {
     node: String,
     kind: String,
     stats: Arc<NodeStats>,
-    samples: VecDeque<(Instant, BTreeMap<String, (u64, u64)>)>,
+    samples: VecDeque<(Instant, PeerCounts)>,
 }
+
+/// Bytes (to, from) per peer at one instant.
+type PeerCounts = BTreeMap<String, (u64, u64)>;
 
 impl LinkMeter {
     /// A meter for node `node` (its topology name) of kind `relay`, `node`, `send`, `rebuild` or `serve`.
@@ -303,7 +306,7 @@ impl LinkMeter {
         meter
     }
 
-    fn snapshot(&self) -> BTreeMap<String, (u64, u64)> {
+    fn snapshot(&self) -> PeerCounts {
         self.stats
             .peer_bytes()
             .into_iter()
