@@ -943,3 +943,43 @@ pub fn status_text(status: &Status) -> String {
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_link_meter_reports_both_directions_of_each_peer_with_rates_over_its_window() {
+        let stats = Arc::new(NodeStats::default());
+        let mut meter = LinkMeter::new("core", "relay", Arc::clone(&stats));
+        assert!(meter.report().links.is_empty(), "no peer yet");
+        let edge = stats.peer("edge1");
+        edge.bytes_out.fetch_add(10_000_000, Ordering::Relaxed);
+        edge.bytes_in.fetch_add(500, Ordering::Relaxed);
+        std::thread::sleep(Duration::from_millis(200));
+        let report = meter.report();
+        assert!(report.reporter.starts_with("core/"));
+        assert_eq!(
+            (report.node.as_str(), report.kind.as_str()),
+            ("core", "relay")
+        );
+        let down = &report.links[0];
+        let up = &report.links[1];
+        assert_eq!(
+            (down.from.as_str(), down.to.as_str(), down.bytes),
+            ("core", "edge1", 10_000_000)
+        );
+        assert_eq!(
+            (up.from.as_str(), up.to.as_str(), up.bytes),
+            ("edge1", "core", 500)
+        );
+        // 80 Mbit in a bit more than 0.2 s (the window starts at the meter's first sample).
+        assert!(down.mbit > 100.0 && down.mbit <= 400.0, "{}", down.mbit);
+        assert!(up.mbit > 0.0 && up.mbit < 0.1, "{}", up.mbit);
+        // Nothing more moved: the rate falls as the window slides, the bytes stay.
+        std::thread::sleep(Duration::from_millis(200));
+        let later = meter.report();
+        assert!(later.links[0].mbit < down.mbit);
+        assert_eq!(later.links[0].bytes, 10_000_000);
+    }
+}
