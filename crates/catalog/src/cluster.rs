@@ -24,6 +24,13 @@
 //! database that cannot be reached fails the call with [`CatalogError::Unreachable`] or
 //! [`CatalogError::Database`] — the caller answers `503`, never a guess.
 
+mod topology;
+
+pub use topology::{
+    apply_link_use, LinkReport, LinkSample, LinkUse, ReporterInfo, TopologyLoad, TopologySource,
+    TransferInfo, TransferKind, TransferStart, LINK_FRESH_MS, TRANSFERS_KEPT,
+};
+
 use crate::list::list_with;
 use crate::postgres::PgBackend;
 use crate::sql::{self, params, Connection, OptionalExtension};
@@ -33,8 +40,14 @@ use crate::{
 
 /// The PostgreSQL schema of the shared tables.
 pub const CLUSTER_SCHEMA: &str = "permafrost_cluster";
-/// Version of the shared tables (in `permafrost_cluster.meta.schema_version`).
-pub const CLUSTER_SCHEMA_VERSION: u32 = 2;
+/// Version of the shared tables (in `permafrost_cluster.meta.schema_version`): the last of [`MIGRATIONS`].
+pub const CLUSTER_SCHEMA_VERSION: u32 = 3;
+
+/// Changes after version 1 (`SCHEMA`), in order: each is applied once, by the first node of a newer build, in
+/// the transaction that raises `schema_version` to it. Every change is idempotent (`IF NOT EXISTS`).
+/// Version 2: copies (`COPIES_SCHEMA`); version 3: the topology, link utilisation, reporters and transfers
+/// (`topology`).
+const MIGRATIONS: &[(u32, &str)] = &[(2, COPIES_SCHEMA), (3, topology::SCHEMA_V3)];
 
 const SCHEMA: &str = r#"
 CREATE SCHEMA IF NOT EXISTS permafrost_cluster;
@@ -206,7 +219,6 @@ impl ClusterDb {
             params![],
         )
         .map_err(sql_err)?;
-        migrate_copies(c)?;
         let version: String = c
             .query_row(
                 "SELECT value FROM permafrost_cluster.meta WHERE key = 'schema_version'",
@@ -214,12 +226,21 @@ impl ClusterDb {
                 |r| r.get(0),
             )
             .map_err(sql_err)?;
-        match version.parse::<u32>() {
-            Ok(v) if v <= CLUSTER_SCHEMA_VERSION => Ok(()),
-            _ => Err(CatalogError::Corrupt(format!(
+        let current = match version.parse::<u32>() {
+            Ok(v) if v <= CLUSTER_SCHEMA_VERSION => v,
+            _ => return Err(CatalogError::Corrupt(format!(
                 "the cluster tables are at schema version {version}; this build knows up to {CLUSTER_SCHEMA_VERSION} (upgrade permafrost)"
             ))),
+        };
+        for (v, change) in MIGRATIONS.iter().filter(|(v, _)| *v > current) {
+            c.execute_batch(change).map_err(sql_err)?;
+            c.execute(
+                "UPDATE permafrost_cluster.meta SET value = ?1 WHERE key = 'schema_version'",
+                params![v.to_string()],
+            )
+            .map_err(sql_err)?;
         }
+        Ok(())
     }
 
     fn write<T>(&self, f: impl FnMut(&Connection) -> Result<T>) -> Result<T> {
@@ -700,25 +721,6 @@ CREATE TABLE IF NOT EXISTS permafrost_cluster.under_replicated (
 );
 "#;
 
-/// Schema version 1 → 2.
-fn migrate_copies(c: &Connection) -> Result<()> {
-    let version: String = c
-        .query_row(
-            "SELECT value FROM permafrost_cluster.meta WHERE key = 'schema_version'",
-            params![],
-            |r| r.get(0),
-        )
-        .map_err(sql_err)?;
-    if version == "1" {
-        c.execute_batch(COPIES_SCHEMA).map_err(sql_err)?;
-        c.execute(
-            "UPDATE permafrost_cluster.meta SET value = '2' WHERE key = 'schema_version'",
-            params![],
-        )
-        .map_err(sql_err)?;
-    }
-    Ok(())
-}
 
 /// One version a DELETE removed that a node still holds (it deletes its copy when it sees this).
 #[derive(Debug, Clone, PartialEq, Eq)]

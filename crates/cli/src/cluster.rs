@@ -33,14 +33,19 @@
 //! relay (`permafrost_relay::serve`, storing copies into this node's store) listens on `relay_address`, which is
 //! published in the nodes table.
 
+use std::collections::{BTreeMap, VecDeque};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
-use permafrost_catalog::cluster::{self, ClusterDb, DirEntry, NodeInfo};
+use permafrost_catalog::cluster::{
+    self, ClusterDb, DirEntry, LinkReport, LinkSample, NodeInfo, ReporterInfo, TransferInfo,
+    LINK_FRESH_MS,
+};
+use permafrost_relay::NodeStats;
 use permafrost_s3::ClusterNode;
 use permafrost_store::{ListQuery, Store};
 
@@ -239,6 +244,7 @@ pub fn join(
                     ),
                 }
             }
+            load_topology(&db, &t, &data_dir.join(path), &section.node)?;
             Some(Arc::new(t))
         }
         None => None,
@@ -290,6 +296,175 @@ fn check_topology(path: &Path, db: &ClusterDb, me: &str) -> Result<permafrost_to
         );
     }
     Ok(topology)
+}
+
+/// Put the node's topology into the catalog (replacing the one there when it differs); one line says what.
+fn load_topology(
+    db: &ClusterDb,
+    topology: &permafrost_topology::Topology,
+    path: &Path,
+    me: &str,
+) -> Result<()> {
+    let load = db
+        .store_topology(topology, &path.display().to_string(), me)
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let count = |role| topology.with_role(role).len();
+    let what = match (load.first, load.replaced) {
+        (true, _) => "loaded into the catalog",
+        (false, true) => "replaced the catalog's topology (it differed)",
+        (false, false) => "the catalog already holds it",
+    };
+    eprintln!(
+        "permafrost: topology {}: {} nodes ({} clients, {} relays, {} data nodes), {} links; {what} (hash {})",
+        path.display(),
+        load.nodes,
+        count(permafrost_topology::Role::Client),
+        count(permafrost_topology::Role::Relay),
+        count(permafrost_topology::Role::Node),
+        load.links,
+        &load.hash[..12]
+    );
+    Ok(())
+}
+
+/// How far back a reported rate looks: the bytes moved in about the last five seconds.
+pub const RATE_WINDOW: Duration = Duration::from_secs(5);
+
+/// Turns a process's per-peer relay counters (`NodeStats::peers`) into link reports for the catalog: per link
+/// direction, the rate over about the last [`RATE_WINDOW`] and the bytes so far. The process counts the
+/// connections it opened (to its children), both directions (`docs/cluster.md` "Live utilisation").
+pub struct LinkMeter {
+    reporter: String,
+    node: String,
+    kind: String,
+    stats: Arc<NodeStats>,
+    samples: VecDeque<(Instant, PeerCounts)>,
+}
+
+/// Bytes (to, from) per peer at one instant.
+type PeerCounts = BTreeMap<String, (u64, u64)>;
+
+impl LinkMeter {
+    /// A meter for node `node` (its topology name) of kind `relay`, `node`, `send`, `rebuild` or `serve`.
+    pub fn new(node: &str, kind: &str, stats: Arc<NodeStats>) -> LinkMeter {
+        let mut meter = LinkMeter {
+            reporter: format!("{node}/{}", &cluster::random_id()[..8]),
+            node: node.to_owned(),
+            kind: kind.to_owned(),
+            stats,
+            samples: VecDeque::new(),
+        };
+        let first = meter.snapshot();
+        meter.samples.push_back((Instant::now(), first));
+        meter
+    }
+
+    fn snapshot(&self) -> PeerCounts {
+        self.stats
+            .peer_bytes()
+            .into_iter()
+            .map(|(peer, out, inn)| (peer, (out, inn)))
+            .collect()
+    }
+
+    /// The report now: rates against the oldest sample within the window.
+    pub fn report(&mut self) -> LinkReport {
+        let now = Instant::now();
+        let current = self.snapshot();
+        while self.samples.len() > 1 && now.duration_since(self.samples[1].0) >= RATE_WINDOW {
+            self.samples.pop_front();
+        }
+        let (then, old) = self.samples.front().expect("one sample at least");
+        let seconds = now.duration_since(*then).as_secs_f64().max(0.001);
+        let mbit = |now: u64, before: u64| now.saturating_sub(before) as f64 * 8.0 / seconds / 1e6;
+        let mut links = Vec::new();
+        for (peer, &(out, inn)) in &current {
+            let (old_out, old_in) = old.get(peer).copied().unwrap_or((0, 0));
+            links.push(LinkSample {
+                from: self.node.clone(),
+                to: peer.clone(),
+                mbit: mbit(out, old_out),
+                bytes: out,
+            });
+            links.push(LinkSample {
+                from: peer.clone(),
+                to: self.node.clone(),
+                mbit: mbit(inn, old_in),
+                bytes: inn,
+            });
+        }
+        self.samples.push_back((now, current));
+        LinkReport {
+            reporter: self.reporter.clone(),
+            node: self.node.clone(),
+            kind: self.kind.clone(),
+            streams: self.stats.streams.load(Ordering::Relaxed),
+            bytes_in: self.stats.bytes_in.load(Ordering::Relaxed),
+            bytes_out: self.stats.bytes_out.load(Ordering::Relaxed),
+            links,
+        }
+    }
+}
+
+/// Reports a [`LinkMeter`] to the catalog every `every` until dropped, and once more when dropped (so a
+/// short transfer is reported before its process exits).
+pub struct LinkReporter {
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Drop for LinkReporter {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Start reporting `meter` to `db` every `every` (a serve node: its heartbeat interval, with the stats of its
+/// in-process relay node). A failed report is logged once until one succeeds again.
+pub fn spawn_link_reporter(
+    db: Arc<ClusterDb>,
+    mut meter: LinkMeter,
+    every: Duration,
+) -> Result<LinkReporter> {
+    let stop = Arc::new(AtomicBool::new(false));
+    let thread = {
+        let stop = Arc::clone(&stop);
+        std::thread::Builder::new()
+            .name("permafrost-links".into())
+            .spawn(move || {
+                let mut failing = false;
+                let mut next = Instant::now() + every;
+                loop {
+                    let stopping = stop.load(Ordering::SeqCst);
+                    if stopping || Instant::now() >= next {
+                        match db.report_links(&meter.report()) {
+                            Ok(()) => failing = false,
+                            Err(e) if !failing => {
+                                failing = true;
+                                eprintln!(
+                                    "permafrost: {}: reporting link use to the catalog failed (retrying): {e}",
+                                    meter.node
+                                );
+                            }
+                            Err(_) => {}
+                        }
+                        next = Instant::now() + every;
+                    }
+                    if stopping {
+                        break;
+                    }
+                    std::thread::sleep(Duration::from_millis(50).min(every));
+                }
+            })
+            .context("starting the link reporter thread")?
+    };
+    Ok(LinkReporter {
+        stop,
+        thread: Some(thread),
+    })
 }
 
 /// Every object the local store holds (current versions), for the directory.
@@ -378,6 +553,8 @@ pub struct Heartbeat {
     thread: Option<std::thread::JoinHandle<()>>,
     /// The store as the relay's sink sees it; emptied at stop so that the archive can close.
     relay_store: Arc<std::sync::Mutex<Option<Arc<Store>>>>,
+    /// Reports this node's link use (its relay and its writes' trees) to the catalog until dropped.
+    _links: LinkReporter,
 }
 
 impl Drop for Heartbeat {
@@ -417,6 +594,12 @@ pub fn start(store: &Arc<Store>, m: &Membership) -> Result<(Arc<ClusterNode>, He
     let relay_store = Arc::new(std::sync::Mutex::new(Some(Arc::clone(store))));
     let relay_address = start_relay(m, &node, &relay_store)?;
     tracing::info!(node = %m.section.node, %relay_address, copies = m.section.copies, "cluster: relay listening");
+    // One meter for the copies this node sends and the relay it runs: they share `replication.stats`.
+    let links = spawn_link_reporter(
+        Arc::clone(&m.db),
+        LinkMeter::new(&m.section.node, "serve", Arc::clone(&node.replication.stats)),
+        Duration::from_millis(m.section.heartbeat_ms),
+    )?;
     let stop = Arc::new(AtomicBool::new(false));
     let thread = {
         let (stop, store, db) = (Arc::clone(&stop), Arc::clone(store), Arc::clone(&m.db));
@@ -475,6 +658,7 @@ pub fn start(store: &Arc<Store>, m: &Membership) -> Result<(Arc<ClusterNode>, He
             stop,
             thread: Some(thread),
             relay_store,
+            _links: links,
         },
     ))
 }
@@ -514,11 +698,14 @@ fn start_relay(
             name: m.section.node.clone(),
             sink: Some(sink),
             source: None,
-            stats: Arc::new(permafrost_relay::NodeStats::default()),
+            stats: Arc::clone(&node.replication.stats),
         }),
     );
     Ok(published)
 }
+
+/// Transfers `cluster status` shows (the running ones and the newest finished ones).
+pub const STATUS_TRANSFERS: usize = 20;
 
 /// What `cluster status` and the admin endpoint show.
 #[derive(serde::Serialize)]
@@ -528,7 +715,18 @@ pub struct Status {
     pub database: String,
     pub timeout_ms: u64,
     pub nodes: Vec<NodeStatus>,
-    pub topology: Option<String>,
+    /// The catalog's topology (none until a node with `[cluster] topology` started).
+    pub topology: Option<TopologyStatus>,
+    /// The topology's relays, each with the last report of a process running it.
+    pub relays: Vec<RelayStatus>,
+    /// Every link of the topology with its live use per direction.
+    pub links: Vec<LinkStatus>,
+    /// Every process that reported link use (relays, data nodes, senders, serve nodes), by node.
+    pub reporters: Vec<ReporterInfo>,
+    /// Trees in use: running transfers first, then the newest finished ones.
+    pub transfers: Vec<TransferInfo>,
+    /// How long a link measurement counts, ms.
+    pub link_fresh_ms: u64,
 }
 
 #[derive(serde::Serialize)]
@@ -554,46 +752,119 @@ impl From<NodeInfo> for NodeStatus {
     }
 }
 
-/// The cluster's state now.
+#[derive(serde::Serialize)]
+pub struct TopologyStatus {
+    /// The file, as the loading node named it.
+    pub source: String,
+    pub loaded_by: String,
+    pub loaded_age_ms: u64,
+    pub hash: String,
+    pub nodes: Vec<TopologyNode>,
+}
+
+#[derive(serde::Serialize)]
+pub struct TopologyNode {
+    pub name: String,
+    pub role: &'static str,
+    pub degree_max: Option<u32>,
+}
+
+#[derive(serde::Serialize)]
+pub struct RelayStatus {
+    pub name: String,
+    pub degree_max: Option<u32>,
+    /// The freshest report of a process running this relay; none if none ever reported.
+    pub last_report: Option<ReporterInfo>,
+}
+
+/// One link, both directions: `a → b` and `b → a`.
+#[derive(serde::Serialize)]
+pub struct LinkStatus {
+    pub a: String,
+    pub b: String,
+    pub capacity_mbit: f64,
+    /// Live use `a → b`, Mbit/s (fresh measurements summed and clamped to capacity, else the file's value).
+    pub used_ab_mbit: f64,
+    pub used_ba_mbit: f64,
+    /// Bytes counted `a → b` by the reporters still known.
+    pub bytes_ab: u64,
+    pub bytes_ba: u64,
+    /// Age of the freshest measurement of either direction, ms; none if never measured.
+    pub measured_age_ms: Option<u64>,
+}
+
+/// The cluster's state now, from the catalog.
 pub fn status(
     db: &ClusterDb,
-    section: &ClusterSection,
+    cluster_name: &str,
     cluster_id: &str,
-    data_dir: &Path,
 ) -> std::result::Result<Status, String> {
-    let nodes = db.nodes().map_err(|e| e.to_string())?;
-    let topology = match &section.topology {
-        None => None,
-        Some(path) => {
-            let path = data_dir.join(path);
-            Some(match permafrost_topology::Topology::from_path(&path) {
-                Ok(t) => describe_topology(&t),
-                Err(e) => format!("{}: {e}", path.display()),
-            })
+    let e = |e: permafrost_catalog::CatalogError| e.to_string();
+    let nodes = db.nodes().map_err(e)?;
+    let stored = db.topology().map_err(e)?;
+    let uses = db.link_use(LINK_FRESH_MS).map_err(e)?;
+    let reporters = db.reporters().map_err(e)?;
+    let transfers = db.transfers(STATUS_TRANSFERS).map_err(e)?;
+    let (mut topology, mut relays, mut links) = (None, Vec::new(), Vec::new());
+    if let Some((mut t, source)) = stored {
+        cluster::apply_link_use(&mut t, &uses);
+        let use_of = |from: &str, to: &str| uses.iter().find(|u| u.from == from && u.to == to);
+        for l in t.links() {
+            let (a, b) = (t.name(l.a), t.name(l.b));
+            let (ab, ba) = (use_of(a, b), use_of(b, a));
+            links.push(LinkStatus {
+                a: a.to_owned(),
+                b: b.to_owned(),
+                capacity_mbit: l.capacity_mbit,
+                used_ab_mbit: l.used_mbit[0],
+                used_ba_mbit: l.used_mbit[1],
+                bytes_ab: ab.map_or(0, |u| u.bytes),
+                bytes_ba: ba.map_or(0, |u| u.bytes),
+                measured_age_ms: ab.iter().chain(ba.iter()).map(|u| u.age_ms).min(),
+            });
         }
-    };
+        for n in t.nodes() {
+            if n.role == permafrost_topology::Role::Relay {
+                relays.push(RelayStatus {
+                    name: n.name.clone(),
+                    degree_max: n.degree_max,
+                    last_report: reporters
+                        .iter()
+                        .filter(|r| r.node == n.name)
+                        .min_by_key(|r| r.age_ms)
+                        .cloned(),
+                });
+            }
+        }
+        topology = Some(TopologyStatus {
+            source: source.source,
+            loaded_by: source.loaded_by,
+            loaded_age_ms: source.age_ms,
+            hash: source.hash,
+            nodes: t
+                .nodes()
+                .iter()
+                .map(|n| TopologyNode {
+                    name: n.name.clone(),
+                    role: n.role.as_str(),
+                    degree_max: n.degree_max,
+                })
+                .collect(),
+        });
+    }
     Ok(Status {
-        cluster: section.name.clone(),
+        cluster: cluster_name.to_owned(),
         cluster_id: cluster_id.to_owned(),
         database: db.shown_url().to_owned(),
         timeout_ms: db.timeout_ms(),
         nodes: nodes.into_iter().map(NodeStatus::from).collect(),
         topology,
+        relays,
+        links,
+        reporters,
+        transfers,
+        link_fresh_ms: LINK_FRESH_MS,
     })
-}
-
-fn describe_topology(t: &permafrost_topology::Topology) -> String {
-    let nodes: Vec<String> = t
-        .nodes()
-        .iter()
-        .map(|n| format!("{} ({})", n.name, n.role.as_str()))
-        .collect();
-    let links: Vec<String> = t
-        .links()
-        .iter()
-        .map(|l| format!("{}–{} {} Mbit/s", t.name(l.a), t.name(l.b), l.capacity_mbit))
-        .collect();
-    format!("nodes: {}; links: {}", nodes.join(", "), links.join(", "))
 }
 
 /// Add `GET /_permafrost/api/v1/cluster` (the same JSON as `permafrost cluster status --json`).
@@ -605,7 +876,8 @@ pub fn add_endpoint(
     data_dir: PathBuf,
 ) {
     use permafrost_admin::{handler, json, ApiError};
-    let context = Arc::new((db, section, cluster_id, data_dir));
+    let _ = data_dir;
+    let context = Arc::new((db, section, cluster_id));
     admin.route(
         http::Method::GET,
         "/cluster",
@@ -613,8 +885,8 @@ pub fn add_endpoint(
             let context = Arc::clone(&context);
             async move {
                 let answer = tokio::task::spawn_blocking(move || {
-                    let (db, section, id, dir) = &*context;
-                    status(db, section, id, dir)
+                    let (db, section, id) = &*context;
+                    status(db, &section.name, id)
                 })
                 .await
                 .map_err(|e| ApiError::internal(e.to_string()))?
@@ -633,7 +905,7 @@ pub fn add_endpoint(
 
 #[derive(Subcommand)]
 pub enum ClusterCommand {
-    /// Nodes (address, health, last heartbeat, capacity and use) and the topology, from the shared catalog.
+    /// Nodes (health, heartbeat, capacity, use), relays, links with their live use, and the trees in use.
     Status(StatusArgs),
     /// A bucket's own `copies` (nodes holding each of its objects), overriding the cluster's `[cluster] copies`.
     Bucket(BucketArgs),
@@ -657,6 +929,9 @@ pub struct StatusArgs {
     /// Data directory of a node of the cluster (its permafrost.toml names the database and the cluster).
     #[arg(long, default_value = "./permafrost-data")]
     data_dir: PathBuf,
+    /// The cluster's catalog database (postgresql://…), instead of a node's data directory.
+    #[arg(long, value_name = "URL")]
+    catalog: Option<String>,
     /// Print JSON.
     #[arg(long)]
     json: bool,
@@ -721,50 +996,208 @@ fn run_bucket(args: BucketArgs) -> Result<()> {
     Ok(())
 }
 
+/// Connect to a catalog database given on the command line (`--catalog URL` of `cluster status` and
+/// `permafrost relay`).
+pub fn connect_catalog(url: &str) -> Result<ClusterDb> {
+    let url = database_url(Some(url), Path::new("--catalog"))?;
+    ClusterDb::connect(&url, timeout_default()).map_err(|e| anyhow::anyhow!("{e}"))
+}
+
 fn run_status(args: StatusArgs) -> Result<()> {
-    let path = args.data_dir.join(CONFIG_FILE);
-    let Some(section) = section(&args.data_dir)? else {
-        bail!(
-            "{}: no [cluster] table: this data directory is not a node of a cluster",
-            path.display()
-        );
+    let (db, name, cluster_id) = match &args.catalog {
+        Some(url) => {
+            let db = connect_catalog(url)?;
+            let (id, name) = db
+                .cluster_identity()
+                .map_err(|e| anyhow::anyhow!("{e}"))?
+                .unwrap_or_else(|| ("(none yet)".to_owned(), "(no node joined yet)".to_owned()));
+            (db, name, id)
+        }
+        None => {
+            let path = args.data_dir.join(CONFIG_FILE);
+            let Some(section) = section(&args.data_dir)? else {
+                bail!(
+                    "{}: no [cluster] table: this data directory is not a node of a cluster",
+                    path.display()
+                );
+            };
+            let config = crate::object::load_config(&args.data_dir)?;
+            let url = database_url(config.catalog.url.as_deref(), &path)?;
+            let db =
+                ClusterDb::connect(&url, section.timeout_ms).map_err(|e| anyhow::anyhow!("{e}"))?;
+            let cluster_id = db
+                .cluster(&section.name)
+                .map_err(|e| anyhow::anyhow!("{e}"))?;
+            (db, section.name, cluster_id)
+        }
     };
-    let config = crate::object::load_config(&args.data_dir)?;
-    let url = database_url(config.catalog.url.as_deref(), &path)?;
-    let db = ClusterDb::connect(&url, section.timeout_ms).map_err(|e| anyhow::anyhow!("{e}"))?;
-    let cluster_id = db
-        .cluster(&section.name)
-        .map_err(|e| anyhow::anyhow!("{e}"))?;
-    let status =
-        status(&db, &section, &cluster_id, &args.data_dir).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let status = status(&db, &name, &cluster_id).map_err(|e| anyhow::anyhow!("{e}"))?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&status)?);
         return Ok(());
     }
-    println!(
+    print!("{}", status_text(&status));
+    Ok(())
+}
+
+fn seconds(ms: u64) -> String {
+    format!("{:.1}s", ms as f64 / 1000.0)
+}
+
+/// `cluster status` as text: one line per node, relay, link and transfer.
+pub fn status_text(status: &Status) -> String {
+    use crate::units::format_bytes;
+    use std::fmt::Write as _;
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
         "cluster {} (id {}), database {}; a node is down after {} s without a heartbeat",
         status.cluster,
         status.cluster_id,
         status.database,
         status.timeout_ms as f64 / 1000.0
     );
-    println!(
+    let _ = writeln!(
+        out,
         "{:<16} {:<22} {:<6} {:>14} {:>12} {:>12}",
         "node", "address", "health", "heartbeat", "capacity", "used"
     );
     for n in &status.nodes {
-        println!(
+        let _ = writeln!(
+            out,
             "{:<16} {:<22} {:<6} {:>12.1}s ago {:>12} {:>12}",
             n.name,
             n.address,
             n.health,
             n.heartbeat_age_ms as f64 / 1000.0,
-            crate::units::format_bytes(n.capacity_bytes),
-            crate::units::format_bytes(n.used_bytes)
+            format_bytes(n.capacity_bytes),
+            format_bytes(n.used_bytes)
         );
     }
-    if let Some(t) = &status.topology {
-        println!("topology: {t}");
+    let Some(t) = &status.topology else {
+        let _ = writeln!(
+            out,
+            "topology: none in the catalog (a node with [cluster] topology loads it at start)"
+        );
+        return out;
+    };
+    let _ = writeln!(
+        out,
+        "topology {} (loaded by {} {} ago): {} nodes, {} links; link use counts for {} after a measurement",
+        t.source,
+        t.loaded_by,
+        seconds(t.loaded_age_ms),
+        t.nodes.len(),
+        status.links.len(),
+        seconds(status.link_fresh_ms)
+    );
+    let _ = writeln!(
+        out,
+        "{:<16} {:>10} {:>16} {:>8} {:>10} {:>10}",
+        "relay", "degree_max", "last report", "streams", "in", "out"
+    );
+    for r in &status.relays {
+        let degree = r.degree_max.map_or("-".to_owned(), |d| d.to_string());
+        match &r.last_report {
+            Some(p) => {
+                let _ = writeln!(
+                    out,
+                    "{:<16} {:>10} {:>12} ago {:>8} {:>10} {:>10}",
+                    r.name,
+                    degree,
+                    seconds(p.age_ms),
+                    p.streams,
+                    format_bytes(p.bytes_in),
+                    format_bytes(p.bytes_out)
+                );
+            }
+            None => {
+                let _ = writeln!(out, "{:<16} {:>10} {:>16}", r.name, degree, "never");
+            }
+        }
     }
-    Ok(())
+    let _ = writeln!(
+        out,
+        "{:<28} {:>10} {:>22} {:>22} {:>10}",
+        "link a → b", "capacity", "used a → b", "used b → a", "measured"
+    );
+    for l in &status.links {
+        let pct = |used: f64| 100.0 * used / l.capacity_mbit;
+        let _ = writeln!(
+            out,
+            "{:<28} {:>5} Mbit/s {:>7.1} Mbit/s ({:>3.0}%) {:>7.1} Mbit/s ({:>3.0}%) {:>10}",
+            format!("{} → {}", l.a, l.b),
+            l.capacity_mbit,
+            l.used_ab_mbit,
+            pct(l.used_ab_mbit),
+            l.used_ba_mbit,
+            pct(l.used_ba_mbit),
+            l.measured_age_ms
+                .map_or("never".to_owned(), |ms| format!("{} ago", seconds(ms)))
+        );
+    }
+    if status.transfers.is_empty() {
+        let _ = writeln!(out, "transfers: none recorded");
+    }
+    for x in &status.transfers {
+        let state = match &x.outcome {
+            None => format!("running for {}", seconds(x.duration_ms)),
+            Some(o) => format!(
+                "{o} after {}, started {} ago",
+                seconds(x.duration_ms),
+                seconds(x.started_age_ms)
+            ),
+        };
+        let _ = writeln!(
+            out,
+            "transfer {} {} {} ({}, k = {}): {} — {state}",
+            x.id,
+            x.kind,
+            x.name,
+            format_bytes(x.bytes),
+            x.k,
+            x.tree
+        );
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_link_meter_reports_both_directions_of_each_peer_with_rates_over_its_window() {
+        let stats = Arc::new(NodeStats::default());
+        let mut meter = LinkMeter::new("core", "relay", Arc::clone(&stats));
+        assert!(meter.report().links.is_empty(), "no peer yet");
+        let edge = stats.peer("edge1");
+        edge.bytes_out.fetch_add(10_000_000, Ordering::Relaxed);
+        edge.bytes_in.fetch_add(500, Ordering::Relaxed);
+        std::thread::sleep(Duration::from_millis(200));
+        let report = meter.report();
+        assert!(report.reporter.starts_with("core/"));
+        assert_eq!(
+            (report.node.as_str(), report.kind.as_str()),
+            ("core", "relay")
+        );
+        let down = &report.links[0];
+        let up = &report.links[1];
+        assert_eq!(
+            (down.from.as_str(), down.to.as_str(), down.bytes),
+            ("core", "edge1", 10_000_000)
+        );
+        assert_eq!(
+            (up.from.as_str(), up.to.as_str(), up.bytes),
+            ("edge1", "core", 500)
+        );
+        // 80 Mbit in a bit more than 0.2 s (the window starts at the meter's first sample).
+        assert!(down.mbit > 100.0 && down.mbit <= 400.0, "{}", down.mbit);
+        assert!(up.mbit > 0.0 && up.mbit < 0.1, "{}", up.mbit);
+        // Nothing more moved: the rate falls as the window slides, the bytes stay.
+        std::thread::sleep(Duration::from_millis(200));
+        let later = meter.report();
+        assert!(later.links[0].mbit < down.mbit);
+        assert_eq!(later.links[0].bytes, 10_000_000);
+    }
 }

@@ -24,7 +24,7 @@ use std::io;
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, Weak};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
@@ -61,6 +61,42 @@ pub struct ServeArgs {
     /// Address to listen on, HOST:PORT.
     #[arg(long)]
     listen: String,
+    #[command(flatten)]
+    report: Report,
+}
+
+/// Reporting link use to the cluster's catalog (docs/cluster.md "Live utilisation").
+#[derive(Args)]
+pub struct Report {
+    /// The cluster's catalog database (postgresql://…): report this process's link use there.
+    #[arg(long, value_name = "URL")]
+    catalog: Option<String>,
+    /// How often to report, ms.
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(50..))]
+    report_ms: u64,
+}
+
+impl Report {
+    /// Start reporting `stats` as node `name` of kind `kind`, when a catalog was given.
+    fn start(
+        &self,
+        name: &str,
+        kind: &str,
+        stats: &Arc<NodeStats>,
+    ) -> Result<Option<crate::cluster::LinkReporter>> {
+        let Some(url) = &self.catalog else {
+            return Ok(None);
+        };
+        let db = Arc::new(crate::cluster::connect_catalog(url)?);
+        let meter = crate::cluster::LinkMeter::new(name, kind, Arc::clone(stats));
+        eprintln!(
+            "permafrost relay {name}: reporting link use to {} every {} ms",
+            db.shown_url(),
+            self.report_ms
+        );
+        crate::cluster::spawn_link_reporter(db, meter, Duration::from_millis(self.report_ms))
+            .map(Some)
+    }
 }
 
 #[derive(Args)]
@@ -76,14 +112,20 @@ pub struct NodeArgs {
     bucket: String,
     #[command(flatten)]
     target: Target,
+    #[command(flatten)]
+    report: Report,
 }
 
 /// The topology and where its nodes listen.
 #[derive(Args)]
 pub struct Network {
-    /// The cluster topology file (format: docs/cluster.md).
+    /// The cluster topology file (format: docs/cluster.md) [default: the catalog's, with --catalog].
     #[arg(long)]
-    topology: PathBuf,
+    topology: Option<PathBuf>,
+    /// The cluster's catalog database (postgresql://…): trees from the live link use there, the transfer
+    /// recorded there, this process's link use reported there.
+    #[arg(long, value_name = "URL")]
+    catalog: Option<String>,
     /// Where node NAME's relay or data node listens (repeatable; every node of the tree needs one).
     #[arg(long = "addr", value_name = "NAME=HOST:PORT")]
     addrs: Vec<String>,
@@ -167,11 +209,13 @@ fn run_relay(args: ServeArgs) -> Result<()> {
         "permafrost relay {}: listening on {}",
         args.name, args.listen
     );
+    let stats = Arc::new(NodeStats::default());
+    let _reporter = args.report.start(&args.name, "relay", &stats)?;
     let node = RelayNode {
         name: args.name,
         sink: None,
         source: None,
-        stats: Arc::new(NodeStats::default()),
+        stats,
     };
     serve(listener, Arc::new(node))
         .join()
@@ -323,38 +367,69 @@ fn run_node(args: NodeArgs) -> Result<()> {
             None => "the --endpoint server".to_string(),
         }
     );
+    let stats = Arc::new(NodeStats::default());
+    let _reporter = args.report.start(&args.name, "node", &stats)?;
     let relay = RelayNode {
         name: args.name,
         sink: Some(sink),
         source: Some(source),
-        stats: Arc::new(NodeStats::default()),
+        stats,
     };
     serve(listener, Arc::new(relay))
         .join()
         .map_err(|_| anyhow::anyhow!("the data node's accept loop panicked"))
 }
 
-/// The topology with every node's address checked.
+/// The topology with every node's address checked, and the catalog when one was given.
 struct Cluster {
     topology: Topology,
     addrs: HashMap<String, String>,
+    catalog: Option<Arc<permafrost_catalog::cluster::ClusterDb>>,
 }
 
 impl Network {
+    /// The topology file's (with the catalog's live link use, when given) or else the catalog's live topology.
     fn load(&self) -> Result<Cluster> {
-        let topology = Topology::from_path(&self.topology)
-            .map_err(|e| anyhow::anyhow!("{e}"))
-            .with_context(|| format!("topology {}", self.topology.display()))?;
+        let catalog = match &self.catalog {
+            Some(url) => Some(Arc::new(crate::cluster::connect_catalog(url)?)),
+            None => None,
+        };
+        let (topology, shown) = match (&self.topology, &catalog) {
+            (Some(path), _) => {
+                let mut topology = Topology::from_path(path)
+                    .map_err(|e| anyhow::anyhow!("{e}"))
+                    .with_context(|| format!("topology {}", path.display()))?;
+                if let Some(db) = &catalog {
+                    let uses = db
+                        .link_use(permafrost_catalog::cluster::LINK_FRESH_MS)
+                        .map_err(|e| anyhow::anyhow!("{e}"))?;
+                    permafrost_catalog::cluster::apply_link_use(&mut topology, &uses);
+                }
+                (topology, path.display().to_string())
+            }
+            (None, Some(db)) => {
+                let topology = db
+                    .topology_live()
+                    .map_err(|e| anyhow::anyhow!("{e}"))?
+                    .with_context(|| {
+                        format!(
+                            "the catalog {} holds no topology (a node with [cluster] topology loads it): pass --topology FILE",
+                            db.shown_url()
+                        )
+                    })?;
+                (topology, format!("of the catalog {}", db.shown_url()))
+            }
+            (None, None) => {
+                bail!("say which network: --topology FILE, or --catalog URL whose catalog holds it")
+            }
+        };
         let mut addrs = HashMap::new();
         for entry in &self.addrs {
             let Some((name, addr)) = entry.split_once('=') else {
                 bail!("--addr {entry:?}: use NAME=HOST:PORT");
             };
             if topology.node_id(name).is_none() {
-                bail!(
-                    "--addr {entry:?}: the topology {} has no node {name:?}",
-                    self.topology.display()
-                );
+                bail!("--addr {entry:?}: the topology {shown} has no node {name:?}");
             }
             if addr
                 .rsplit_once(':')
@@ -366,7 +441,11 @@ impl Network {
                 bail!("--addr names {name:?} twice");
             }
         }
-        Ok(Cluster { topology, addrs })
+        Ok(Cluster {
+            topology,
+            addrs,
+            catalog,
+        })
     }
 }
 
@@ -433,6 +512,52 @@ impl Cluster {
                 })
             })
             .collect()
+    }
+}
+
+/// A transfer recorded in the catalog, and this process's link use reported there while it runs.
+struct Recorded {
+    db: Arc<permafrost_catalog::cluster::ClusterDb>,
+    id: Option<i64>,
+    reporter: Option<crate::cluster::LinkReporter>,
+}
+
+impl Cluster {
+    /// With a catalog: record the transfer as started and report this process's link use (every second and
+    /// once at the end). A catalog that fails here is logged, never fails the transfer.
+    fn record(
+        &self,
+        start: permafrost_catalog::cluster::TransferStart,
+        stats: &Arc<NodeStats>,
+    ) -> Option<Recorded> {
+        let db = self.catalog.as_ref()?;
+        let id = db
+            .transfer_started(&start)
+            .map_err(|e| eprintln!("permafrost relay: recording the transfer in the catalog: {e}"))
+            .ok();
+        let meter =
+            crate::cluster::LinkMeter::new(&start.root, start.kind.as_str(), Arc::clone(stats));
+        let reporter =
+            crate::cluster::spawn_link_reporter(Arc::clone(db), meter, Duration::from_secs(1))
+                .map_err(|e| eprintln!("permafrost relay: {e:#}"))
+                .ok();
+        Some(Recorded {
+            db: Arc::clone(db),
+            id,
+            reporter,
+        })
+    }
+}
+
+impl Recorded {
+    /// The last link report, then the outcome (`ok` or `failed: why`) and the tree it ended on.
+    fn finish(mut self, outcome: &str, tree: Option<&str>) {
+        drop(self.reporter.take());
+        if let Some(id) = self.id {
+            if let Err(e) = self.db.transfer_finished(id, outcome, tree) {
+                eprintln!("permafrost relay: recording the transfer's end in the catalog: {e}");
+            }
+        }
     }
 }
 
@@ -525,6 +650,22 @@ fn run_send(args: SendArgs) -> Result<()> {
         cluster.tree_hops(&tree)?;
     }
     let stats = Arc::new(NodeStats::default());
+    let recorded = cluster.record(
+        permafrost_catalog::cluster::TransferStart {
+            name: key.clone(),
+            kind: permafrost_catalog::cluster::TransferKind::Write,
+            root: t.name(root).to_string(),
+            tree: if args.fan_out {
+                let names: Vec<&str> = tree.targets().iter().map(|&n| t.name(n)).collect();
+                format!("{} → {{ {} }} (direct)", t.name(root), names.join(", "))
+            } else {
+                tree.render(t)
+            },
+            k: copies.wanted() as u64,
+            bytes: object_bytes,
+        },
+        &stats,
+    );
     let started = Instant::now();
     let (mode, shape, attempts, gave_up) = if args.fan_out {
         // The baseline: one direct stream per copy, to the nodes the tree chose; no retry.
@@ -576,6 +717,15 @@ fn run_send(args: SendArgs) -> Result<()> {
                 None => acks.push(ack.clone()),
             }
         }
+    }
+    if let Some(recorded) = recorded {
+        let ok = acks.iter().filter(|a| a.ok).count();
+        let outcome = if ok == copies.wanted() {
+            "ok".to_string()
+        } else {
+            format!("failed: {ok} of {} copies stored", copies.wanted())
+        };
+        recorded.finish(&outcome, attempts.last().map(|a| a.tree.as_str()));
     }
     let report = SendReport {
         mode,
@@ -695,16 +845,33 @@ fn run_rebuild(args: RebuildArgs) -> Result<()> {
         File::create(&args.out).with_context(|| format!("cannot create {}", args.out.display()))?;
     let mut out = io::BufWriter::with_capacity(1 << 20, out);
     let stats = Arc::new(NodeStats::default());
+    let recorded = cluster.record(
+        permafrost_catalog::cluster::TransferStart {
+            name: args.key.clone(),
+            kind: permafrost_catalog::cluster::TransferKind::Rebuild,
+            root: args.onto.clone(),
+            tree: shape.clone(),
+            k: survivors.len() as u64,
+            bytes: args.bytes,
+        },
+        &stats,
+    );
     let started = Instant::now();
-    let hash = rebuild(
+    let rebuilt = rebuild(
         &args.key,
         &children,
         args.bytes,
         args.piece_bytes,
         &mut out,
         &stats,
-    )
-    .context("rebuild failed")?;
+    );
+    if let Some(recorded) = recorded {
+        match &rebuilt {
+            Ok(_) => recorded.finish("ok", None),
+            Err(e) => recorded.finish(&format!("failed: {e}"), None),
+        }
+    }
+    let hash = rebuilt.context("rebuild failed")?;
     finish_file(out, &args.out)?;
     let report = RebuildReport {
         mode,

@@ -39,7 +39,9 @@ mod parity;
 mod pipe;
 mod retry;
 
-pub use node::{send, serve, NodeStats, RelayNode, Sink, SinkFactory, QUEUE_PIECES, STREAMS_MAX};
+pub use node::{
+    send, serve, NodeStats, PeerBytes, RelayNode, Sink, SinkFactory, QUEUE_PIECES, STREAMS_MAX,
+};
 pub use parity::{rebuild, SourceFactory};
 pub use pipe::{pipe_sink, pipe_source};
 pub use retry::{write_copies, Attempt, Copies, Written, ATTEMPTS_MAX};

@@ -40,6 +40,15 @@ pub trait Sink: Send {
 /// Opens a [`Sink`] for a transfer.
 pub type SinkFactory = Arc<dyn Fn(&Header) -> io::Result<Box<dyn Sink>> + Send + Sync>;
 
+/// Bytes on the connections to one peer (see [`NodeStats::peers`]).
+#[derive(Debug, Default)]
+pub struct PeerBytes {
+    /// Bytes written to the peer: the link direction from this node to it.
+    pub bytes_out: AtomicU64,
+    /// Bytes read from the peer: the direction from it to this node.
+    pub bytes_in: AtomicU64,
+}
+
 /// Counters of one node (root sender, relay or data node).
 #[derive(Debug, Default)]
 pub struct NodeStats {
@@ -55,6 +64,33 @@ pub struct NodeStats {
     pub streams: AtomicU64,
     /// Streams being served now.
     pub streams_open: AtomicU64,
+    /// Bytes per peer this node opened connections to (its children in a tree, by topology name). Each
+    /// connection is counted by the end that opened it (the parent), never by both, so the counts of all
+    /// processes add up per link direction (what `permafrost_catalog::cluster::LinkUse` sums).
+    pub peers: std::sync::Mutex<std::collections::BTreeMap<String, Arc<PeerBytes>>>,
+}
+
+impl NodeStats {
+    /// The counters of the connections to `peer` (made on first use).
+    pub fn peer(&self, peer: &str) -> Arc<PeerBytes> {
+        let mut peers = self.peers.lock().unwrap_or_else(|p| p.into_inner());
+        Arc::clone(peers.entry(peer.to_string()).or_default())
+    }
+
+    /// `(peer, bytes to it, bytes from it)` for every peer so far, by name.
+    pub fn peer_bytes(&self) -> Vec<(String, u64, u64)> {
+        let peers = self.peers.lock().unwrap_or_else(|p| p.into_inner());
+        peers
+            .iter()
+            .map(|(name, b)| {
+                (
+                    name.clone(),
+                    b.bytes_out.load(Ordering::Relaxed),
+                    b.bytes_in.load(Ordering::Relaxed),
+                )
+            })
+            .collect()
+    }
 }
 
 /// A node that accepts streams: a relay (forwards to the children the header names) and, when it
@@ -74,12 +110,17 @@ pub(crate) struct Counting<T> {
     pub(crate) inner: T,
     pub(crate) count: Arc<NodeStats>,
     pub(crate) inbound: bool,
+    /// The peer at the other end, on connections this node opened (see [`NodeStats::peers`]).
+    pub(crate) peer: Option<Arc<PeerBytes>>,
 }
 
 impl<T: Read> Read for Counting<T> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         let n = self.inner.read(buf)?;
         self.count.bytes_in.fetch_add(n as u64, Ordering::Relaxed);
+        if let Some(p) = &self.peer {
+            p.bytes_in.fetch_add(n as u64, Ordering::Relaxed);
+        }
         Ok(n)
     }
 }
@@ -87,12 +128,21 @@ impl<T: Read> Read for Counting<T> {
 impl<T: Write> Write for Counting<T> {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
         let n = self.inner.write(buf)?;
-        let counter = if self.inbound {
-            &self.count.bytes_in
+        let (counter, peer) = if self.inbound {
+            (
+                &self.count.bytes_in,
+                self.peer.as_ref().map(|p| &p.bytes_in),
+            )
         } else {
-            &self.count.bytes_out
+            (
+                &self.count.bytes_out,
+                self.peer.as_ref().map(|p| &p.bytes_out),
+            )
         };
         counter.fetch_add(n as u64, Ordering::Relaxed);
+        if let Some(p) = peer {
+            p.fetch_add(n as u64, Ordering::Relaxed);
+        }
         Ok(n)
     }
 
@@ -235,6 +285,7 @@ fn child_stream(header: Header, rx: Receiver<Arc<Held>>, stats: Arc<NodeStats>) 
     let patience = ack_patience(header.object_bytes);
     let answered = Arc::new(AtomicBool::new(false));
     let ack_reader = {
+        let peer = stats.peer(&hop.name);
         let progress = Arc::clone(&progress);
         let answered = Arc::clone(&answered);
         let stats = Arc::clone(&stats);
@@ -244,6 +295,7 @@ fn child_stream(header: Header, rx: Receiver<Arc<Held>>, stats: Arc<NodeStats>) 
                     inner: reader,
                     count: stats,
                     inbound: true,
+                    peer: Some(peer),
                 },
                 progress,
                 patience,
@@ -259,6 +311,7 @@ fn child_stream(header: Header, rx: Receiver<Arc<Held>>, stats: Arc<NodeStats>) 
             inner: writer,
             count: Arc::clone(&stats),
             inbound: false,
+            peer: Some(stats.peer(&hop.name)),
         },
     );
     let mut sent = 0u64;
@@ -494,12 +547,14 @@ fn handle(conn: TcpStream, node: &RelayNode) -> io::Result<()> {
             inner: conn.try_clone()?,
             count: Arc::clone(&node.stats),
             inbound: true,
+            peer: None,
         },
     );
     let mut writer = Counting {
         inner: conn,
         count: Arc::clone(&node.stats),
         inbound: false,
+        peer: None,
     };
     let header: Header = wire::read_json(&mut reader)?;
     if let Err(why) = header.validate(&node.name) {

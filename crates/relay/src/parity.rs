@@ -58,6 +58,7 @@ fn child_up(header: Header, tx: SyncSender<Result<Vec<u8>, String>>, stats: Arc<
             inner: w,
             count: Arc::clone(&stats),
             inbound: false,
+            peer: Some(stats.peer(&hop.name)),
         };
         wire::write_json(&mut w, &header)
     });
@@ -69,6 +70,7 @@ fn child_up(header: Header, tx: SyncSender<Result<Vec<u8>, String>>, stats: Arc<
         BUFFER_BYTES,
         Counting {
             inner: conn,
+            peer: Some(stats.peer(&hop.name)),
             count: stats,
             inbound: true,
         },
@@ -131,6 +133,7 @@ pub(crate) fn serve_xor(header: &Header, w: TcpStream, node: &RelayNode) -> io::
             inner: w,
             count: Arc::clone(&node.stats),
             inbound: false,
+            peer: None,
         },
     );
     let outcome = if header.hop.children.is_empty() {

@@ -229,6 +229,27 @@ fn a_replication_tree_delivers_byte_exact_copies_and_the_client_sends_once() {
         core_out >= 2.0 * OBJECT_BYTES as f64
             && core_out < 2.0 * OBJECT_BYTES as f64 * overhead + 4096.0
     );
+    // Per link: every tree edge is counted once, by its parent, with the object going down and only
+    // acks coming up; nothing else is counted.
+    let mut counted: Vec<(String, String)> = Vec::new();
+    for (parent, stats) in c
+        .stats
+        .iter()
+        .chain([(&"client".to_string(), &client_stats)])
+    {
+        for (peer, down, up) in stats.peer_bytes() {
+            assert!(
+                down as f64 >= OBJECT_BYTES as f64,
+                "{parent}→{peer}: {down}"
+            );
+            assert!(up < 4096, "{peer}→{parent}: {up}");
+            counted.push((parent.clone(), peer));
+        }
+    }
+    counted.sort();
+    let mut edges = tree.named_edges(&c.topology);
+    edges.sort();
+    assert_eq!(counted, edges);
     // Bounded memory: even with the slow data node n1 under edge1, a relay holds few pieces.
     for relay in ["core", "edge1", "edge2"] {
         let held = c.stats[relay].pieces_held_max.load(Ordering::Relaxed);

@@ -38,7 +38,9 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Instant;
 
-use permafrost_catalog::cluster::{ClusterDb, DirEntry, Health, NodeInfo, UnderReplicated};
+use permafrost_catalog::cluster::{
+    ClusterDb, DirEntry, Health, NodeInfo, TransferKind, TransferStart, UnderReplicated,
+};
 use permafrost_catalog::CatalogError;
 use permafrost_relay::{write_copies, Copies, NodeStats, ObjectMeta, Sink, SinkFactory};
 use permafrost_store::{BucketSettings, PutHandle, PutOptions, ReplicaOf, Store, StoreError};
@@ -388,16 +390,47 @@ impl ClusterNode {
             .map(|n| n.name)
             .collect();
         let started = Instant::now();
+        // The network with the links' live use (the catalog's topology, loaded by the nodes that have a
+        // `[cluster] topology`); if the catalog cannot say, the file this node loaded at start.
+        let live = match self.db.topology_live() {
+            Ok(t) => t,
+            Err(e) => {
+                tracing::warn!(
+                    "cluster: the live topology is unavailable ({e}); {bucket}/{key} uses this node's topology file"
+                );
+                None
+            }
+        };
+        let mut recorded: Option<i64> = None;
         let outcome = match tree_for_write(
             &self.node_name,
             &up,
-            self.replication.topology.as_deref(),
+            live.as_ref().or(self.replication.topology.as_deref()),
             &format!("{bucket}/{key}"),
         ) {
             Err(e) => Err(e),
             Ok(plan) if plan.candidates.is_empty() => Err("no other node is up".to_owned()),
             Ok(plan) => {
                 let k = (wanted as usize - have).min(plan.candidates.len());
+                let names: Vec<&str> = plan
+                    .candidates
+                    .iter()
+                    .map(|&c| plan.topology.name(c))
+                    .collect();
+                recorded = self
+                    .db
+                    .transfer_started(&TransferStart {
+                        name: format!("{bucket}/{key}"),
+                        kind: TransferKind::Write,
+                        root: self.node_name.clone(),
+                        tree: format!("{} → {k} of {{ {} }}", self.node_name, names.join(", ")),
+                        k: k as u64,
+                        bytes: info.size_bytes,
+                    })
+                    .map_err(|e| {
+                        tracing::warn!("cluster: could not record the transfer of {bucket}/{key}: {e}")
+                    })
+                    .ok();
                 let meta = ObjectMeta {
                     bucket: bucket.to_owned(),
                     key: key.to_owned(),
@@ -443,6 +476,19 @@ impl ClusterNode {
                 .map_err(|e| e.to_string())
             }
         };
+        if let Some(id) = recorded {
+            let (result, tree) = match &outcome {
+                Ok(w) if w.complete() => ("ok".to_owned(), w.attempts.last().map(|a| a.tree.clone())),
+                Ok(w) => (
+                    format!("failed: {}", w.gave_up.as_deref().unwrap_or("copies missing")),
+                    w.attempts.last().map(|a| a.tree.clone()),
+                ),
+                Err(e) => (format!("failed: {e}"), None),
+            };
+            if let Err(e) = self.db.transfer_finished(id, &result, tree.as_deref()) {
+                tracing::warn!("cluster: could not record the end of the transfer of {bucket}/{key}: {e}");
+            }
+        }
         let (stored, why) = match outcome {
             Ok(written) => {
                 let failures: Vec<String> = written
