@@ -721,7 +721,6 @@ CREATE TABLE IF NOT EXISTS permafrost_cluster.under_replicated (
 );
 "#;
 
-
 /// One version a DELETE removed that a node still holds (it deletes its copy when it sees this).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Tombstone {

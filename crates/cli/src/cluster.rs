@@ -597,7 +597,11 @@ pub fn start(store: &Arc<Store>, m: &Membership) -> Result<(Arc<ClusterNode>, He
     // One meter for the copies this node sends and the relay it runs: they share `replication.stats`.
     let links = spawn_link_reporter(
         Arc::clone(&m.db),
-        LinkMeter::new(&m.section.node, "serve", Arc::clone(&node.replication.stats)),
+        LinkMeter::new(
+            &m.section.node,
+            "serve",
+            Arc::clone(&node.replication.stats),
+        ),
         Duration::from_millis(m.section.heartbeat_ms),
     )?;
     let stop = Arc::new(AtomicBool::new(false));

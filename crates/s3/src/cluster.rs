@@ -428,7 +428,9 @@ impl ClusterNode {
                         bytes: info.size_bytes,
                     })
                     .map_err(|e| {
-                        tracing::warn!("cluster: could not record the transfer of {bucket}/{key}: {e}")
+                        tracing::warn!(
+                            "cluster: could not record the transfer of {bucket}/{key}: {e}"
+                        )
                     })
                     .ok();
                 let meta = ObjectMeta {
@@ -478,15 +480,22 @@ impl ClusterNode {
         };
         if let Some(id) = recorded {
             let (result, tree) = match &outcome {
-                Ok(w) if w.complete() => ("ok".to_owned(), w.attempts.last().map(|a| a.tree.clone())),
+                Ok(w) if w.complete() => {
+                    ("ok".to_owned(), w.attempts.last().map(|a| a.tree.clone()))
+                }
                 Ok(w) => (
-                    format!("failed: {}", w.gave_up.as_deref().unwrap_or("copies missing")),
+                    format!(
+                        "failed: {}",
+                        w.gave_up.as_deref().unwrap_or("copies missing")
+                    ),
                     w.attempts.last().map(|a| a.tree.clone()),
                 ),
                 Err(e) => (format!("failed: {e}"), None),
             };
             if let Err(e) = self.db.transfer_finished(id, &result, tree.as_deref()) {
-                tracing::warn!("cluster: could not record the end of the transfer of {bucket}/{key}: {e}");
+                tracing::warn!(
+                    "cluster: could not record the end of the transfer of {bucket}/{key}: {e}"
+                );
             }
         }
         let (stored, why) = match outcome {
