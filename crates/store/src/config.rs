@@ -294,6 +294,7 @@ mod tests {
         assert_eq!(parsed, deeper);
         let grid = deeper.grid_config().unwrap();
         assert_eq!(grid.readahead_chunks, 4);
+        grid.validate().unwrap();
         assert_eq!(
             (grid.layout, grid.spinning_max),
             (default.layout, default.spinning_max)
