@@ -47,7 +47,7 @@ BUCKET = pf.BUCKET
 
 
 def config(cache_bytes: int, disk_bytes: int, hold: bool, write_mode: str = "serialized", layout: str = "8x6:4+1",
-           grace_ms: int = 0, placement: str = "dataset-affinity", extra: str = "") -> str:
+           grace_ms: int = 0, placement: str = "dataset-affinity", extra: str = "", grid_extra: str = "") -> str:
     age, above = (86_400_000, pf.NEVER) if hold else (1000, 256 * MiB)
     return f"""
 [store]
@@ -71,6 +71,7 @@ persist_under_pressure_above_bytes = {0 if not hold else pf.NEVER}
 [store.grid]
 layout = "{layout}"
 disk_capacity_bytes = {disk_bytes}
+{grid_extra}
 """
 
 
@@ -119,7 +120,8 @@ class Run:
             self.say(f"\n== persist: 2 x {self.size // MiB} MiB, one dataset, {mode} mode (load {pf.loadavg()})")
             raw = self.baselines()
             s = self.server(f"persist-{mode}", config(6 * self.size, 4 * self.size, hold=True, write_mode=mode,
-                                                      extra=self.args.store_extra))
+                                                      extra=self.args.store_extra,
+                                                      grid_extra=self.args.grid_extra))
             s3 = pf.s3_client(s.endpoint)
             keys = [f"ds/random-{i}" for i in range(2)]
             for i, key in enumerate(keys):
@@ -399,6 +401,8 @@ def main():
                    "default configuration's hour: dead contents must not hold the cache full meanwhile)")
     p.add_argument("--store-extra", default="", help="TOML lines added to [store] of the persist phase, e.g. "
                    "'persist_chunks_in_flight = 1'")
+    p.add_argument("--grid-extra", default="", help="TOML lines added to [store.grid] of the persist phase, e.g. "
+                   "'readahead_chunks = 3'")
     p.add_argument("--bin", default=None)
     p.add_argument("--scratch", default=str(pf.REPO.parent / "bench-scratch-ingest"))
     p.add_argument("--out", default=None)

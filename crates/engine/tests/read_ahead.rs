@@ -25,7 +25,7 @@ fn read_all(engine: &Engine, offset: u64, len: u64, step: usize) -> Vec<u8> {
 
 #[test]
 fn read_ahead_returns_committed_bytes_in_order_and_zeros_where_never_written() {
-    for readahead_chunks in [1, 2, 3] {
+    for readahead_chunks in [1, 2, 3, 4] {
         let dir = tempfile::tempdir().unwrap();
         let mut config = test_config();
         config.readahead_chunks = readahead_chunks;

@@ -427,3 +427,50 @@ proptest! {
         check_repairs_within_reach(config, seed, picks, check_faults)?;
     }
 }
+
+proptest! {
+    #![proptest_config(cases(32))]
+
+    /// Verified iPGs are copied into the caller's buffer as they are verified: any block-aligned window (not
+    /// aligned to iPGs or stripes) into a buffer full of stale bytes comes back byte-exact, with one repairable
+    /// block in one iPG and one iPG beyond repair; the unrepairable part of the window is reported clipped to
+    /// the window and zeroed, never stale or unverified bytes.
+    #[test]
+    fn a_window_into_a_stale_buffer_is_exact_and_damage_is_zeroed_and_reported(
+        seed in any::<u64>(),
+        first_block in 0..(STRIPES * 256),
+        blocks in 1..(STRIPES * 256),
+        repaired_at in (0..STRIPES, 0..16u64, 0..17u64),
+        lost_at in (0..STRIPES, 0..16u64),
+        lost_js in proptest::sample::subsequence((0..17u64).collect::<Vec<_>>(), 2),
+    ) {
+        let (disk, idr, shape) = setup(spc(16), STRIPES);
+        let (data, _) = write_all(&disk, &idr, seed);
+        let (rs, ri, rj) = repaired_at;
+        let (ls, li) = lost_at;
+        prop_assume!((rs, ri) != (ls, li));
+        disk.flip_bit(shape.ipg_block(rs, ri, rj) * B + 17, 3);
+        for &j in &lost_js {
+            disk.inject_eio(shape.ipg_block(ls, li, j));
+        }
+        let offset = first_block * B;
+        let len = (blocks * B).min(idr.logical_capacity() - offset);
+        let mut buf = vec![0xA5u8; len as usize];
+        let lost = ls * shape.stripe_bytes() + li * shape.ipg_bytes();
+        let (lo, hi) = (lost.max(offset), (lost + shape.ipg_bytes()).min(offset + len));
+        let result = idr.read(offset, &mut buf);
+        let window = &data[offset as usize..(offset + len) as usize];
+        if lo < hi {
+            match result {
+                Err(IdrError::Unrecoverable { ranges }) => prop_assert_eq!(ranges, vec![(lo, hi - lo)]),
+                other => return Err(TestCaseError::fail(format!("expected Unrecoverable, got {other:?}"))),
+            }
+            let (a, b) = ((lo - offset) as usize, (hi - offset) as usize);
+            prop_assert!(buf[a..b].iter().all(|&x| x == 0), "unverified bytes came back");
+            prop_assert!(buf[..a] == window[..a] && buf[b..] == window[b..], "wrong bytes around the damage");
+        } else {
+            prop_assert!(result.is_ok(), "read failed: {:?}", result);
+            prop_assert!(buf == window, "wrong bytes");
+        }
+    }
+}

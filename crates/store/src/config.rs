@@ -27,6 +27,9 @@ pub struct GridSetup {
     /// What spins the devices down and up: `simulated`, `hdparm`, `scsi` or `ses:ENCLOSURE:SLOT`; one entry
     /// for all devices or one per device (empty = simulated).
     pub power_control: Vec<String>,
+    /// Chunks (8 MiB each) a read of the grid keeps in flight ahead of the reader (the engine's
+    /// `readahead_chunks`; empty = the engine's default, 2).
+    pub readahead_chunks: Option<usize>,
 }
 
 impl Default for GridSetup {
@@ -37,6 +40,7 @@ impl Default for GridSetup {
             spinning_max: 12,
             devices: Vec::new(),
             power_control: Vec::new(),
+            readahead_chunks: None,
         }
     }
 }
@@ -65,6 +69,9 @@ impl GridSetup {
                 .map_err(|e| bad(e.to_string()))?
         };
         grid.spinning_max = self.spinning_max;
+        if let Some(chunks) = self.readahead_chunks {
+            grid.readahead_chunks = chunks;
+        }
         Ok(grid)
     }
 }
@@ -269,5 +276,34 @@ impl StoreConfig {
             return bad("persist_batch_bytes_max must be at least extent_bytes_max".into());
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::GridSetup;
+
+    #[test]
+    fn the_grid_setup_chooses_the_read_ahead_depth_of_a_new_grid() {
+        let default = GridSetup::default().grid_config().unwrap();
+        let deeper = GridSetup {
+            readahead_chunks: Some(4),
+            ..GridSetup::default()
+        };
+        let parsed: GridSetup = toml::from_str("readahead_chunks = 4").unwrap();
+        assert_eq!(parsed, deeper);
+        let grid = deeper.grid_config().unwrap();
+        assert_eq!(grid.readahead_chunks, 4);
+        grid.validate().unwrap();
+        assert_eq!(
+            (grid.layout, grid.spinning_max),
+            (default.layout, default.spinning_max)
+        );
+        // The engine checks the range when the grid is created.
+        let zero = GridSetup {
+            readahead_chunks: Some(0),
+            ..GridSetup::default()
+        };
+        assert!(zero.grid_config().unwrap().validate().is_err());
     }
 }
