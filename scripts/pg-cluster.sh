@@ -7,7 +7,9 @@
 #
 # The cluster lives in a temporary directory, listens on 127.0.0.1 on a free port (and a socket in that
 # directory), runs every transaction at SERIALIZABLE by default (the catalog asks for it anyway), and skips fsync
-# (it is thrown away). The tests log in as `permafrost` with a password (scram-sha-256 over TCP), so that a wrong
+# (it is thrown away). Commits stay synchronous: each commit's WAL reaches the OS before the client hears of it,
+# so a server killed with SIGKILL (the end-to-end kill test) loses no committed transaction; only a crash of the
+# machine could. The tests log in as `permafrost` with a password (scram-sha-256 over TCP), so that a wrong
 # password is refused as on a real server.
 set -euo pipefail
 
@@ -35,7 +37,7 @@ case "${1:-}" in
     as_postgres "$bin/initdb" -D "$dir/data" -U postgres --auth-local=trust --auth-host=scram-sha-256 \
       --no-locale -E UTF8 >"$dir/initdb.log" 2>&1 || { cat "$dir/initdb.log" >&2; exit 1; }
     as_postgres "$bin/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 60 start -o \
-      "-c listen_addresses=127.0.0.1 -p $port -k $dir -c fsync=off -c synchronous_commit=off \
+      "-c listen_addresses=127.0.0.1 -p $port -k $dir -c fsync=off \
        -c full_page_writes=off -c default_transaction_isolation=serializable -c max_connections=300 \
        -c shared_buffers=64MB" >/dev/null || { cat "$dir/server.log" >&2; exit 1; }
     as_postgres "$bin/psql" -q -h "$dir" -p "$port" -U postgres -d postgres -v ON_ERROR_STOP=1 \

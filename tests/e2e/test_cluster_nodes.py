@@ -64,9 +64,19 @@ class Postgres:
         self.as_postgres(self.bin / "pg_ctl", "-D", f"{self.dir}/data", "-l", f"{self.dir}/server.log", "-w",
                          "-t", "60", "start", "-o",
                          f"-c listen_addresses=127.0.0.1 -p {self.port} -k {self.dir} -c fsync=off "
-                         f"-c synchronous_commit=off -c full_page_writes=off "
+                         f"-c full_page_writes=off "
                          f"-c default_transaction_isolation=serializable -c max_connections=300 "
                          f"-c shared_buffers=64MB")
+
+    def kill(self):
+        """SIGKILL the server: the postmaster and every backend at once, as a crash would (no shutdown)."""
+        pid = int((Path(self.dir) / "data/postmaster.pid").read_text().split()[0])
+        os.kill(pid, 19)  # SIGSTOP: the postmaster can neither react nor fork while its backends die
+        subprocess.run(["pkill", "-KILL", "-P", str(pid)], timeout=30)
+        os.kill(pid, 9)
+        deadline = time.time() + 30
+        while time.time() < deadline and os.path.exists(f"/proc/{pid}"):
+            time.sleep(0.1)
 
     def remove(self):
         subprocess.run(["bash", str(REPO / "scripts/pg-cluster.sh"), "stop", self.dir], timeout=120)
