@@ -141,6 +141,74 @@ fn a_damaged_cache_file_is_reported_not_returned() {
     assert_eq!(report.errors.len(), 1, "{report:?}");
 }
 
+/// A long read of a cached compressible object decodes its chunks on two threads (`ChunkDecode`): whole and long
+/// ranged reads are byte-exact, and a damaged chunk fails the read at its place, after the bytes before it and
+/// never with a clean end.
+#[test]
+fn a_cached_compressible_object_decoded_in_parallel_is_exact_and_a_damaged_chunk_fails_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path());
+    store
+        .create_bucket("zst", BucketSettings::default())
+        .unwrap();
+    let body = data(13, (9 << 20) + 4321, true);
+    put(&store, "zst", "k", &body);
+    assert_eq!(get(&store, "zst", "k"), body, "whole read");
+    for (range, expected) in [
+        (ByteRange::FromTo(1, 3 << 20), 1..(3 << 20) + 1),
+        (
+            ByteRange::FromTo((1 << 20) - 7, (6 << 20) + 11),
+            (1 << 20) - 7..(6 << 20) + 12,
+        ),
+        (ByteRange::From(5 << 20), (5 << 20)..body.len()),
+    ] {
+        assert_eq!(
+            get_range(&store, "zst", "k", range),
+            body[expected].to_vec(),
+            "{range:?}"
+        );
+    }
+    let file = std::fs::read_dir(dir.path().join("cache/contents"))
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    let mut bytes = std::fs::read(&file).unwrap();
+    let stored = bytes.len();
+    assert!(
+        stored < body.len() * 3 / 4,
+        "stored compressed: {stored} bytes"
+    );
+    // Damage the frame header of a chunk in the middle (each chunk is one zstd frame): it fails to decode.
+    let magic = [0x28, 0xb5, 0x2f, 0xfd];
+    let at = stored / 2
+        + bytes[stored / 2..]
+            .windows(4)
+            .position(|w| w == magic)
+            .expect("a chunk starts after the middle");
+    for b in &mut bytes[at..at + 4] {
+        *b ^= 0xa5;
+    }
+    std::fs::write(&file, bytes).unwrap();
+    let (_, mut reader) = store.open_object("zst", "k", None, None).unwrap();
+    let mut out = Vec::new();
+    let err = std::io::Read::read_to_end(&mut reader, &mut out).unwrap_err();
+    assert_eq!(err.kind(), std::io::ErrorKind::InvalidData, "{err}");
+    assert!(
+        out.len() < body.len(),
+        "no complete body after a damaged chunk"
+    );
+    assert!(
+        out == body[..out.len()],
+        "the bytes before the damage are right"
+    );
+    assert!(
+        std::io::Read::read(&mut reader, &mut [0u8; 16]).is_err(),
+        "and it stays failed"
+    );
+}
+
 #[test]
 fn the_watchdog_persists_aged_data_on_its_own() {
     let dir = tempfile::tempdir().unwrap();
