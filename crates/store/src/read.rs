@@ -27,7 +27,7 @@ use permafrost_format::{Algorithm, ChunkIndex, EXTENT_HEADER_BYTES, EXTENT_TRAIL
 
 use crate::checksum::{ChecksumAlgorithm, Hasher};
 use crate::multipart_checksum::ChecksumType;
-use crate::read_ahead::{ChunkDecode, ReadAhead};
+use crate::read_ahead::ReadAhead;
 use crate::store::{ByteRange, Inner};
 use crate::{Result, StoreError};
 
@@ -274,37 +274,20 @@ impl ObjectReader {
                 Box::new(source.take(len))
             }
         } else if let Some(index) = index()? {
-            // A long read of a cached chunked content: its chunks decode on threads of their own, in parallel.
-            let parallel = match source.cache_file() {
-                Some(file) if len >= READ_AHEAD_BYTES_MIN => file
-                    .try_clone()
-                    .and_then(|file| ChunkDecode::start(file, &index, offset, len))
-                    .map_err(|e| {
-                        tracing::warn!("decoding on the reading thread: {e}");
-                    })
-                    .ok(),
-                _ => None,
-            };
-            if let Some(parallel) = parallel {
-                Box::new(parallel)
-            } else {
-                let decode: Box<dyn Read + Send> = Box::new(permafrost_format::decode_range(
-                    &index, source, offset, len,
-                )?);
-                if on_grid && len >= READ_AHEAD_BYTES_MIN {
-                    // The grid read, its checks and the decode on a thread of their own, ahead of the caller.
-                    match ReadAhead::start(decode) {
-                        Ok(ahead) => Box::new(ahead),
-                        Err((e, decode)) => {
-                            tracing::warn!(
-                                "reading without read-ahead: cannot start a thread: {e}"
-                            );
-                            decode
-                        }
+            let decode: Box<dyn Read + Send> = Box::new(permafrost_format::decode_range(
+                &index, source, offset, len,
+            )?);
+            if on_grid && len >= READ_AHEAD_BYTES_MIN {
+                // The grid read, its checks and the decode on a thread of their own, ahead of the caller.
+                match ReadAhead::start(decode) {
+                    Ok(ahead) => Box::new(ahead),
+                    Err((e, decode)) => {
+                        tracing::warn!("reading without read-ahead: cannot start a thread: {e}");
+                        decode
                     }
-                } else {
-                    decode
                 }
+            } else {
+                decode
             }
         } else {
             let algorithm = match content.id.encoding {
@@ -541,18 +524,9 @@ pub(crate) trait Source: Read + Seek + Send {
     fn on_grid(&self) -> bool {
         false
     }
-
-    /// The cache file the bytes come from, when they do.
-    fn cache_file(&self) -> Option<&File> {
-        None
-    }
 }
 impl Source for io::Cursor<Vec<u8>> {}
-impl Source for BufReader<File> {
-    fn cache_file(&self) -> Option<&File> {
-        Some(self.get_ref())
-    }
-}
+impl Source for BufReader<File> {}
 impl Source for GridSource {
     fn on_grid(&self) -> bool {
         true
