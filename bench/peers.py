@@ -154,10 +154,12 @@ def small(server, seconds: float, say) -> list:
         lat = sorted(x for o in outs for x in o["latencies_ms"])
         row = dict(op=f"4 KiB {op.upper()}", clients=8, per_s=round(count / seconds, 1), errors=errors,
                    p50_ms=lat[len(lat) // 2] if lat else None, p99_ms=lat[int(len(lat) * 0.99)] if lat else None,
-                   server_cpu_ms=round((pf.proc_cpu_s(server.pid) - cpu0) * 1000 / max(count, 1), 3))
+                   server_cpu_ms=round((pf.proc_cpu_s(server.pid) - cpu0) * 1000 / max(count, 1), 3),
+                   client_cpu_ms=round(sum(o["client_cpu_s"] for o in outs) * 1000 / max(count, 1), 3))
         rows.append(row)
         say(f"   4 KiB {op.upper()} x8 clients: {row['per_s']:8.1f}/s  p50 {row['p50_ms']} ms, "
-            f"p99 {row['p99_ms']} ms, errors {errors}, server cpu {row['server_cpu_ms']} ms each")
+            f"p99 {row['p99_ms']} ms, errors {errors}, server cpu {row['server_cpu_ms']} ms, "
+            f"client cpu {row['client_cpu_ms']} ms each")
     return rows
 
 
@@ -193,9 +195,12 @@ def worker(spec: dict):
     threads = [threading.Thread(target=run, args=(t,)) for t in range(spec["threads"])]
     for t in threads:
         t.start()
+    time.sleep(max(0.0, spec["start_at"] - time.time()))
+    cpu0 = pf.client_cpu_s()  # this process's CPU while its clients run (the ceiling in BENCHMARKS.md uses it)
     for t in threads:
         t.join()
     print(json.dumps(dict(count=sum(len(r[2]) for r in results), errors=sum(r[1] for r in results),
+                          client_cpu_s=pf.client_cpu_s() - cpu0,
                           per_thread=[r[0] - r[1] for r in results],
                           latencies_ms=[x for r in results for x in r[2]])))
 
@@ -279,6 +284,26 @@ def main():
         print(f"\nresults in {out}")
 
 
+def cpu_model(mine: list, theirs: list, key) -> str:
+    """The ratio the CPU seconds of this run explain when the 2 cores are the bound: per unit of work the client
+    spends C and a server S, so rate ∝ 1 / (C + S) and permafrost / MinIO = (C_m + S_m) / (C_p + S_p); and the
+    ceiling of any server on this machine with this client: (C + S_m) / C (a server that costs nothing). Only
+    meaningful where both runs were CPU-bound (x4 and the 4 KiB rows; x1 is bound by one client stream)."""
+    def cpu(rows):
+        for r in rows:
+            if (r["op"], r.get("data"), r.get("streams")) == key:
+                if "server_cpu_s" in r:
+                    return r["client_cpu_s"], r["server_cpu_s"]
+                if r.get("client_cpu_ms") is not None:
+                    return r["client_cpu_ms"], r["server_cpu_ms"]
+        return None
+    a, b = cpu(mine), cpu(theirs)
+    if not a or not b or a[0] <= 0:
+        return ""
+    (cp, sp), (cm, sm) = a, b
+    return f"  (cpu model {(cm + sm) / (cp + sp):4.2f}x, ceiling {(cp + sm) / cp:4.2f}x)"
+
+
 def report_ratios(results: dict, say):
     s = results["servers"]
     if "permafrost" not in s:
@@ -299,7 +324,8 @@ def report_ratios(results: dict, say):
                 if k in theirs and theirs[k]:
                     op, data, streams = k
                     label = f"{op} {data} x{streams}" if data else op
-                    say(f"   {label:28} {v:9.1f} / {theirs[k]:9.1f} = {v / theirs[k]:5.2f}x  vs {peer}")
+                    say(f"   {label:28} {v:9.1f} / {theirs[k]:9.1f} = {v / theirs[k]:5.2f}x  vs {peer}"
+                        + cpu_model(s["permafrost"][phase], s[peer][phase], k))
 
 
 if __name__ == "__main__":
