@@ -3,31 +3,8 @@
 
 mod common;
 
-use std::sync::atomic::{AtomicU64, Ordering};
-
 use permafrost_catalog::cluster::{node_store_url, ClusterDb, DirEntry, Health};
 use permafrost_catalog::{CatalogError, ListQuery};
-
-/// A fresh database on the test server; its URL (`None`: PostgreSQL skipped on purpose).
-fn fresh_database() -> Option<String> {
-    let url = common::pg_url()?;
-    static N: AtomicU64 = AtomicU64::new(0);
-    let name = format!(
-        "cl{}_{}_{}",
-        std::process::id(),
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .subsec_nanos(),
-        N.fetch_add(1, Ordering::SeqCst)
-    );
-    let mut client = postgres::Client::connect(&url, postgres::NoTls).unwrap();
-    client
-        .batch_execute(&format!("CREATE DATABASE {name}"))
-        .unwrap();
-    let base = url.split('?').next().unwrap();
-    Some(format!("{}/{name}", base.rsplit_once('/').unwrap().0))
-}
 
 fn entry(bucket: &str, key: &str, etag: &str, ms: u64) -> DirEntry {
     DirEntry {
@@ -42,7 +19,9 @@ fn entry(bucket: &str, key: &str, etag: &str, ms: u64) -> DirEntry {
 
 #[test]
 fn nodes_join_heartbeat_and_time_out() {
-    let Some(url) = fresh_database() else { return };
+    let Some(url) = common::fresh_database("cl") else {
+        return;
+    };
     let db = ClusterDb::connect(&url, 400).unwrap();
     let id = db.cluster("c").unwrap();
     // The id is made once; another name is refused.
@@ -78,7 +57,9 @@ fn nodes_join_heartbeat_and_time_out() {
 
 #[test]
 fn the_directory_follows_publish_delete_and_reconcile() {
-    let Some(url) = fresh_database() else { return };
+    let Some(url) = common::fresh_database("cl") else {
+        return;
+    };
     let db = ClusterDb::connect(&url, 10_000).unwrap();
     let id = db.cluster("c").unwrap();
     let a = db.join(&id, "a", "ia", "h:1", 0, 0).unwrap().node_id;
@@ -163,7 +144,9 @@ fn node_store_urls_select_the_node_schema() {
 
 #[test]
 fn copies_delete_everywhere_leaves_tombstones_and_under_replication_is_recorded() {
-    let Some(url) = fresh_database() else { return };
+    let Some(url) = common::fresh_database("cl") else {
+        return;
+    };
     let db = ClusterDb::connect(&url, 10_000).unwrap();
     let id = db.cluster("c").unwrap();
     let a = db

@@ -3,7 +3,6 @@
 
 mod common;
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use permafrost_catalog::cluster::{
@@ -13,26 +12,6 @@ use permafrost_catalog::cluster::{
 use permafrost_topology::{replication_tree, Demand, Role, Topology};
 
 const EXAMPLE: &str = include_str!("../../../docs/cluster-topology.toml");
-
-fn fresh_database() -> Option<String> {
-    let url = common::pg_url()?;
-    static N: AtomicU64 = AtomicU64::new(0);
-    let name = format!(
-        "ct{}_{}_{}",
-        std::process::id(),
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .subsec_nanos(),
-        N.fetch_add(1, Ordering::SeqCst)
-    );
-    let mut client = postgres::Client::connect(&url, postgres::NoTls).unwrap();
-    client
-        .batch_execute(&format!("CREATE DATABASE {name}"))
-        .unwrap();
-    let base = url.split('?').next().unwrap();
-    Some(format!("{}/{name}", base.rsplit_once('/').unwrap().0))
-}
 
 fn example() -> Topology {
     Topology::from_toml_str(EXAMPLE).unwrap()
@@ -65,7 +44,9 @@ fn used(t: &Topology, from: &str, to: &str) -> f64 {
 
 #[test]
 fn the_topology_round_trips_and_is_replaced_only_when_it_changed() {
-    let Some(url) = fresh_database() else { return };
+    let Some(url) = common::fresh_database("ct") else {
+        return;
+    };
     let db = ClusterDb::connect(&url, 1000).unwrap();
     assert!(db.topology().unwrap().is_none());
     assert!(db.topology_live().unwrap().is_none());
@@ -109,7 +90,9 @@ fn the_topology_round_trips_and_is_replaced_only_when_it_changed() {
 
 #[test]
 fn live_use_sums_fresh_reporters_clamps_to_capacity_and_forgets_stale_ones() {
-    let Some(url) = fresh_database() else { return };
+    let Some(url) = common::fresh_database("ct") else {
+        return;
+    };
     let db = ClusterDb::connect(&url, 1000).unwrap();
     let file = EXAMPLE.replacen("used_mbit = [0, 0]", "used_mbit = [5, 7]", 1);
     db.store_topology(&Topology::from_toml_str(&file).unwrap(), "f", "n1")
@@ -180,7 +163,9 @@ fn live_use_sums_fresh_reporters_clamps_to_capacity_and_forgets_stale_ones() {
 
 #[test]
 fn a_tree_from_the_live_topology_avoids_a_loaded_link() {
-    let Some(url) = fresh_database() else { return };
+    let Some(url) = common::fresh_database("ct") else {
+        return;
+    };
     let db = ClusterDb::connect(&url, 1000).unwrap();
     db.store_topology(&example(), "f", "n1").unwrap();
     let tree_now = |db: &ClusterDb| {
@@ -218,7 +203,9 @@ fn a_tree_from_the_live_topology_avoids_a_loaded_link() {
 
 #[test]
 fn transfers_are_recorded_from_start_to_finish_and_kept_bounded() {
-    let Some(url) = fresh_database() else { return };
+    let Some(url) = common::fresh_database("ct") else {
+        return;
+    };
     let db = ClusterDb::connect(&url, 1000).unwrap();
     let start = |name: &str| TransferStart {
         name: name.into(),
@@ -274,7 +261,9 @@ fn transfers_are_recorded_from_start_to_finish_and_kept_bounded() {
 
 #[test]
 fn a_version_1_database_is_migrated_and_a_newer_one_refused() {
-    let Some(url) = fresh_database() else { return };
+    let Some(url) = common::fresh_database("ct") else {
+        return;
+    };
     ClusterDb::connect(&url, 1000).unwrap();
     let mut client = postgres::Client::connect(&url, postgres::NoTls).unwrap();
     let version = |client: &mut postgres::Client| -> String {

@@ -948,19 +948,26 @@ pub fn run(command: ClusterCommand) -> Result<()> {
     }
 }
 
-fn run_bucket(args: BucketArgs) -> Result<()> {
-    let path = args.data_dir.join(CONFIG_FILE);
-    let Some(section) = section(&args.data_dir)? else {
+/// The cluster a node's data directory belongs to: its `[cluster]` table, the shared catalog, the cluster id.
+fn open_from_data_dir(data_dir: &Path) -> Result<(ClusterSection, ClusterDb, String)> {
+    let path = data_dir.join(CONFIG_FILE);
+    let Some(section) = section(data_dir)? else {
         bail!(
             "{}: no [cluster] table: this data directory is not a node of a cluster",
             path.display()
         );
     };
-    let config = crate::object::load_config(&args.data_dir)?;
+    let config = crate::object::load_config(data_dir)?;
     let url = database_url(config.catalog.url.as_deref(), &path)?;
     let db = ClusterDb::connect(&url, section.timeout_ms).map_err(|e| anyhow::anyhow!("{e}"))?;
-    db.cluster(&section.name)
+    let cluster_id = db
+        .cluster(&section.name)
         .map_err(|e| anyhow::anyhow!("{e}"))?;
+    Ok((section, db, cluster_id))
+}
+
+fn run_bucket(args: BucketArgs) -> Result<()> {
+    let (section, db, _) = open_from_data_dir(&args.data_dir)?;
     if !db
         .bucket_exists(&args.name)
         .map_err(|e| anyhow::anyhow!("{e}"))?
@@ -1018,20 +1025,7 @@ fn run_status(args: StatusArgs) -> Result<()> {
             (db, name, id)
         }
         None => {
-            let path = args.data_dir.join(CONFIG_FILE);
-            let Some(section) = section(&args.data_dir)? else {
-                bail!(
-                    "{}: no [cluster] table: this data directory is not a node of a cluster",
-                    path.display()
-                );
-            };
-            let config = crate::object::load_config(&args.data_dir)?;
-            let url = database_url(config.catalog.url.as_deref(), &path)?;
-            let db =
-                ClusterDb::connect(&url, section.timeout_ms).map_err(|e| anyhow::anyhow!("{e}"))?;
-            let cluster_id = db
-                .cluster(&section.name)
-                .map_err(|e| anyhow::anyhow!("{e}"))?;
+            let (section, db, cluster_id) = open_from_data_dir(&args.data_dir)?;
             (db, section.name, cluster_id)
         }
     };

@@ -35,19 +35,24 @@ pub fn pg_url() -> Option<String> {
     }
 }
 
-/// A new, empty schema on the test server; the URL that selects it.
-pub fn pg_schema_url(url: &str) -> String {
+/// A name no other test of any run uses: `prefix`, the process id, the clock's nanoseconds and a counter.
+fn unique_name(prefix: &str) -> String {
     static N: AtomicU64 = AtomicU64::new(0);
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
         .subsec_nanos();
-    let schema = format!(
-        "t{}_{}_{}",
+    format!(
+        "{prefix}{}_{}_{}",
         std::process::id(),
         nanos,
         N.fetch_add(1, Ordering::SeqCst)
-    );
+    )
+}
+
+/// A new, empty schema on the test server; the URL that selects it.
+pub fn pg_schema_url(url: &str) -> String {
+    let schema = unique_name("t");
     let mut client = postgres::Client::connect(url, postgres::NoTls)
         .unwrap_or_else(|e| panic!("cannot reach the test PostgreSQL server: {e}"));
     client
@@ -55,6 +60,19 @@ pub fn pg_schema_url(url: &str) -> String {
         .unwrap();
     let sep = if url.contains('?') { '&' } else { '?' };
     format!("{url}{sep}options=-csearch_path%3D{schema}")
+}
+
+/// A new database on the test server, named `prefix…`; its URL (`None`: PostgreSQL skipped on purpose).
+pub fn fresh_database(prefix: &str) -> Option<String> {
+    let url = pg_url()?;
+    let name = unique_name(prefix);
+    let mut client = postgres::Client::connect(&url, postgres::NoTls)
+        .unwrap_or_else(|e| panic!("cannot reach the test PostgreSQL server: {e}"));
+    client
+        .batch_execute(&format!("CREATE DATABASE {name}"))
+        .unwrap();
+    let base = url.split('?').next().unwrap();
+    Some(format!("{}/{name}", base.rsplit_once('/').unwrap().0))
 }
 
 /// An empty catalog on `backend` (`None`: PostgreSQL skipped on purpose).
