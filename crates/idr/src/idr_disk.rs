@@ -208,43 +208,33 @@ impl IdrDisk {
         let end = offset + len;
         let mut report = ReadReport::default();
         let mut bad = Ranges::default();
-        let geometry = self.geometry;
-        let ipg_bytes = geometry.n as u64 * BLOCK;
-        // Each iPG's blocks go into `buf` as soon as the iPG is verified, while they are still in the CPU's
-        // cache from its crc and parity checks (a pass over the whole stripe image afterwards reads it again
-        // from memory: 23 % of a persisted GET's server CPU).
-        let logical = |stripe: u64, ipg: usize| {
-            let ipg_start = stripe * stripe_bytes + ipg as u64 * ipg_bytes;
-            (ipg_start.max(offset), (ipg_start + ipg_bytes).min(end))
-        };
         self.for_each_verified_stripe(
             offset / stripe_bytes,
             (end - 1) / stripe_bytes,
-            |stripe, ipg, image| {
-                let (from, to) = logical(stripe, ipg);
-                let stripe_start = stripe * stripe_bytes;
-                for logical_offset in (from..to).step_by(BLOCK_BYTES) {
-                    let at = (logical_offset - offset) as usize;
-                    let logical_block = ((logical_offset - stripe_start) / BLOCK) as usize;
-                    buf[at..at + BLOCK_BYTES]
-                        .copy_from_slice(block(image, geometry.logical_position(logical_block)));
-                }
-            },
-            |stripe, _, outcome| {
+            |stripe, image, outcome| {
                 report.blocks_repaired += outcome.blocks_repaired;
                 report.check_blocks_repaired += outcome.check_blocks_repaired;
-                for (ipg, _) in outcome.ipg_ok.iter().enumerate().filter(|(_, ok)| !**ok) {
-                    let (from, to) = logical(stripe, ipg);
-                    if from < to {
-                        bad.push(from, to - from);
+                let stripe_start = stripe * stripe_bytes;
+                let from = offset.max(stripe_start);
+                let to = end.min(stripe_start + stripe_bytes);
+                for logical_block in
+                    ((from - stripe_start) / BLOCK) as usize..((to - stripe_start) / BLOCK) as usize
+                {
+                    let logical_offset = stripe_start + logical_block as u64 * BLOCK;
+                    let at = (logical_offset - offset) as usize;
+                    let target = &mut buf[at..at + BLOCK_BYTES];
+                    if outcome.ipg_ok[logical_block / self.geometry.n] {
+                        target.copy_from_slice(block(
+                            image,
+                            self.geometry.logical_position(logical_block),
+                        ));
+                    } else {
+                        target.fill(0);
+                        bad.push(logical_offset, BLOCK);
                     }
                 }
             },
         )?;
-        // Never unverified bytes: what could not be verified reads as zeros.
-        for &(from, len) in &bad.0 {
-            buf[(from - offset) as usize..(from - offset + len) as usize].fill(0);
-        }
         if bad.0.is_empty() {
             Ok(report)
         } else {
@@ -312,7 +302,7 @@ impl IdrDisk {
         for stripe in offset / stripe_bytes..=(end - 1) / stripe_bytes {
             self.read_stripes(stripe, &mut image, &mut unreadable)?;
             let raw = image.clone();
-            let outcome = self.decode_stripe(stripe, &mut image, &unreadable, &mut |_, _| {});
+            let outcome = self.decode_stripe(stripe, &mut image, &unreadable);
             let stripe_start = stripe * stripe_bytes;
             let range = ((offset.max(stripe_start) - stripe_start) / BLOCK) as usize
                 ..((end.min(stripe_start + stripe_bytes) - stripe_start) / BLOCK) as usize;
@@ -348,7 +338,6 @@ impl IdrDisk {
         self.for_each_verified_stripe(
             offset / stripe_bytes,
             (offset + len - 1) / stripe_bytes,
-            |_, _, _| {},
             |stripe, _, outcome| {
                 report.bytes_verified += stripe_bytes;
                 report.stripes_never_written += outcome.never_written as u64;
@@ -399,14 +388,12 @@ impl IdrDisk {
         (BATCH_BYTES_MAX as u64 / self.physical_stripe_bytes()).max(1)
     }
 
-    /// Read, verify and repair stripes `first..=last` in batches. Each iPG is handed to
-    /// `ipg_verified(stripe, ipg, image)` as soon as it is verified (its blocks still in the CPU's cache),
-    /// and each stripe, once decoded and its repairs written back, to `visit`.
+    /// Read, verify and repair stripes `first..=last` in batches, then hand each verified
+    /// image to `visit`.
     fn for_each_verified_stripe(
         &self,
         first: u64,
         last: u64,
-        mut ipg_verified: impl FnMut(u64, usize, &[u8]),
         mut visit: impl FnMut(u64, &[u8], &StripeOutcome),
     ) -> Result<(), IdrError> {
         let physical_blocks = self.geometry.physical_blocks();
@@ -426,9 +413,7 @@ impl IdrDisk {
                 .enumerate()
             {
                 let index = stripe + i as u64;
-                let outcome = self.decode_stripe(index, one_image, one_flags, &mut |ipg, image| {
-                    ipg_verified(index, ipg, image)
-                });
+                let outcome = self.decode_stripe(index, one_image, one_flags);
                 self.write_back(index, one_image, &outcome.dirty)?;
                 visit(index, one_image, &outcome);
             }
@@ -490,16 +475,8 @@ impl IdrDisk {
         Ok(())
     }
 
-    /// Verify one stripe image in memory and repair what the code can, in the image. Each iPG
-    /// whose data is verified (`outcome.ipg_ok`) is handed to `verified(ipg, image)` right after
-    /// its check, before the next iPG is looked at.
-    fn decode_stripe(
-        &self,
-        stripe: u64,
-        image: &mut [u8],
-        unreadable: &[bool],
-        verified: &mut dyn FnMut(usize, &[u8]),
-    ) -> StripeOutcome {
+    /// Verify one stripe image in memory and repair what the code can, in the image.
+    fn decode_stripe(&self, stripe: u64, image: &mut [u8], unreadable: &[bool]) -> StripeOutcome {
         let geometry = self.geometry;
         let mut outcome = StripeOutcome {
             ipg_ok: vec![true; geometry.s],
@@ -534,18 +511,12 @@ impl IdrDisk {
                 && crate::xor::is_zero(image)
             {
                 outcome.never_written = true;
-                for ipg in 0..geometry.s {
-                    verified(ipg, image);
-                }
                 return outcome;
             }
             // Both check blocks lost: fall back to the parity of each iPG.
             for ipg in 0..geometry.s {
                 outcome.ipg_ok[ipg] =
                     self.verify_by_parity_only(image, unreadable, ipg, &mut outcome);
-                if outcome.ipg_ok[ipg] {
-                    verified(ipg, image);
-                }
             }
             if outcome.ipg_ok.iter().all(|&ok| ok) {
                 self.write_check_blocks(stripe, image);
@@ -618,9 +589,6 @@ impl IdrDisk {
                 }
                 rebuilt
             };
-            if outcome.ipg_ok[ipg] {
-                verified(ipg, image);
-            }
         }
         for position in check_positions {
             if block(image, position) != table_block.as_slice() {
@@ -763,7 +731,7 @@ impl IdrDisk {
         let mut unreadable = vec![false; geometry.physical_blocks()];
         self.read_stripes(stripe, &mut image, &mut unreadable)?;
         let raw = image.clone();
-        let outcome = self.decode_stripe(stripe, &mut image, &unreadable, &mut |_, _| {});
+        let outcome = self.decode_stripe(stripe, &mut image, &unreadable);
 
         let stripe_bytes = self.stripe_bytes();
         let stripe_start = stripe * stripe_bytes;
