@@ -77,6 +77,55 @@ def bucket_copies(tmp_path, name, *args):
                           capture_output=True, text=True, timeout=60)
 
 
+class Writers:
+    """Clients writing new keys `NODE/NNNN` of random sizes to `bucket` through each of `names` until stopped:
+    `acknowledged` maps each key whose PUT was answered 200 to its body; a PUT that failed is not acknowledged
+    (allowed, but it must not be half-visible) and is listed in `failed`."""
+
+    def __init__(self, nodes, bucket, names, sizes):
+        self.acknowledged, self.failed = {}, []
+        self.lock, self.stop_event = threading.Lock(), threading.Event()
+        self.threads = [threading.Thread(target=self._write, args=(nodes[n], bucket, n, seed, sizes))
+                        for seed, n in enumerate(names)]
+
+    def _write(self, server, bucket, node, seed, sizes):
+        rng = random.Random(seed)
+        s3 = client(server.endpoint, retries=1)
+        i = 0
+        while not self.stop_event.is_set():
+            key = f"{node}/{i:04d}"
+            body = rng.randbytes(rng.choice(sizes))
+            try:
+                s3.put_object(Bucket=bucket, Key=key, Body=body)
+                with self.lock:
+                    self.acknowledged[key] = body
+            except Exception as e:  # noqa: BLE001 - not acknowledged
+                self.failed.append(f"{key}: {e}")
+                time.sleep(0.2)
+            i += 1
+
+    def start(self, *more):
+        self.threads.extend(more)
+        for t in self.threads:
+            t.start()
+
+    def stop(self):
+        self.stop_event.set()
+        for t in self.threads:
+            t.join(timeout=120)
+
+
+def assert_listed_objects_read_whole(lister, header, getter, bucket, acknowledged):
+    """No half-visible object: every key listed (by `lister`) HEADs (by `header`) and reads whole (by `getter`),
+    and an acknowledged one reads back byte-exact."""
+    listed = [o["Key"] for o in lister.list_objects_v2(Bucket=bucket, MaxKeys=1000).get("Contents", [])]
+    assert set(acknowledged) <= set(listed)
+    for key in listed:
+        size = header.head_object(Bucket=bucket, Key=key)["ContentLength"]
+        got = getter.get_object(Bucket=bucket, Key=key)["Body"].read()
+        assert len(got) == size and (key not in acknowledged or got == acknowledged[key]), key
+
+
 def test_put_is_held_by_k_nodes_survives_a_holder_killed_and_delete_removes_every_copy(pg, tmp_path):
     url = pg.database()
     nodes = start_nodes(tmp_path, url, ["a", "b", "c", "d"], copies=2)
@@ -161,25 +210,9 @@ def test_kill_a_node_while_clients_write_loses_nothing_acknowledged(pg, tmp_path
     nodes = start_nodes(tmp_path, url, ["a", "b", "c", "d"], copies=2)
     try:
         client(nodes["a"].endpoint).create_bucket(Bucket="writes")
-        acknowledged = {}
-        lock = threading.Lock()
-        stop = threading.Event()
-        errors = []
-
-        def writer(node, seed):
-            rng = random.Random(seed)
-            s3 = client(nodes[node].endpoint, retries=1)
-            i = 0
-            while not stop.is_set():
-                key = f"{node}/{i:04d}"
-                body = rng.randbytes(rng.choice([64 * 1024, 700 * 1024, 2 * MIB + 5]))
-                try:
-                    s3.put_object(Bucket="writes", Key=key, Body=body)
-                    with lock:
-                        acknowledged[key] = body
-                except ClientError as e:  # not acknowledged: allowed, must not be half-visible
-                    errors.append(str(e))
-                i += 1
+        writers = Writers(nodes, "writes", "abc", [64 * 1024, 700 * 1024, 2 * MIB + 5])
+        acknowledged, lock, stop = writers.acknowledged, writers.lock, writers.stop_event
+        errors = writers.failed
 
         def big_writer():
             # Large objects whose copy goes to d (the node a's direct-hop tree prefers for the key): d is
@@ -199,10 +232,7 @@ def test_kill_a_node_while_clients_write_loses_nothing_acknowledged(pg, tmp_path
                 except ClientError as e:
                     errors.append(str(e))
 
-        threads = [threading.Thread(target=writer, args=(n, k)) for k, n in enumerate("abc")]
-        threads.append(threading.Thread(target=big_writer))
-        for t in threads:
-            t.start()
+        writers.start(threading.Thread(target=big_writer))
         wait_for("a few writes", lambda: len(acknowledged) >= 15, timeout_s=60)
         # Kill d while a copy is arriving there (d gets no client writes: a file in its cache's tmp is a copy).
         receiving = wait_for("a copy arriving at d",
@@ -212,9 +242,7 @@ def test_kill_a_node_while_clients_write_loses_nothing_acknowledged(pg, tmp_path
         assert receiving
         killed_at = len(acknowledged)
         time.sleep(4)  # d still counts as up for the first 3 s: copies to it fail and go elsewhere
-        stop.set()
-        for t in threads:
-            t.join(timeout=120)
+        writers.stop()
         assert len(acknowledged) > killed_at, "no write was acknowledged after the kill"
         nodes["d"].start()
         wait_for("d shown up", lambda: health(tmp_path / "a")["d"] == "up")
@@ -226,12 +254,7 @@ def test_kill_a_node_while_clients_write_loses_nothing_acknowledged(pg, tmp_path
             for n in held:
                 assert s3[n].get_object(Bucket="writes", Key=key)["Body"].read() == body, (key, n)
         # No half-visible object: everything listed (on any node) can be read, from any node.
-        listed = [o["Key"] for o in s3["d"].list_objects_v2(Bucket="writes", MaxKeys=1000).get("Contents", [])]
-        assert set(acknowledged) <= set(listed)
-        for key in listed:
-            size = s3["b"].head_object(Bucket="writes", Key=key)["ContentLength"]
-            got = s3["c"].get_object(Bucket="writes", Key=key)["Body"].read()
-            assert len(got) == size and (key not in acknowledged or got == acknowledged[key]), key
+        assert_listed_objects_read_whole(s3["d"], s3["b"], s3["c"], "writes", acknowledged)
     finally:
         stop.set()
         stop_all(nodes)
@@ -274,39 +297,16 @@ def test_the_database_killed_while_clients_write_loses_nothing_acknowledged(pg, 
     nodes = start_nodes(tmp_path, url, ["a", "b", "c"], copies=2)
     try:
         client(nodes["a"].endpoint).create_bucket(Bucket="outage")
-        acknowledged = {}
-        failed = []
-        lock = threading.Lock()
-        stop = threading.Event()
-
-        def writer(node, seed):
-            rng = random.Random(seed)
-            s3 = client(nodes[node].endpoint, retries=1)
-            i = 0
-            while not stop.is_set():
-                key = f"{node}/{i:04d}"
-                body = rng.randbytes(rng.choice([16 * 1024, 300 * 1024, MIB + 5]))
-                try:
-                    s3.put_object(Bucket="outage", Key=key, Body=body)
-                    with lock:
-                        acknowledged[key] = body
-                except Exception as e:  # noqa: BLE001 - not acknowledged: allowed, must not be half-visible
-                    failed.append(f"{key}: {e}")
-                    time.sleep(0.2)
-                i += 1
-
-        threads = [threading.Thread(target=writer, args=(n, k)) for k, n in enumerate("abc")]
-        for t in threads:
-            t.start()
+        writers = Writers(nodes, "outage", "abc", [16 * 1024, 300 * 1024, MIB + 5])
+        acknowledged, failed, stop = writers.acknowledged, writers.failed, writers.stop_event
+        writers.start()
         wait_for("a few writes", lambda: len(acknowledged) >= 15, timeout_s=60)
         pg.kill()
         killed_at = len(acknowledged)
         wait_for("writes failing while the database is away", lambda: len(failed) >= 3, timeout_s=30)
         pg.start()
         wait_for("writes acknowledged again", lambda: len(acknowledged) >= killed_at + 15, timeout_s=90)
-        stop.set()
-        for t in threads:
-            t.join(timeout=120)
+        writers.stop()
         for n in nodes:
             wait_for(f"{n} shown up", lambda: health(tmp_path / "a")[n] == "up", timeout_s=30)
 
@@ -316,12 +316,8 @@ def test_the_database_killed_while_clients_write_loses_nothing_acknowledged(pg, 
             assert len(held) >= 2, (key, held)
             for n in nodes:  # holders serve their own copy, the others forward
                 assert s3[n].get_object(Bucket="outage", Key=key)["Body"].read() == body, (key, n)
-        listed = [o["Key"] for o in s3["b"].list_objects_v2(Bucket="outage", MaxKeys=1000).get("Contents", [])]
-        assert set(acknowledged) <= set(listed)
-        for key in listed:  # also the writes that failed after their local commit: whole, or not listed
-            size = s3["c"].head_object(Bucket="outage", Key=key)["ContentLength"]
-            got = s3["a"].get_object(Bucket="outage", Key=key)["Body"].read()
-            assert len(got) == size and (key not in acknowledged or got == acknowledged[key]), key
+        # Also the writes that failed after their local commit: whole, or not listed.
+        assert_listed_objects_read_whole(s3["b"], s3["c"], s3["a"], "outage", acknowledged)
     finally:
         stop.set()
         stop_all(nodes)
