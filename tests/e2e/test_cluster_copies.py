@@ -2,7 +2,9 @@
 node is held by k nodes, each copy the same object (ETag, last modified, content type, metadata) and byte-exact
 from its own store; a holder killed with SIGKILL leaves the object readable from another; a node killed while
 clients write loses no acknowledged object and leaves no half-visible one; DELETE removes every copy, also with
-a holder down at the time; a node that was down catches up the copies it missed.
+a holder down at the time; DeleteObjects likewise; a node that was down catches up the copies it missed; a node
+lost for `lost_after_ms` has its copies made again and brings nothing back; versioning and copies > 1 are refused
+together.
 
 Real processes and the throwaway PostgreSQL of scripts/pg-cluster.sh (the `pg` fixture of
 test_cluster_nodes.py; skipped with the reason when not root or without PostgreSQL).
@@ -49,6 +51,12 @@ def holders(pg, url, bucket, key):
     return psql(pg, url, "SELECT n.name FROM permafrost_cluster.objects o JOIN permafrost_cluster.nodes n "
                          f"ON n.node_id = o.node_id WHERE o.bucket = '{bucket}' "
                          f"AND o.key = convert_to('{key}', 'UTF8') ORDER BY n.name")
+
+
+def stored(pg, url, node, bucket):
+    """The keys node `node`'s own store catalog holds in `bucket` (its schema pf_node_<node>), by key."""
+    return psql(pg, url, f"SELECT convert_from(key, 'UTF8') FROM pf_node_{node}.objects "
+                         f"WHERE bucket = '{bucket}' ORDER BY key")
 
 
 def fnv1a(data: bytes) -> int:
@@ -177,6 +185,36 @@ def test_put_is_held_by_k_nodes_survives_a_holder_killed_and_delete_removes_ever
         wait_for("tombstones applied",
                  lambda: psql(pg, url, "SELECT count(*) FROM permafrost_cluster.tombstones") == ["0"])
 
+        # DeleteObjects removes every copy as DELETE does: gone from the directory, every node's answer and
+        # listing, and (once the tombstones are applied) every node's own store.
+        for i in range(4):
+            s3["b"].put_object(Bucket="two", Key=f"many/{i}", Body=os.urandom(100_000 + i))
+        assert all(len(holders(pg, url, "two", f"many/{i}")) == 2 for i in range(4))
+        answer = s3["c"].delete_objects(Bucket="two", Delete={"Objects": [{"Key": f"many/{i}"} for i in range(4)]})
+        assert sorted(d["Key"] for d in answer["Deleted"]) == [f"many/{i}" for i in range(4)]
+        assert not answer.get("Errors"), answer
+        for i in range(4):
+            assert holders(pg, url, "two", f"many/{i}") == []
+        wait_for("tombstones applied",
+                 lambda: psql(pg, url, "SELECT count(*) FROM permafrost_cluster.tombstones") == ["0"])
+        for n in nodes:
+            assert not [k for k in stored(pg, url, n, "two") if k.startswith("many/")], n
+            assert error_of(lambda: s3[n].head_object(Bucket="two", Key="many/0"))["Error"]["Code"] == "404"
+            listed = [o["Key"] for o in s3[n].list_objects_v2(Bucket="two").get("Contents", [])]
+            assert sorted(listed) == ["multi.bin", "single.bin"], (n, listed)
+
+        # Versioning and copies > 1 are refused together, both ways, with the reason.
+        e = error_of(lambda: s3["a"].put_bucket_versioning(Bucket="two",
+                                                          VersioningConfiguration={"Status": "Enabled"}))
+        assert e["Error"]["Code"] == "InvalidRequest" and "copies do not cover versioned" in e["Error"]["Message"]
+        assert e["ResponseMetadata"]["HTTPStatusCode"] == 400
+        s3["a"].create_bucket(Bucket="versioned")
+        assert bucket_copies(tmp_path, "versioned", "--copies", "1").returncode == 0
+        s3["a"].put_bucket_versioning(Bucket="versioned", VersioningConfiguration={"Status": "Enabled"})
+        r = bucket_copies(tmp_path, "versioned", "--copies", "2")
+        assert r.returncode != 0 and "versioning is on for it (on node(s) a)" in r.stderr, r.stderr
+        assert "copies = 1" in bucket_copies(tmp_path, "versioned").stdout
+
         # kill -9 of the other holder of single.bin: every node still reads it byte-exact (failover), at once
         # (the dead holder still counts as up) and after it shows down.
         other = next(n for n in holders(pg, url, "two", "single.bin") if n != "a")
@@ -276,6 +314,56 @@ def test_a_node_that_was_down_catches_up_the_copies_it_missed(pg, tmp_path):
         wait_for("c holds its copy", lambda: holders(pg, url, "catch", "late") == ["a", "b", "c"], timeout_s=30)
         assert client(nodes["c"].endpoint).get_object(Bucket="catch", Key="late")["Body"].read() == body
         assert psql(pg, url, "SELECT count(*) FROM permafrost_cluster.under_replicated") == ["0"]
+    finally:
+        stop_all(nodes)
+
+
+def test_a_lost_node_s_copies_are_made_again_and_it_brings_nothing_back(pg, tmp_path):
+    """A holder killed with SIGKILL for longer than lost_after_ms: its objects get their second copy back on
+    the spare node; when it restarts it drops its stale copies (tombstones) and does not bring back an object
+    deleted while it was away."""
+    url = pg.database()
+    nodes = {}
+    for name in "abc":
+        nodes[name] = Server(tmp_path / name, config=node_config(url, "copies", name,
+                                                                 "copies = 2\nlost_after_ms = 5000\n"))
+        nodes[name].start()
+    try:
+        s3 = {n: client(nodes[n].endpoint) for n in nodes}
+        s3["a"].create_bucket(Bucket="lost")
+        # Keys whose copy goes from a to c (a's direct-hop tree prefers c for them), and one that goes to b.
+        keys = [k for k in (f"k{i}" for i in range(40)) if preferred(f"lost/{k}", "bc") == "c"][:3]
+        other = next(k for k in (f"k{i}" for i in range(40)) if preferred(f"lost/{k}", "bc") == "b")
+        bodies = {k: os.urandom(300_000 + i) for i, k in enumerate(keys + [other])}
+        for k, body in bodies.items():
+            s3["a"].put_object(Bucket="lost", Key=k, Body=body)
+        assert all(holders(pg, url, "lost", k) == ["a", "c"] for k in keys)
+        assert holders(pg, url, "lost", other) == ["a", "b"]
+        nodes["c"].kill()
+        # Down after 3 s, lost after 5 s: the catch-up makes the second copies on b.
+        for k in keys:
+            wait_for(f"{k} copied again", lambda: holders(pg, url, "lost", k) == ["a", "b"], timeout_s=30)
+        assert psql(pg, url, "SELECT count(*) FROM permafrost_cluster.under_replicated") == ["0"]
+        for k in keys:
+            assert s3["b"].get_object(Bucket="lost", Key=k)["Body"].read() == bodies[k]
+        assert sorted(stored(pg, url, "b", "lost")) == sorted(bodies)
+        # Deleted while c is away; c still holds a copy of it in its store.
+        s3["b"].delete_object(Bucket="lost", Key=keys[0])
+        assert keys[0] in stored(pg, url, "c", "lost")
+        nodes["c"].start()
+        wait_for("c shown up", lambda: health(tmp_path / "a")["c"] == "up")
+        wait_for("c applied its tombstones",
+                 lambda: psql(pg, url, "SELECT count(*) FROM permafrost_cluster.tombstones") == ["0"])
+        assert stored(pg, url, "c", "lost") == []
+        assert holders(pg, url, "lost", keys[0]) == []
+        for k in keys[1:]:
+            assert holders(pg, url, "lost", k) == ["a", "b"]
+        for n in nodes:
+            assert error_of(lambda: s3[n].get_object(Bucket="lost", Key=keys[0]))["Error"]["Code"] == "NoSuchKey"
+            listed = [o["Key"] for o in s3[n].list_objects_v2(Bucket="lost").get("Contents", [])]
+            assert sorted(listed) == sorted(keys[1:] + [other]), (n, listed)
+            for k in keys[1:] + [other]:
+                assert s3[n].get_object(Bucket="lost", Key=k)["Body"].read() == bodies[k], (n, k)
     finally:
         stop_all(nodes)
 

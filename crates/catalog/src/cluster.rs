@@ -752,6 +752,15 @@ pub struct Tombstone {
     pub last_modified_ms: u64,
 }
 
+/// A copy of a lost node that [`ClusterDb::retire_lost`] retired.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Retired {
+    /// The lost node.
+    pub node: String,
+    pub bucket: String,
+    pub key: String,
+}
+
 /// An object written with fewer copies than wanted.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UnderReplicated {
@@ -963,6 +972,176 @@ impl ClusterDb {
                 .map_err(sql_err)?;
             }
             Ok(())
+        })
+    }
+
+    /// Retire up to `limit` copies held by lost nodes (last heartbeat older than `lost_after_ms`, database
+    /// clock) whose version another node that is not lost still holds: in one transaction, each such row goes,
+    /// its node gets a [`Tombstone`] for that version (so it deletes the copy if it ever comes back, instead of
+    /// republishing it), and the object is recorded as under-replicated (`wanted` = the holders it had, `held` =
+    /// those left), so the catch-up makes a new copy on a node that holds none. Copies that no other live node
+    /// holds stay (nothing to copy from: the object waits for its node). Returns what was retired, by node,
+    /// bucket and key.
+    pub fn retire_lost(&self, lost_after_ms: u64, limit: usize) -> Result<Vec<Retired>> {
+        let lost_after = i64::try_from(lost_after_ms).unwrap_or(i64::MAX);
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        self.write(|c| {
+            let mut st = c
+                .prepare_cached(&format!(
+                    "SELECT o.node_id, n.name, o.bucket, o.key, o.etag, o.last_modified_ms \
+                     FROM permafrost_cluster.objects o JOIN permafrost_cluster.nodes n ON n.node_id = o.node_id \
+                     WHERE {NOW_MS} - n.heartbeat_ms > ?1 AND EXISTS (\
+                       SELECT 1 FROM permafrost_cluster.objects o2 \
+                       JOIN permafrost_cluster.nodes n2 ON n2.node_id = o2.node_id \
+                       WHERE o2.bucket = o.bucket AND o2.key = o.key AND o2.etag = o.etag \
+                       AND o2.last_modified_ms = o.last_modified_ms AND {NOW_MS} - n2.heartbeat_ms <= ?1) \
+                     ORDER BY o.bucket, o.key, n.name LIMIT ?2"
+                ))
+                .map_err(sql_err)?;
+            let rows: Vec<(i64, String, String, Vec<u8>, String, i64)> = st
+                .query_map(params![lost_after, limit], |r| {
+                    Ok((
+                        r.get(0)?,
+                        r.get(1)?,
+                        r.get(2)?,
+                        r.get(3)?,
+                        r.get(4)?,
+                        r.get(5)?,
+                    ))
+                })
+                .map_err(sql_err)?
+                .collect::<sql::Result<_>>()
+                .map_err(sql_err)?;
+            let mut retired = Vec::with_capacity(rows.len());
+            for (node_id, name, bucket, key, etag, lm) in rows {
+                c.execute(
+                    "INSERT INTO permafrost_cluster.tombstones (node_id, bucket, key, etag, last_modified_ms) \
+                     VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT (node_id, bucket, key) DO UPDATE SET \
+                     etag = excluded.etag, last_modified_ms = GREATEST(permafrost_cluster.tombstones.last_modified_ms, \
+                     excluded.last_modified_ms)",
+                    params![node_id, bucket, key, etag, lm],
+                )
+                .map_err(sql_err)?;
+                c.execute(
+                    "DELETE FROM permafrost_cluster.objects WHERE bucket = ?1 AND key = ?2 AND node_id = ?3",
+                    params![bucket, key, node_id],
+                )
+                .map_err(sql_err)?;
+                let held: i64 = c
+                    .query_row(
+                        "SELECT count(*) FROM permafrost_cluster.objects WHERE bucket = ?1 AND key = ?2 \
+                         AND etag = ?3 AND last_modified_ms = ?4",
+                        params![bucket, key, etag, lm],
+                        |r| r.get(0),
+                    )
+                    .map_err(sql_err)?;
+                c.execute(
+                    "DELETE FROM permafrost_cluster.under_replicated WHERE bucket = ?1 AND key = ?2 \
+                     AND last_modified_ms < ?3",
+                    params![bucket, key, lm],
+                )
+                .map_err(sql_err)?;
+                c.execute(
+                    "INSERT INTO permafrost_cluster.under_replicated (bucket, key, etag, last_modified_ms, wanted, \
+                     held) VALUES (?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT (bucket, key) DO NOTHING",
+                    params![bucket, key, etag, lm, held + 1, held],
+                )
+                .map_err(sql_err)?;
+                retired.push(Retired {
+                    node: name,
+                    bucket,
+                    key: String::from_utf8_lossy(&key).into_owned(),
+                });
+            }
+            Ok(retired)
+        })
+    }
+
+    /// Publish a copy `node_id` just stored (the relay's sink, after its local commit) — unless the version is
+    /// gone meanwhile: a DELETE committed while the copy was on its way (no other node holds that version any
+    /// more: the sender published it before sending, so only a delete removes every row of it), this node has
+    /// a tombstone for it, or a newer version is in the directory. One transaction: a DELETE is ordered either
+    /// before it (the copy is refused: `false`, the caller deletes it) or after it (the row it publishes gets
+    /// its tombstone like every other holder's).
+    pub fn publish_copy(&self, node_id: i64, entry: &DirEntry) -> Result<bool> {
+        self.write(|c| {
+            let key = entry.key.as_bytes();
+            let lm = entry.last_modified_ms as i64;
+            let tombstone: Option<i64> = c
+                .query_row(
+                    "SELECT 1 FROM permafrost_cluster.tombstones WHERE node_id = ?1 AND bucket = ?2 \
+                     AND key = ?3 AND last_modified_ms >= ?4",
+                    params![node_id, entry.bucket, key, lm],
+                    |r| r.get(0),
+                )
+                .optional()
+                .map_err(sql_err)?;
+            let origin: Option<i64> = c
+                .query_row(
+                    "SELECT 1 FROM permafrost_cluster.objects WHERE bucket = ?1 AND key = ?2 AND node_id <> ?3 \
+                     AND etag = ?4 AND last_modified_ms = ?5 LIMIT 1",
+                    params![entry.bucket, key, node_id, entry.etag, lm],
+                    |r| r.get(0),
+                )
+                .optional()
+                .map_err(sql_err)?;
+            let newer: Option<i64> = c
+                .query_row(
+                    "SELECT 1 FROM permafrost_cluster.objects WHERE bucket = ?1 AND key = ?2 \
+                     AND last_modified_ms > ?3 LIMIT 1",
+                    params![entry.bucket, key, lm],
+                    |r| r.get(0),
+                )
+                .optional()
+                .map_err(sql_err)?;
+            if tombstone.is_some() || origin.is_none() || newer.is_some() {
+                return Ok(false);
+            }
+            publish_in(c, node_id, entry)?;
+            Ok(true)
+        })
+    }
+
+    /// The nodes whose own store has versioning on (enabled or suspended) for `bucket`, by name: each node's
+    /// store catalog (schema `pf_node_<name>`) keeps its buckets' settings. Copies do not cover versions
+    /// (`docs/cluster.md` "Copies"), so `copies > 1` is refused for them.
+    pub fn versioned_on(&self, bucket: &str) -> Result<Vec<String>> {
+        let names: Vec<String> = self.nodes()?.into_iter().map(|n| n.name).collect();
+        self.read(|c| {
+            let mut on = Vec::new();
+            for name in &names {
+                if !valid_node_name(name) {
+                    continue;
+                }
+                let schema = node_schema(name);
+                let has_table: Option<i64> = c
+                    .query_row(
+                        "SELECT 1 FROM information_schema.tables WHERE table_schema = ?1 \
+                         AND table_name = 'buckets'",
+                        params![schema],
+                        |r| r.get(0),
+                    )
+                    .optional()
+                    .map_err(sql_err)?;
+                if has_table.is_none() {
+                    continue;
+                }
+                let archive: Option<String> = c
+                    .query_row(
+                        &format!("SELECT archive FROM {schema}.buckets WHERE name = ?1"),
+                        params![bucket],
+                        |r| r.get(0),
+                    )
+                    .optional()
+                    .map_err(sql_err)?;
+                let versioned = archive
+                    .and_then(|a| serde_json::from_str::<crate::BucketArchive>(&a).ok())
+                    .is_some_and(|a| a.versioning != crate::Versioning::Unversioned);
+                if versioned {
+                    on.push(name.clone());
+                }
+            }
+            Ok(on)
         })
     }
 

@@ -225,3 +225,66 @@ fn copies_delete_everywhere_leaves_tombstones_and_under_replication_is_recorded(
     db.record_copies(&newer, 2, 2).unwrap();
     assert!(db.under_replicated().unwrap().is_empty());
 }
+
+#[test]
+fn a_lost_node_s_copies_are_retired_and_a_copy_of_a_deleted_version_is_not_published() {
+    let Some(url) = common::fresh_database("cl") else {
+        return;
+    };
+    let db = ClusterDb::connect(&url, 200).unwrap();
+    let id = db.cluster("c").unwrap();
+    let [a, b, c] = ["a", "b", "c"].map(|n| {
+        db.join(&id, n, &format!("i{n}"), "127.0.0.1:1", 1, 0)
+            .unwrap()
+            .node_id
+    });
+    db.add_bucket("bk").unwrap();
+    let x = entry("bk", "x", "e1", 100);
+    let only_c = entry("bk", "y", "e2", 100);
+    db.publish(a, &x).unwrap();
+    db.publish(c, &x).unwrap();
+    db.publish(c, &only_c).unwrap();
+    // Nobody is lost yet.
+    assert!(db.retire_lost(500, 10).unwrap().is_empty());
+    // c stops beating; a and b go on.
+    std::thread::sleep(std::time::Duration::from_millis(700));
+    db.heartbeat(a, 1, 0).unwrap();
+    db.heartbeat(b, 1, 0).unwrap();
+    let retired = db.retire_lost(500, 10).unwrap();
+    assert_eq!(retired.len(), 1, "{retired:?}");
+    assert_eq!(
+        (retired[0].node.as_str(), retired[0].key.as_str()),
+        ("c", "x")
+    );
+    // x: c's row gone, c's tombstone left, x recorded as short of one copy; y (no other holder) stays on c.
+    let held: Vec<String> = db
+        .holders("bk", "x")
+        .unwrap()
+        .into_iter()
+        .map(|(n, _)| n.name)
+        .collect();
+    assert_eq!(held, ["a"]);
+    assert_eq!(db.tombstone(c, "bk", "x").unwrap().unwrap().etag, "e1");
+    let u = db.under_replicated().unwrap();
+    assert_eq!(
+        (u.len(), u[0].key.as_str(), u[0].wanted, u[0].held),
+        (1, "x", 2, 1)
+    );
+    assert_eq!(db.holders("bk", "y").unwrap().len(), 1);
+    assert!(db.retire_lost(500, 10).unwrap().is_empty(), "done once");
+    // A copy arriving at b while a still holds the version: published.
+    assert!(db.publish_copy(b, &x).unwrap());
+    // A copy of a version no other node holds any more (deleted while on its way): refused, no row.
+    let mut others = db.delete_everywhere(a, "bk", "x").unwrap();
+    others.sort();
+    assert_eq!(others, ["b"]);
+    assert!(!db.publish_copy(b, &x).unwrap());
+    assert!(db.holders("bk", "x").unwrap().is_empty());
+    // A copy for a node with a tombstone of that version: refused although the origin still holds it.
+    db.publish(a, &x).unwrap();
+    assert!(!db.publish_copy(c, &x).unwrap());
+    // A copy older than what the directory holds: refused.
+    db.publish(a, &entry("bk", "x", "e3", 300)).unwrap();
+    assert!(!db.publish_copy(b, &x).unwrap());
+    assert_eq!(db.holders("bk", "x").unwrap().len(), 1);
+}

@@ -594,6 +594,7 @@ pub fn start(store: &Arc<Store>, m: &Membership) -> Result<(Arc<ClusterNode>, He
         node_name: m.section.node.clone(),
         replication: permafrost_s3::Replication {
             copies: m.section.copies,
+            lost_after_ms: m.section.lost_after_ms,
             topology: m.topology.clone(),
             relays: m.section.relays.clone(),
             ..Default::default()
@@ -1009,6 +1010,21 @@ fn run_bucket(args: BucketArgs) -> Result<()> {
         }
     };
     if let Some(copies) = wanted {
+        let effective = copies.unwrap_or(section.copies);
+        if effective > 1 {
+            // Copies do not cover versions (docs/cluster.md "Copies"): refused rather than half done.
+            let on = db
+                .versioned_on(&args.name)
+                .map_err(|e| anyhow::anyhow!("{e}"))?;
+            if !on.is_empty() {
+                bail!(
+                    "bucket {}: copies = {effective} refused: versioning is on for it (on node(s) {}), and copies \
+                     do not cover versioned buckets yet",
+                    args.name,
+                    on.join(", ")
+                );
+            }
+        }
         db.set_bucket_copies(&args.name, copies)
             .map_err(|e| anyhow::anyhow!("{e}"))?;
     }

@@ -72,6 +72,8 @@ pub struct Replication {
     pub relays: BTreeMap<String, String>,
     /// The root sender's counters.
     pub stats: Arc<NodeStats>,
+    /// `[cluster] lost_after_ms`: a node silent this long is lost; its copies are made again elsewhere.
+    pub lost_after_ms: u64,
 }
 
 impl Default for Replication {
@@ -81,12 +83,16 @@ impl Default for Replication {
             topology: None,
             relays: BTreeMap::new(),
             stats: Arc::new(NodeStats::default()),
+            lost_after_ms: 600_000,
         }
     }
 }
 
 /// Piece size of a copy on the wire.
 pub const COPY_PIECE_BYTES: u32 = 1 << 20;
+
+/// Most copies of lost nodes one catch-up pass retires (each then needs a new copy): bounds a pass's work.
+pub const LOST_COPIES_PER_PASS: usize = 256;
 
 /// Where a GET or HEAD of the current version is answered.
 pub(crate) enum Route {
@@ -320,6 +326,26 @@ impl ClusterNode {
         }
     }
 
+    /// PutBucketVersioning on a bucket with `copies > 1` is refused (`400 InvalidRequest`): copies do not
+    /// cover versions (a copy would become a new version on its holder, delete markers would not be copied).
+    pub(crate) async fn refuse_versioning_with_copies(
+        self: &Arc<Self>,
+        bucket: &str,
+    ) -> S3Result<()> {
+        let (me, name) = (Arc::clone(self), bucket.to_owned());
+        let copies = blocking(move || me.copies_for(&name)).await?;
+        if copies > 1 {
+            return Err(S3Error::with_message(
+                S3ErrorCode::InvalidRequest,
+                format!(
+                    "bucket {bucket} has copies = {copies} across the cluster's nodes, and copies do not cover \
+                     versioned buckets yet; set `permafrost cluster bucket {bucket} --copies 1` first"
+                ),
+            ));
+        }
+        Ok(())
+    }
+
     /// The copies of `bucket`: its own setting, else the cluster default.
     pub fn copies_for(&self, bucket: &str) -> Result<u32, CatalogError> {
         Ok(self
@@ -549,6 +575,7 @@ impl ClusterNode {
     /// holders that are up this node comes first by name (one node does it), make the missing copies. Objects
     /// whose recorded version no node holds any more are dropped from the record. Returns the copies made.
     pub fn catch_up(&self, store: &Store) -> Result<usize, CatalogError> {
+        self.retire_lost()?;
         let mut made = 0;
         for x in self.db.under_replicated()? {
             let holders = self.db.holders(&x.bucket, &x.key)?;
@@ -577,6 +604,41 @@ impl ClusterNode {
             made += held.saturating_sub(of_version.len());
         }
         Ok(made)
+    }
+}
+
+impl ClusterNode {
+    /// Re-replication after the timeout: the copies of nodes lost for `lost_after_ms` whose version a live node
+    /// still holds are retired (their rows go, their nodes get tombstones) and recorded as under-replicated, at
+    /// most [`LOST_COPIES_PER_PASS`] per pass; the catch-up that follows makes the new copies. One log line per
+    /// pass that retired any. Returns the copies retired.
+    fn retire_lost(&self) -> Result<usize, CatalogError> {
+        let retired = self
+            .db
+            .retire_lost(self.replication.lost_after_ms, LOST_COPIES_PER_PASS)?;
+        if !retired.is_empty() {
+            let mut by_node: BTreeMap<&str, usize> = BTreeMap::new();
+            for r in &retired {
+                *by_node.entry(r.node.as_str()).or_default() += 1;
+            }
+            tracing::warn!(
+                "cluster: lost node(s) (no heartbeat for {:.0} s): retired {} of their copies ({}); tombstones left, \
+                 new copies follow{}",
+                self.replication.lost_after_ms as f64 / 1000.0,
+                retired.len(),
+                by_node
+                    .iter()
+                    .map(|(n, c)| format!("{n}: {c}"))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                if retired.len() == LOST_COPIES_PER_PASS {
+                    " (more next pass)"
+                } else {
+                    ""
+                }
+            );
+        }
+        Ok(retired.len())
     }
 }
 
@@ -718,6 +780,7 @@ pub fn copy_sink(
             .map_err(|e| std::io::Error::other(e.to_string()))?;
         Ok(Box::new(CopySink {
             handle,
+            store,
             meta,
             node: Arc::clone(&node),
             started: Instant::now(),
@@ -727,6 +790,7 @@ pub fn copy_sink(
 
 struct CopySink {
     handle: PutHandle,
+    store: Arc<Store>,
     meta: ObjectMeta,
     node: Arc<ClusterNode>,
     started: Instant,
@@ -742,6 +806,7 @@ impl Sink for CopySink {
     fn finish(self: Box<Self>) -> std::io::Result<()> {
         let CopySink {
             handle,
+            store,
             meta,
             node,
             started,
@@ -757,9 +822,33 @@ impl Sink for CopySink {
             last_modified_ms: info.last_modified_ms,
             content_type: info.content_type,
         };
-        node.db
-            .publish(node.node_id, &entry)
+        let published = node
+            .db
+            .publish_copy(node.node_id, &entry)
             .map_err(|e| std::io::Error::other(e.to_string()))?;
+        if !published {
+            // Deleted (or replaced) while the copy was on its way: the copy must not survive here.
+            let gone = permafrost_catalog::cluster::Tombstone {
+                bucket: entry.bucket.clone(),
+                key: entry.key.clone(),
+                etag: entry.etag.clone(),
+                last_modified_ms: entry.last_modified_ms,
+            };
+            let why = match apply_tombstone(&store, &gone) {
+                Ok(_) => "dropped it".to_owned(),
+                Err(e) => format!("dropping it failed: {e}"),
+            };
+            tracing::info!(
+                "cluster: the copy of {}/{} (etag {}) arrived after a DELETE or a newer version of it; {why}",
+                entry.bucket,
+                entry.key,
+                entry.etag
+            );
+            return Err(std::io::Error::other(format!(
+                "{}/{} was deleted or replaced while its copy arrived; the copy was dropped",
+                entry.bucket, entry.key
+            )));
+        }
         tracing::info!(
             "cluster: stored the copy of {}/{} ({} bytes, etag {}) in {:.3} s",
             entry.bucket,

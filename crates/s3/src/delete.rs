@@ -1,7 +1,8 @@
 //! DeleteObject and DeleteObjects: catalog only (the content is collected after the grace period once no
 //! version references it). Without a version id the current version goes (in versioned buckets a delete marker
 //! is added instead); with one, that version, if Object Lock allows (`x-amz-bypass-governance-retention`
-//! lifts GOVERNANCE retention only). Deleting a missing key succeeds, as in S3.
+//! lifts GOVERNANCE retention only). Deleting a missing key succeeds, as in S3. In a cluster, DeleteObjects
+//! deletes each key everywhere as DELETE does (`docs/cluster.md` "Copies").
 
 use std::sync::Arc;
 
@@ -10,6 +11,7 @@ use s3s::dto::*;
 use s3s::{S3Request, S3Response, S3Result};
 
 use crate::bridge::blocking;
+use crate::cluster::ClusterNode;
 
 /// Most keys one DeleteObjects request may name (S3's limit).
 const DELETE_KEYS_MAX: usize = 1000;
@@ -42,8 +44,13 @@ pub(crate) async fn delete_object(
     }))
 }
 
+/// In a cluster (`cluster`), each key whose current version was deleted is deleted everywhere, as DELETE does
+/// (`ClusterNode::delete_everywhere`): every holder's row goes and each other holder gets a tombstone, in one
+/// directory transaction per key; a key whose directory update fails is reported as that key's error
+/// (`ServiceUnavailable`), the others still go.
 pub(crate) async fn delete_objects(
     store: &Arc<Store>,
+    cluster: Option<&Arc<ClusterNode>>,
     req: S3Request<DeleteObjectsInput>,
 ) -> S3Result<S3Response<DeleteObjectsOutput>> {
     let input = req.input;
@@ -62,13 +69,34 @@ pub(crate) async fn delete_objects(
         .map(|o| (o.key, o.version_id))
         .collect();
     let store = Arc::clone(store);
+    let cluster = cluster.cloned();
     let bucket = input.bucket;
     let (deleted, errors) = blocking(move || {
         store.head_bucket(&bucket)?;
         let mut deleted = Vec::new();
         let mut errors = Vec::new();
+        let (mut everywhere, mut tombstones) = (0usize, 0usize);
         for (key, version_id) in keys {
-            match store.delete_version(&bucket, &key, version_id.as_deref(), bypass) {
+            let outcome = store
+                .delete_version(&bucket, &key, version_id.as_deref(), bypass)
+                .map_err(|e| (e.s3_code().to_owned(), e.to_string()));
+            let outcome = match (&cluster, outcome) {
+                (Some(c), Ok(outcome)) if version_id.is_none() => {
+                    match c.db.delete_everywhere(c.node_id, &bucket, &key) {
+                        Ok(others) => {
+                            everywhere += 1;
+                            tombstones += others.len();
+                            Ok(outcome)
+                        }
+                        Err(e) => Err((
+                            "ServiceUnavailable".to_owned(),
+                            format!("the cluster catalog database is unavailable: {e}"),
+                        )),
+                    }
+                }
+                (_, outcome) => outcome,
+            };
+            match outcome {
                 Ok(outcome) => {
                     let marker_created = version_id.is_none() && outcome.delete_marker;
                     deleted.push(DeletedObject {
@@ -86,13 +114,19 @@ pub(crate) async fn delete_objects(
                         },
                     })
                 }
-                Err(e) => errors.push(Error {
-                    code: Some(e.s3_code().to_owned()),
+                Err((code, message)) => errors.push(Error {
+                    code: Some(code),
                     key: Some(key),
-                    message: Some(e.to_string()),
+                    message: Some(message),
                     version_id,
                 }),
             }
+        }
+        if cluster.is_some() && everywhere > 0 {
+            tracing::info!(
+                "cluster: DeleteObjects in {bucket}: {everywhere} key(s) deleted everywhere; {tombstones} tombstone(s) \
+                 for copies on other nodes (each deletes its copy)"
+            );
         }
         Ok((deleted, errors))
     })

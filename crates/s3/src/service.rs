@@ -178,7 +178,7 @@ impl S3 for PermafrostS3 {
         &self,
         req: S3Request<DeleteObjectsInput>,
     ) -> S3Result<S3Response<DeleteObjectsOutput>> {
-        delete::delete_objects(&self.store, req).await
+        delete::delete_objects(&self.store, self.cluster.as_ref(), req).await
     }
 
     async fn copy_object(
@@ -274,6 +274,9 @@ impl S3 for PermafrostS3 {
         &self,
         req: S3Request<PutBucketVersioningInput>,
     ) -> S3Result<S3Response<PutBucketVersioningOutput>> {
+        if let Some(c) = &self.cluster {
+            c.refuse_versioning_with_copies(&req.input.bucket).await?;
+        }
         versioning::put_bucket_versioning(&self.store, req).await
     }
 
