@@ -506,6 +506,18 @@ impl ClusterDb {
     /// Make the directory's rows of `node_id` equal to `held` (what its store holds): rows for objects it no
     /// longer holds go, missing rows are published. Returns (published, removed).
     pub fn reconcile(&self, node_id: i64, held: &[DirEntry]) -> Result<(usize, usize)> {
+        self.reconcile_keys(node_id, held)
+            .map(|(published, removed)| (published, removed.len()))
+    }
+
+    /// [`ClusterDb::reconcile`], returning the (bucket, key) of the rows it removed: `held` is a snapshot of the
+    /// store, so a write committed and published after it had its row removed; the caller checks its store
+    /// again for those keys and publishes what it holds ([`ClusterDb::publish`]).
+    pub fn reconcile_keys(
+        &self,
+        node_id: i64,
+        held: &[DirEntry],
+    ) -> Result<(usize, Vec<(String, String)>)> {
         self.write(|c| {
             let mut st = c
                 .prepare_cached(
@@ -529,13 +541,14 @@ impl ClusterDb {
                     published += 1;
                 }
             }
-            let removed = listed.len();
+            let mut removed = Vec::with_capacity(listed.len());
             for ((bucket, key), _) in listed {
                 c.execute(
                     "DELETE FROM permafrost_cluster.objects WHERE bucket = ?1 AND key = ?2 AND node_id = ?3",
                     params![bucket, key, node_id],
                 )
                 .map_err(sql_err)?;
+                removed.push((bucket, String::from_utf8_lossy(&key).into_owned()));
             }
             Ok((published, removed))
         })
@@ -986,32 +999,51 @@ impl ClusterDb {
         let lost_after = i64::try_from(lost_after_ms).unwrap_or(i64::MAX);
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         self.write(|c| {
+            // The lost nodes first (a small table): the common case, none, costs no scan of the directory.
             let mut st = c
                 .prepare_cached(&format!(
-                    "SELECT o.node_id, n.name, o.bucket, o.key, o.etag, o.last_modified_ms \
-                     FROM permafrost_cluster.objects o JOIN permafrost_cluster.nodes n ON n.node_id = o.node_id \
-                     WHERE {NOW_MS} - n.heartbeat_ms > ?1 AND EXISTS (\
-                       SELECT 1 FROM permafrost_cluster.objects o2 \
-                       JOIN permafrost_cluster.nodes n2 ON n2.node_id = o2.node_id \
-                       WHERE o2.bucket = o.bucket AND o2.key = o.key AND o2.etag = o.etag \
-                       AND o2.last_modified_ms = o.last_modified_ms AND {NOW_MS} - n2.heartbeat_ms <= ?1) \
-                     ORDER BY o.bucket, o.key, n.name LIMIT ?2"
+                    "SELECT node_id, name FROM permafrost_cluster.nodes WHERE {NOW_MS} - heartbeat_ms > ?1 \
+                     ORDER BY name"
                 ))
                 .map_err(sql_err)?;
-            let rows: Vec<(i64, String, String, Vec<u8>, String, i64)> = st
-                .query_map(params![lost_after, limit], |r| {
-                    Ok((
-                        r.get(0)?,
-                        r.get(1)?,
-                        r.get(2)?,
-                        r.get(3)?,
-                        r.get(4)?,
-                        r.get(5)?,
-                    ))
-                })
+            let lost: Vec<(i64, String)> = st
+                .query_map(params![lost_after], |r| Ok((r.get(0)?, r.get(1)?)))
                 .map_err(sql_err)?
                 .collect::<sql::Result<_>>()
                 .map_err(sql_err)?;
+            let mut st = c
+                .prepare_cached(&format!(
+                    "SELECT o.bucket, o.key, o.etag, o.last_modified_ms FROM permafrost_cluster.objects o \
+                     WHERE o.node_id = ?1 AND EXISTS (\
+                       SELECT 1 FROM permafrost_cluster.objects o2 \
+                       JOIN permafrost_cluster.nodes n2 ON n2.node_id = o2.node_id \
+                       WHERE o2.bucket = o.bucket AND o2.key = o.key AND o2.etag = o.etag \
+                       AND o2.last_modified_ms = o.last_modified_ms AND {NOW_MS} - n2.heartbeat_ms <= ?2) \
+                     ORDER BY o.bucket, o.key LIMIT ?3"
+                ))
+                .map_err(sql_err)?;
+            let mut rows: Vec<(i64, String, String, Vec<u8>, String, i64)> = Vec::new();
+            for (node_id, name) in &lost {
+                let left = limit - rows.len() as i64;
+                if left <= 0 {
+                    break;
+                }
+                let of_node = st
+                    .query_map(params![node_id, lost_after, left], |r| {
+                        Ok((
+                            *node_id,
+                            name.clone(),
+                            r.get(0)?,
+                            r.get(1)?,
+                            r.get(2)?,
+                            r.get(3)?,
+                        ))
+                    })
+                    .map_err(sql_err)?
+                    .collect::<sql::Result<Vec<_>>>()
+                    .map_err(sql_err)?;
+                rows.extend(of_node);
+            }
             let mut retired = Vec::with_capacity(rows.len());
             for (node_id, name, bucket, key, etag, lm) in rows {
                 c.execute(

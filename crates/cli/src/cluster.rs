@@ -30,7 +30,8 @@
 //! **While serving**: one thread sends a heartbeat (capacity, bytes used) every `heartbeat_ms`; when a heartbeat
 //! fails (the database went away) the node reconciles its directory rows again once it is back. On each beat
 //! it applies the deletes other nodes left it (tombstones), and every [`CATCH_UP_BEATS`] beats it makes the
-//! missing copies of under-replicated objects it holds (`permafrost_s3::ClusterNode::catch_up`). The node's
+//! missing copies of under-replicated objects it holds (`permafrost_s3::ClusterNode::catch_up`; it first retires
+//! the copies of nodes lost for `lost_after_ms`, so they are made again elsewhere). The node's
 //! relay (`permafrost_relay::serve`, storing copies into this node's store) listens on `relay_address`, which is
 //! published in the nodes table.
 
@@ -535,8 +536,30 @@ pub fn reconcile(store: &Store, db: &ClusterDb, node_id: i64) -> Result<(usize, 
     for bucket in &buckets {
         db.add_bucket(bucket).map_err(|e| anyhow::anyhow!("{e}"))?;
     }
-    db.reconcile(node_id, &entries)
-        .map_err(|e| anyhow::anyhow!("{e}"))
+    let (published, removed) = db
+        .reconcile_keys(node_id, &entries)
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    // A write (or an arriving copy) that committed after the snapshot above and published its row before the
+    // reconcile's transaction lost that row: what the store holds now is published again. (Without this a copy
+    // racing the reconcile leaves an object with fewer rows than holders, and its sender's own row gone makes
+    // the other copies look deleted: `ClusterDb::publish_copy`.)
+    let mut kept = 0;
+    for (bucket, key) in &removed {
+        if let Ok(info) = store.head_object(bucket, key) {
+            let entry = DirEntry {
+                bucket: bucket.clone(),
+                key: key.clone(),
+                size_bytes: info.size_bytes,
+                etag: info.etag,
+                last_modified_ms: info.last_modified_ms,
+                content_type: info.content_type,
+            };
+            db.publish(node_id, &entry)
+                .map_err(|e| anyhow::anyhow!("{e}"))?;
+            kept += 1;
+        }
+    }
+    Ok((published + kept, removed.len() - kept))
 }
 
 /// Delete the copies other nodes' DELETEs left this node tombstones for (the version deleted or an older one; a

@@ -19,7 +19,15 @@
 //!   after every copy to the nodes that could take one is durable. Fewer nodes than `k` (up, or working):
 //!   the write is answered with the copies made and recorded as under-replicated; the catch-up
 //!   ([`ClusterNode::catch_up`], on a holder's heartbeat) makes the missing copies when nodes are back.
-//! - **DELETE** of the current version removes every copy: the local delete, then one directory transaction
+//! - **Lost nodes.** A node silent for `[cluster] lost_after_ms` is lost: each catch-up pass first retires up to
+//!   [`LOST_COPIES_PER_PASS`] of its copies that a live node also holds ([`ClusterDb::retire_lost`]: its row
+//!   goes, it gets a tombstone, the object is recorded as under-replicated), so the catch-up makes new copies
+//!   elsewhere and the node, should it return, drops its stale copies instead of republishing them.
+//! - **A copy racing a DELETE**: the holder publishes a copy only while the version still exists elsewhere
+//!   ([`ClusterDb::publish_copy`], one transaction); else it deletes the copy again and does not acknowledge it.
+//! - Versioning and `copies > 1` exclude each other (PutBucketVersioning answers `400`): copies do not cover
+//!   versions.
+//! - **DELETE** (and each key of DeleteObjects) of the current version removes every copy: the local delete, then one directory transaction
 //!   that removes every holder's row and leaves each other holder a tombstone ([`ClusterDb::delete_everywhere`]);
 //!   a holder deletes its copy when it sees its tombstone — on its next heartbeat when up, at start before
 //!   its reconcile when it was down — so a holder that was down never brings the object back.

@@ -167,6 +167,8 @@ impl S3 for PermafrostS3 {
             req.input.key.clone(),
             req.input.version_id.is_none(),
         );
+        // A node that never had an object of the bucket deletes everywhere too.
+        c.ensure_local_bucket(&self.store, &bucket).await?;
         let answer = delete::delete_object(&self.store, req).await?;
         if current {
             c.delete_everywhere(&bucket, &key).await?;
@@ -178,6 +180,10 @@ impl S3 for PermafrostS3 {
         &self,
         req: S3Request<DeleteObjectsInput>,
     ) -> S3Result<S3Response<DeleteObjectsOutput>> {
+        if let Some(c) = &self.cluster {
+            c.ensure_local_bucket(&self.store, &req.input.bucket)
+                .await?;
+        }
         delete::delete_objects(&self.store, self.cluster.as_ref(), req).await
     }
 
