@@ -208,6 +208,8 @@ def test_put_is_held_by_k_nodes_survives_a_holder_killed_and_delete_removes_ever
                                                           VersioningConfiguration={"Status": "Enabled"}))
         assert e["Error"]["Code"] == "InvalidRequest" and "copies do not cover versioned" in e["Error"]["Message"]
         assert e["ResponseMetadata"]["HTTPStatusCode"] == 400
+        e = error_of(lambda: s3["a"].create_bucket(Bucket="locked", ObjectLockEnabledForBucket=True))
+        assert e["Error"]["Code"] == "InvalidRequest" and "copies = 2" in e["Error"]["Message"], e
         s3["a"].create_bucket(Bucket="versioned")
         assert bucket_copies(tmp_path, "versioned", "--copies", "1").returncode == 0
         s3["a"].put_bucket_versioning(Bucket="versioned", VersioningConfiguration={"Status": "Enabled"})

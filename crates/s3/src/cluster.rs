@@ -334,8 +334,9 @@ impl ClusterNode {
         }
     }
 
-    /// PutBucketVersioning on a bucket with `copies > 1` is refused (`400 InvalidRequest`): copies do not
-    /// cover versions (a copy would become a new version on its holder, delete markers would not be copied).
+    /// PutBucketVersioning on a bucket with `copies > 1`, and CreateBucket with Object Lock (versioned from the
+    /// start) when the cluster default is `> 1`, are refused (`400 InvalidRequest`): copies do not cover
+    /// versions (a copy would become a new version on its holder, delete markers would not be copied).
     pub(crate) async fn refuse_versioning_with_copies(
         self: &Arc<Self>,
         bucket: &str,

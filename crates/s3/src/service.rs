@@ -50,6 +50,12 @@ impl S3 for PermafrostS3 {
         req: S3Request<CreateBucketInput>,
     ) -> S3Result<S3Response<CreateBucketOutput>> {
         let name = req.input.bucket.clone();
+        if let Some(c) = &self.cluster {
+            // Object Lock makes the bucket versioned from the start.
+            if req.input.object_lock_enabled_for_bucket == Some(true) {
+                c.refuse_versioning_with_copies(&name).await?;
+            }
+        }
         let answer = bucket::create_bucket(&self.store, req).await?;
         if let Some(c) = &self.cluster {
             let db = Arc::clone(&c.db);
