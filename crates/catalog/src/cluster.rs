@@ -395,6 +395,28 @@ impl ClusterDb {
         })
     }
 
+    /// The nodes whose last heartbeat is older than `lost_after_ms` on the database's clock (`[cluster]
+    /// lost_after_ms`, ≥ the timeout: a lost node is also down), by name. Their copies count no more: the
+    /// catch-up makes new ones elsewhere (`docs/cluster.md` "Copies").
+    pub fn lost_nodes(&self, lost_after_ms: u64) -> Result<Vec<NodeInfo>> {
+        let timeout = self.timeout_ms;
+        let lost_after = i64::try_from(lost_after_ms).unwrap_or(i64::MAX);
+        self.read(|c| {
+            let mut st = c
+                .prepare_cached(&format!(
+                    "SELECT node_id, name, address, capacity_bytes, used_bytes, joined_ms, heartbeat_ms, \
+                     {NOW_MS} - heartbeat_ms FROM permafrost_cluster.nodes \
+                     WHERE {NOW_MS} - heartbeat_ms > ?1 ORDER BY name"
+                ))
+                .map_err(sql_err)?;
+            let rows = st
+                .query_map(params![lost_after], node_row)
+                .map_err(sql_err)?;
+            rows.map(|r| r.map(|n| with_health(n, timeout)).map_err(sql_err))
+                .collect()
+        })
+    }
+
     /// A bucket exists cluster-wide from now on.
     pub fn add_bucket(&self, bucket: &str) -> Result<()> {
         self.write(|c| {

@@ -53,6 +53,16 @@ fn nodes_join_heartbeat_and_time_out() {
     assert_eq!(nodes[0].health, Health::Down, "{nodes:?}");
     assert_eq!(nodes[1].health, Health::Up);
     assert_eq!((nodes[1].capacity_bytes, nodes[1].used_bytes), (200, 9));
+    // Lost: a heartbeat older than lost_after_ms (the database's clock), here a (> 700 ms), not b.
+    let lost = db.lost_nodes(600).unwrap();
+    assert_eq!(
+        lost.iter().map(|n| n.name.as_str()).collect::<Vec<_>>(),
+        ["a"]
+    );
+    assert_eq!(lost[0].health, Health::Down);
+    assert!(db.lost_nodes(60_000).unwrap().is_empty());
+    db.heartbeat(a.node_id, 100, 5).unwrap();
+    assert!(db.lost_nodes(600).unwrap().is_empty());
 }
 
 #[test]

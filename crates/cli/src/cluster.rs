@@ -13,6 +13,7 @@
 //! address = "10.0.0.11:9000" # where the other nodes reach its S3 endpoint [default: the listen address]
 //! heartbeat_ms = 2000       # how often it says it is alive
 //! timeout_ms = 10000        # a node whose last heartbeat is older shows as down
+//! lost_after_ms = 600000    # … and, older than this (≥ timeout_ms), is lost: its copies are made again elsewhere
 //! topology = "topology.toml" # optional: the network (docs/cluster.md "Topology file")
 //! copies = 2                # nodes holding each object (the cluster default; a bucket may set its own) [1]
 //! relay_address = "0.0.0.0:9400" # where this node's in-process relay listens [an ephemeral port]
@@ -66,6 +67,10 @@ pub struct ClusterSection {
     pub heartbeat_ms: u64,
     #[serde(default = "timeout_default")]
     pub timeout_ms: u64,
+    /// A node whose last heartbeat is older than this is lost: its copies count no more and are made again on
+    /// other nodes (≥ `timeout_ms`) [600000 = 10 min].
+    #[serde(default = "lost_after_default")]
+    pub lost_after_ms: u64,
     #[serde(default)]
     pub topology: Option<PathBuf>,
     /// Nodes holding each object, the cluster default (a bucket may set its own: `cluster bucket`).
@@ -92,6 +97,10 @@ fn heartbeat_default() -> u64 {
 
 fn timeout_default() -> u64 {
     10_000
+}
+
+fn lost_after_default() -> u64 {
+    600_000
 }
 
 /// The `[cluster]` table of `DATA/permafrost.toml`, if there is one.
@@ -133,6 +142,15 @@ pub fn section_of(table: &toml::Table, path: &Path) -> Result<Option<ClusterSect
         bail!(
             "{}: [cluster] needs heartbeat_ms > 0 and timeout_ms > heartbeat_ms",
             path.display()
+        );
+    }
+    if section.lost_after_ms < section.timeout_ms {
+        bail!(
+            "{}: [cluster] lost_after_ms = {} is shorter than timeout_ms = {}: a node is lost (its copies made \
+             again elsewhere) only after it is down; set lost_after_ms ≥ timeout_ms",
+            path.display(),
+            section.lost_after_ms,
+            section.timeout_ms
         );
     }
     Ok(Some(section))
@@ -1163,6 +1181,26 @@ pub fn status_text(status: &Status) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn lost_after_ms_defaults_to_ten_minutes_and_may_not_be_shorter_than_the_timeout() {
+        let parse = |extra: &str| {
+            let text = format!("[cluster]\nname = \"c\"\nnode = \"n1\"\n{extra}");
+            let table: toml::Table = toml::from_str(&text).unwrap();
+            section_of(&table, Path::new("D/permafrost.toml"))
+        };
+        let s = parse("").unwrap().unwrap();
+        assert_eq!((s.timeout_ms, s.lost_after_ms), (10_000, 600_000));
+        let s = parse("heartbeat_ms = 200\ntimeout_ms = 1000\nlost_after_ms = 3000\n")
+            .unwrap()
+            .unwrap();
+        assert_eq!(s.lost_after_ms, 3000);
+        let e = parse("lost_after_ms = 5000\n").unwrap_err().to_string();
+        assert!(
+            e.contains("lost_after_ms = 5000 is shorter than timeout_ms = 10000"),
+            "{e}"
+        );
+    }
 
     #[test]
     fn a_link_meter_reports_both_directions_of_each_peer_with_rates_over_its_window() {
