@@ -109,6 +109,13 @@ def test_xor_parity_places_reads_survives_a_kill_rebuilds_a_lost_node_and_delete
             assert "permafrost-fragments" not in [b["Name"] for b in s3[n].list_buckets()["Buckets"]]
         for key, data in objects.items():
             check_reads(s3, nodes, key, data, s3["d"].get_object(Bucket="par", Key=key))
+        # Empty and one-byte objects: fragments of 0 and 1 bytes.
+        for key, data in (("empty", b""), ("one", b"x")):
+            s3["c"].put_object(Bucket="par", Key=key, Body=data)
+            assert sorted(fragments(pg, url, "par", key)) == ["a", "b", "p"], key
+            for n in nodes:
+                assert s3[n].get_object(Bucket="par", Key=key)["Body"].read() == data, (n, key)
+            s3["c"].delete_object(Bucket="par", Key=key)
 
         # kill -9 of the holder of A: at once (it still counts as up) and after it shows down, A is B ⊕ P.
         frags = fragments(pg, url, "par", "single.bin")

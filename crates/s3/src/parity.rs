@@ -487,14 +487,19 @@ pub(crate) fn fetch_fragment(
             .iter()
             .map(|(n, _, r)| (n.as_str(), r.as_str()))
             .collect();
-        let hops: Vec<Hop> = way
-            .iter()
-            .map(|(n, a, _)| Hop {
-                name: n.clone(),
-                addr: a.clone(),
-                children: Vec::new(),
-            })
-            .collect();
+        let (hops, shape) = match (way.len() > 1).then(|| parity_hops(node, &way, relays)) {
+            Some(Some(tree)) => tree,
+            _ => (
+                way.iter()
+                    .map(|(n, a, _)| Hop {
+                        name: n.clone(),
+                        addr: a.clone(),
+                        children: Vec::new(),
+                    })
+                    .collect(),
+                "direct".to_owned(),
+            ),
+        };
         let mut counted = Counted {
             inner: &mut *out,
             written: 0,
@@ -510,7 +515,7 @@ pub(crate) fn fetch_fragment(
             Ok(hash) => {
                 if way.len() > 1 {
                     tracing::info!(
-                        "cluster: rebuilt fragment {role} of {}/{} from {}",
+                        "cluster: rebuilt fragment {role} of {}/{} ({shape}) from {}",
                         obj.entry.bucket,
                         obj.entry.key,
                         way.iter()
@@ -526,6 +531,47 @@ pub(crate) fn fetch_fragment(
         }
     }
     Err(errors.join("; "))
+}
+
+/// The parity tree rooted at this node that reaches the sources of `way`, on the live topology (or this node's
+/// topology file); `None` when there is no topology naming this node and the sources, or no tree in it (then the
+/// caller connects to the sources directly). With the tree's rendering.
+fn parity_hops(
+    node: &ClusterNode,
+    way: &[(String, String, String)],
+    relays: &std::collections::BTreeMap<String, String>,
+) -> Option<(Vec<Hop>, String)> {
+    let topology = match node.db.topology_live() {
+        Ok(Some(t)) => t,
+        _ => node.replication.topology.as_deref()?.clone(),
+    };
+    let root = topology.node_id(&node.node_name)?;
+    let holders: Vec<Vec<permafrost_topology::NodeId>> = way
+        .iter()
+        .map(|(n, _, _)| topology.node_id(n).map(|id| vec![id]))
+        .collect::<Option<_>>()?;
+    let tree = match permafrost_topology::parity_tree(
+        &topology,
+        root,
+        &permafrost_topology::Demand::one_of_each(&holders),
+    ) {
+        Ok(tree) => tree,
+        Err(e) => {
+            tracing::warn!("cluster: no parity tree ({e}); the sources are read directly");
+            return None;
+        }
+    };
+    let addr_of = |name: &str| {
+        relays
+            .get(name)
+            .or_else(|| node.replication.relays.get(name))
+            .cloned()
+            .unwrap_or_default()
+    };
+    Some((
+        permafrost_relay::hops(&topology, &tree, &addr_of),
+        tree.render(&topology),
+    ))
 }
 
 struct Counted<'a> {
@@ -841,7 +887,7 @@ mod tests {
 
     #[test]
     fn small_objects_split_as_in_the_figure() {
-        assert_eq!(split(b""), [vec![], vec![], vec![]]);
+        assert_eq!(split(b""), [Vec::<u8>::new(), vec![], vec![]]);
         assert_eq!(split(b"x"), [b"x".to_vec(), vec![0], b"x".to_vec()]);
         assert_eq!(split(&[1, 2, 3]), [vec![1, 2], vec![3, 0], vec![1 ^ 3, 2]]);
     }
@@ -871,7 +917,7 @@ mod tests {
             let (first, last) = (first.min(last), first.max(last));
             let object: Vec<u8> = (0..n).map(|i| (i % 251) as u8).collect();
             let [a, b, _] = split(&object);
-            let mut got = Vec::new();
+            let mut got: Vec<u8> = Vec::new();
             for (role, skip, take) in plan(n, first, last) {
                 let half = if role == "a" { &a } else { &b };
                 prop_assert!(skip + take <= half.len() as u64);
