@@ -420,13 +420,16 @@ pub fn fragment_source(store: Arc<Mutex<Option<Arc<Store>>>>) -> SourceFactory {
     })
 }
 
+/// One source of a parity stream: (node name, relay address, role it sends).
+type Source = (String, String, String);
+
 /// Where half `role` of `obj` comes from, in the order to try: the holder itself, then the other two combined.
 /// Each way is the list of (node name, relay address, role it sends). `Err`: no way (the nodes down named).
 fn ways(
     obj: &ParityObject,
     role: &str,
     relays: &std::collections::BTreeMap<String, String>,
-) -> Result<Vec<Vec<(String, String, String)>>, String> {
+) -> Result<Vec<Vec<Source>>, String> {
     let usable = |f: &permafrost_catalog::cluster::Fragment| {
         f.node.health == Health::Up && relays.contains_key(&f.node.name)
     };
@@ -538,7 +541,7 @@ pub(crate) fn fetch_fragment(
 /// caller connects to the sources directly). With the tree's rendering.
 fn parity_hops(
     node: &ClusterNode,
-    way: &[(String, String, String)],
+    way: &[Source],
     relays: &std::collections::BTreeMap<String, String>,
 ) -> Option<(Vec<Hop>, String)> {
     let topology = match node.db.topology_live() {
