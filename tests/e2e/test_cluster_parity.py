@@ -177,3 +177,30 @@ def test_parity_needs_three_nodes(pg, tmp_path):
     finally:
         for s in nodes.values():
             s.kill()
+
+
+def test_a_write_with_a_node_down_stays_whole_then_the_catch_up_places_its_fragments(pg, tmp_path):
+    url = pg.database()
+    nodes = start_nodes(tmp_path, url, ["a", "b", "c"])
+    try:
+        s3 = client(nodes["a"].endpoint)
+        s3.create_bucket(Bucket="par")
+        assert cluster(tmp_path, "bucket", "par", "--parity", "xor").returncode == 0
+        nodes["c"].kill()
+        wait_for("c shown down", lambda: health(tmp_path / "a")["c"] == "down")
+        body = os.urandom(MIB + 1)
+        s3.put_object(Bucket="par", Key="late", Body=body)  # answered: whole on a, under-replicated
+        assert fragments(pg, url, "par", "late") == {}
+        assert len(whole_holders(pg, url, "par", "late")) == 1
+        assert psql(pg, url, "SELECT wanted, held FROM permafrost_cluster.under_replicated") == ["3|1"]
+        assert client(nodes["b"].endpoint).get_object(Bucket="par", Key="late")["Body"].read() == body
+        nodes["c"].start()
+        wait_for("fragments placed by the catch-up",
+                 lambda: sorted(fragments(pg, url, "par", "late")) == ["a", "b", "p"], timeout_s=30)
+        assert whole_holders(pg, url, "par", "late") == ["0"]
+        assert psql(pg, url, "SELECT count(*) FROM permafrost_cluster.under_replicated") == ["0"]
+        for n in nodes:
+            assert client(nodes[n].endpoint).get_object(Bucket="par", Key="late")["Body"].read() == body
+    finally:
+        for s in nodes.values():
+            s.kill()
