@@ -24,8 +24,13 @@
 //! database that cannot be reached fails the call with [`CatalogError::Unreachable`] or
 //! [`CatalogError::Database`] — the caller answers `503`, never a guess.
 
+mod fragments;
 mod topology;
 
+pub use fragments::{
+    fragment_key, fragment_prefix, Fragment, NewFragment, ParityObject, FRAGMENTS_BUCKET,
+    PARITY_HOLDER,
+};
 pub use topology::{
     apply_link_use, LinkReport, LinkSample, LinkUse, ReporterInfo, TopologyLoad, TopologySource,
     TransferInfo, TransferKind, TransferStart, LINK_FRESH_MS, TRANSFERS_KEPT,
@@ -41,13 +46,17 @@ use crate::{
 /// The PostgreSQL schema of the shared tables.
 pub const CLUSTER_SCHEMA: &str = "permafrost_cluster";
 /// Version of the shared tables (in `permafrost_cluster.meta.schema_version`): the last of [`MIGRATIONS`].
-pub const CLUSTER_SCHEMA_VERSION: u32 = 3;
+pub const CLUSTER_SCHEMA_VERSION: u32 = 4;
 
 /// Changes after version 1 (`SCHEMA`), in order: each is applied once, by the first node of a newer build, in
 /// the transaction that raises `schema_version` to it. Every change is idempotent (`IF NOT EXISTS`).
 /// Version 2: copies (`COPIES_SCHEMA`); version 3: the topology, link utilisation, reporters and transfers
-/// (`topology`).
-const MIGRATIONS: &[(u32, &str)] = &[(2, COPIES_SCHEMA), (3, topology::SCHEMA_V3)];
+/// (`topology`); version 4: cross-node XOR parity (`fragments`).
+const MIGRATIONS: &[(u32, &str)] = &[
+    (2, COPIES_SCHEMA),
+    (3, topology::SCHEMA_V3),
+    (4, fragments::SCHEMA_V4),
+];
 
 const SCHEMA: &str = r#"
 CREATE SCHEMA IF NOT EXISTS permafrost_cluster;

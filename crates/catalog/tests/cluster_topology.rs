@@ -281,7 +281,8 @@ fn a_version_1_database_is_migrated_and_a_newer_one_refused() {
         .batch_execute(
             "DROP TABLE permafrost_cluster.topology_meta, permafrost_cluster.topology_nodes, \
              permafrost_cluster.topology_links, permafrost_cluster.link_use, permafrost_cluster.reporters, \
-             permafrost_cluster.transfers; \
+             permafrost_cluster.transfers, permafrost_cluster.fragments; \
+             ALTER TABLE permafrost_cluster.buckets DROP COLUMN parity; \
              UPDATE permafrost_cluster.meta SET value = '1' WHERE key = 'schema_version'",
         )
         .unwrap();
@@ -289,6 +290,11 @@ fn a_version_1_database_is_migrated_and_a_newer_one_refused() {
     assert_eq!(version(&mut client), CLUSTER_SCHEMA_VERSION.to_string());
     db.store_topology(&example(), "f", "n1").unwrap();
     assert!(db.topology_live().unwrap().is_some());
+    // Version 4: the bucket's parity and the fragments table.
+    db.add_bucket("b").unwrap();
+    db.set_bucket_parity("b", Some("xor")).unwrap();
+    assert_eq!(db.bucket_parity("b").unwrap().as_deref(), Some("xor"));
+    assert!(db.fragments_on(1).unwrap().is_empty());
     client
         .batch_execute(
             "UPDATE permafrost_cluster.meta SET value = '99' WHERE key = 'schema_version'",

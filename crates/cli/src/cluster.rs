@@ -491,6 +491,9 @@ fn local_entries(store: &Store) -> Result<(Vec<String>, Vec<DirEntry>)> {
     let mut buckets = Vec::new();
     let mut entries = Vec::new();
     for bucket in store.list_buckets()? {
+        if bucket.name == permafrost_catalog::cluster::FRAGMENTS_BUCKET {
+            continue; // parity fragments: published by their sender (`fragments`), never as objects
+        }
         let mut start_after = None;
         loop {
             let page = store.list_objects(
@@ -651,6 +654,7 @@ pub fn start(store: &Arc<Store>, m: &Membership) -> Result<(Arc<ClusterNode>, He
         let (stop, store, db) = (Arc::clone(&stop), Arc::clone(store), Arc::clone(&m.db));
         let me = Arc::clone(&node);
         let (node_id, every) = (m.node_id, Duration::from_millis(m.section.heartbeat_ms));
+        let lost_after_ms = m.section.lost_after_ms;
         std::thread::Builder::new()
             .name("permafrost-heartbeat".into())
             .spawn(move || {
@@ -685,6 +689,9 @@ pub fn start(store: &Arc<Store>, m: &Membership) -> Result<(Arc<ClusterNode>, He
                                     Ok(made) => tracing::info!(made, "cluster: catch-up made missing copies"),
                                     Err(e) => tracing::warn!("cluster: catch-up failed: {e}"),
                                 }
+                                if let Err(e) = rebuild_lost_nodes(&me, &store, lost_after_ms) {
+                                    tracing::warn!("cluster: rebuilding the fragments of lost nodes failed: {e}");
+                                }
                             }
                         }
                         Err(e) => {
@@ -707,6 +714,43 @@ pub fn start(store: &Arc<Store>, m: &Membership) -> Result<(Arc<ClusterNode>, He
             _links: links,
         },
     ))
+}
+
+/// The parity rebuild pass (`permafrost_s3::rebuild_lost`): the fragments of every node lost (down longer than
+/// `lost_after_ms`) or down with an operator's request (`cluster rebuild`) that this node is to rebuild. A request
+/// is cleared when its node holds no fragment any more or is up again.
+fn rebuild_lost_nodes(me: &ClusterNode, store: &Store, lost_after_ms: u64) -> Result<()> {
+    let db = &me.db;
+    let mut nodes = db
+        .lost_nodes(lost_after_ms)
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let requested = db.rebuild_requests().map_err(|e| anyhow::anyhow!("{e}"))?;
+    if !requested.is_empty() {
+        for n in db.nodes().map_err(|e| anyhow::anyhow!("{e}"))? {
+            if !requested.contains(&n.name) {
+                continue;
+            }
+            if n.health == permafrost_catalog::cluster::Health::Up {
+                db.clear_rebuild_request(&n.name)
+                    .map_err(|e| anyhow::anyhow!("{e}"))?;
+            } else if !nodes.iter().any(|l| l.id == n.id) {
+                nodes.push(n);
+            }
+        }
+    }
+    for lost in nodes {
+        permafrost_s3::rebuild_lost(me, store, &lost).map_err(|e| anyhow::anyhow!("{e}"))?;
+        if requested.contains(&lost.name)
+            && db
+                .fragments_on(lost.id)
+                .map_err(|e| anyhow::anyhow!("{e}"))?
+                .is_empty()
+        {
+            db.clear_rebuild_request(&lost.name)
+                .map_err(|e| anyhow::anyhow!("{e}"))?;
+        }
+    }
+    Ok(())
 }
 
 /// Listen on `[cluster] relay_address` and serve the relay node role in-process: copies that arrive are
@@ -743,7 +787,7 @@ fn start_relay(
         Arc::new(permafrost_relay::RelayNode {
             name: m.section.node.clone(),
             sink: Some(sink),
-            source: None,
+            source: Some(permafrost_s3::fragment_source(Arc::clone(store))),
             stats: Arc::clone(&node.replication.stats),
         }),
     );
@@ -953,8 +997,22 @@ pub fn add_endpoint(
 pub enum ClusterCommand {
     /// Nodes (health, heartbeat, capacity, use), relays, links with their live use, and the trees in use.
     Status(StatusArgs),
-    /// A bucket's own `copies` (nodes holding each of its objects), overriding the cluster's `[cluster] copies`.
+    /// A bucket's redundancy: its own `copies` (nodes holding each of its objects, overriding the cluster's
+    /// `[cluster] copies`) or cross-node XOR parity (`--parity xor`).
     Bucket(BucketArgs),
+    /// Rebuild the parity fragments a node that is down held, now (before `[cluster] lost_after_ms`): the
+    /// nodes that are up rebuild them on their next catch-up pass.
+    Rebuild(RebuildArgs),
+}
+
+#[derive(Args)]
+pub struct RebuildArgs {
+    /// The node whose fragments to rebuild (it must be down).
+    #[arg(long)]
+    node: String,
+    /// Data directory of a node of the cluster.
+    #[arg(long, default_value = "./permafrost-data")]
+    data_dir: PathBuf,
 }
 
 #[derive(Args)]
@@ -963,8 +1021,12 @@ pub struct BucketArgs {
     name: String,
     /// Nodes holding each new object of the bucket: 1 up to the nodes of the cluster, or `default` for the
     /// cluster's `[cluster] copies`. Without it: show the bucket's setting.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "parity")]
     copies: Option<String>,
+    /// `xor`: each new object is held as three fragments A, B and A⊕B on three nodes (needs 3 nodes); `none`:
+    /// back to copies.
+    #[arg(long)]
+    parity: Option<String>,
     /// Data directory of a node of the cluster.
     #[arg(long, default_value = "./permafrost-data")]
     data_dir: PathBuf,
@@ -987,6 +1049,7 @@ pub fn run(command: ClusterCommand) -> Result<()> {
     match command {
         ClusterCommand::Status(args) => run_status(args),
         ClusterCommand::Bucket(args) => run_bucket(args),
+        ClusterCommand::Rebuild(args) => run_rebuild(args),
     }
 }
 
@@ -1050,6 +1113,36 @@ fn run_bucket(args: BucketArgs) -> Result<()> {
         }
         db.set_bucket_copies(&args.name, copies)
             .map_err(|e| anyhow::anyhow!("{e}"))?;
+        db.set_bucket_parity(&args.name, None)
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+    }
+    match args.parity.as_deref() {
+        None => {}
+        Some("none") => db
+            .set_bucket_parity(&args.name, None)
+            .map_err(|e| anyhow::anyhow!("{e}"))?,
+        Some(permafrost_s3::XOR) => {
+            let nodes = db.nodes().map_err(|e| anyhow::anyhow!("{e}"))?.len();
+            if nodes < 3 {
+                bail!("--parity xor: the cluster has only {nodes} node(s); XOR parity needs 3 (A, B and A⊕B on three nodes)");
+            }
+            db.set_bucket_parity(&args.name, Some(permafrost_s3::XOR))
+                .map_err(|e| anyhow::anyhow!("{e}"))?;
+        }
+        Some(other) => {
+            bail!("--parity {other:?}: `xor` (A, B and A⊕B on three nodes) or `none` (copies)")
+        }
+    }
+    if db
+        .bucket_parity(&args.name)
+        .map_err(|e| anyhow::anyhow!("{e}"))?
+        .is_some()
+    {
+        println!(
+            "bucket {}: parity = xor (A, B and A⊕B on three nodes)",
+            args.name
+        );
+        return Ok(());
     }
     match db
         .bucket_copies(&args.name)
@@ -1061,6 +1154,32 @@ fn run_bucket(args: BucketArgs) -> Result<()> {
             args.name, section.copies
         ),
     }
+    Ok(())
+}
+
+fn run_rebuild(args: RebuildArgs) -> Result<()> {
+    let (_, db, _) = open_from_data_dir(&args.data_dir)?;
+    let nodes = db.nodes().map_err(|e| anyhow::anyhow!("{e}"))?;
+    let Some(node) = nodes.iter().find(|n| n.name == args.node) else {
+        bail!("no such node in the cluster: {}", args.node);
+    };
+    if node.health == permafrost_catalog::cluster::Health::Up {
+        bail!(
+            "node {} is up (last heartbeat {} ms ago): only a node that is down is rebuilt",
+            node.name,
+            node.heartbeat_age_ms
+        );
+    }
+    let held = db
+        .fragments_on(node.id)
+        .map_err(|e| anyhow::anyhow!("{e}"))?
+        .len();
+    db.request_rebuild(&node.name)
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    println!(
+        "rebuild of node {} requested: {held} fragments; the nodes that are up rebuild them on their next catch-up pass",
+        node.name
+    );
     Ok(())
 }
 

@@ -112,6 +112,8 @@ pub(crate) enum Route {
         up: Vec<NodeInfo>,
         down: Vec<NodeInfo>,
     },
+    /// Held as XOR fragments (`crate::parity`).
+    Parity(permafrost_catalog::cluster::ParityObject),
 }
 
 /// A cluster (catalog) error as an S3 error: the database gone is `503 ServiceUnavailable`.
@@ -165,6 +167,14 @@ impl ClusterNode {
             blocking(move || me.db.holders(&bucket, &key)).await?
         };
         let Some((_, newest)) = holders.first() else {
+            // No whole holder: held as XOR fragments?
+            let parity = {
+                let (me, bucket, key) = (Arc::clone(&me), bucket.clone(), key.clone());
+                blocking(move || me.db.parity_object(&bucket, &key)).await?
+            };
+            if let Some(obj) = parity {
+                return Ok(Route::Parity(obj));
+            }
             // Deleted on another node while this one still has its copy (its heartbeat deletes it soon): delete
             // it now, so that this node never answers with an object the cluster deleted.
             {
@@ -299,7 +309,13 @@ impl ClusterNode {
         let others = {
             let (bucket, key) = (bucket.clone(), key.clone());
             let me = Arc::clone(&me);
-            blocking(move || me.db.delete_everywhere(me.node_id, &bucket, &key)).await?
+            blocking(move || {
+                let mut others = me.db.delete_everywhere(me.node_id, &bucket, &key)?;
+                // Held as XOR fragments: each fragment holder gets a tombstone too.
+                others.extend(me.db.delete_parity(&bucket, &key)?);
+                Ok(others)
+            })
+            .await?
         };
         if !others.is_empty() {
             tracing::info!(
@@ -373,6 +389,9 @@ impl ClusterNode {
         key: &str,
         expect: Option<&UnderReplicated>,
     ) -> Result<usize, CatalogError> {
+        if self.db.bucket_parity(bucket)?.as_deref() == Some(crate::parity::XOR) {
+            return crate::parity::place(self, store, bucket, key, expect);
+        }
         let wanted = self.copies_for(bucket)?.max(1);
         if wanted == 1 && expect.is_none() {
             return Ok(1);
@@ -731,7 +750,7 @@ pub fn tree_for_write(
 }
 
 /// FNV-1a over `parts` (a stable hash: the same object goes to the same nodes on every node and build).
-fn fnv1a(parts: &[&[u8]]) -> u64 {
+pub(crate) fn fnv1a(parts: &[&[u8]]) -> u64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for part in parts {
         for &b in *part {
@@ -823,6 +842,10 @@ impl Sink for CopySink {
         let info = handle
             .finish()
             .map_err(|e| std::io::Error::other(e.to_string()))?;
+        if meta.bucket == permafrost_catalog::cluster::FRAGMENTS_BUCKET {
+            // A parity fragment: its sender publishes it with the other two (`crate::parity::place`).
+            return Ok(());
+        }
         let entry = DirEntry {
             bucket: meta.bucket,
             key: meta.key,

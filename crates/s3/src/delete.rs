@@ -82,7 +82,12 @@ pub(crate) async fn delete_objects(
                 .map_err(|e| (e.s3_code().to_owned(), e.to_string()));
             let outcome = match (&cluster, outcome) {
                 (Some(c), Ok(outcome)) if version_id.is_none() => {
-                    match c.db.delete_everywhere(c.node_id, &bucket, &key) {
+                    let everywhere_now = c.db.delete_everywhere(c.node_id, &bucket, &key).and_then(|mut others| {
+                        // Held as XOR fragments: each fragment holder gets a tombstone too.
+                        others.extend(c.db.delete_parity(&bucket, &key)?);
+                        Ok(others)
+                    });
+                    match everywhere_now {
                         Ok(others) => {
                             everywhere += 1;
                             tombstones += others.len();

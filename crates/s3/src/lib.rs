@@ -69,6 +69,7 @@ mod list;
 mod lock;
 mod metrics;
 mod multipart;
+mod parity;
 mod put;
 mod restore;
 mod server;
@@ -88,4 +89,5 @@ pub use cluster::{
 };
 pub use common::{GRID_BUCKET_HEADER, STATE_HEADER, STORED_BYTES_HEADER};
 pub use get::SMALL_BODY_BYTES;
+pub use parity::{fragment_source, rebuild_lost, XOR};
 pub use server::{s3_service, s3_service_in, serve, serve_admin, serve_node, DRAIN_TIMEOUT_MS};

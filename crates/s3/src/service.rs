@@ -50,6 +50,12 @@ impl S3 for PermafrostS3 {
         req: S3Request<CreateBucketInput>,
     ) -> S3Result<S3Response<CreateBucketOutput>> {
         let name = req.input.bucket.clone();
+        if self.cluster.is_some() && name == permafrost_catalog::cluster::FRAGMENTS_BUCKET {
+            return Err(s3s::S3Error::with_message(
+                s3s::S3ErrorCode::InvalidBucketName,
+                format!("{name} is reserved in a cluster (it holds the nodes' parity fragments)"),
+            ));
+        }
         if let Some(c) = &self.cluster {
             // Object Lock makes the bucket versioned from the start.
             if req.input.object_lock_enabled_for_bucket == Some(true) {
@@ -128,10 +134,14 @@ impl S3 for PermafrostS3 {
         if let (Some(c), None) = (&self.cluster, &req.input.version_id) {
             if !req.headers.contains_key(crate::cluster::FORWARDED_HEADER) {
                 let (bucket, key) = (req.input.bucket.clone(), req.input.key.clone());
-                if let Route::Remote { up, down, .. } = c.route(&self.store, &bucket, &key).await? {
-                    return Err(ClusterNode::forward_or_unavailable(
-                        &bucket, &key, &up, &down,
-                    ));
+                match c.route(&self.store, &bucket, &key).await? {
+                    Route::Remote { up, down, .. } => {
+                        return Err(ClusterNode::forward_or_unavailable(
+                            &bucket, &key, &up, &down,
+                        ));
+                    }
+                    Route::Parity(obj) => return crate::parity::get(c, obj, req.input.range).await,
+                    Route::Local => {}
                 }
             }
         }
@@ -143,10 +153,13 @@ impl S3 for PermafrostS3 {
         req: S3Request<HeadObjectInput>,
     ) -> S3Result<S3Response<HeadObjectOutput>> {
         if let (Some(c), None) = (&self.cluster, &req.input.version_id) {
-            if let Route::Remote { entry, .. } = c
+            let route = c
                 .route(&self.store, &req.input.bucket, &req.input.key)
-                .await?
-            {
+                .await?;
+            if let Route::Parity(obj) = &route {
+                return Ok(S3Response::new(crate::parity::head(obj)));
+            }
+            if let Route::Remote { entry, .. } = route {
                 // Answered from the directory, whether or not a holder is up.
                 return Ok(S3Response::new(HeadObjectOutput {
                     accept_ranges: Some("bytes".into()),
