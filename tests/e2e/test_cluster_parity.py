@@ -115,7 +115,14 @@ def test_xor_parity_places_reads_survives_a_kill_rebuilds_a_lost_node_and_delete
             assert sorted(fragments(pg, url, "par", key)) == ["a", "b", "p"], key
             for n in nodes:
                 assert s3[n].get_object(Bucket="par", Key=key)["Body"].read() == data, (n, key)
-            s3["c"].delete_object(Bucket="par", Key=key)
+        # DeleteObjects removes objects held as fragments everywhere, as DELETE does (below).
+        r = s3["b"].delete_objects(Bucket="par", Delete={"Objects": [{"Key": "empty"}, {"Key": "one"}]})
+        assert sorted(d["Key"] for d in r.get("Deleted", [])) == ["empty", "one"] and not r.get("Errors"), r
+        for key in ("empty", "one"):
+            assert fragments(pg, url, "par", key) == {}, key
+            assert whole_holders(pg, url, "par", key) == [], key
+            for n in nodes:
+                assert error_of(lambda: s3[n].head_object(Bucket="par", Key=key))["Error"]["Code"] in ("404", "NoSuchKey")
 
         # kill -9 of the holder of A: at once (it still counts as up) and after it shows down, A is B ⊕ P.
         frags = fragments(pg, url, "par", "single.bin")
