@@ -104,11 +104,18 @@ def put_object(s3, key: str, size: int, data) -> None:
     s3.complete_multipart_upload(Bucket=BUCKET, Key=key, UploadId=upload, MultipartUpload={"Parts": parts})
 
 
+def machine_cpu_s() -> float:
+    """CPU seconds the whole machine spent (every process and the kernel's own threads: writeback, I/O completion)."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    busy = sum(fields[:8]) - fields[3] - fields[4]  # user nice system idle iowait irq softirq steal
+    return busy / os.sysconf("SC_CLK_TCK")
+
+
 def timed(pid: int, f) -> dict:
-    cpu0, cli0, t0 = pf.proc_cpu_s(pid), pf.client_cpu_s(), time.monotonic()
+    cpu0, cli0, all0, t0 = pf.proc_cpu_s(pid), pf.client_cpu_s(), machine_cpu_s(), time.monotonic()
     f()
     return dict(seconds=time.monotonic() - t0, server_cpu_s=pf.proc_cpu_s(pid) - cpu0,
-                client_cpu_s=pf.client_cpu_s() - cli0)
+                client_cpu_s=pf.client_cpu_s() - cli0, machine_cpu_s=machine_cpu_s() - all0)
 
 
 def large(server, size: int, say) -> list:
@@ -128,10 +135,12 @@ def large(server, size: int, say) -> list:
             assert got == [size] * streams, f"GET returned {got} bytes"
             for op, m in (("PUT", put), ("GET", get)):
                 row = dict(op=op, data=kind, streams=streams, mb_per_s=round(size * streams / m["seconds"] / 1e6, 1),
-                           server_cpu_s=round(m["server_cpu_s"], 2), client_cpu_s=round(m["client_cpu_s"], 2))
+                           server_cpu_s=round(m["server_cpu_s"], 2), client_cpu_s=round(m["client_cpu_s"], 2),
+                           machine_cpu_s=round(m["machine_cpu_s"], 2))
                 rows.append(row)
                 say(f"   {op} {size // MiB} MiB {kind:12} x{streams}: {row['mb_per_s']:8.1f} MB/s  "
-                    f"(server cpu {row['server_cpu_s']} s, client cpu {row['client_cpu_s']} s)")
+                    f"(server cpu {row['server_cpu_s']} s, client cpu {row['client_cpu_s']} s, "
+                    f"machine cpu {row['machine_cpu_s']} s)")
             for i, k in enumerate(keys):
                 clients[i].delete_object(Bucket=BUCKET, Key=k)
     return rows
@@ -223,7 +232,10 @@ def main():
     p.add_argument("--scratch", default=str(pf.REPO.parent / "bench-scratch-peers"))
     p.add_argument("--bin", default=None)
     p.add_argument("--minio", default=None)
-    p.add_argument("--only", default="permafrost,minio-1,minio-4", help="servers to run, comma-separated")
+    p.add_argument("--only", default="permafrost,minio-1,minio-4",
+                   help="servers to run, comma-separated: permafrost, minio-1, minio-4, permafrost-base (the "
+                        "--baseline binary)")
+    p.add_argument("--baseline", default=None, help="a second permafrost binary (e.g. main's), server permafrost-base")
     p.add_argument("--skip", default="", help="phases to skip: large, small")
     p.add_argument("--out", default=None)
     args = p.parse_args()
@@ -254,6 +266,9 @@ def main():
         "permafrost": lambda: pf.Server(pf.find_binary(args.bin), scratch / "permafrost",
                                         pf.server_config(True, 8 * GiB, 4 * GiB, hold=True),
                                         out / "permafrost.log"),
+        "permafrost-base": lambda: pf.Server(Path(args.baseline), scratch / "permafrost-base",
+                                             pf.server_config(True, 8 * GiB, 4 * GiB, hold=True),
+                                             out / "permafrost-base.log"),
         "minio-1": lambda: Minio(find_minio(args.minio), [scratch / "minio-1"], out / "minio-1.log"),
         "minio-4": lambda: Minio(find_minio(args.minio), [scratch / f"minio-4-{i}" for i in range(4)],
                                  out / "minio-4.log"),
@@ -273,7 +288,7 @@ def main():
             finally:
                 server.stop()
                 for d in scratch.iterdir():
-                    if d.name.startswith(name):
+                    if d.name == name or d.name.startswith(name + "-") and name.startswith("minio"):
                         shutil.rmtree(d, ignore_errors=True)
         report_ratios(results, say)
     finally:
@@ -305,27 +320,30 @@ def cpu_model(mine: list, theirs: list, key) -> str:
 
 
 def report_ratios(results: dict, say):
+    if "permafrost" in results["servers"]:
+        report_ratios_of(results, "permafrost", say)
+
+
+def report_ratios_of(results: dict, mine_name: str, say):
     s = results["servers"]
-    if "permafrost" not in s:
-        return
-    say("\n== permafrost / MinIO (same run)")
+    say(f"\n== {mine_name} / peers (same run)")
 
     def value(rows, key):
         return {(r["op"], r.get("data"), r.get("streams")): r[key] for r in rows}
 
-    for peer in ("minio-1", "minio-4"):
+    for peer in ("minio-1", "minio-4", "permafrost-base"):
         if peer not in s:
             continue
         for phase, key in (("large", "mb_per_s"), ("small", "per_s")):
-            if phase not in s["permafrost"] or phase not in s[peer]:
+            if peer == mine_name or phase not in s[mine_name] or phase not in s[peer]:
                 continue
-            mine, theirs = value(s["permafrost"][phase], key), value(s[peer][phase], key)
+            mine, theirs = value(s[mine_name][phase], key), value(s[peer][phase], key)
             for k, v in mine.items():
                 if k in theirs and theirs[k]:
                     op, data, streams = k
                     label = f"{op} {data} x{streams}" if data else op
                     say(f"   {label:28} {v:9.1f} / {theirs[k]:9.1f} = {v / theirs[k]:5.2f}x  vs {peer}"
-                        + cpu_model(s["permafrost"][phase], s[peer][phase], k))
+                        + cpu_model(s[mine_name][phase], s[peer][phase], k))
 
 
 if __name__ == "__main__":
