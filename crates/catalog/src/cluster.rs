@@ -695,6 +695,25 @@ fn publish_in(c: &Connection, node_id: i64, entry: &DirEntry) -> Result<()> {
     Ok(())
 }
 
+/// Whether the directory lists a version of `bucket/key` newer than `last_modified_ms` on any node.
+fn newer_version_listed(
+    c: &Connection,
+    bucket: &str,
+    key: &[u8],
+    last_modified_ms: i64,
+) -> Result<bool> {
+    let newer: Option<i64> = c
+        .query_row(
+            "SELECT 1 FROM permafrost_cluster.objects WHERE bucket = ?1 AND key = ?2 \
+             AND last_modified_ms > ?3 LIMIT 1",
+            params![bucket, key, last_modified_ms],
+            |r| r.get(0),
+        )
+        .optional()
+        .map_err(sql_err)?;
+    Ok(newer.is_some())
+}
+
 fn node_row(r: &sql::Row) -> sql::Result<NodeInfo> {
     Ok(NodeInfo {
         id: r.get(0)?,
@@ -1126,16 +1145,8 @@ impl ClusterDb {
                 )
                 .optional()
                 .map_err(sql_err)?;
-            let newer: Option<i64> = c
-                .query_row(
-                    "SELECT 1 FROM permafrost_cluster.objects WHERE bucket = ?1 AND key = ?2 \
-                     AND last_modified_ms > ?3 LIMIT 1",
-                    params![entry.bucket, key, lm],
-                    |r| r.get(0),
-                )
-                .optional()
-                .map_err(sql_err)?;
-            if tombstone.is_some() || origin.is_none() || newer.is_some() {
+            let newer = newer_version_listed(c, &entry.bucket, key, lm)?;
+            if tombstone.is_some() || origin.is_none() || newer {
                 return Ok(false);
             }
             publish_in(c, node_id, entry)?;

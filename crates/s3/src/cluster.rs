@@ -51,7 +51,9 @@ use permafrost_catalog::cluster::{
 };
 use permafrost_catalog::CatalogError;
 use permafrost_relay::{write_copies, Copies, NodeStats, ObjectMeta, Sink, SinkFactory};
-use permafrost_store::{BucketSettings, PutHandle, PutOptions, ReplicaOf, Store, StoreError};
+use permafrost_store::{
+    BucketSettings, ObjectInfo, PutHandle, PutOptions, ReplicaOf, Store, StoreError,
+};
 use permafrost_topology::{NodeId, Role, Topology};
 use s3s::{S3Error, S3ErrorCode, S3Result};
 
@@ -396,27 +398,8 @@ impl ClusterNode {
         if wanted == 1 && expect.is_none() {
             return Ok(1);
         }
-        let info = match store.head_object(bucket, key) {
-            Ok(info) => info,
-            Err(e) => {
-                tracing::warn!(
-                    "cluster: no copies of {bucket}/{key}: this node cannot read it ({e})"
-                );
-                return Ok(0);
-            }
-        };
-        if let Some(x) = expect {
-            if x.etag != info.etag || x.last_modified_ms != info.last_modified_ms {
-                return Ok(0);
-            }
-        }
-        let entry = DirEntry {
-            bucket: bucket.to_owned(),
-            key: key.to_owned(),
-            size_bytes: info.size_bytes,
-            etag: info.etag.clone(),
-            last_modified_ms: info.last_modified_ms,
-            content_type: info.content_type.clone(),
+        let Some((info, entry)) = local_version(store, bucket, key, expect, "copies") else {
+            return Ok(0);
         };
         let holders: Vec<String> = self
             .db
@@ -668,6 +651,39 @@ impl ClusterNode {
         }
         Ok(retired.len())
     }
+}
+
+/// The version of `bucket/key` this node holds, with its directory entry, before its copies or fragments
+/// (`what`) are made: `None` when this node cannot read it (one log line) or, with `expect` (a catch-up of that
+/// version), holds another version.
+pub(crate) fn local_version(
+    store: &Store,
+    bucket: &str,
+    key: &str,
+    expect: Option<&UnderReplicated>,
+    what: &str,
+) -> Option<(ObjectInfo, DirEntry)> {
+    let info = match store.head_object(bucket, key) {
+        Ok(info) => info,
+        Err(e) => {
+            tracing::warn!("cluster: no {what} of {bucket}/{key}: this node cannot read it ({e})");
+            return None;
+        }
+    };
+    if let Some(x) = expect {
+        if x.etag != info.etag || x.last_modified_ms != info.last_modified_ms {
+            return None;
+        }
+    }
+    let entry = DirEntry {
+        bucket: bucket.to_owned(),
+        key: key.to_owned(),
+        size_bytes: info.size_bytes,
+        etag: info.etag.clone(),
+        last_modified_ms: info.last_modified_ms,
+        content_type: info.content_type.clone(),
+    };
+    Some((info, entry))
 }
 
 /// Apply one delete another node made: delete the local copy when it is that version or older (a newer local

@@ -29,8 +29,8 @@ use std::time::Instant;
 
 use bytes::Bytes;
 use permafrost_catalog::cluster::{
-    fragment_key, fragment_prefix, DirEntry, Health, NewFragment, NodeInfo, ParityObject,
-    UnderReplicated, FRAGMENTS_BUCKET,
+    fragment_key, fragment_prefix, Health, NewFragment, NodeInfo, ParityObject, UnderReplicated,
+    FRAGMENTS_BUCKET,
 };
 use permafrost_catalog::CatalogError;
 use permafrost_relay::{Hop, ObjectMeta, SourceFactory};
@@ -209,27 +209,10 @@ pub(crate) fn place(
     key: &str,
     expect: Option<&UnderReplicated>,
 ) -> Result<usize, CatalogError> {
-    let info = match store.head_object(bucket, key) {
-        Ok(info) => info,
-        Err(e) => {
-            tracing::warn!(
-                "cluster: no fragments of {bucket}/{key}: this node cannot read it ({e})"
-            );
-            return Ok(0);
-        }
-    };
-    if let Some(x) = expect {
-        if x.etag != info.etag || x.last_modified_ms != info.last_modified_ms {
-            return Ok(0);
-        }
-    }
-    let entry = DirEntry {
-        bucket: bucket.to_owned(),
-        key: key.to_owned(),
-        size_bytes: info.size_bytes,
-        etag: info.etag.clone(),
-        last_modified_ms: info.last_modified_ms,
-        content_type: info.content_type.clone(),
+    let Some((info, entry)) =
+        crate::cluster::local_version(store, bucket, key, expect, "fragments")
+    else {
+        return Ok(0);
     };
     if info.version_id != permafrost_catalog::NULL_VERSION {
         tracing::warn!(

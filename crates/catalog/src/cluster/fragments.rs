@@ -16,7 +16,10 @@
 //!   holder a tombstone for its internal object ([`FRAGMENTS_BUCKET`]/[`fragment_key`]), so a holder that was
 //!   down drops its stale fragment when it comes back.
 
-use super::{node_row, publish_in, sql_err, with_health, ClusterDb, DirEntry, NodeInfo, NOW_MS};
+use super::{
+    newer_version_listed, node_row, publish_in, sql_err, with_health, ClusterDb, DirEntry,
+    NodeInfo, NOW_MS,
+};
 use crate::sql::{self, params, Connection, OptionalExtension};
 use crate::{CatalogError, Result};
 
@@ -129,16 +132,7 @@ impl ClusterDb {
         let lm = entry.last_modified_ms as i64;
         self.write(|c| {
             let key = entry.key.as_bytes();
-            let newer: Option<i64> = c
-                .query_row(
-                    "SELECT 1 FROM permafrost_cluster.objects WHERE bucket = ?1 AND key = ?2 \
-                     AND last_modified_ms > ?3 LIMIT 1",
-                    params![entry.bucket, key, lm],
-                    |r| r.get(0),
-                )
-                .optional()
-                .map_err(sql_err)?;
-            if newer.is_some() {
+            if newer_version_listed(c, &entry.bucket, key, lm)? {
                 for f in fragments {
                     fragment_tombstone(c, f.node_id, entry, &f.role)?;
                 }
