@@ -123,6 +123,22 @@ class Writers:
             t.join(timeout=120)
 
 
+def put_single_and_multipart(s3, bucket):
+    """PUT `single.bin` (3 MiB + 17 bytes, odd; content type and metadata) through node a and a 3-part multipart
+    `multi.bin` (an "md5-N" ETag) through node b; return both bodies."""
+    body = os.urandom(3 * MIB + 17)
+    s3["a"].put_object(Bucket=bucket, Key="single.bin", Body=body, ContentType="application/x-test",
+                       Metadata={"origin": "a"})
+    parts = [os.urandom(5 * MIB), os.urandom(5 * MIB), os.urandom(123)]
+    up = s3["b"].create_multipart_upload(Bucket=bucket, Key="multi.bin", Metadata={"parts": "3"})
+    etags = [s3["b"].upload_part(Bucket=bucket, Key="multi.bin", UploadId=up["UploadId"], PartNumber=i + 1,
+                                 Body=p)["ETag"] for i, p in enumerate(parts)]
+    s3["b"].complete_multipart_upload(
+        Bucket=bucket, Key="multi.bin", UploadId=up["UploadId"],
+        MultipartUpload={"Parts": [{"ETag": e, "PartNumber": i + 1} for i, e in enumerate(etags)]})
+    return body, b"".join(parts)
+
+
 def assert_listed_objects_read_whole(lister, header, getter, bucket, acknowledged):
     """No half-visible object: every key listed (by `lister`) HEADs (by `header`) and reads whole (by `getter`),
     and an acknowledged one reads back byte-exact."""
@@ -140,18 +156,7 @@ def test_put_is_held_by_k_nodes_survives_a_holder_killed_and_delete_removes_ever
     try:
         s3 = {n: client(nodes[n].endpoint) for n in nodes}
         s3["a"].create_bucket(Bucket="two")
-        body = os.urandom(3 * MIB + 17)
-        s3["a"].put_object(Bucket="two", Key="single.bin", Body=body, ContentType="application/x-test",
-                           Metadata={"origin": "a"})
-        # Multipart on b: an "md5-N" ETag that every copy keeps.
-        parts = [os.urandom(5 * MIB), os.urandom(5 * MIB), os.urandom(123)]
-        up = s3["b"].create_multipart_upload(Bucket="two", Key="multi.bin", Metadata={"parts": "3"})
-        etags = [s3["b"].upload_part(Bucket="two", Key="multi.bin", UploadId=up["UploadId"], PartNumber=i + 1,
-                                     Body=p)["ETag"] for i, p in enumerate(parts)]
-        s3["b"].complete_multipart_upload(
-            Bucket="two", Key="multi.bin", UploadId=up["UploadId"],
-            MultipartUpload={"Parts": [{"ETag": e, "PartNumber": i + 1} for i, e in enumerate(etags)]})
-        multi = b"".join(parts)
+        body, multi = put_single_and_multipart(s3, "two")
         for key, data, origin in (("single.bin", body, "a"), ("multi.bin", multi, "b")):
             held = holders(pg, url, "two", key)
             assert len(held) == 2 and origin in held, held

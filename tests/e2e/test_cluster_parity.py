@@ -11,7 +11,7 @@ import os
 import subprocess
 
 from conftest import Server, binary, client
-from test_cluster_copies import psql
+from test_cluster_copies import psql, put_single_and_multipart
 from test_cluster_nodes import TIMEOUT_MS, error_of, health, node_config, pg, wait_for  # noqa: F401 - pg
 
 MIB = 1024 * 1024
@@ -82,17 +82,7 @@ def test_xor_parity_places_reads_survives_a_kill_rebuilds_a_lost_node_and_delete
         r = cluster(tmp_path, "rebuild", "--node", "b")
         assert r.returncode != 0 and "is up" in r.stderr, r.stderr
 
-        body = os.urandom(3 * MIB + 17)  # odd: B is padded by one byte
-        s3["a"].put_object(Bucket="par", Key="single.bin", Body=body, ContentType="application/x-test",
-                           Metadata={"origin": "a"})
-        parts = [os.urandom(5 * MIB), os.urandom(5 * MIB), os.urandom(123)]
-        up = s3["b"].create_multipart_upload(Bucket="par", Key="multi.bin", Metadata={"parts": "3"})
-        etags = [s3["b"].upload_part(Bucket="par", Key="multi.bin", UploadId=up["UploadId"], PartNumber=i + 1,
-                                     Body=p)["ETag"] for i, p in enumerate(parts)]
-        s3["b"].complete_multipart_upload(
-            Bucket="par", Key="multi.bin", UploadId=up["UploadId"],
-            MultipartUpload={"Parts": [{"ETag": e, "PartNumber": i + 1} for i, e in enumerate(etags)]})
-        multi = b"".join(parts)
+        body, multi = put_single_and_multipart(s3, "par")  # single.bin is odd: B is padded by one byte
         objects = {"single.bin": body, "multi.bin": multi}
         heads = {}
         for key, data in objects.items():
