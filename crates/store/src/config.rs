@@ -128,8 +128,8 @@ pub struct StoreConfig {
     /// 16 bytes of the part's BLAKE3, which the store computes anyway. Single-part PUTs always get their MD5.
     pub part_etag_md5: bool,
     /// The upload pipeline starts writeback of a cache file every this many bytes and waits for the window
-    /// before (bounded dirty memory, a short final fsync); 0 leaves it to the kernel and the final fsync. Only
-    /// with `fsync`.
+    /// before (bounded dirty memory), and flushes the device while the upload arrives once a window was
+    /// written since its last flush (a short final fsync); 0 leaves both to the final fsync. Only with `fsync`.
     pub cache_writeback_bytes: u64,
     /// Uploads whose stored bytes fit in this many bytes are cached in the catalog (in the transaction that
     /// commits the object: one group-committed fsync, no cache file) instead of a file; 0 = always files.

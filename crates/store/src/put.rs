@@ -4,7 +4,8 @@
 //! and commits.
 //!
 //! The cache's fsync policy (with `fsync = true`, the default): the pipeline starts writeback every
-//! `cache_writeback_bytes` and waits for the window before, so dirty pages stay bounded; `finish` fsyncs the
+//! `cache_writeback_bytes` and waits for the window before, so dirty pages stay bounded, and flushes the device
+//! while the body arrives (`pipeline.rs`: the flusher), so the final fsync is short; `finish` fsyncs the
 //! file, renames it into `contents/` and fsyncs the directory, then commits the catalog (group commit): nothing
 //! is acknowledged before it is durable. A crash before the commit leaves a file in `tmp/` or an unknown file in
 //! `contents/`, both removed on restart; nothing half-written is ever visible.
