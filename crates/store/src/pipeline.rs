@@ -765,8 +765,9 @@ mod tests {
         let mut p = Pipeline::new(spec("large", 256 << 10)).unwrap();
         for window in body.chunks(256 << 10) {
             p.push(window).unwrap();
-            // Arriving over a network: the flusher gets its turn between windows.
-            std::thread::sleep(std::time::Duration::from_millis(20));
+            // Arriving over a network: the flusher gets its turn between windows (0.35 s in all, so a loaded
+            // test machine still schedules it).
+            std::thread::sleep(std::time::Duration::from_millis(50));
         }
         let (_, written) = p.finish().unwrap();
         assert!(written.early_flushes >= 1, "no flush while 2 MiB arrived");
