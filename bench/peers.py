@@ -319,13 +319,10 @@ def cpu_model(mine: list, theirs: list, key) -> str:
     return f"  (cpu model {(cm + sm) / (cp + sp):4.2f}x, ceiling {(cp + sm) / cp:4.2f}x)"
 
 
-def report_ratios(results: dict, say):
-    if "permafrost" in results["servers"]:
-        report_ratios_of(results, "permafrost", say)
-
-
-def report_ratios_of(results: dict, mine_name: str, say):
+def report_ratios(results: dict, say, mine_name: str = "permafrost"):
     s = results["servers"]
+    if mine_name not in s:
+        return
     say(f"\n== {mine_name} / peers (same run)")
 
     def value(rows, key):
