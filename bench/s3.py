@@ -750,7 +750,25 @@ def machine(scratch: Path) -> dict:
             "ram": f"{mem / (1 << 20):.1f} GiB", "uptime": subprocess.run(["uptime"], capture_output=True,
                                                                          text=True).stdout.strip(),
             "kernel": os.uname().release, "file system": f"{fs[1]} on {fs[0]} (scratch {scratch})",
+            "guest memory": guest_memory(),
             "git": git + (" (+ uncommitted changes)" if dirty else "")}
+
+
+def guest_memory() -> str:
+    """Whether this VM hands free and cold memory back to its host. With free page reporting (virtio-balloon)
+    and a DAMON `pageout` scheme, a page the kernel allocates for the page cache or a buffer may first have to be
+    faulted in by the host: buffered writes of a fresh VM ran at 0.4 GB/s against 1.9 GB/s right after a warm-up,
+    and the CPU per GiB of the same PUT varies up to 2x between runs (BENCHMARKS.md, 2026-11-29)."""
+    notes = []
+    reported = Path("/sys/module/page_reporting/parameters/reported_kib")
+    if reported.exists():
+        notes.append(f"free page reporting on ({int(reported.read_text()) >> 10} MiB reported since boot)")
+    damon = Path("/sys/kernel/mm/damon/admin/kdamonds")
+    for state in (damon.glob("*/state") if damon.exists() else []):
+        actions = {a.read_text().strip() for a in state.parent.glob("contexts/*/schemes/*/action")}
+        if state.read_text().strip() == "on":
+            notes.append(f"DAMON on ({', '.join(sorted(actions)) or 'no scheme'})")
+    return "; ".join(notes) or "nothing returned to a host"
 
 
 # ---------------------------------------------------------------------------------------------- workers
