@@ -11,28 +11,31 @@ use crate::bridge::blocking;
 use crate::common::{etag, metadata_pairs, timestamp, NewVersion};
 use crate::versioning::{bucket_archive, expiration_header, version_header};
 
+/// The bucket, key and version a copy reads (`x-amz-copy-source`); access points are not supported.
+fn copy_source(source: &CopySource) -> S3Result<(String, String, Option<String>)> {
+    match source {
+        CopySource::Bucket {
+            bucket,
+            key,
+            version_id,
+        } => Ok((
+            bucket.to_string(),
+            key.to_string(),
+            version_id.as_deref().map(str::to_owned),
+        )),
+        _ => Err(S3Error::with_message(
+            S3ErrorCode::NotImplemented,
+            "access points are not supported",
+        )),
+    }
+}
+
 pub(crate) async fn copy_object(
     store: &Arc<Store>,
     req: S3Request<CopyObjectInput>,
 ) -> S3Result<S3Response<CopyObjectOutput>> {
     let input = req.input;
-    let (source_bucket, source_key, source_version) = match &input.copy_source {
-        CopySource::Bucket {
-            bucket,
-            key,
-            version_id,
-        } => (
-            bucket.to_string(),
-            key.to_string(),
-            version_id.as_deref().map(str::to_owned),
-        ),
-        _ => {
-            return Err(S3Error::with_message(
-                S3ErrorCode::NotImplemented,
-                "access points are not supported",
-            ));
-        }
-    };
+    let (source_bucket, source_key, source_version) = copy_source(&input.copy_source)?;
     let replace = input
         .metadata_directive
         .as_ref()
@@ -184,23 +187,7 @@ pub(crate) async fn upload_part_copy(
     req: S3Request<UploadPartCopyInput>,
 ) -> S3Result<S3Response<UploadPartCopyOutput>> {
     let input = req.input;
-    let (source_bucket, source_key, source_version) = match &input.copy_source {
-        CopySource::Bucket {
-            bucket,
-            key,
-            version_id,
-        } => (
-            bucket.to_string(),
-            key.to_string(),
-            version_id.as_deref().map(str::to_owned),
-        ),
-        _ => {
-            return Err(S3Error::with_message(
-                S3ErrorCode::NotImplemented,
-                "access points are not supported",
-            ));
-        }
-    };
+    let (source_bucket, source_key, source_version) = copy_source(&input.copy_source)?;
     let range = input
         .copy_source_range
         .as_deref()
