@@ -471,7 +471,7 @@ fn parse_runs(text: &str, what: &str) -> Result<Vec<(u64, u64)>> {
 }
 
 fn stream_spec(a: &StreamArgs) -> Result<StreamSpec> {
-    if a.frame_bytes % 8 != 0
+    if !a.frame_bytes.is_multiple_of(8)
         || !(permafrost_record::vdif::HEADER_BYTES..=permafrost_record::vdif::FRAME_BYTES_MAX)
             .contains(&a.frame_bytes)
     {

@@ -41,7 +41,7 @@ impl AlignedBuf {
 
     /// True when `bytes` starts at a 4096-byte boundary.
     pub fn is_aligned(bytes: &[u8]) -> bool {
-        bytes.as_ptr() as usize % ALIGN == 0
+        (bytes.as_ptr() as usize).is_multiple_of(ALIGN)
     }
 }
 

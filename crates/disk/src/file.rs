@@ -74,7 +74,7 @@ impl FileDisk {
 
     fn create_with(path: &Path, capacity_bytes: u64, replace: bool) -> Result<FileDisk, DiskError> {
         let name = path.display().to_string();
-        if capacity_bytes == 0 || capacity_bytes % BLOCK_BYTES as u64 != 0 {
+        if capacity_bytes == 0 || !capacity_bytes.is_multiple_of(BLOCK_BYTES as u64) {
             return Err(setup(
                 &name,
                 format!(

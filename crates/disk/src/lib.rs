@@ -61,7 +61,7 @@ pub trait Disk: Send + Sync + 'static {
 /// Check the block-alignment invariant shared by all backends.
 pub fn check_io(disk: &(impl Disk + ?Sized), offset: u64, len: usize) -> Result<(), DiskError> {
     let block = BLOCK_BYTES as u64;
-    if offset % block != 0 || len % BLOCK_BYTES != 0 {
+    if !offset.is_multiple_of(block) || !len.is_multiple_of(BLOCK_BYTES) {
         return Err(DiskError::Misaligned {
             disk: disk.describe(),
             offset,

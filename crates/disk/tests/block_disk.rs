@@ -20,7 +20,7 @@ fn block_disk_on_a_loop_device_round_trips_and_sizes_by_ioctl() {
             return;
         }
     };
-    let disk = BlockDisk::open(&device.path()).unwrap();
+    let disk = BlockDisk::open(device.path()).unwrap();
     // The loop driver exposes whole 512-byte sectors: 8 MiB + 512.
     assert_eq!(disk.capacity_bytes(), 8 * 1024 * 1024);
     assert_eq!(disk.describe(), device.path().display().to_string());

@@ -146,7 +146,7 @@ pub fn parse_bytes(text: &str) -> Result<u128, String> {
         .parse()
         .map_err(|_| format!("{text:?} does not start with a number"))?;
     let bytes = value * scale as f64;
-    if !(bytes.is_finite() && bytes >= 1.0 && bytes < 1e30) {
+    if !(bytes.is_finite() && (1.0..1e30).contains(&bytes)) {
         return Err(format!("{text:?} is not a usable size"));
     }
     // Whole numbers stay exact; fractions are rounded to the byte.

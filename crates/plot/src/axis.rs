@@ -98,7 +98,7 @@ impl Scale {
             let decades = (hi_exp - lo_exp).max(1) as usize;
             let stride = decades.div_ceil(LOG_LABELS_MAX).max(1);
             (lo_exp..=hi_exp)
-                .filter(|e| (e - lo_exp) as usize % stride == 0)
+                .filter(|e| ((e - lo_exp) as usize).is_multiple_of(stride))
                 .map(|e| (10f64.powi(e), power_of_ten_label(e)))
                 .collect()
         } else {

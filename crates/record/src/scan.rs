@@ -717,7 +717,7 @@ fn receive(
         c.kernel_drops
             .store(receiver.kernel_drops(), Ordering::Relaxed);
         iterations += 1;
-        if iterations % 256 == 0 {
+        if iterations.is_multiple_of(256) {
             c.cpu_receiver.update();
         }
     }

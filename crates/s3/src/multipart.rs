@@ -299,7 +299,6 @@ pub(crate) async fn list_parts(
             checksum_sha1: value_of(&p.checksums, "sha1"),
             checksum_sha256: value_of(&p.checksums, "sha256"),
             checksum_crc64nvme: value_of(&p.checksums, "crc64nvme"),
-            ..Default::default()
         })
         .collect();
     Ok(S3Response::new(ListPartsOutput {
