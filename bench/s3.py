@@ -760,14 +760,17 @@ def guest_memory() -> str:
     faulted in by the host: buffered writes of a fresh VM ran at 0.4 GB/s against 1.9 GB/s right after a warm-up,
     and the CPU per GiB of the same PUT varies up to 2x between runs (BENCHMARKS.md, 2026-11-29)."""
     notes = []
-    reported = Path("/sys/module/page_reporting/parameters/reported_kib")
-    if reported.exists():
-        notes.append(f"free page reporting on ({int(reported.read_text()) >> 10} MiB reported since boot)")
-    damon = Path("/sys/kernel/mm/damon/admin/kdamonds")
-    for state in (damon.glob("*/state") if damon.exists() else []):
-        actions = {a.read_text().strip() for a in state.parent.glob("contexts/*/schemes/*/action")}
-        if state.read_text().strip() == "on":
-            notes.append(f"DAMON on ({', '.join(sorted(actions)) or 'no scheme'})")
+    try:
+        reported = Path("/sys/module/page_reporting/parameters/reported_kib")
+        if reported.exists():
+            notes.append(f"free page reporting on ({int(reported.read_text()) >> 10} MiB reported since boot)")
+        damon = Path("/sys/kernel/mm/damon/admin/kdamonds")
+        for state in (damon.glob("*/state") if damon.exists() else []):
+            actions = {a.read_text().strip() for a in state.parent.glob("contexts/*/schemes/*/action")}
+            if state.read_text().strip() == "on":
+                notes.append(f"DAMON on ({', '.join(sorted(actions)) or 'no scheme'})")
+    except (OSError, ValueError) as e:  # not readable here (no root, another kernel): say so, do not stop the run
+        notes.append(f"unknown ({e})")
     return "; ".join(notes) or "nothing returned to a host"
 
 
