@@ -23,6 +23,7 @@
 //! **Not here.** Objects, extents, placement and the catalog (the store above), the CLI.
 
 mod ages;
+mod buffer_pool;
 mod config;
 mod delta;
 mod disks;

@@ -10,6 +10,7 @@ use std::thread::JoinHandle;
 use parking_lot::Mutex;
 use permafrost_disk::power::WakeContext;
 
+use crate::buffer_pool::BufferPool;
 use crate::engine::Shared;
 use crate::{Error, Result, WriteMode};
 
@@ -45,8 +46,11 @@ pub struct WritePromise {
     /// Bytes per chunk: `chunk_bytes_max` of the grid, or a multiple of it ([`WritePromise::with_chunk_bytes`]).
     chunk_bytes: u64,
     chunks_in_flight: usize,
-    /// Chunks being written by threads, oldest first; each hands back its txn id (or error) and its buffer.
-    in_flight: VecDeque<JoinHandle<(Result<u64>, Vec<u8>)>>,
+    /// Chunks being written by threads, oldest first; each hands back its txn id (or error).
+    in_flight: VecDeque<JoinHandle<Result<u64>>>,
+    /// The chunk buffers and the chunks' working buffers, reused from one chunk to the next (about six chunks'
+    /// worth per chunk in flight, freed with the promise).
+    buffers: Arc<BufferPool>,
 }
 
 impl WritePromise {
@@ -69,6 +73,7 @@ impl WritePromise {
             failed: false,
             chunks_in_flight: 1,
             in_flight: VecDeque::new(),
+            buffers: Arc::default(),
         }
     }
 
@@ -121,6 +126,7 @@ impl WritePromise {
             let chunk_len =
                 (chunk_end(self.next_offset, self.end, chunk_max) - self.next_offset) as usize;
             let take = (chunk_len - self.buf.len()).min(data.len());
+            self.buf.reserve(chunk_len - self.buf.len()); // once per chunk, not by doubling
             self.buf.extend_from_slice(&data[..take]);
             data = &data[take..];
             if self.buf.len() == chunk_len {
@@ -139,26 +145,28 @@ impl WritePromise {
         let offset = self.next_offset;
         self.next_offset += self.buf.len() as u64;
         if self.chunks_in_flight <= 1 {
-            let result = self
-                .shared
-                .write_chunk(self.disk, offset, &self.buf, self.mode);
+            let result =
+                self.shared
+                    .write_chunk(self.disk, offset, &self.buf, self.mode, &self.buffers);
             self.buf.clear();
             return self.settle(result);
         }
         while self.in_flight.len() >= self.chunks_in_flight {
             self.join_oldest()?;
         }
-        let mut buf = std::mem::take(&mut self.buf);
+        let next = self.buffers.take_empty(self.chunk_bytes as usize);
+        let buf = std::mem::replace(&mut self.buf, next);
         let (shared, disk, mode) = (Arc::clone(&self.shared), self.disk, self.mode);
+        let buffers = Arc::clone(&self.buffers);
         // The writer's reason (persist, rebuild, …), for the spin-ups of the chunk's disks.
         let wake = WakeContext::current();
         let spawned = std::thread::Builder::new()
             .name(format!("permafrost-write-{disk}"))
             .spawn(move || {
                 let _wake = WakeContext::enter_opt(wake);
-                let result = shared.write_chunk(disk, offset, &buf, mode);
-                buf.clear();
-                (result, buf)
+                let result = shared.write_chunk(disk, offset, &buf, mode, &buffers);
+                buffers.give(buf);
+                result
             });
         match spawned {
             Ok(handle) => {
@@ -186,27 +194,21 @@ impl WritePromise {
         }
     }
 
-    /// Wait for the oldest chunk in flight and settle it (its buffer is reused for the next chunk).
+    /// Wait for the oldest chunk in flight and settle it.
     fn join_oldest(&mut self) -> Result<()> {
         let Some(handle) = self.in_flight.pop_front() else {
             return Ok(());
         };
-        let result = match handle.join() {
-            Ok((result, buf)) => {
-                if self.buf.is_empty() && self.buf.capacity() < buf.capacity() {
-                    self.buf = buf;
-                }
-                result
-            }
-            Err(_) => Err(Error::Io("a chunk's write thread panicked".into())),
-        };
+        let result = handle
+            .join()
+            .unwrap_or_else(|_| Err(Error::Io("a chunk's write thread panicked".into())));
         self.settle(result)
     }
 
     /// Wait for every chunk in flight (after a failure, or when the promise is dropped): started chunks finish.
     fn join_all(&mut self) {
         for handle in self.in_flight.drain(..) {
-            if let Ok((Ok(txn), _)) = handle.join() {
+            if let Ok(Ok(txn)) = handle.join() {
                 self.txn_ids.push(txn);
             }
         }

@@ -16,8 +16,8 @@ use std::sync::atomic::Ordering;
 
 use permafrost_idr::IdrError;
 
-use super::reconstruct::BufferPool;
 use super::{align_down, Shared};
+use crate::buffer_pool::BufferPool;
 use crate::delta::Snapshot;
 use crate::disks::DiskSlot;
 use crate::locks::RangeLock;

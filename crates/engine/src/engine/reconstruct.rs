@@ -12,32 +12,11 @@
 
 use std::collections::HashMap;
 
-use parking_lot::Mutex;
-
 use super::io::ReadFail;
 use super::{align_down, Shared, RECONSTRUCT_PIECE_BYTES_MAX};
+use crate::buffer_pool::BufferPool;
 use crate::delta::Snapshot;
 use crate::{Error, Result};
-
-/// Piece buffers handed back for reuse within one recovery chunk or one degraded read, so that every piece does not
-/// fault in and clear fresh pages (that was a third of a rebuild's CPU time). It holds only buffers given back and
-/// frees them when dropped: never more than the most in use at once. Contents of a taken buffer are unspecified.
-#[derive(Default)]
-pub(super) struct BufferPool {
-    free: Mutex<Vec<Vec<u8>>>,
-}
-
-impl BufferPool {
-    pub(super) fn take(&self, len: usize) -> Vec<u8> {
-        let mut buf = self.free.lock().pop().unwrap_or_default();
-        buf.resize(len, 0);
-        buf
-    }
-
-    pub(super) fn give(&self, buf: Vec<u8>) {
-        self.free.lock().push(buf);
-    }
-}
 
 impl Shared {
     /// Compute the true content of `target` over `[offset, offset+len)` from the grid (in a buffer of `pool`). The

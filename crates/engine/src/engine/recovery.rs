@@ -17,8 +17,8 @@ use std::time::Duration;
 
 use permafrost_idr::IdrError;
 
-use super::reconstruct::BufferPool;
 use super::{RecoveryReport, Shared};
+use crate::buffer_pool::BufferPool;
 use crate::delta::Snapshot;
 use crate::journal::{now_ms, RangeTable};
 use crate::rangeset::RangeSet;

@@ -10,8 +10,8 @@
 
 use std::collections::HashMap;
 
-use super::reconstruct::BufferPool;
 use super::{ParityMismatch, ParityReport, Shared};
+use crate::buffer_pool::BufferPool;
 use crate::locks::RangeLock;
 use crate::rangeset::RangeSet;
 use crate::Result;

@@ -18,14 +18,15 @@ use std::sync::atomic::Ordering;
 
 use super::io::ReadFail;
 use super::{align_down, CrashPoint, Shared};
+use crate::buffer_pool::BufferPool;
 use crate::config::WriteMode;
 use crate::delta::Snapshot;
 use crate::journal::{PromiseRow, Slot};
 use crate::locks::RangeLock;
 use crate::{Error, Result};
 
-/// The chunk of one write with its computed content.
-pub(super) struct ChunkWrite {
+/// The chunk of one write with its computed content; its buffers go back to the write's pool when it is dropped.
+pub(super) struct ChunkWrite<'a> {
     pub(super) row: PromiseRow,
     /// New content of the data disk over the row's range.
     pub(super) new: Vec<u8>,
@@ -34,16 +35,27 @@ pub(super) struct ChunkWrite {
     pub(super) delta_offset: u64,
     /// Written parts of the range on each of the four disks before this chunk marked it written.
     pub(super) written_before: [Vec<(u64, u64)>; 4],
+    /// Where `new`, `delta` and the parity updates' buffers come from and go back to.
+    pub(super) buffers: &'a BufferPool,
+}
+
+impl Drop for ChunkWrite<'_> {
+    fn drop(&mut self) {
+        self.buffers.give(std::mem::take(&mut self.new));
+        self.buffers.give(std::mem::take(&mut self.delta));
+    }
 }
 
 impl Shared {
-    /// Write `data` at `offset` (4 KiB aligned) of data disk `disk` in `mode`: one journal transaction.
+    /// Write `data` at `offset` (4 KiB aligned) of data disk `disk` in `mode`: one journal transaction. Its
+    /// working buffers come from `buffers` and go back there.
     pub(crate) fn write_chunk(
         &self,
         disk: usize,
         offset: u64,
         data: &[u8],
         mode: WriteMode,
+        buffers: &BufferPool,
     ) -> Result<u64> {
         if self.stopped() {
             return Err(Error::Closed);
@@ -74,12 +86,15 @@ impl Shared {
                 );
             }
             let lock = self.lock(set);
-            // Old content of the data disk (zeros where unwritten).
-            let mut old = vec![0u8; io_len as usize];
-            match self.read_true(disk, io_start, &mut old, &Snapshot::default()) {
+            // Old content of the data disk (zeros where unwritten), made the new one below.
+            let mut new = buffers.take(io_len as usize);
+            match self.read_true(disk, io_start, &mut new, &Snapshot::default()) {
                 Ok(()) => {}
-                Err(ReadFail::Failed) => continue,
-                Err(ReadFail::Ranges(ranges)) => {
+                Err(fail) => {
+                    buffers.give(new);
+                    let ReadFail::Ranges(ranges) = fail else {
+                        continue;
+                    };
                     // Journaled under the lock, so they can never land on a disk replaced meanwhile.
                     for (s, e) in ranges {
                         self.add_defect(disk, s, e)?;
@@ -89,14 +104,12 @@ impl Shared {
                     continue;
                 }
             }
-            let mut new = old.clone();
-            new[(offset - io_start) as usize..(end - io_start) as usize].copy_from_slice(data);
-            // δ over the user range only (zero elsewhere).
-            let mut delta = new[(offset - io_start) as usize..(end - io_start) as usize].to_vec();
-            permafrost_idr::xor_into(
-                &mut delta,
-                &old[(offset - io_start) as usize..(end - io_start) as usize],
-            );
+            let user = (offset - io_start) as usize..(end - io_start) as usize;
+            // δ over the user range only (zero elsewhere): new ⊕ old there.
+            let mut delta = buffers.take(data.len());
+            delta.copy_from_slice(data);
+            permafrost_idr::xor_into(&mut delta, &new[user.clone()]);
+            new[user].copy_from_slice(data);
             let data_was_unwritten = self.is_unwritten(disk, io_start, io_end);
             let txn_id = self.next_txn.fetch_add(1, Ordering::SeqCst);
             let row = PromiseRow {
@@ -116,6 +129,7 @@ impl Shared {
                 delta,
                 delta_offset: offset,
                 written_before,
+                buffers,
             };
             match mode {
                 WriteMode::Direct => self.write_direct(write)?,
@@ -195,9 +209,23 @@ impl Shared {
             self.add_defect(parity, start, end)?;
             return Ok(false);
         }
-        let mut buf = vec![0u8; w.row.length as usize];
+        let mut buf = w.buffers.take(w.row.length as usize);
+        let updated = self.update_parity_in(parity, w, crash_half, &mut buf);
+        w.buffers.give(buf);
+        updated
+    }
+
+    /// [`Shared::update_parity`] with `buf` (`w.row.length` bytes) to read the old parity into.
+    fn update_parity_in(
+        &self,
+        parity: usize,
+        w: &ChunkWrite,
+        crash_half: bool,
+        buf: &mut [u8],
+    ) -> Result<bool> {
+        let (start, end) = (w.row.offset, w.row.offset + w.row.length);
         let parts = &w.written_before[slot_of(&w.row.disks, parity) as usize];
-        if let Err(fail) = self.read_raw_parts(parity, start, &mut buf, parts) {
+        if let Err(fail) = self.read_raw_parts(parity, start, buf, parts) {
             if let ReadFail::Ranges(_) = fail {
                 self.add_defect(parity, start, end)?;
             }
@@ -216,7 +244,7 @@ impl Shared {
             let _ = slot.idr.sync();
             self.crash_at(CrashPoint::ParityHalfWritten)?;
         }
-        match slot.idr.write(start, &buf).and_then(|_| slot.idr.sync()) {
+        match slot.idr.write(start, buf).and_then(|_| slot.idr.sync()) {
             Ok(()) => {
                 self.counters[parity]
                     .logical_written

@@ -30,7 +30,7 @@ use crate::{Error, Result};
 impl Shared {
     pub(super) fn write_delayed(
         &self,
-        mut w: ChunkWrite,
+        mut w: ChunkWrite<'_>,
         reservation: Option<crate::delta::Reservation<'_>>,
     ) -> Result<()> {
         let (start, end) = (w.row.offset, w.row.offset + w.row.length);

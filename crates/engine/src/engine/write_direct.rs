@@ -13,7 +13,7 @@ use crate::{Error, Result};
 use permafrost_disk::power::WakeContext;
 
 impl Shared {
-    pub(super) fn write_direct(&self, mut w: ChunkWrite) -> Result<()> {
+    pub(super) fn write_direct(&self, mut w: ChunkWrite<'_>) -> Result<()> {
         let (start, end) = (w.row.offset, w.row.offset + w.row.length);
         let now = now_ms();
         w.row.starts = [now; 4];

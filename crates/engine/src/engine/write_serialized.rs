@@ -12,7 +12,7 @@ use crate::journal::{now_ms, Mark, Slot, PARITY_SLOTS};
 use crate::{Error, Result};
 
 impl Shared {
-    pub(super) fn write_serialized(&self, mut w: ChunkWrite) -> Result<()> {
+    pub(super) fn write_serialized(&self, mut w: ChunkWrite<'_>) -> Result<()> {
         let (start, end) = (w.row.offset, w.row.offset + w.row.length);
         let disk = w.row.disks[0];
         w.row.starts[0] = now_ms();
