@@ -152,7 +152,7 @@ impl DeltaCache {
         header.extend_from_slice(&offset.to_le_bytes());
         header.extend_from_slice(&(data.len() as u64).to_le_bytes());
         header.extend_from_slice(blake3::hash(data).as_bytes());
-        let crc = crc32c::crc32c(&header);
+        let crc = crc_fast::crc32_iscsi(&header);
         header.extend_from_slice(&crc.to_le_bytes());
         debug_assert_eq!(header.len(), DELTA_HEADER_BYTES);
         let path = self.path(txn_id);
@@ -339,7 +339,7 @@ fn parse_delta(bytes: &[u8]) -> Option<Delta> {
     }
     let header = &bytes[..DELTA_HEADER_BYTES];
     let crc = u32::from_le_bytes(header[68..72].try_into().ok()?);
-    if crc32c::crc32c(&header[..68]) != crc {
+    if crc_fast::crc32_iscsi(&header[..68]) != crc {
         return None;
     }
     let u64_at = |at: usize| u64::from_le_bytes(header[at..at + 8].try_into().expect("8 bytes"));

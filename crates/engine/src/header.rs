@@ -67,7 +67,7 @@ impl DiskHeader {
         out.extend_from_slice(&self.capacity_bytes.to_le_bytes());
         out.push(self.idr.codec.id());
         out.extend_from_slice(&(self.idr.scramble_groups as u32).to_le_bytes());
-        let crc = crc32c::crc32c(&out);
+        let crc = crc_fast::crc32_iscsi(&out);
         out.extend_from_slice(&crc.to_le_bytes());
         debug_assert_eq!(out.len(), ENCODED_BYTES);
         out.resize(BLOCK_BYTES, 0);
@@ -80,7 +80,7 @@ impl DiskHeader {
         }
         let body = &block[..ENCODED_BYTES - 4];
         let crc = u32::from_le_bytes(block[ENCODED_BYTES - 4..ENCODED_BYTES].try_into().ok()?);
-        if crc32c::crc32c(body) != crc
+        if crc_fast::crc32_iscsi(body) != crc
             || u32::from_le_bytes(block[8..12].try_into().ok()?) != VERSION
         {
             return None;

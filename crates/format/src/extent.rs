@@ -128,7 +128,7 @@ pub fn write_extent<R: Read, W: Write>(
 ) -> Result<u32> {
     let head = header.to_bytes();
     sink.write_all(&head)?;
-    let mut crc = crc32c::crc32c(&head);
+    let mut crc = crc_fast::crc32_iscsi(&head);
     let mut payload = payload.take(header.payload_len as u64);
     let mut buf = vec![0u8; 64 << 10];
     let mut copied = 0u64;
@@ -139,7 +139,7 @@ pub fn write_extent<R: Read, W: Write>(
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
             Err(e) => return Err(e.into()),
         };
-        crc = crc32c::crc32c_append(crc, &buf[..n]);
+        crc = crate::crc32c_append(crc, &buf[..n]);
         sink.write_all(&buf[..n])?;
         copied += n as u64;
     }
@@ -201,7 +201,7 @@ pub fn verify_extent(bytes: &[u8]) -> Result<ExtentHeader> {
         ));
     }
     let stored = u32::from_le_bytes(bytes[end..end + 4].try_into().unwrap());
-    let computed = crc32c::crc32c(&bytes[..end]);
+    let computed = crc_fast::crc32_iscsi(&bytes[..end]);
     if stored != computed {
         return Err(FormatError::ChecksumMismatch {
             what: "extent",
@@ -220,13 +220,13 @@ pub fn read_extent<R: Read, W: Write>(mut reader: R, mut payload_sink: W) -> Res
     let mut head = [0u8; EXTENT_HEADER_BYTES];
     reader.read_exact(&mut head)?;
     let header = parse_extent_header(&head)?;
-    let mut crc = crc32c::crc32c(&head);
+    let mut crc = crc_fast::crc32_iscsi(&head);
     let mut buf = vec![0u8; 64 << 10];
     let mut left = header.payload_len as u64;
     while left > 0 {
         let n = (left.min(buf.len() as u64)) as usize;
         reader.read_exact(&mut buf[..n])?;
-        crc = crc32c::crc32c_append(crc, &buf[..n]);
+        crc = crate::crc32c_append(crc, &buf[..n]);
         payload_sink.write_all(&buf[..n])?;
         left -= n as u64;
     }

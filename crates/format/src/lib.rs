@@ -76,3 +76,41 @@ pub use salvage::{
     plan_content_extents, salvage_objects, scan_extents, ContentExtent, ExtentScanner, FoundExtent,
     SalvageProgress, SalvageReport,
 };
+
+/// The CRC32C (Castagnoli, as in iSCSI) of `data` continued from `crc`, the CRC32C of the bytes before it
+/// (`crc32c_append(crc32c(a), b) == crc32c(a ++ b)`; the CRC32C of nothing is 0). The one-shot form is
+/// `crc_fast::crc32_iscsi`: the workspace computes every CRC with `crc-fast`, whose folding with carry-less
+/// multiplication runs 2–3 times faster here than the `crc32` instruction alone.
+pub fn crc32c_append(crc: u32, data: &[u8]) -> u32 {
+    // The register before the final xor (CRC32C's xorout is all ones).
+    let mut digest =
+        crc_fast::Digest::new_with_init_state(crc_fast::CrcAlgorithm::Crc32Iscsi, u64::from(!crc));
+    digest.update(data);
+    digest.finalize() as u32
+}
+
+#[cfg(test)]
+mod crc_tests {
+    use proptest::prelude::*;
+
+    use super::crc32c_append;
+
+    #[test]
+    fn crc32c_check_value() {
+        assert_eq!(crc_fast::crc32_iscsi(b"123456789"), 0xe306_9283);
+        assert_eq!(crc32c_append(0, b"123456789"), 0xe306_9283);
+        assert_eq!(
+            crc32c_append(crc_fast::crc32_iscsi(b"1234"), b"56789"),
+            0xe306_9283
+        );
+    }
+
+    proptest! {
+        #[test]
+        fn crc32c_append_continues_the_crc(a in proptest::collection::vec(any::<u8>(), 0..5000),
+                                           b in proptest::collection::vec(any::<u8>(), 0..5000)) {
+            let whole: Vec<u8> = a.iter().chain(&b).copied().collect();
+            prop_assert_eq!(crc32c_append(crc_fast::crc32_iscsi(&a), &b), crc_fast::crc32_iscsi(&whole));
+        }
+    }
+}

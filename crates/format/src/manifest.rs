@@ -228,7 +228,7 @@ impl Manifest {
         out.push(MANIFEST_VERSION);
         out.extend_from_slice(&body_len.to_le_bytes());
         out.extend_from_slice(&body);
-        out.extend_from_slice(&crc32c::crc32c(&body).to_le_bytes());
+        out.extend_from_slice(&crc_fast::crc32_iscsi(&body).to_le_bytes());
         Ok(out)
     }
 
@@ -319,7 +319,7 @@ fn parse_prefix(prefix: &[u8]) -> Result<usize> {
 fn decode_body(version: u8, body_and_crc: &[u8]) -> Result<Manifest> {
     let (body, crc) = body_and_crc.split_at(body_and_crc.len() - 4);
     let stored = u32::from_le_bytes(crc.try_into().unwrap());
-    let computed = crc32c::crc32c(body);
+    let computed = crc_fast::crc32_iscsi(body);
     if stored != computed {
         return Err(FormatError::ChecksumMismatch {
             what: "manifest",

@@ -108,13 +108,13 @@ impl<R: Read + Seek> ExtentScanner<R> {
                 header.payload_len, self.len_bytes
             )));
         }
-        let mut crc = crc32c::crc32c(&self.buf[..EXTENT_HEADER_BYTES]);
+        let mut crc = crc_fast::crc32_iscsi(&self.buf[..EXTENT_HEADER_BYTES]);
         let mut left = header.payload_len as u64;
         while left > 0 {
             let n = left.min(self.buf.len() as u64) as usize;
             self.read_exact(n)
                 .map_err(|e| damaged(format!("payload unreadable: {e}")))?;
-            crc = crc32c::crc32c_append(crc, &self.buf[..n]);
+            crc = crate::crc32c_append(crc, &self.buf[..n]);
             left -= n as u64;
         }
         self.read_exact(EXTENT_TRAILER_BYTES)

@@ -204,7 +204,7 @@ fn ops(s: &mut Setup) -> Vec<Op<'_>> {
         Box::new({
             let bytes = data.concat();
             move || {
-                black_box(crc32c::crc32c(black_box(&bytes)));
+                black_box(crc_fast::crc32_iscsi(black_box(&bytes)));
             }
         }),
     ));

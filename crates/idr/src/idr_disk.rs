@@ -539,7 +539,8 @@ impl IdrDisk {
                 let table = block(image, check_positions[c]);
                 (1..=geometry.scrambled_blocks())
                     .filter(|&p| {
-                        !unreadable[p] && crc32c::crc32c(block(image, p)) == table_crc(table, p - 1)
+                        !unreadable[p]
+                            && crc_fast::crc32_iscsi(block(image, p)) == table_crc(table, p - 1)
                     })
                     .count()
             };
@@ -559,7 +560,7 @@ impl IdrDisk {
                 .filter(|&j| {
                     let position = geometry.position(ipg, j);
                     unreadable[position]
-                        || crc32c::crc32c(block(image, position))
+                        || crc_fast::crc32_iscsi(block(image, position))
                             != table_crc(&table_block, position - 1)
                 })
                 .collect();
@@ -578,7 +579,7 @@ impl IdrDisk {
                     .is_ok()
                     && erased.iter().all(|&j| {
                         let position = geometry.position(ipg, j);
-                        crc32c::crc32c(block(image, position))
+                        crc_fast::crc32_iscsi(block(image, position))
                             == table_crc(&table_block, position - 1)
                     });
                 if rebuilt {
@@ -678,7 +679,7 @@ impl IdrDisk {
     fn write_check_blocks(&self, stripe: u64, image: &mut [u8]) {
         let geometry = self.geometry;
         let crcs: Vec<u32> = (1..=geometry.scrambled_blocks())
-            .map(|position| crc32c::crc32c(block(image, position)))
+            .map(|position| crc_fast::crc32_iscsi(block(image, position)))
             .collect();
         let mut check = vec![0u8; BLOCK_BYTES];
         build_check_block(&geometry, stripe, &crcs, &mut check);

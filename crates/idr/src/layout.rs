@@ -110,7 +110,7 @@ pub(crate) fn build_check_block(
         let at = TABLE_OFFSET + 4 * i;
         out[at..at + 4].copy_from_slice(&crc.to_le_bytes());
     }
-    let own = crc32c::crc32c(&out[..CRC_OFFSET]);
+    let own = crc_fast::crc32_iscsi(&out[..CRC_OFFSET]);
     out[CRC_OFFSET..].copy_from_slice(&own.to_le_bytes());
 }
 
@@ -125,7 +125,7 @@ pub(crate) fn parse_check_block(
         return CheckState::Zero;
     }
     let stored = u32::from_le_bytes(block[CRC_OFFSET..].try_into().unwrap());
-    if block[0..8] != CHECK_MAGIC || crc32c::crc32c(&block[..CRC_OFFSET]) != stored {
+    if block[0..8] != CHECK_MAGIC || crc_fast::crc32_iscsi(&block[..CRC_OFFSET]) != stored {
         return CheckState::Corrupt;
     }
     let version = u16::from_le_bytes([block[8], block[9]]);

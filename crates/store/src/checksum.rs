@@ -87,8 +87,12 @@ impl ChecksumAlgorithm {
     pub fn hasher(self) -> Hasher {
         Hasher(match self {
             ChecksumAlgorithm::Md5 => State::Md5(md5::Md5::new()),
-            ChecksumAlgorithm::Crc32 => State::Crc32(crc32fast::Hasher::new()),
-            ChecksumAlgorithm::Crc32c => State::Crc32c(0),
+            ChecksumAlgorithm::Crc32 => {
+                State::Crc32(crc_fast::Digest::new(crc_fast::CrcAlgorithm::Crc32IsoHdlc))
+            }
+            ChecksumAlgorithm::Crc32c => {
+                State::Crc32(crc_fast::Digest::new(crc_fast::CrcAlgorithm::Crc32Iscsi))
+            }
             ChecksumAlgorithm::Sha1 => State::Sha1(sha1::Sha1::new()),
             ChecksumAlgorithm::Sha256 => State::Sha256(sha2::Sha256::new()),
             ChecksumAlgorithm::Crc64nvme => {
@@ -126,8 +130,8 @@ pub struct Hasher(State);
 #[derive(Clone)]
 enum State {
     Md5(md5::Md5),
-    Crc32(crc32fast::Hasher),
-    Crc32c(u32),
+    /// CRC32 or CRC32C.
+    Crc32(crc_fast::Digest),
     Sha1(sha1::Sha1),
     Sha256(sha2::Sha256),
     Crc64(crc_fast::Digest),
@@ -138,7 +142,6 @@ impl Hasher {
         match &mut self.0 {
             State::Md5(h) => h.update(data),
             State::Crc32(h) => h.update(data),
-            State::Crc32c(c) => *c = crc32c::crc32c_append(*c, data),
             State::Sha1(h) => h.update(data),
             State::Sha256(h) => h.update(data),
             State::Crc64(h) => h.update(data),
@@ -149,8 +152,7 @@ impl Hasher {
     pub fn finish(self) -> Vec<u8> {
         match self.0 {
             State::Md5(h) => h.finalize().to_vec(),
-            State::Crc32(h) => h.finalize().to_be_bytes().to_vec(),
-            State::Crc32c(c) => c.to_be_bytes().to_vec(),
+            State::Crc32(h) => (h.finalize() as u32).to_be_bytes().to_vec(),
             State::Sha1(h) => h.finalize().to_vec(),
             State::Sha256(h) => h.finalize().to_vec(),
             State::Crc64(h) => h.finalize().to_be_bytes().to_vec(),

@@ -690,7 +690,10 @@ mod tests {
                     "{len}/{piece}"
                 );
                 assert_eq!(hashed.md5.unwrap()[..], md5::Md5::digest(&body)[..]);
-                assert_eq!(hashed.checksums[0].1, crc32c::crc32c(&body).to_be_bytes());
+                assert_eq!(
+                    hashed.checksums[0].1,
+                    crc_fast::crc32_iscsi(&body).to_be_bytes()
+                );
                 assert_eq!(hashed.checksums[1].1[..], sha2::Sha256::digest(&body)[..]);
                 assert!(written.index.is_none());
                 assert_eq!(written.stored_bytes, len as u64);

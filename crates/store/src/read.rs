@@ -790,7 +790,7 @@ impl SegmentStream {
     fn check_bytes(check: &mut ExtentCheck, start: u64, bytes: &[u8]) {
         let n = bytes.len() as u64;
         let crc_part = (check.crc_end.saturating_sub(start)).min(n) as usize;
-        check.crc = crc32c::crc32c_append(check.crc, &bytes[..crc_part]);
+        check.crc = permafrost_format::crc32c_append(check.crc, &bytes[..crc_part]);
         let hash_part = (check.hash_end.saturating_sub(start)).min(n) as usize;
         if check.hash {
             check.hasher.update(&bytes[..hash_part]);
