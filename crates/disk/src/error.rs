@@ -31,3 +31,12 @@ pub enum DiskError {
     #[error("{disk}: {message}")]
     Setup { disk: String, message: String },
 }
+
+impl DiskError {
+    /// True when the disk's *file system* is full (`ENOSPC`, `EDQUOT`): a file-backed disk could not grow. That says
+    /// nothing about the health of the disk's media, and it passes once space is freed.
+    pub fn is_out_of_space(&self) -> bool {
+        matches!(self, DiskError::Io { source, .. }
+            if matches!(source.raw_os_error(), Some(libc::ENOSPC) | Some(libc::EDQUOT)))
+    }
+}

@@ -1,4 +1,5 @@
-//! A fault-injecting wrapper for tests: whole-disk failure, EIO ranges, real bit rot, counters.
+//! A fault-injecting wrapper for tests: whole-disk failure, EIO ranges, a full file system, real bit rot,
+//! counters.
 
 use crate::{check_io, AlignedBuf, Disk, DiskError, BLOCK_BYTES};
 use parking_lot::Mutex;
@@ -13,6 +14,8 @@ const EIO_RANGES_MAX: usize = 4096;
 struct Shared {
     inner: Arc<dyn Disk>,
     failed: AtomicBool,
+    /// Writes fail with ENOSPC, as on a full file system under a file-backed disk.
+    full: AtomicBool,
     /// Half-open byte ranges `[start, end)` where I/O returns EIO.
     eio_ranges: Mutex<Vec<(u64, u64)>>,
     reads: AtomicU64,
@@ -43,6 +46,7 @@ impl FaultyDisk {
         let shared = Arc::new(Shared {
             inner,
             failed: AtomicBool::new(false),
+            full: AtomicBool::new(false),
             eio_ranges: Mutex::new(Vec::new()),
             reads: AtomicU64::new(0),
             writes: AtomicU64::new(0),
@@ -102,6 +106,14 @@ impl Disk for FaultyDisk {
             .bytes_written
             .fetch_add(buf.len() as u64, Ordering::SeqCst);
         self.check_faults(offset, buf.len())?;
+        if self.shared.full.load(Ordering::SeqCst) {
+            return Err(DiskError::Io {
+                disk: self.describe(),
+                offset,
+                len: buf.len(),
+                source: io::Error::from_raw_os_error(libc::ENOSPC),
+            });
+        }
         self.shared.inner.write_at(offset, buf)
     }
     fn sync(&self) -> Result<(), DiskError> {
@@ -146,6 +158,12 @@ impl FaultHandle {
             "more than {EIO_RANGES_MAX} EIO ranges: clear_eio() between cases"
         );
         ranges.push((offset, offset.saturating_add(len)));
+    }
+
+    /// While `full`, every write returns [`DiskError::Io`] carrying ENOSPC, as when the file system under a
+    /// file-backed disk is full (reads and syncs work; nothing on the inner disk changes).
+    pub fn set_file_system_full(&self, full: bool) {
+        self.shared.full.store(full, Ordering::SeqCst);
     }
 
     /// Remove every EIO range.

@@ -186,6 +186,45 @@ fn unreadable_range_is_reconstructed_and_written_back() {
 }
 
 #[test]
+fn a_full_file_system_fails_writes_but_no_disk_and_loses_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    create(dir.path()).close().unwrap();
+    let (engine, faults) = open_faulty(dir.path());
+    let kept = pattern(5, (2 * MIB) as usize);
+    write(&engine, 0, 0, &kept, WriteMode::Serialized);
+    // The file system fills up: every write of every disk fails with ENOSPC, many times over (more than the
+    // errors in a row that mark a disk failed), in each write mode.
+    faults.iter().for_each(|f| f.set_file_system_full(true));
+    let more = pattern(6, (2 * MIB) as usize);
+    for attempt in 0..3 {
+        for mode in [WriteMode::Serialized, WriteMode::Direct] {
+            let mut promise = engine.write(1, 0, more.len() as u64, mode).unwrap();
+            let error = promise
+                .append(&more)
+                .and_then(|()| promise.commit().map(|_| ()))
+                .expect_err("a write on a full file system fails");
+            assert!(
+                error.to_string().contains("No space left on device"),
+                "attempt {attempt}, {mode:?}: the error names the cause: {error}"
+            );
+        }
+    }
+    let failed: Vec<usize> = (0..engine.geometry().disks())
+        .filter(|&d| engine.is_failed(d))
+        .collect();
+    assert!(
+        failed.is_empty(),
+        "disks marked failed for a full file system: {failed:?}"
+    );
+    assert_eq!(read(&engine, 0, 0, kept.len() as u64).unwrap(), kept);
+    // Space comes back: the same write succeeds and everything reads back.
+    faults.iter().for_each(|f| f.set_file_system_full(false));
+    write(&engine, 1, 0, &more, WriteMode::Serialized);
+    assert_eq!(read(&engine, 1, 0, more.len() as u64).unwrap(), more);
+    assert_eq!(read(&engine, 0, 0, kept.len() as u64).unwrap(), kept);
+}
+
+#[test]
 fn a_disk_whose_file_is_gone_opens_as_failed_and_the_grid_runs_degraded() {
     let dir = tempfile::tempdir().unwrap();
     let engine = create(dir.path());

@@ -14,7 +14,8 @@
 //!   counts as verification); ages can look older than they are, never younger.
 //! - Defects are stripe aligned and are only ever removed after the recovered data is durable (`recovery`).
 //! - A disk is marked failed after a whole-disk failure or `IO_ERRORS_MAX` failed operations in a row (a successful
-//!   read or write clears the run), never for scattered bad sectors, which become defects instead.
+//!   read or write clears the run), never for scattered bad sectors, which become defects instead, and never for a
+//!   full file system under a file-backed disk (`ENOSPC`: the write fails, the disk stays in service).
 
 use std::sync::atomic::Ordering;
 
@@ -223,6 +224,9 @@ impl Shared {
     pub(super) fn note_error(&self, disk: usize, error: &IdrError) {
         let fatal = match error {
             IdrError::Disk(DiskError::Failed { .. }) => true,
+            // A full file system under a file-backed disk: the write failed (its range is handled as any failed
+            // write), but the disk is not failing and must not be marked failed for it.
+            IdrError::Disk(e) if e.is_out_of_space() => false,
             IdrError::Disk(_) => {
                 self.counters[disk]
                     .errors_in_a_row
