@@ -156,6 +156,8 @@ listen = "{listen}"
 #   cache_dir                 the write-back cache: put it on flash (relative to the data directory)
 #   cache_bytes_max           upper bound of the write-back cache
 #   cache_wait_ms_max         how long an upload waits for cache space before 503 SlowDown
+#   free_bytes_min            free space kept on the cache's and the grid's file systems (at most a
+#                             twentieth of each): uploads answer 503 SlowDown and persistence waits below it
 #   pack_threshold_bytes      smaller objects are packed into shared extents per dataset
 #   extent_bytes_max          largest extent on the grid (also the size of a pack)
 #   chunk_bytes               logical bytes per independently compressed chunk

@@ -87,6 +87,10 @@ pub struct StoreConfig {
     pub cache_bytes_max: u64,
     /// How long a write waits for cache space before failing with `SlowDown`.
     pub cache_wait_ms_max: u64,
+    /// Free space kept on the file systems of the cache and of the grid's disk files (or a twentieth of a smaller
+    /// file system), so a full disk never stops the catalog, the journal or a DELETE: an upload that would go
+    /// below it answers `SlowDown`, persistence waits.
+    pub free_bytes_min: u64,
     /// The watchdog's thresholds (SPEC idea 6).
     pub watchdog: WatchdogConfig,
     /// Contents smaller than this (stored bytes) are packed per dataset.
@@ -199,6 +203,7 @@ impl Default for StoreConfig {
             cache_dir: PathBuf::from("cache"),
             cache_bytes_max: 8 << 30,
             cache_wait_ms_max: 10_000,
+            free_bytes_min: 1 << 30,
             part_etag_md5: false,
             cache_writeback_bytes: 8 << 20,
             inline_bytes_max: 64 << 10,

@@ -35,6 +35,7 @@ mod archive;
 mod cache;
 mod checksum;
 mod config;
+mod free_space;
 mod gc;
 mod growing;
 mod mount;
@@ -201,7 +202,34 @@ impl From<permafrost_format::FormatError> for StoreError {
 /// Result of store operations.
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
 
-/// An I/O error with what was being done.
+/// An I/O error with what was being done. A full file system (the cache's, or the disks' files beside it) is
+/// `SlowDown`, as a full cache is: nothing was accepted, and a retry succeeds once persistence and eviction have
+/// made room or the operator has.
 pub(crate) fn io_error(what: impl std::fmt::Display, e: std::io::Error) -> StoreError {
-    StoreError::Internal(format!("{what}: {e}"))
+    use std::io::ErrorKind::{QuotaExceeded, StorageFull};
+    match e.kind() {
+        StorageFull | QuotaExceeded => {
+            StoreError::SlowDown(format!("{what}: the file system is full ({e})"))
+        }
+        _ => StoreError::Internal(format!("{what}: {e}")),
+    }
+}
+
+#[cfg(test)]
+mod io_error_tests {
+    use super::*;
+
+    #[test]
+    fn a_full_file_system_is_slow_down_and_other_io_errors_are_internal() {
+        let full = io_error(
+            "cannot write to the cache",
+            std::io::Error::from_raw_os_error(libc::ENOSPC),
+        );
+        assert!(
+            matches!(&full, StoreError::SlowDown(m) if m.contains("cannot write to the cache: the file system is full")),
+            "{full}"
+        );
+        let other = io_error("cannot read", std::io::Error::from_raw_os_error(libc::EIO));
+        assert!(matches!(other, StoreError::Internal(_)), "{other}");
+    }
 }

@@ -281,6 +281,8 @@ pub(crate) struct Inner {
     pub catalog: Box<dyn Catalog>,
     pub cache: Cache,
     pub engine: Engine,
+    /// The grid's directory (its file-backed disks grow there): persistence keeps `free_bytes_min` free on it.
+    pub grid_dir: PathBuf,
     pub persister: Persister,
     /// Recent reads: content → time, written to the catalog in batches (LRU without a commit per GET).
     access: Mutex<HashMap<ContentId, u64>>,
@@ -299,10 +301,40 @@ pub(crate) struct Inner {
 }
 
 impl Inner {
+    /// Wait up to `cache_wait_ms_max` until the cache's file system has room for `bytes` above the reserve
+    /// (`free_bytes_min`; persistence and the collector are woken, eviction frees persisted contents); then
+    /// `SlowDown` saying what is short.
+    fn wait_for_file_system_room(&self, bytes: u64) -> Result<()> {
+        let room = || {
+            crate::free_space::check_room(
+                &self.cache.dir,
+                bytes,
+                self.config.free_bytes_min,
+                "an upload",
+            )
+        };
+        let Err(mut short) = room() else {
+            return Ok(());
+        };
+        let deadline = Instant::now() + Duration::from_millis(self.config.cache_wait_ms_max);
+        while Instant::now() < deadline {
+            self.evict_lru(bytes)?;
+            self.wake_persister();
+            self.gc_for_room.store(true, Ordering::SeqCst);
+            std::thread::sleep(Duration::from_millis(100));
+            match room() {
+                Ok(()) => return Ok(()),
+                Err(e) => short = e,
+            }
+        }
+        Err(StoreError::SlowDown(short))
+    }
+
     /// Reserve cache space for a writer: evict persisted contents, wake the persistence manager and the
     /// collector (unreferenced contents go after the short grace), and wait up to `cache_wait_ms_max`; then
     /// `SlowDown`.
     pub fn reserve_cache(&self, bytes: u64) -> Result<()> {
+        self.wait_for_file_system_room(bytes)?;
         if self.cache.try_reserve(bytes) {
             return Ok(());
         }
@@ -356,9 +388,14 @@ impl Inner {
         }
     }
 
+    /// Log a background error once (the same message again, as a waiting persistence manager repeats it every
+    /// round, is not logged again) and keep it for the status page.
     pub fn record_error(&self, message: String) {
-        tracing::warn!("{message}");
-        *self.last_error.lock() = Some(message);
+        let mut last = self.last_error.lock();
+        if last.as_deref() != Some(message.as_str()) {
+            tracing::warn!("{message}");
+        }
+        *last = Some(message);
     }
 
     pub fn commit_put(&self, object: &ObjectRecord, content: &NewContent) -> Result<ObjectInfo> {
@@ -642,6 +679,7 @@ impl Store {
             catalog: Box::new(catalog),
             cache,
             engine,
+            grid_dir,
             persister,
             access: Mutex::new(HashMap::new()),
             reading: Mutex::new(HashMap::new()),
