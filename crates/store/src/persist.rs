@@ -648,6 +648,15 @@ fn persist_batch(
         units = plan_units(inner, ready, false)?; // nothing full: write what there is rather than wait forever
     }
     let new_extents: Vec<NewExtent> = units.iter().map(|u| new_extent(ready, u)).collect();
+    // The batch waits (its contents stay cached) if the disk files it grows could take the reserve.
+    let batch_bytes: u64 = new_extents.iter().map(|e| e.length_bytes).sum();
+    crate::free_space::check_room(
+        &inner.grid_dir,
+        batch_bytes.saturating_mul(GRID_BYTES_PER_BYTE_MAX),
+        inner.config.free_bytes_min,
+        "persisting",
+    )
+    .map_err(|short| StoreError::SlowDown(format!("persistence waits: {short}")))?;
     let mut included: Vec<usize> = units
         .iter()
         .flat_map(|u| match u {
@@ -726,14 +735,6 @@ fn write_units(
         }
         let run_start = records[i].offset;
         let run_len = records[j - 1].offset + records[j - 1].length_bytes - run_start;
-        // Stop before the run if its disk files could take the reserve (handled as a failed engine write).
-        crate::free_space::check_room(
-            &inner.grid_dir,
-            run_len.saturating_mul(GRID_BYTES_PER_BYTE_MAX),
-            inner.config.free_bytes_min,
-            "persisting",
-        )
-        .map_err(|short| StoreError::SlowDown(format!("persistence waits: {short}")))?;
         let mut promise = inner
             .engine
             .write(grid_bucket as usize, run_start, run_len, mode)?
