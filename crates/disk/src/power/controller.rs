@@ -300,7 +300,19 @@ fn missing_tool(program: &str, device: &Path) -> io::Error {
 /// error that names the command and carries its stderr.
 fn run_tool(program: &Path, args: &[&std::ffi::OsStr], device: &Path) -> io::Result<()> {
     let name = program.display().to_string();
-    let output = Command::new(program).args(args).output().map_err(|e| {
+    // ETXTBSY: the program file is open for writing somewhere, e.g. a package upgrade replacing it or a
+    // process forked while it was being written; that passes within moments, so try again a few times.
+    let mut output = Command::new(program).args(args).output();
+    for _ in 0..20 {
+        match &output {
+            Err(e) if e.kind() == io::ErrorKind::ExecutableFileBusy => {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+                output = Command::new(program).args(args).output();
+            }
+            _ => break,
+        }
+    }
+    let output = output.map_err(|e| {
         if e.kind() == io::ErrorKind::NotFound {
             missing_tool(&name, device)
         } else {
