@@ -3,7 +3,7 @@
 //! embedded default the cache, the catalog and the grid's sparse disk files share one file system, and the grid
 //! grows by about 4.3 bytes per byte persisted.
 //!
-//! **Invariant.** Neither an upload nor a persist step starts when it would leave less than the reserve free:
+//! **Invariant.** Neither an upload nor a persist batch starts when it would leave less than the reserve free:
 //! [`StoreConfig::free_bytes_min`](crate::StoreConfig), or a twentieth of a smaller file system.
 
 use std::path::Path;
@@ -24,12 +24,9 @@ pub(crate) fn check_room(
         return Ok(());
     }
     Err(format!(
-        "the file system of {} has {} free: {what} of {} would leave less than the {} kept free for the catalog, \
-         the journal and deletes",
-        dir.display(),
-        human(free),
-        human(bytes),
-        human(reserve)
+        "the file system of {} has {free} bytes free: {what} of {bytes} bytes would leave less than the {reserve} \
+         bytes kept free for the catalog, the journal and deletes",
+        dir.display()
     ))
 }
 
@@ -44,15 +41,6 @@ fn free_and_total(dir: &Path) -> Option<(u64, u64)> {
     }
     let unit = stat.f_frsize as u64;
     Some((stat.f_bavail as u64 * unit, stat.f_blocks as u64 * unit))
-}
-
-fn human(bytes: u64) -> String {
-    const MIB: f64 = (1u64 << 20) as f64;
-    if bytes >= 1 << 30 {
-        format!("{:.1} GiB", bytes as f64 / (MIB * 1024.0))
-    } else {
-        format!("{:.1} MiB", bytes as f64 / MIB)
-    }
 }
 
 #[cfg(test)]

@@ -423,18 +423,6 @@ enum Unit {
 /// writes to all disks of a horizontal parity group"), and the group's data disks are written in parallel.
 /// Groups follow one another; the chunks in flight (`persist_chunks_in_flight`) are shared by a group's threads.
 pub(crate) fn persist_grid_buckets(inner: &Inner, grid_buckets: &[u32]) -> Result<()> {
-    if grid_buckets.is_empty() {
-        return Ok(());
-    }
-    // The grid's disk files grow as they are written: below the reserve, persistence waits (the contents stay
-    // in the cache) rather than take the catalog's and the journal's last bytes.
-    crate::free_space::check_room(
-        &inner.grid_dir,
-        0,
-        inner.config.free_bytes_min,
-        "persisting",
-    )
-    .map_err(|short| StoreError::SlowDown(format!("persistence waits: {short}")))?;
     let geometry = inner.engine.geometry();
     let mut groups: BTreeMap<usize, Vec<u32>> = BTreeMap::new();
     for &b in grid_buckets {
@@ -648,7 +636,8 @@ fn persist_batch(
         units = plan_units(inner, ready, false)?; // nothing full: write what there is rather than wait forever
     }
     let new_extents: Vec<NewExtent> = units.iter().map(|u| new_extent(ready, u)).collect();
-    // The batch waits (its contents stay cached) if the disk files it grows could take the reserve.
+    // The grid's disk files grow as they are written: the batch waits (its contents stay cached) rather than
+    // take the catalog's and the journal's last bytes.
     let batch_bytes: u64 = new_extents.iter().map(|e| e.length_bytes).sum();
     crate::free_space::check_room(
         &inner.grid_dir,
