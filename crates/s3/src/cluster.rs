@@ -398,7 +398,7 @@ impl ClusterNode {
         if wanted == 1 && expect.is_none() {
             return Ok(1);
         }
-        let Some((info, entry)) = local_version(store, bucket, key, expect, "copies") else {
+        let Some((info, entry)) = local_version(store, bucket, key, expect, "copies")? else {
             return Ok(0);
         };
         let holders: Vec<String> = self
@@ -654,25 +654,32 @@ impl ClusterNode {
 }
 
 /// The version of `bucket/key` this node holds, with its directory entry, before its copies or fragments
-/// (`what`) are made: `None` when this node cannot read it (one log line) or, with `expect` (a catch-up of that
-/// version), holds another version.
+/// (`what`) are made.
+///
+/// - `Ok(None)`: nothing to copy. The key or its bucket is gone (a DELETE won the race, and the write it raced
+///   needs no copies), or, with `expect` (a catch-up of that version), this node holds another version.
+/// - `Err`: this node cannot read its own store (its catalog failed). A fresh write must then not be answered:
+///   its copies were never made, so an acknowledgement would claim copies that do not exist (the caller answers
+///   `503`; the write is published with one holder, as a crash at this point would leave it).
 pub(crate) fn local_version(
     store: &Store,
     bucket: &str,
     key: &str,
     expect: Option<&UnderReplicated>,
     what: &str,
-) -> Option<(ObjectInfo, DirEntry)> {
+) -> Result<Option<(ObjectInfo, DirEntry)>, CatalogError> {
     let info = match store.head_object(bucket, key) {
         Ok(info) => info,
+        Err(StoreError::NoSuchKey { .. } | StoreError::NoSuchBucket(_)) => return Ok(None),
         Err(e) => {
-            tracing::warn!("cluster: no {what} of {bucket}/{key}: this node cannot read it ({e})");
-            return None;
+            return Err(CatalogError::Unreachable(format!(
+                "no {what} of {bucket}/{key} were made: this node cannot read it back from its store ({e})"
+            )))
         }
     };
     if let Some(x) = expect {
         if x.etag != info.etag || x.last_modified_ms != info.last_modified_ms {
-            return None;
+            return Ok(None);
         }
     }
     let entry = DirEntry {
@@ -683,7 +690,7 @@ pub(crate) fn local_version(
         last_modified_ms: info.last_modified_ms,
         content_type: info.content_type.clone(),
     };
-    Some((info, entry))
+    Ok(Some((info, entry)))
 }
 
 /// Apply one delete another node made: delete the local copy when it is that version or older (a newer local

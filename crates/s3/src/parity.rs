@@ -210,7 +210,7 @@ pub(crate) fn place(
     expect: Option<&UnderReplicated>,
 ) -> Result<usize, CatalogError> {
     let Some((info, entry)) =
-        crate::cluster::local_version(store, bucket, key, expect, "fragments")
+        crate::cluster::local_version(store, bucket, key, expect, "fragments")?
     else {
         return Ok(0);
     };

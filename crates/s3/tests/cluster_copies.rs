@@ -1,0 +1,127 @@
+//! A node of a cluster answers a write only after its copies are made (issue 13): a write whose copies cannot
+//! be made because the node cannot read its own store back is an error (`503` to the client), never an
+//! acknowledgement with one copy. Runs on the test PostgreSQL server (`PERMAFROST_TEST_PG_URL`, started by
+//! scripts/test; `PERMAFROST_TEST_NO_PG=1` skips on purpose), one fresh database per test.
+
+use std::sync::Arc;
+
+use permafrost_catalog::cluster::{ClusterDb, DirEntry};
+use permafrost_disk::power::PowerProfile;
+use permafrost_s3::{ClusterNode, Replication};
+use permafrost_store::{BucketSettings, GridSetup, PutOptions, Store, StoreConfig};
+
+/// A new, empty database on the test server, its URL; `None` when PostgreSQL is skipped on purpose.
+fn fresh_database() -> Option<String> {
+    let url = match std::env::var("PERMAFROST_TEST_PG_URL") {
+        Ok(url) if !url.is_empty() => url,
+        _ if std::env::var("PERMAFROST_TEST_NO_PG").as_deref() == Ok("1") => {
+            eprintln!("PERMAFROST_TEST_NO_PG=1: PostgreSQL cluster test skipped");
+            return None;
+        }
+        _ => panic!(
+            "PERMAFROST_TEST_PG_URL is not set (scripts/test starts a throwaway PostgreSQL), \
+             or set PERMAFROST_TEST_NO_PG=1 to skip the PostgreSQL tests"
+        ),
+    };
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .subsec_nanos();
+    let name = format!("s3copies{}_{nanos}", std::process::id());
+    let mut client = postgres::Client::connect(&url, postgres::NoTls)
+        .unwrap_or_else(|e| panic!("cannot reach the test PostgreSQL server: {e}"));
+    client
+        .batch_execute(&format!("CREATE DATABASE {name}"))
+        .unwrap();
+    let base = url.split('?').next().unwrap();
+    Some(format!("{}/{name}", base.rsplit_once('/').unwrap().0))
+}
+
+fn config() -> StoreConfig {
+    StoreConfig {
+        cache_bytes_max: 64 << 20,
+        fsync: false,
+        grid: GridSetup {
+            layout: "4x4:2+1".into(),
+            disk_capacity_bytes: 32 << 20,
+            ..GridSetup::default()
+        },
+        power_profile: Some(PowerProfile::for_tests()),
+        ..StoreConfig::default()
+    }
+}
+
+#[test]
+fn a_write_whose_store_cannot_be_read_back_is_not_acknowledged_with_one_copy() {
+    let Some(url) = fresh_database() else {
+        return;
+    };
+    let db = Arc::new(ClusterDb::connect(&url, 5_000).unwrap());
+    let cluster = db.cluster("c").unwrap();
+    let a = db
+        .join(&cluster, "a", "inst-a", "127.0.0.1:1", 1 << 30, 0)
+        .unwrap();
+    db.join(&cluster, "b", "inst-b", "127.0.0.1:2", 1 << 30, 0)
+        .unwrap();
+    let node = ClusterNode {
+        db: Arc::clone(&db),
+        node_id: a.node_id,
+        node_name: "a".into(),
+        replication: Replication {
+            copies: 2,
+            ..Replication::default()
+        },
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path(), config()).unwrap();
+    store
+        .create_bucket("bkt", BucketSettings::default())
+        .unwrap();
+    for key in ["gone", "kept", "broken"] {
+        let info = store
+            .put_object("bkt", key, PutOptions::default(), b"seven bytes and more")
+            .unwrap();
+        db.publish(
+            a.node_id,
+            &DirEntry {
+                bucket: "bkt".into(),
+                key: key.into(),
+                size_bytes: info.size_bytes,
+                etag: info.etag,
+                last_modified_ms: info.last_modified_ms,
+                content_type: None,
+            },
+        )
+        .unwrap();
+    }
+
+    // Deleted before its copies: nothing to copy, not an error (the DELETE won the race).
+    store.delete_object("bkt", "gone").unwrap();
+    assert_eq!(
+        node.replicate_blocking(&store, "bkt", "gone", None)
+            .unwrap(),
+        0
+    );
+    // Node b runs no relay: one copy, answered and recorded as under-replicated (the catch-up makes the other).
+    assert_eq!(
+        node.replicate_blocking(&store, "bkt", "kept", None)
+            .unwrap(),
+        1
+    );
+    assert_eq!(db.under_replicated().unwrap().len(), 1);
+
+    // The node's own catalog fails between the local commit and the copies (its objects table gone, as a
+    // database that went away fails every statement): the write is an error, not a one-copy acknowledgement.
+    rusqlite::Connection::open(dir.path().join("catalog.sqlite"))
+        .unwrap()
+        .execute_batch("DROP TABLE objects")
+        .unwrap();
+    let e = node
+        .replicate_blocking(&store, "bkt", "broken", None)
+        .expect_err("a write whose copies were not made was answered as done")
+        .to_string();
+    assert!(
+        e.contains("bkt/broken") && e.contains("cannot read it back"),
+        "{e}"
+    );
+}
