@@ -496,7 +496,35 @@ impl ClusterDb {
 
     /// After a local commit: `node_id` holds this version of the object.
     pub fn publish(&self, node_id: i64, entry: &DirEntry) -> Result<()> {
-        self.write(|c| publish_in(c, node_id, entry))
+        self.write(|c| publish_in(c, node_id, entry).map(|_| ()))
+    }
+
+    /// After a local write of `entry` on `node_id`, before its copies are made: publish it and, when its
+    /// bucket keeps whole copies and wants more than one (its own `copies`, else `default_copies`), record it as
+    /// under-replicated with this one holder, in the same transaction. The copies of the write clear that record
+    /// ([`ClusterDb::record_copies`]); whatever stops them first (a crash, the database going away, no node to
+    /// copy to) leaves it for the catch-up, so a published object never stays short of copies unnoticed.
+    pub fn publish_write(&self, node_id: i64, entry: &DirEntry, default_copies: u32) -> Result<()> {
+        self.write(|c| {
+            if !publish_in(c, node_id, entry)? {
+                return Ok(());
+            }
+            let setting: Option<(Option<i64>, Option<String>)> = c
+                .query_row(
+                    "SELECT copies, parity FROM permafrost_cluster.buckets WHERE name = ?1",
+                    params![entry.bucket],
+                    |r| Ok((r.get(0)?, r.get(1)?)),
+                )
+                .optional()
+                .map_err(sql_err)?;
+            let (copies, parity) = setting.unwrap_or((None, None));
+            if parity.is_some() {
+                return Ok(()); // fragments, placed and recorded by their own rules
+            }
+            // Also ends the record of an older version (a newer one replaced it).
+            let wanted = copies.unwrap_or(i64::from(default_copies));
+            record_copies_in(c, entry, wanted, 1)
+        })
     }
 
     /// After a local delete of a version that only this node held (versioned deletes): `node_id` no longer
@@ -647,7 +675,7 @@ impl ClusterDb {
     }
 }
 
-fn publish_in(c: &Connection, node_id: i64, entry: &DirEntry) -> Result<()> {
+fn publish_in(c: &Connection, node_id: i64, entry: &DirEntry) -> Result<bool> {
     let key = entry.key.as_bytes();
     let lm = entry.last_modified_ms as i64;
     // A newer version elsewhere wins: this node's copy is stale, nothing to publish.
@@ -661,7 +689,7 @@ fn publish_in(c: &Connection, node_id: i64, entry: &DirEntry) -> Result<()> {
         .optional()
         .map_err(sql_err)?;
     if newer.is_some() {
-        return Ok(());
+        return Ok(false);
     }
     c.execute(
         "DELETE FROM permafrost_cluster.objects WHERE bucket = ?1 AND key = ?2 AND last_modified_ms < ?3",
@@ -692,6 +720,33 @@ fn publish_in(c: &Connection, node_id: i64, entry: &DirEntry) -> Result<()> {
         params![entry.bucket],
     )
     .map_err(sql_err)?;
+    Ok(true)
+}
+
+/// [`ClusterDb::record_copies`] inside a transaction.
+fn record_copies_in(c: &Connection, entry: &DirEntry, wanted: i64, held: i64) -> Result<()> {
+    let key = entry.key.as_bytes();
+    c.execute(
+        "DELETE FROM permafrost_cluster.under_replicated WHERE bucket = ?1 AND key = ?2 \
+         AND last_modified_ms <= ?3",
+        params![entry.bucket, key, entry.last_modified_ms as i64],
+    )
+    .map_err(sql_err)?;
+    if held < wanted {
+        c.execute(
+            "INSERT INTO permafrost_cluster.under_replicated (bucket, key, etag, last_modified_ms, wanted, \
+             held) VALUES (?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT (bucket, key) DO NOTHING",
+            params![
+                entry.bucket,
+                key,
+                entry.etag,
+                entry.last_modified_ms as i64,
+                wanted,
+                held
+            ],
+        )
+        .map_err(sql_err)?;
+    }
     Ok(())
 }
 
@@ -989,31 +1044,7 @@ impl ClusterDb {
     /// Record that this version of `bucket/key` has `held` of `wanted` copies (replaces an older record of the
     /// key); `held >= wanted` clears the record.
     pub fn record_copies(&self, entry: &DirEntry, wanted: u32, held: u32) -> Result<()> {
-        self.write(|c| {
-            let key = entry.key.as_bytes();
-            c.execute(
-                "DELETE FROM permafrost_cluster.under_replicated WHERE bucket = ?1 AND key = ?2 \
-                 AND last_modified_ms <= ?3",
-                params![entry.bucket, key, entry.last_modified_ms as i64],
-            )
-            .map_err(sql_err)?;
-            if held < wanted {
-                c.execute(
-                    "INSERT INTO permafrost_cluster.under_replicated (bucket, key, etag, last_modified_ms, wanted, \
-                     held) VALUES (?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT (bucket, key) DO NOTHING",
-                    params![
-                        entry.bucket,
-                        key,
-                        entry.etag,
-                        entry.last_modified_ms as i64,
-                        i64::from(wanted),
-                        i64::from(held)
-                    ],
-                )
-                .map_err(sql_err)?;
-            }
-            Ok(())
-        })
+        self.write(|c| record_copies_in(c, entry, i64::from(wanted), i64::from(held)))
     }
 
     /// Retire up to `limit` copies held by lost nodes (last heartbeat older than `lost_after_ms`, database

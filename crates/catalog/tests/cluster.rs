@@ -227,6 +227,66 @@ fn copies_delete_everywhere_leaves_tombstones_and_under_replication_is_recorded(
 }
 
 #[test]
+fn a_write_is_published_as_under_replicated_until_its_copies_are_recorded() {
+    let Some(url) = common::fresh_database("cl") else {
+        return;
+    };
+    let db = ClusterDb::connect(&url, 10_000).unwrap();
+    let id = db.cluster("c").unwrap();
+    let a = db
+        .join(&id, "a", "ia", "127.0.0.1:1", 1, 0)
+        .unwrap()
+        .node_id;
+    let b = db
+        .join(&id, "b", "ib", "127.0.0.1:2", 1, 0)
+        .unwrap()
+        .node_id;
+    let short = |db: &ClusterDb| -> Vec<(String, String, u32, u32)> {
+        db.under_replicated()
+            .unwrap()
+            .into_iter()
+            .map(|u| (u.bucket, u.key, u.wanted, u.held))
+            .collect()
+    };
+    // The cluster default decides for a bucket without its own setting: 1 copy records nothing.
+    db.publish_write(a, &entry("one", "k", "e1", 100), 1)
+        .unwrap();
+    assert!(short(&db).is_empty());
+    assert_eq!(db.holders("one", "k").unwrap().len(), 1);
+    // Default 2: published and recorded as held once, in one step; the copies' record clears it.
+    let x = entry("two", "k", "e1", 100);
+    db.publish_write(a, &x, 2).unwrap();
+    assert_eq!(short(&db), vec![("two".into(), "k".into(), 2, 1)]);
+    db.publish(b, &x).unwrap();
+    db.record_copies(&x, 2, 2).unwrap();
+    assert!(short(&db).is_empty());
+    // The bucket's own setting wins over the default, both ways; a parity bucket keeps no whole copies.
+    db.add_bucket("own").unwrap();
+    db.set_bucket_copies("own", Some(3)).unwrap();
+    db.publish_write(a, &entry("own", "k", "e1", 100), 1)
+        .unwrap();
+    assert_eq!(short(&db), vec![("own".into(), "k".into(), 3, 1)]);
+    db.set_bucket_copies("own", Some(1)).unwrap();
+    db.publish_write(a, &entry("own", "k", "e2", 200), 2)
+        .unwrap();
+    assert!(
+        short(&db).is_empty(),
+        "a newer version with 1 copy ends the old record"
+    );
+    db.add_bucket("par").unwrap();
+    db.set_bucket_parity("par", Some("xor")).unwrap();
+    db.publish_write(a, &entry("par", "k", "e1", 100), 2)
+        .unwrap();
+    assert!(short(&db).is_empty());
+    // A newer version elsewhere: nothing published, nothing recorded.
+    db.publish(b, &entry("two", "n", "e9", 900)).unwrap();
+    db.publish_write(a, &entry("two", "n", "e1", 100), 2)
+        .unwrap();
+    assert!(short(&db).is_empty());
+    assert_eq!(db.holders("two", "n").unwrap().len(), 1);
+}
+
+#[test]
 fn a_lost_node_s_copies_are_retired_and_a_copy_of_a_deleted_version_is_not_published() {
     let Some(url) = common::fresh_database("cl") else {
         return;

@@ -625,6 +625,7 @@ pub fn start(store: &Arc<Store>, m: &Membership) -> Result<(Arc<ClusterNode>, He
             relays: m.section.relays.clone(),
             ..Default::default()
         },
+        copying: Default::default(),
     });
     let (published, removed) = reconcile(store, &m.db, m.node_id)?;
     tracing::info!(

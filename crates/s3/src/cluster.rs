@@ -9,6 +9,10 @@
 //! - Writes commit locally first: after the local commit a PUT, multipart completion or copy publishes the
 //!   object in the directory (a crash between the two is repaired by the reconcile at start), then makes the
 //!   bucket's other `copies − 1` copies ([`ClusterNode::replicate`], below) before the client gets its answer.
+//!   The publish records the object as under-replicated in the same transaction
+//!   ([`ClusterDb::publish_write`]) and its copies clear that record, so a write stopped between the two (a
+//!   crash, the database going away, its own store unreadable: answered `503`, never acknowledged) is left
+//!   to the catch-up instead of staying short of copies unnoticed.
 //! - **Copies.** `[cluster] copies = k` (or the bucket's own `copies`, [`ClusterDb::set_bucket_copies`]): the
 //!   receiving node streams the object, read back from its own store, along a replication tree
 //!   ([`tree_for_write`], the one place that chooses it) to `k − 1` other nodes that are up, with
@@ -70,6 +74,50 @@ pub struct ClusterNode {
     pub node_name: String,
     /// How this node makes the copies of what it receives.
     pub replication: Replication,
+    /// The writes whose copies this node is making now: the catch-up leaves them alone (their publish recorded
+    /// them as under-replicated, and their own copies clear that record).
+    pub copying: CopiesInFlight,
+}
+
+/// `bucket/key`s whose copies are being made by a write on this node ([`ClusterNode::copying`]).
+#[derive(Default)]
+pub struct CopiesInFlight(std::sync::Mutex<std::collections::HashMap<(String, String), usize>>);
+
+impl CopiesInFlight {
+    fn enter(&self, bucket: &str, key: &str) -> CopyingGuard<'_> {
+        let id = (bucket.to_owned(), key.to_owned());
+        *self.lock().entry(id.clone()).or_insert(0) += 1;
+        CopyingGuard { set: self, id }
+    }
+
+    fn contains(&self, bucket: &str, key: &str) -> bool {
+        self.lock()
+            .contains_key(&(bucket.to_owned(), key.to_owned()))
+    }
+
+    fn lock(
+        &self,
+    ) -> std::sync::MutexGuard<'_, std::collections::HashMap<(String, String), usize>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// One write's entry in [`CopiesInFlight`], left when dropped.
+struct CopyingGuard<'a> {
+    set: &'a CopiesInFlight,
+    id: (String, String),
+}
+
+impl Drop for CopyingGuard<'_> {
+    fn drop(&mut self) {
+        let mut map = self.set.lock();
+        if let Some(n) = map.get_mut(&self.id) {
+            *n -= 1;
+            if *n == 0 {
+                map.remove(&self.id);
+            }
+        }
+    }
 }
 
 /// How a node makes copies (issue 13 `copies = k`).
@@ -272,7 +320,8 @@ impl ClusterNode {
         Ok(())
     }
 
-    /// After a local write of `bucket/key`: publish what the store now holds.
+    /// After a local write of `bucket/key`: publish what the store now holds, recorded as under-replicated
+    /// until its copies are made ([`ClusterDb::publish_write`]).
     pub(crate) async fn publish(
         self: &Arc<Self>,
         store: &Arc<Store>,
@@ -297,7 +346,11 @@ impl ClusterNode {
             last_modified_ms: info.last_modified_ms,
             content_type: info.content_type,
         };
-        blocking(move || me.db.publish(me.node_id, &entry)).await
+        blocking(move || {
+            me.db
+                .publish_write(me.node_id, &entry, me.replication.copies)
+        })
+        .await
     }
 
     /// After a local delete of the current version of `bucket/key`: no node holds it any more (the other
@@ -398,6 +451,7 @@ impl ClusterNode {
         if wanted == 1 && expect.is_none() {
             return Ok(1);
         }
+        let _copying = expect.is_none().then(|| self.copying.enter(bucket, key));
         let Some((info, entry)) = local_version(store, bucket, key, expect, "copies")? else {
             return Ok(0);
         };
@@ -608,7 +662,9 @@ impl ClusterNode {
                 continue;
             }
             let first_up = of_version.iter().find(|n| n.health == Health::Up);
-            if first_up.map(|n| n.id) != Some(self.node_id) {
+            if first_up.map(|n| n.id) != Some(self.node_id)
+                || self.copying.contains(&x.bucket, &x.key)
+            {
                 continue;
             }
             let held = self.replicate_blocking(store, &x.bucket, &x.key, Some(&x))?;

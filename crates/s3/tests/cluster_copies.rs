@@ -71,6 +71,7 @@ fn a_write_whose_store_cannot_be_read_back_is_not_acknowledged_with_one_copy() {
             copies: 2,
             ..Replication::default()
         },
+        copying: Default::default(),
     };
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(dir.path(), config()).unwrap();
@@ -81,7 +82,7 @@ fn a_write_whose_store_cannot_be_read_back_is_not_acknowledged_with_one_copy() {
         let info = store
             .put_object("bkt", key, PutOptions::default(), b"seven bytes and more")
             .unwrap();
-        db.publish(
+        db.publish_write(
             a.node_id,
             &DirEntry {
                 bucket: "bkt".into(),
@@ -91,6 +92,7 @@ fn a_write_whose_store_cannot_be_read_back_is_not_acknowledged_with_one_copy() {
                 last_modified_ms: info.last_modified_ms,
                 content_type: None,
             },
+            2,
         )
         .unwrap();
     }
@@ -108,7 +110,19 @@ fn a_write_whose_store_cannot_be_read_back_is_not_acknowledged_with_one_copy() {
             .unwrap(),
         1
     );
-    assert_eq!(db.under_replicated().unwrap().len(), 1);
+    let short = || -> Vec<String> {
+        let mut keys: Vec<String> = db
+            .under_replicated()
+            .unwrap()
+            .into_iter()
+            .map(|u| u.key)
+            .collect();
+        keys.sort();
+        keys
+    };
+    // Each write was recorded as short of copies when it was published; "gone" waits for the catch-up to see
+    // it deleted, "kept" for a node to copy to.
+    assert_eq!(short(), ["broken", "gone", "kept"]);
 
     // The node's own catalog fails between the local commit and the copies (its objects table gone, as a
     // database that went away fails every statement): the write is an error, not a one-copy acknowledgement.
@@ -124,4 +138,6 @@ fn a_write_whose_store_cannot_be_read_back_is_not_acknowledged_with_one_copy() {
         e.contains("bkt/broken") && e.contains("cannot read it back"),
         "{e}"
     );
+    // It stays recorded as short of copies: the catch-up makes them once the store can be read again.
+    assert!(short().contains(&"broken".to_string()));
 }
