@@ -74,35 +74,44 @@ pub struct ClusterNode {
     pub node_name: String,
     /// How this node makes the copies of what it receives.
     pub replication: Replication,
-    /// The writes whose copies this node is making now: the catch-up leaves them alone (their publish recorded
-    /// them as under-replicated, and their own copies clear that record).
+    /// The `bucket/key`s whose copies this node is making now: one copier per key at a time, so a catch-up
+    /// never makes a second set of copies beside a write (whose publish recorded it as under-replicated).
     pub copying: CopiesInFlight,
 }
 
-/// `bucket/key`s whose copies are being made by a write on this node ([`ClusterNode::copying`]).
+/// The `bucket/key`s whose copies this node is making ([`ClusterNode::copying`]): a write waits for the
+/// key ([`CopiesInFlight::enter`]), a catch-up skips it when taken ([`CopiesInFlight::try_enter`]); whoever
+/// comes second reads the holders again and finds the copies the first one made.
 #[derive(Default)]
-pub struct CopiesInFlight(std::sync::Mutex<std::collections::HashMap<(String, String), usize>>);
+pub struct CopiesInFlight {
+    keys: std::sync::Mutex<std::collections::HashSet<(String, String)>>,
+    freed: std::sync::Condvar,
+}
 
 impl CopiesInFlight {
+    /// Take `bucket/key`, waiting while another copier has it.
     fn enter(&self, bucket: &str, key: &str) -> CopyingGuard<'_> {
         let id = (bucket.to_owned(), key.to_owned());
-        *self.lock().entry(id.clone()).or_insert(0) += 1;
+        let mut keys = self.keys.lock().unwrap_or_else(|p| p.into_inner());
+        while keys.contains(&id) {
+            keys = self.freed.wait(keys).unwrap_or_else(|p| p.into_inner());
+        }
+        keys.insert(id.clone());
         CopyingGuard { set: self, id }
     }
 
-    fn contains(&self, bucket: &str, key: &str) -> bool {
-        self.lock()
-            .contains_key(&(bucket.to_owned(), key.to_owned()))
-    }
-
-    fn lock(
-        &self,
-    ) -> std::sync::MutexGuard<'_, std::collections::HashMap<(String, String), usize>> {
-        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    /// Take `bucket/key` if no other copier has it.
+    fn try_enter(&self, bucket: &str, key: &str) -> Option<CopyingGuard<'_>> {
+        let id = (bucket.to_owned(), key.to_owned());
+        let mut keys = self.keys.lock().unwrap_or_else(|p| p.into_inner());
+        if !keys.insert(id.clone()) {
+            return None; // (a guard made here would free the other copier's key when dropped)
+        }
+        Some(CopyingGuard { set: self, id })
     }
 }
 
-/// One write's entry in [`CopiesInFlight`], left when dropped.
+/// A copier's hold on one key of [`CopiesInFlight`], given up when dropped.
 struct CopyingGuard<'a> {
     set: &'a CopiesInFlight,
     id: (String, String),
@@ -110,13 +119,9 @@ struct CopyingGuard<'a> {
 
 impl Drop for CopyingGuard<'_> {
     fn drop(&mut self) {
-        let mut map = self.set.lock();
-        if let Some(n) = map.get_mut(&self.id) {
-            *n -= 1;
-            if *n == 0 {
-                map.remove(&self.id);
-            }
-        }
+        let mut keys = self.set.keys.lock().unwrap_or_else(|p| p.into_inner());
+        keys.remove(&self.id);
+        self.set.freed.notify_all();
     }
 }
 
@@ -451,6 +456,8 @@ impl ClusterNode {
         if wanted == 1 && expect.is_none() {
             return Ok(1);
         }
+        // A write waits for a catch-up of its key (then finds its copies made); a catch-up takes the key in
+        // `catch_up`.
         let _copying = expect.is_none().then(|| self.copying.enter(bucket, key));
         let Some((info, entry)) = local_version(store, bucket, key, expect, "copies")? else {
             return Ok(0);
@@ -662,11 +669,13 @@ impl ClusterNode {
                 continue;
             }
             let first_up = of_version.iter().find(|n| n.health == Health::Up);
-            if first_up.map(|n| n.id) != Some(self.node_id)
-                || self.copying.contains(&x.bucket, &x.key)
-            {
+            if first_up.map(|n| n.id) != Some(self.node_id) {
                 continue;
             }
+            // A write of this key is making its copies now: it clears the record itself.
+            let Some(_copying) = self.copying.try_enter(&x.bucket, &x.key) else {
+                continue;
+            };
             let held = self.replicate_blocking(store, &x.bucket, &x.key, Some(&x))?;
             made += held.saturating_sub(of_version.len());
         }
@@ -1129,5 +1138,42 @@ impl futures::Stream for Pieces {
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<Option<Self::Item>> {
         self.rx.poll_recv(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::CopiesInFlight;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::time::Duration;
+
+    #[test]
+    fn one_copier_per_key_a_write_waits_and_a_catch_up_skips() {
+        let copying = CopiesInFlight::default();
+        let catch_up = copying.try_enter("b", "k").expect("the key is free");
+        assert!(copying.try_enter("b", "k").is_none(), "taken twice");
+        let other = copying
+            .try_enter("b", "other")
+            .expect("another key is free");
+        let write_done = AtomicBool::new(false);
+        std::thread::scope(|s| {
+            let write = s.spawn(|| {
+                let _held = copying.enter("b", "k");
+                write_done.store(true, Ordering::SeqCst);
+            });
+            std::thread::sleep(Duration::from_millis(100));
+            assert!(
+                !write_done.load(Ordering::SeqCst),
+                "the write went on while the catch-up held its key"
+            );
+            drop(catch_up);
+            write.join().unwrap();
+        });
+        assert!(write_done.load(Ordering::SeqCst));
+        drop(other);
+        assert!(
+            copying.try_enter("b", "k").is_some(),
+            "the write gave the key back"
+        );
     }
 }
