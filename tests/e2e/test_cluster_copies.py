@@ -413,6 +413,11 @@ def test_the_database_killed_while_clients_write_loses_nothing_acknowledged(pg, 
                 assert s3[n].get_object(Bucket="outage", Key=key)["Body"].read() == body, (key, n)
         # Also the writes that failed after their local commit: whole, or not listed.
         assert_listed_objects_read_whole(s3["b"], s3["c"], s3["a"], "outage", acknowledged)
+        # ... and none of them stays short of copies: their publish recorded them as under-replicated, so the
+        # catch-up makes the copies the outage stopped.
+        listed = [o["Key"] for o in s3["a"].list_objects_v2(Bucket="outage", MaxKeys=1000).get("Contents", [])]
+        wait_for("every listed object held twice",
+                 lambda: all(len(holders(pg, url, "outage", key)) >= 2 for key in listed), timeout_s=60)
     finally:
         stop.set()
         stop_all(nodes)

@@ -505,26 +505,7 @@ impl ClusterDb {
     /// ([`ClusterDb::record_copies`]); whatever stops them first (a crash, the database going away, no node to
     /// copy to) leaves it for the catch-up, so a published object never stays short of copies unnoticed.
     pub fn publish_write(&self, node_id: i64, entry: &DirEntry, default_copies: u32) -> Result<()> {
-        self.write(|c| {
-            if !publish_in(c, node_id, entry)? {
-                return Ok(());
-            }
-            let setting: Option<(Option<i64>, Option<String>)> = c
-                .query_row(
-                    "SELECT copies, parity FROM permafrost_cluster.buckets WHERE name = ?1",
-                    params![entry.bucket],
-                    |r| Ok((r.get(0)?, r.get(1)?)),
-                )
-                .optional()
-                .map_err(sql_err)?;
-            let (copies, parity) = setting.unwrap_or((None, None));
-            if parity.is_some() {
-                return Ok(()); // fragments, placed and recorded by their own rules
-            }
-            // Also ends the record of an older version (a newer one replaced it).
-            let wanted = copies.unwrap_or(i64::from(default_copies));
-            record_copies_in(c, entry, wanted, 1)
-        })
+        self.write(|c| publish_write_in(c, node_id, entry, default_copies).map(|_| ()))
     }
 
     /// After a local delete of a version that only this node held (versioned deletes): `node_id` no longer
@@ -541,9 +522,16 @@ impl ClusterDb {
     }
 
     /// Make the directory's rows of `node_id` equal to `held` (what its store holds): rows for objects it no
-    /// longer holds go, missing rows are published. Returns (published, removed).
-    pub fn reconcile(&self, node_id: i64, held: &[DirEntry]) -> Result<(usize, usize)> {
-        self.reconcile_keys(node_id, held)
+    /// longer holds go, missing rows are published as [`ClusterDb::publish_write`] publishes them (a write
+    /// whose publish the database's absence or a crash stopped still needs its copies). Returns (published,
+    /// removed).
+    pub fn reconcile(
+        &self,
+        node_id: i64,
+        held: &[DirEntry],
+        default_copies: u32,
+    ) -> Result<(usize, usize)> {
+        self.reconcile_keys(node_id, held, default_copies)
             .map(|(published, removed)| (published, removed.len()))
     }
 
@@ -554,6 +542,7 @@ impl ClusterDb {
         &self,
         node_id: i64,
         held: &[DirEntry],
+        default_copies: u32,
     ) -> Result<(usize, Vec<(String, String)>)> {
         self.write(|c| {
             let mut st = c
@@ -574,7 +563,7 @@ impl ClusterDb {
             for entry in held {
                 let id = (entry.bucket.clone(), entry.key.as_bytes().to_vec());
                 if listed.remove(&id).as_deref() != Some(entry.etag.as_str()) {
-                    publish_in(c, node_id, entry)?;
+                    publish_write_in(c, node_id, entry, default_copies)?;
                     published += 1;
                 }
             }
@@ -720,6 +709,34 @@ fn publish_in(c: &Connection, node_id: i64, entry: &DirEntry) -> Result<bool> {
         params![entry.bucket],
     )
     .map_err(sql_err)?;
+    Ok(true)
+}
+
+/// [`ClusterDb::publish_write`] inside a transaction; whether it published (false: a newer version is listed).
+fn publish_write_in(
+    c: &Connection,
+    node_id: i64,
+    entry: &DirEntry,
+    default_copies: u32,
+) -> Result<bool> {
+    if !publish_in(c, node_id, entry)? {
+        return Ok(false);
+    }
+    let setting: Option<(Option<i64>, Option<String>)> = c
+        .query_row(
+            "SELECT copies, parity FROM permafrost_cluster.buckets WHERE name = ?1",
+            params![entry.bucket],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .optional()
+        .map_err(sql_err)?;
+    let (copies, parity) = setting.unwrap_or((None, None));
+    if parity.is_some() {
+        return Ok(true); // fragments, placed and recorded by their own rules
+    }
+    // Also ends the record of an older version (a newer one replaced it).
+    let wanted = copies.unwrap_or(i64::from(default_copies));
+    record_copies_in(c, entry, wanted, 1)?;
     Ok(true)
 }
 

@@ -117,10 +117,20 @@ fn the_directory_follows_publish_delete_and_reconcile() {
         .reconcile(
             a,
             &[entry("bk", "x/2", "e2", 100), entry("bk", "z", "e5", 300)],
+            2,
         )
         .unwrap();
     assert_eq!((published, removed), (1, 0));
-    let (published, removed) = db.reconcile(a, &[entry("bk", "z", "e5", 300)]).unwrap();
+    // The write whose publish was lost still needs its copies (2 by the default given): recorded for the
+    // catch-up, with the one holder the reconcile knows of.
+    let short: Vec<(String, u32, u32)> = db
+        .under_replicated()
+        .unwrap()
+        .into_iter()
+        .map(|u| (u.key, u.wanted, u.held))
+        .collect();
+    assert_eq!(short, vec![("z".to_string(), 2, 1)]);
+    let (published, removed) = db.reconcile(a, &[entry("bk", "z", "e5", 300)], 1).unwrap();
     assert_eq!((published, removed), (0, 1));
     let keys: Vec<String> = db
         .list_objects("bk", &ListQuery::default())

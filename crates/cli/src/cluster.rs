@@ -526,7 +526,14 @@ fn local_entries(store: &Store) -> Result<(Vec<String>, Vec<DirEntry>)> {
 }
 
 /// Make the directory's rows of this node equal to what its store holds; returns (published, removed).
-pub fn reconcile(store: &Store, db: &ClusterDb, node_id: i64) -> Result<(usize, usize)> {
+/// What it publishes is recorded as short of copies as a write's publish is (`default_copies`: `[cluster]
+/// copies`), so a write whose publish was lost still gets its copies from the catch-up.
+pub fn reconcile(
+    store: &Store,
+    db: &ClusterDb,
+    node_id: i64,
+    default_copies: u32,
+) -> Result<(usize, usize)> {
     // Deletes made while this node was away first: what they removed must not be published again.
     let deleted = apply_tombstones(store, db, node_id)?;
     if deleted > 0 {
@@ -540,7 +547,7 @@ pub fn reconcile(store: &Store, db: &ClusterDb, node_id: i64) -> Result<(usize, 
         db.add_bucket(bucket).map_err(|e| anyhow::anyhow!("{e}"))?;
     }
     let (published, removed) = db
-        .reconcile_keys(node_id, &entries)
+        .reconcile_keys(node_id, &entries, default_copies)
         .map_err(|e| anyhow::anyhow!("{e}"))?;
     // A write (or an arriving copy) that committed after the snapshot above and published its row before the
     // reconcile's transaction lost that row: what the store holds now is published again. (Without this a copy
@@ -557,7 +564,7 @@ pub fn reconcile(store: &Store, db: &ClusterDb, node_id: i64) -> Result<(usize, 
                 last_modified_ms: info.last_modified_ms,
                 content_type: info.content_type,
             };
-            db.publish(node_id, &entry)
+            db.publish_write(node_id, &entry, default_copies)
                 .map_err(|e| anyhow::anyhow!("{e}"))?;
             kept += 1;
         }
@@ -627,7 +634,7 @@ pub fn start(store: &Arc<Store>, m: &Membership) -> Result<(Arc<ClusterNode>, He
         },
         copying: Default::default(),
     });
-    let (published, removed) = reconcile(store, &m.db, m.node_id)?;
+    let (published, removed) = reconcile(store, &m.db, m.node_id, m.section.copies)?;
     tracing::info!(
         node = %m.section.node,
         published,
@@ -673,7 +680,7 @@ pub fn start(store: &Arc<Store>, m: &Membership) -> Result<(Arc<ClusterNode>, He
                         last = capacity_and_used(&store);
                     }
                     match db.heartbeat(node_id, last.0, last.1) {
-                        Ok(()) if failing => match reconcile(&store, &db, node_id) {
+                        Ok(()) if failing => match reconcile(&store, &db, node_id, me.replication.copies) {
                             Ok((p, r)) => {
                                 failing = false;
                                 tracing::warn!(published = p, removed = r, "cluster: the catalog database is back; directory reconciled");
