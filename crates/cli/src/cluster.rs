@@ -633,6 +633,7 @@ pub fn start(store: &Arc<Store>, m: &Membership) -> Result<(Arc<ClusterNode>, He
             ..Default::default()
         },
         copying: Default::default(),
+        directory_behind: Default::default(),
     });
     let (published, removed) = reconcile(store, &m.db, m.node_id, m.section.copies)?;
     tracing::info!(
@@ -679,7 +680,13 @@ pub fn start(store: &Arc<Store>, m: &Membership) -> Result<(Arc<ClusterNode>, He
                     if !failing && beats.is_multiple_of(10) {
                         last = capacity_and_used(&store);
                     }
-                    match db.heartbeat(node_id, last.0, last.1) {
+                    let beat = db.heartbeat(node_id, last.0, last.1);
+                    // A write or delete whose directory step failed (an outage shorter than a heartbeat, which
+                    // no heartbeat saw): reconcile now, as after an outage a heartbeat saw.
+                    if beat.is_ok() && me.directory_behind.swap(false, Ordering::SeqCst) {
+                        failing = true;
+                    }
+                    match beat {
                         Ok(()) if failing => match reconcile(&store, &db, node_id, me.replication.copies) {
                             Ok((p, r)) => {
                                 failing = false;

@@ -77,6 +77,10 @@ pub struct ClusterNode {
     /// The `bucket/key`s whose copies this node is making now: one copier per key at a time, so a catch-up
     /// never makes a second set of copies beside a write (whose publish recorded it as under-replicated).
     pub copying: CopiesInFlight,
+    /// A publish or directory delete failed after its local change (the database went away): the directory
+    /// is behind this node's store until a reconcile. The heartbeat reconciles when it sees this set, so an
+    /// outage shorter than a heartbeat is repaired too.
+    pub directory_behind: std::sync::atomic::AtomicBool,
 }
 
 /// The `bucket/key`s whose copies this node is making ([`ClusterNode::copying`]): a write waits for the
@@ -339,23 +343,33 @@ impl ClusterNode {
             bucket.to_owned(),
             key.to_owned(),
         );
-        let info = {
-            let (bucket, key) = (bucket.clone(), key.clone());
-            crate::bridge::blocking(move || store.head_object(&bucket, &key)).await?
-        };
-        let entry = DirEntry {
-            bucket,
-            key,
-            size_bytes: info.size_bytes,
-            etag: info.etag,
-            last_modified_ms: info.last_modified_ms,
-            content_type: info.content_type,
-        };
-        blocking(move || {
-            me.db
-                .publish_write(me.node_id, &entry, me.replication.copies)
-        })
-        .await
+        let published = async {
+            let info = {
+                let (bucket, key) = (bucket.clone(), key.clone());
+                crate::bridge::blocking(move || store.head_object(&bucket, &key)).await?
+            };
+            let entry = DirEntry {
+                bucket,
+                key,
+                size_bytes: info.size_bytes,
+                etag: info.etag,
+                last_modified_ms: info.last_modified_ms,
+                content_type: info.content_type,
+            };
+            let me = Arc::clone(&me);
+            blocking(move || {
+                me.db
+                    .publish_write(me.node_id, &entry, me.replication.copies)
+            })
+            .await
+        }
+        .await;
+        if published.is_err() {
+            // The local commit stands unpublished: the heartbeat's reconcile publishes it.
+            me.directory_behind
+                .store(true, std::sync::atomic::Ordering::SeqCst);
+        }
+        published
     }
 
     /// After a local delete of the current version of `bucket/key`: no node holds it any more (the other
@@ -369,13 +383,18 @@ impl ClusterNode {
         let others = {
             let (bucket, key) = (bucket.clone(), key.clone());
             let me = Arc::clone(&me);
-            blocking(move || {
+            let deleted = blocking(move || {
                 let mut others = me.db.delete_everywhere(me.node_id, &bucket, &key)?;
                 // Held as XOR fragments: each fragment holder gets a tombstone too.
                 others.extend(me.db.delete_parity(&bucket, &key)?);
                 Ok(others)
             })
-            .await?
+            .await;
+            if deleted.is_err() {
+                self.directory_behind
+                    .store(true, std::sync::atomic::Ordering::SeqCst);
+            }
+            deleted?
         };
         if !others.is_empty() {
             tracing::info!(
