@@ -301,11 +301,12 @@ pub(crate) struct Inner {
 }
 
 impl Inner {
-    /// Wait up to `cache_wait_ms_max` until the cache's file system has room for `bytes` above the reserve
-    /// (`free_bytes_min`; persistence and the collector are woken, eviction frees persisted contents); then
-    /// `SlowDown` saying what is short.
-    fn wait_for_file_system_room(&self, bytes: u64) -> Result<()> {
-        let room = || {
+    /// Reserve cache space for a writer: room in the cache's budget and, on the cache's file system, room above
+    /// the reserve (`free_bytes_min`). While either is short it evicts persisted contents, wakes the persistence
+    /// manager and the collector (unreferenced contents go after the short grace), and waits up to
+    /// `cache_wait_ms_max` in all; then `SlowDown` saying what is short.
+    pub fn reserve_cache(&self, bytes: u64) -> Result<()> {
+        let file_system_room = || {
             crate::free_space::check_room(
                 &self.cache.dir,
                 bytes,
@@ -313,51 +314,39 @@ impl Inner {
                 "an upload",
             )
         };
-        let Err(mut short) = room() else {
-            return Ok(());
-        };
-        let deadline = Instant::now() + Duration::from_millis(self.config.cache_wait_ms_max);
-        while Instant::now() < deadline {
-            self.evict_lru(bytes)?;
-            self.wake_persister();
-            self.gc_for_room.store(true, Ordering::SeqCst);
-            std::thread::sleep(Duration::from_millis(100));
-            match room() {
-                Ok(()) => return Ok(()),
-                Err(e) => short = e,
-            }
-        }
-        Err(StoreError::SlowDown(short))
-    }
-
-    /// Reserve cache space for a writer: evict persisted contents, wake the persistence manager and the
-    /// collector (unreferenced contents go after the short grace), and wait up to `cache_wait_ms_max`; then
-    /// `SlowDown`.
-    pub fn reserve_cache(&self, bytes: u64) -> Result<()> {
-        self.wait_for_file_system_room(bytes)?;
-        if self.cache.try_reserve(bytes) {
+        if file_system_room().is_ok() && self.cache.try_reserve(bytes) {
             return Ok(());
         }
         let deadline = Instant::now() + Duration::from_millis(self.config.cache_wait_ms_max);
         loop {
             self.evict_lru(bytes)?;
-            if self.cache.try_reserve(bytes) {
+            let room = file_system_room();
+            if room.is_ok() && self.cache.try_reserve(bytes) {
                 return Ok(());
             }
             self.wake_persister();
             self.gc_for_room.store(true, Ordering::SeqCst);
             let now = Instant::now();
             if now >= deadline {
-                return Err(StoreError::SlowDown(format!(
-                    "the cache is full ({} of {} bytes used) and persistence has not freed {bytes} bytes within {} ms",
-                    self.cache.used_bytes(),
-                    self.cache.capacity_bytes,
-                    self.config.cache_wait_ms_max
-                )));
+                return Err(StoreError::SlowDown(match room {
+                    Err(short) => short,
+                    Ok(()) => format!(
+                        "the cache is full ({} of {} bytes used) and persistence has not freed {bytes} bytes within {} ms",
+                        self.cache.used_bytes(),
+                        self.cache.capacity_bytes,
+                        self.config.cache_wait_ms_max
+                    ),
+                }));
             }
-            let wait_ms = (deadline - now).as_millis().min(100) as u64;
-            if self.cache.wait_reserve(bytes, wait_ms.max(1)) {
-                return Ok(());
+            let wait_ms = ((deadline - now).as_millis().min(100) as u64).max(1);
+            match room {
+                // Woken as soon as cache space is released.
+                Ok(()) => {
+                    if self.cache.wait_reserve(bytes, wait_ms) {
+                        return Ok(());
+                    }
+                }
+                Err(_) => std::thread::sleep(Duration::from_millis(wait_ms)),
             }
         }
     }
