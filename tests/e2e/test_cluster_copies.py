@@ -375,6 +375,61 @@ def test_a_lost_node_s_copies_are_made_again_and_it_brings_nothing_back(pg, tmp_
         stop_all(nodes)
 
 
+REFUSE_DIRECTORY_CHANGES = (
+    "CREATE OR REPLACE FUNCTION permafrost_cluster.refuse() RETURNS trigger LANGUAGE plpgsql AS "
+    "$$ BEGIN RAISE EXCEPTION 'directory changes refused by the test'; END $$; "
+    "CREATE TRIGGER refuse BEFORE INSERT OR UPDATE OR DELETE ON permafrost_cluster.objects "
+    "FOR EACH ROW EXECUTE FUNCTION permafrost_cluster.refuse()")
+ALLOW_DIRECTORY_CHANGES = "DROP TRIGGER refuse ON permafrost_cluster.objects"
+
+
+def test_a_directory_step_that_failed_is_made_good_by_the_next_heartbeat(pg, tmp_path):
+    """A write or delete whose step in the cluster directory failed while the database stayed up (no heartbeat
+    saw an outage; here a trigger refuses every change of the directory's object rows): the client gets 503,
+    the local commit stands, and once the directory takes changes again the next heartbeat's reconcile
+    publishes the write and removes the rows of the deleted objects, without a restart. DeleteObjects and
+    DeleteObject each, in a window of their own."""
+    url = pg.database()
+    nodes = start_nodes(tmp_path, url, ["a", "b"], copies=1)
+    try:
+        s3 = client(nodes["a"].endpoint, retries=1)
+        s3.create_bucket(Bucket="behind")
+        for key in ["old1", "old2"]:
+            s3.put_object(Bucket="behind", Key=key, Body=key.encode())
+            assert holders(pg, url, "behind", key) == ["a"]
+
+        # Window 1: DeleteObjects.
+        psql(pg, url, REFUSE_DIRECTORY_CHANGES)
+        errors = s3.delete_objects(Bucket="behind", Delete={"Objects": [{"Key": "old2"}]}).get("Errors", [])
+        assert [(e["Key"], e["Code"]) for e in errors] == [("old2", "ServiceUnavailable")], errors
+        assert stored(pg, url, "a", "behind") == ["old1"]  # the local delete stood
+        time.sleep(1.0)  # heartbeats: the directory still refuses, so its row stays
+        assert holders(pg, url, "behind", "old2") == ["a"]
+        psql(pg, url, ALLOW_DIRECTORY_CHANGES)
+        wait_for("old2's row removed", lambda: holders(pg, url, "behind", "old2") == [], timeout_s=15)
+
+        # Window 2: a PUT and a DeleteObject.
+        psql(pg, url, REFUSE_DIRECTORY_CHANGES)
+        body = os.urandom(300 * 1024)
+        assert error_of(lambda: s3.put_object(Bucket="behind", Key="new", Body=body))[
+            "ResponseMetadata"]["HTTPStatusCode"] == 503
+        assert error_of(lambda: s3.delete_object(Bucket="behind", Key="old1"))[
+            "ResponseMetadata"]["HTTPStatusCode"] == 503
+        assert stored(pg, url, "a", "behind") == ["new"]
+        time.sleep(1.0)
+        assert holders(pg, url, "behind", "new") == [] and holders(pg, url, "behind", "old1") == ["a"]
+        psql(pg, url, ALLOW_DIRECTORY_CHANGES)
+        wait_for("the write published and old1's row removed",
+                 lambda: (holders(pg, url, "behind", "new"), holders(pg, url, "behind", "old1")) == (["a"], []),
+                 timeout_s=15)
+        # Node b sees what node a holds: the new object (forwarded to a), not the deleted ones.
+        b = client(nodes["b"].endpoint)
+        assert b.get_object(Bucket="behind", Key="new")["Body"].read() == body
+        assert [o["Key"] for o in b.list_objects_v2(Bucket="behind").get("Contents", [])] == ["new"]
+    finally:
+        stop_all(nodes)
+
+
 def test_bad_copies_setting_is_refused_at_start(pg, tmp_path):
     url = pg.database()
     s = Server(tmp_path / "z", config=node_config(url, "copies", "z", "copies = 0\n"))

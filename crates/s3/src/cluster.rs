@@ -379,22 +379,9 @@ impl ClusterNode {
         bucket: &str,
         key: &str,
     ) -> S3Result<()> {
-        let (me, bucket, key) = (Arc::clone(self), bucket.to_owned(), key.to_owned());
         let others = {
-            let (bucket, key) = (bucket.clone(), key.clone());
-            let me = Arc::clone(&me);
-            let deleted = blocking(move || {
-                let mut others = me.db.delete_everywhere(me.node_id, &bucket, &key)?;
-                // Held as XOR fragments: each fragment holder gets a tombstone too.
-                others.extend(me.db.delete_parity(&bucket, &key)?);
-                Ok(others)
-            })
-            .await;
-            if deleted.is_err() {
-                self.directory_behind
-                    .store(true, std::sync::atomic::Ordering::SeqCst);
-            }
-            deleted?
+            let (me, bucket, key) = (Arc::clone(self), bucket.to_owned(), key.to_owned());
+            blocking(move || me.delete_everywhere_now(&bucket, &key)).await?
         };
         if !others.is_empty() {
             tracing::info!(
@@ -403,6 +390,29 @@ impl ClusterNode {
             );
         }
         Ok(())
+    }
+
+    /// [`ClusterNode::delete_everywhere`] on the calling (blocking) thread; DeleteObjects calls it per key.
+    /// Returns the other nodes left a tombstone. When the directory cannot be changed, the local delete stands
+    /// and the next heartbeat's reconcile removes this node's row.
+    pub(crate) fn delete_everywhere_now(
+        &self,
+        bucket: &str,
+        key: &str,
+    ) -> Result<Vec<String>, CatalogError> {
+        let deleted = self
+            .db
+            .delete_everywhere(self.node_id, bucket, key)
+            .and_then(|mut others| {
+                // Held as XOR fragments: each fragment holder gets a tombstone too.
+                others.extend(self.db.delete_parity(bucket, key)?);
+                Ok(others)
+            });
+        if deleted.is_err() {
+            self.directory_behind
+                .store(true, std::sync::atomic::Ordering::SeqCst);
+        }
+        deleted
     }
 
     /// After the local commit and publish of `bucket/key`: make the bucket's other copies (see the module

@@ -47,7 +47,8 @@ pub(crate) async fn delete_object(
 /// In a cluster (`cluster`), each key whose current version was deleted is deleted everywhere, as DELETE does
 /// (`ClusterNode::delete_everywhere`): every holder's row goes and each other holder gets a tombstone, in one
 /// directory transaction per key; a key whose directory update fails is reported as that key's error
-/// (`ServiceUnavailable`), the others still go.
+/// (`ServiceUnavailable`, and one log line), the others still go; its local delete stands and the next heartbeat
+/// removes its row (`ClusterNode::directory_behind`).
 pub(crate) async fn delete_objects(
     store: &Arc<Store>,
     cluster: Option<&Arc<ClusterNode>>,
@@ -82,21 +83,22 @@ pub(crate) async fn delete_objects(
                 .map_err(|e| (e.s3_code().to_owned(), e.to_string()));
             let outcome = match (&cluster, outcome) {
                 (Some(c), Ok(outcome)) if version_id.is_none() => {
-                    let everywhere_now = c.db.delete_everywhere(c.node_id, &bucket, &key).and_then(|mut others| {
-                        // Held as XOR fragments: each fragment holder gets a tombstone too.
-                        others.extend(c.db.delete_parity(&bucket, &key)?);
-                        Ok(others)
-                    });
-                    match everywhere_now {
+                    match c.delete_everywhere_now(&bucket, &key) {
                         Ok(others) => {
                             everywhere += 1;
                             tombstones += others.len();
                             Ok(outcome)
                         }
-                        Err(e) => Err((
-                            "ServiceUnavailable".to_owned(),
-                            format!("the cluster catalog database is unavailable: {e}"),
-                        )),
+                        Err(e) => {
+                            tracing::error!(
+                                "DeleteObjects {bucket}/{key}: deleted on this node, but the cluster directory \
+                                 could not be updated (answered 503 for the key; the next heartbeat reconciles): {e}"
+                            );
+                            Err((
+                                "ServiceUnavailable".to_owned(),
+                                format!("the cluster catalog database is unavailable: {e}"),
+                            ))
+                        }
                     }
                 }
                 (_, outcome) => outcome,
