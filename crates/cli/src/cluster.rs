@@ -92,6 +92,9 @@ fn copies_default() -> u32 {
 /// Heartbeats between two catch-up passes over the under-replicated objects.
 pub const CATCH_UP_BEATS: u64 = 3;
 
+/// Why the heartbeat reconciles after a heartbeat failed (the log line says it).
+const OUTAGE: &str = "the catalog database was unreachable";
+
 fn heartbeat_default() -> u64 {
     2000
 }
@@ -667,7 +670,9 @@ pub fn start(store: &Arc<Store>, m: &Membership) -> Result<(Arc<ClusterNode>, He
         std::thread::Builder::new()
             .name("permafrost-heartbeat".into())
             .spawn(move || {
-                let mut failing = false;
+                // Why the directory must be reconciled with the store before anything else (`None`: it need not).
+                let mut behind: Option<&str> = None;
+                let mut reconcile_failure_logged = false;
                 let mut last = (capacity, used);
                 let mut beats = 0u64;
                 while !stop.load(Ordering::SeqCst) {
@@ -677,22 +682,30 @@ pub fn start(store: &Arc<Store>, m: &Membership) -> Result<(Arc<ClusterNode>, He
                     }
                     beats += 1;
                     // Bytes used are summed over the catalog: every 10th heartbeat, not every one.
-                    if !failing && beats.is_multiple_of(10) {
+                    if behind.is_none() && beats.is_multiple_of(10) {
                         last = capacity_and_used(&store);
                     }
                     let beat = db.heartbeat(node_id, last.0, last.1);
                     // A write or delete whose directory step failed (an outage shorter than a heartbeat, which
                     // no heartbeat saw): reconcile now, as after an outage a heartbeat saw.
-                    if beat.is_ok() && me.directory_behind.swap(false, Ordering::SeqCst) {
-                        failing = true;
+                    if beat.is_ok() && me.directory_behind.swap(false, Ordering::SeqCst) && behind.is_none() {
+                        behind = Some("a write or delete whose directory update failed");
                     }
                     match beat {
-                        Ok(()) if failing => match reconcile(&store, &db, node_id, me.replication.copies) {
+                        Ok(()) if behind.is_some() => match reconcile(&store, &db, node_id, me.replication.copies) {
                             Ok((p, r)) => {
-                                failing = false;
-                                tracing::warn!(published = p, removed = r, "cluster: the catalog database is back; directory reconciled");
+                                tracing::warn!(
+                                    "cluster: directory reconciled with this node's store after {}: {p} object(s) published, {r} removed",
+                                    behind.take().unwrap_or_default()
+                                );
+                                reconcile_failure_logged = false;
                             }
-                            Err(e) => tracing::warn!("cluster: reconcile after the database came back failed: {e}"),
+                            Err(e) => {
+                                if !reconcile_failure_logged {
+                                    tracing::warn!("cluster: cannot reconcile the directory with this node's store yet (retrying every heartbeat): {e}");
+                                    reconcile_failure_logged = true;
+                                }
+                            }
                         },
                         Ok(()) => {
                             if let Err(e) = apply_tombstones(&store, &db, node_id) {
@@ -710,10 +723,10 @@ pub fn start(store: &Arc<Store>, m: &Membership) -> Result<(Arc<ClusterNode>, He
                             }
                         }
                         Err(e) => {
-                            if !failing {
+                            if behind != Some(OUTAGE) {
                                 tracing::error!("cluster: heartbeat failed (requests answer 503 until the database is back): {e}");
                             }
-                            failing = true;
+                            behind = Some(OUTAGE);
                         }
                     }
                 }
