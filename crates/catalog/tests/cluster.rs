@@ -243,14 +243,11 @@ fn a_write_is_published_as_under_replicated_until_its_copies_are_recorded() {
     };
     let db = ClusterDb::connect(&url, 10_000).unwrap();
     let id = db.cluster("c").unwrap();
-    let a = db
-        .join(&id, "a", "ia", "127.0.0.1:1", 1, 0)
-        .unwrap()
-        .node_id;
-    let b = db
-        .join(&id, "b", "ib", "127.0.0.1:2", 1, 0)
-        .unwrap()
-        .node_id;
+    let [a, b] = ["a", "b"].map(|n| {
+        db.join(&id, n, &format!("i{n}"), "127.0.0.1:1", 1, 0)
+            .unwrap()
+            .node_id
+    });
     let short = |db: &ClusterDb| -> Vec<(String, String, u32, u32)> {
         db.under_replicated()
             .unwrap()

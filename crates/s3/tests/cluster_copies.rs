@@ -10,32 +10,9 @@ use permafrost_disk::power::PowerProfile;
 use permafrost_s3::{ClusterNode, Replication};
 use permafrost_store::{BucketSettings, GridSetup, PutOptions, Store, StoreConfig};
 
-/// A new, empty database on the test server, its URL; `None` when PostgreSQL is skipped on purpose.
-fn fresh_database() -> Option<String> {
-    let url = match std::env::var("PERMAFROST_TEST_PG_URL") {
-        Ok(url) if !url.is_empty() => url,
-        _ if std::env::var("PERMAFROST_TEST_NO_PG").as_deref() == Ok("1") => {
-            eprintln!("PERMAFROST_TEST_NO_PG=1: PostgreSQL cluster test skipped");
-            return None;
-        }
-        _ => panic!(
-            "PERMAFROST_TEST_PG_URL is not set (scripts/test starts a throwaway PostgreSQL), \
-             or set PERMAFROST_TEST_NO_PG=1 to skip the PostgreSQL tests"
-        ),
-    };
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .subsec_nanos();
-    let name = format!("s3copies{}_{nanos}", std::process::id());
-    let mut client = postgres::Client::connect(&url, postgres::NoTls)
-        .unwrap_or_else(|e| panic!("cannot reach the test PostgreSQL server: {e}"));
-    client
-        .batch_execute(&format!("CREATE DATABASE {name}"))
-        .unwrap();
-    let base = url.split('?').next().unwrap();
-    Some(format!("{}/{name}", base.rsplit_once('/').unwrap().0))
-}
+/// The catalog suite's PostgreSQL helpers (`fresh_database`: a new database on the test server).
+#[path = "../../catalog/tests/common/mod.rs"]
+mod common;
 
 fn config() -> StoreConfig {
     StoreConfig {
@@ -53,7 +30,7 @@ fn config() -> StoreConfig {
 
 #[test]
 fn a_write_whose_store_cannot_be_read_back_is_not_acknowledged_with_one_copy() {
-    let Some(url) = fresh_database() else {
+    let Some(url) = common::fresh_database("s3copies") else {
         return;
     };
     let db = Arc::new(ClusterDb::connect(&url, 5_000).unwrap());
