@@ -234,7 +234,7 @@ def main():
     p.add_argument("--minio", default=None)
     p.add_argument("--only", default="permafrost,minio-1,minio-4",
                    help="servers to run, comma-separated: permafrost, minio-1, minio-4, permafrost-base (the "
-                        "--baseline binary)")
+                        "--baseline binary), permafrost-drop (--bin with cache_drop_behind = true)")
     p.add_argument("--baseline", default=None, help="a second permafrost binary (e.g. main's), server permafrost-base")
     p.add_argument("--skip", default="", help="phases to skip: large, small")
     p.add_argument("--out", default=None)
@@ -266,6 +266,11 @@ def main():
         "permafrost": lambda: pf.Server(pf.find_binary(args.bin), scratch / "permafrost",
                                         pf.server_config(True, 8 * GiB, 4 * GiB, hold=True),
                                         out / "permafrost.log"),
+        # The same binary with `cache_drop_behind = true` (cache files leave the page cache once on the device).
+        "permafrost-drop": lambda: pf.Server(pf.find_binary(args.bin), scratch / "permafrost-drop",
+                                             pf.server_config(True, 8 * GiB, 4 * GiB, hold=True).replace(
+                                                 "[store]\n", "[store]\ncache_drop_behind = true\n", 1),
+                                             out / "permafrost-drop.log"),
         "permafrost-base": lambda: pf.Server(Path(args.baseline), scratch / "permafrost-base",
                                              pf.server_config(True, 8 * GiB, 4 * GiB, hold=True),
                                              out / "permafrost-base.log"),
@@ -291,6 +296,7 @@ def main():
                     if d.name == name or d.name.startswith(name + "-") and name.startswith("minio"):
                         shutil.rmtree(d, ignore_errors=True)
         report_ratios(results, say)
+        report_ratios(results, say, "permafrost-drop")
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
         results["uptime_after"] = pf.loadavg()
@@ -328,7 +334,7 @@ def report_ratios(results: dict, say, mine_name: str = "permafrost"):
     def value(rows, key):
         return {(r["op"], r.get("data"), r.get("streams")): r[key] for r in rows}
 
-    for peer in ("minio-1", "minio-4", "permafrost-base"):
+    for peer in ("minio-1", "minio-4", "permafrost-base", "permafrost"):
         if peer not in s:
             continue
         for phase, key in (("large", "mb_per_s"), ("small", "per_s")):

@@ -135,6 +135,12 @@ pub struct StoreConfig {
     /// before (bounded dirty memory), and flushes the device while the upload arrives once a window was
     /// written since its last flush (a short final fsync); 0 leaves both to the final fsync. Only with `fsync`.
     pub cache_writeback_bytes: u64,
+    /// Drop a cache file's pages from the page cache as soon as they are on the device (each early flush, then the
+    /// final fsync; only with `fsync`: unflushed pages are dirty and stay). Uploads then reuse the same few pages
+    /// instead of filling memory with fresh ones, at the price of reading recent objects (GETs, persistence) from
+    /// the device. For ingest-heavy caches, and VMs whose host takes free memory back (each fresh page is faulted
+    /// in by the host: 4 x 1 GiB PUTs ran 1.3-1.6x faster with it on such a VM; `BENCHMARKS.md`, "Drop-behind").
+    pub cache_drop_behind: bool,
     /// Uploads whose stored bytes fit in this many bytes are cached in the catalog (in the transaction that
     /// commits the object: one group-committed fsync, no cache file) instead of a file; 0 = always files.
     pub inline_bytes_max: u64,
@@ -206,6 +212,7 @@ impl Default for StoreConfig {
             free_bytes_min: 1 << 30,
             part_etag_md5: false,
             cache_writeback_bytes: 8 << 20,
+            cache_drop_behind: false,
             inline_bytes_max: 64 << 10,
             watchdog: WatchdogConfig::default(),
             pack_threshold_bytes: 1 << 20,
@@ -255,6 +262,12 @@ impl StoreConfig {
                 self.chunk_bytes,
                 permafrost_format::CHUNK_BYTES_MAX
             ));
+        }
+        if self.cache_drop_behind && !self.fsync {
+            return bad(
+                "cache_drop_behind = true needs fsync = true (unflushed pages are dirty and cannot be dropped)"
+                    .into(),
+            );
         }
         if self.cache_bytes_max < 16 << 20 {
             return bad(format!(

@@ -150,6 +150,8 @@ struct WriteLane {
     writeback_bytes: u64,
     /// Stored bytes up to which writeback was started.
     writeback_started: u64,
+    /// Pages on the device are dropped from the page cache by the flusher.
+    drop_behind: bool,
     /// Started with the first writeback window.
     flusher: Option<Flusher>,
 }
@@ -247,7 +249,7 @@ impl WriteLane {
         }
         self.writeback_started = end;
         if self.flusher.is_none() {
-            self.flusher = Some(Flusher::start(file, &self.path)?);
+            self.flusher = Some(Flusher::start(file, &self.path, self.drop_behind)?);
         }
         self.flusher.as_ref().expect("started above").written(end);
         Ok(())
@@ -291,7 +293,7 @@ struct FlushState {
 }
 
 impl Flusher {
-    fn start(file: &File, path: &std::path::Path) -> io::Result<Flusher> {
+    fn start(file: &File, path: &std::path::Path, drop_behind: bool) -> io::Result<Flusher> {
         let file = file
             .try_clone()
             .map_err(|e| with_path(e, "share the descriptor of", path))?;
@@ -316,6 +318,9 @@ impl Flusher {
                     };
                     file.sync_data()
                         .map_err(|e| with_path(e, "flush", &named))?;
+                    if drop_behind {
+                        drop_cached_pages(&file, flushed, target - flushed);
+                    }
                     flushed = target;
                     flushes += 1;
                 }
@@ -360,6 +365,21 @@ fn with_path(e: io::Error, what: &str, path: &std::path::Path) -> io::Error {
     io::Error::new(e.kind(), format!("cannot {what} {}: {e}", path.display()))
 }
 
+/// Ask the kernel to drop the clean cached pages of `[offset, offset + len)` (`POSIX_FADV_DONTNEED`). Advice
+/// only: a page still dirty stays, and an error changes nothing that was written, so none is reported.
+pub(crate) fn drop_cached_pages(file: &File, offset: u64, len: u64) {
+    use std::os::fd::AsRawFd;
+    // SAFETY: plain syscall on an open descriptor; no memory is passed.
+    unsafe {
+        libc::posix_fadvise(
+            file.as_raw_fd(),
+            offset as libc::off_t,
+            len as libc::off_t,
+            libc::POSIX_FADV_DONTNEED,
+        )
+    };
+}
+
 /// `sync_file_range` of `[offset, offset + len)`: start writeback, or (`wait`) start it and wait for it.
 fn sync_range(file: &File, offset: u64, len: u64, wait: bool) -> io::Result<()> {
     use std::os::fd::AsRawFd;
@@ -394,6 +414,8 @@ pub(crate) struct PipelineSpec {
     pub checksums: Vec<ChecksumAlgorithm>,
     /// Writeback window of the write lane (0: leave writeback to the kernel and the final fsync).
     pub writeback_bytes: u64,
+    /// Drop the file's pages from the page cache after each early flush (`cache_drop_behind`).
+    pub drop_behind: bool,
 }
 
 /// A lane's queue and thread.
@@ -452,6 +474,7 @@ impl Pipeline {
             compressed: Vec::new(),
             writeback_bytes: spec.writeback_bytes,
             writeback_started: 0,
+            drop_behind: spec.drop_behind,
             flusher: None,
         })));
         Ok(Pipeline {
@@ -650,6 +673,7 @@ mod tests {
             md5: true,
             checksums: vec![ChecksumAlgorithm::Crc32c, ChecksumAlgorithm::Sha256],
             writeback_bytes: 256 << 10,
+            drop_behind: false,
         })
         .unwrap();
         for part in body.chunks(piece.max(1)) {
@@ -763,6 +787,7 @@ mod tests {
             md5: false,
             checksums: Vec::new(),
             writeback_bytes,
+            drop_behind: false,
         };
         let body = noise(2 << 20, 5);
         let mut p = Pipeline::new(spec("large", 256 << 10)).unwrap();
@@ -799,6 +824,7 @@ mod tests {
             md5: false,
             checksums: Vec::new(),
             writeback_bytes: 0,
+            drop_behind: false,
         })
         .unwrap();
         let chunk = vec![7u8; 4096];
