@@ -1,5 +1,6 @@
-//! `cache_drop_behind`: an upload's cache file leaves the page cache once it is on the device, and reads of it
-//! still return every byte. Residency is measured with `mincore` on a mapping of the file.
+//! `cache_drop_behind`: an upload's cache file leaves the page cache once it is on the device, and reads of it,
+//! persistence and reads from the grid still return every byte. Residency is measured with `mincore` on a
+//! mapping of the file.
 
 mod common;
 
@@ -93,6 +94,13 @@ fn resident_share_after_put(drop_behind: bool) -> Option<f64> {
     assert!(
         get(&store, "drop", "k") == body,
         "the object read back differs"
+    );
+    // Persistence reads the cache file (from the device when its pages were dropped); the grid's copy is whole.
+    store.persist_now().unwrap();
+    store.evict_cache().unwrap();
+    assert!(
+        get(&store, "drop", "k") == body,
+        "the persisted object read back differs"
     );
     Some(resident as f64 / pages as f64)
 }
