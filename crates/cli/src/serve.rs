@@ -168,6 +168,8 @@ listen = "{listen}"
 #   default_placement         placement strategy of buckets that did not choose: dataset-affinity | random |
 #                             round-robin | least-full
 #   fsync                     false only for benchmarks: a crash may then lose acknowledged data
+#   cache_drop_behind         true: an upload leaves the page cache once flushed, so ingest does not fill
+#                             memory; GETs of recent objects and persistence then read the cache device
 #   [store.watchdog]          when cached data is persisted (SPEC idea 6): max_age_ms, byte thresholds
 #   [store.grid]              the grid created on first start (ignored once DATA/grid exists):
 #                             layout XxY:hn+hk, spinning_max, and either disk_capacity_bytes (sparse files)
