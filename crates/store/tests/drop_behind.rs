@@ -17,7 +17,7 @@ fn resident_pages(path: &Path) -> (usize, usize) {
     // SAFETY: sysconf has no preconditions.
     let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as usize;
     let pages = len.div_ceil(page);
-    // SAFETY: a private read-only mapping of an open file, unmapped below; mincore writes `pages` bytes.
+    // SAFETY: a read-only shared mapping of an open file, unmapped below; mincore writes `pages` bytes.
     unsafe {
         let map = libc::mmap(
             std::ptr::null_mut(),
