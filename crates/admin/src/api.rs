@@ -56,6 +56,7 @@ pub(crate) fn add_routes(admin: &Admin) {
     admin.route(Method::GET, "/tasks/{id}", handler(get_task));
     admin.route(Method::GET, "/wakes", handler(get_wakes));
     admin.route(Method::GET, "/events", handler(get_events));
+    admin.route(Method::GET, "/audit", handler(get_audit));
     admin.route(Method::GET, "/wait", handler(wait));
     admin.route(Method::GET, "/history", handler(get_history));
     admin.route(Method::GET, "/watchdog", handler(get_watchdog));
@@ -655,7 +656,28 @@ async fn get_events(admin: Admin, request: ApiRequest) -> ApiResult {
         Some(_) => Some(request.query_parse("after", 0u64)?),
         None => last_id,
     };
-    Ok(admin.events().sse(last_id))
+    let key = request
+        .query("key")
+        .filter(|k| !k.is_empty())
+        .map(str::to_string);
+    Ok(admin.events().sse(last_id, key))
+}
+
+/// The audit trail still in the event ring, oldest first: `request` events (a request that changed something or
+/// was refused) and `key` events (changes to keys); `?key=NAME` keeps those about one access key (`root`,
+/// `anonymous` or a key's name), `?after=ID` those after an event id.
+async fn get_audit(admin: Admin, request: ApiRequest) -> ApiResult {
+    let after: u64 = request.query_parse("after", 0)?;
+    let key = request.query("key").filter(|k| !k.is_empty());
+    let events: Vec<_> = admin
+        .events()
+        .since(after, crate::events::RECENT_MAX)
+        .into_iter()
+        .filter(|e| matches!(e.kind, "request" | "key"))
+        .filter(|e| key.is_none_or(|k| crate::events::about_key(e, k)))
+        .map(|e| (*e).clone())
+        .collect();
+    json(&events)
 }
 
 /// Longest a wait may block.
@@ -676,6 +698,17 @@ async fn wait(admin: Admin, request: ApiRequest) -> ApiResult {
     }
     let timeout_ms: u64 = request.query_parse("timeout_ms", 60_000)?;
     let persist_now: bool = request.query_parse("persist_now", false)?;
+    request.authorize(&admin, scoped("WaitPersisted"), &bucket)?;
+    if persist_now && !request.principal.is_root() {
+        return Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "AccessDenied",
+            format!(
+                "access key {} may wait for persistence but not start it (persist_now is the root user's)",
+                request.principal.name()
+            ),
+        ));
+    }
     if timeout_ms > WAIT_MS_MAX {
         return Err(ApiError::bad_request(format!(
             "timeout_ms={timeout_ms}: at most {WAIT_MS_MAX}"
@@ -927,4 +960,9 @@ async fn put_watchdog(admin: Admin, request: ApiRequest) -> ApiResult {
         "watchdog": w,
         "config_path": admin.options().config_path,
     }))
+}
+
+/// An operation of `permafrost_access::ARCHIVE_OPERATIONS` by name.
+pub fn scoped(name: &str) -> &'static permafrost_access::Operation {
+    permafrost_access::classify(name).expect("the archive's operations are classified")
 }

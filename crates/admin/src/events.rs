@@ -32,7 +32,8 @@ pub struct Event {
     pub at_unix_ms: u64,
     /// `disk` (a disk's shown state changed), `wake` (a disk spun up, with its reason), `task` (a task started,
     /// progressed or ended), `rebuild` (defect bytes of a disk changed), `persist` (bytes waiting in the cache
-    /// changed), `error`, `webhook`.
+    /// changed), `error`, `webhook`, `request` (a request that changed something or was refused: who signed it,
+    /// the operation, bucket and key), `key` (an access key was created, changed or deleted).
     pub kind: &'static str,
     /// What happened, in words.
     pub text: String,
@@ -98,14 +99,19 @@ impl EventBus {
         let _ = self.closed.send(true);
     }
 
-    /// A server-sent-events response: the events after `last_id` still in the ring, then live ones.
-    pub fn sse(&self, last_id: Option<u64>) -> Response<Body> {
+    /// A server-sent-events response: the events after `last_id` still in the ring, then live ones; with `key`,
+    /// only the events about that access key (`data.key`: requests it signed, changes to it).
+    pub fn sse(&self, last_id: Option<u64>, key: Option<String>) -> Response<Body> {
         let mut live = self.live.subscribe();
+        let wanted = move |e: &Event| key.as_deref().is_none_or(|k| about_key(e, k));
         // Subscribed before reading the ring: nothing falls between them (duplicates are skipped by id).
-        let backlog = match last_id {
+        let backlog: Vec<_> = match last_id {
             Some(id) => self.since(id, RECENT_MAX),
             None => Vec::new(),
-        };
+        }
+        .into_iter()
+        .filter(|e| wanted(e))
+        .collect();
         let mut closed = self.closed.subscribe();
         let mut sent = backlog.last().map_or(last_id.unwrap_or(0), |e| e.id);
         let stream = async_stream(move |tx| async move {
@@ -124,6 +130,7 @@ impl EventBus {
                         Ok(event) => {
                             if event.id <= sent { continue; }
                             sent = event.id;
+                            if !wanted(&event) { continue; }
                             if tx.send(encode(&event)).is_err() { return; }
                         }
                         Err(broadcast::error::RecvError::Lagged(n)) => {
@@ -152,6 +159,11 @@ impl EventBus {
         );
         response
     }
+}
+
+/// Whether an event is about the access key `name` (its `data.key`).
+pub fn about_key(event: &Event, name: &str) -> bool {
+    event.data.get("key").and_then(|k| k.as_str()) == Some(name)
 }
 
 /// One event as an SSE message.

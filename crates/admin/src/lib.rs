@@ -31,6 +31,7 @@ pub mod auth;
 pub mod config;
 pub mod events;
 pub mod history;
+pub mod keys;
 pub mod metrics;
 pub mod monitor;
 pub mod router;
@@ -52,6 +53,10 @@ pub use events::{Event, EventBus};
 pub use metrics::Metrics;
 pub use router::{blocking, handler, json, json_status, ApiError, ApiRequest, ApiResult, Handler};
 pub use tasks::{Lane, TaskInfo, TaskState, Tasks};
+
+/// Endpoints an access key may use (each checks the key's permission on the bucket it names); everything else
+/// under [`API_PREFIX`] is the root user's.
+pub const SCOPED_ENDPOINTS: [&str; 3] = ["/wait", "/datasets", "/restores"];
 
 /// The admin API's paths start here.
 pub const API_PREFIX: &str = "/_permafrost/api/v1";
@@ -95,6 +100,7 @@ pub struct Admin {
 
 struct Inner {
     store: Arc<Store>,
+    access: Arc<permafrost_access::Access>,
     auth: auth::Auth,
     router: RwLock<router::Router>,
     events: Arc<EventBus>,
@@ -108,21 +114,25 @@ struct Inner {
 }
 
 impl Admin {
-    /// The admin side of `store`, for the root user `access_key`/`secret_key`; starts the monitor and the task
-    /// threads (stopped by [`Admin::stop`] or when the last clone drops).
+    /// The admin side of `store`, whose keys (the root user's among them) are `access`; starts the monitor and
+    /// the task threads (stopped by [`Admin::stop`] or when the last clone drops).
     pub fn start(
         store: Arc<Store>,
-        access_key: &str,
-        secret_key: &str,
+        access: Arc<permafrost_access::Access>,
         options: AdminOptions,
     ) -> Admin {
+        let root = access
+            .root()
+            .cloned()
+            .expect("a server's access table knows its root user");
         let events = Arc::new(EventBus::new());
         let metrics = Metrics::new();
         let monitor = monitor::Monitor::start(store.clone(), events.clone(), options.sample_ms);
         let admin = Admin {
             inner: Arc::new(Inner {
                 store,
-                auth: auth::Auth::new(access_key, secret_key),
+                access,
+                auth: auth::Auth::new(&root.access_key, &root.secret_key),
                 router: RwLock::new(router::Router::default()),
                 tasks: Tasks::new(events.clone()),
                 events,
@@ -134,6 +144,7 @@ impl Admin {
             }),
         };
         api::add_routes(&admin);
+        keys::add_routes(&admin);
         let weak = Arc::downgrade(&admin.inner);
         let thread = std::thread::Builder::new()
             .name("permafrost-ops".into())
@@ -153,6 +164,10 @@ impl Admin {
 
     pub fn store(&self) -> &Arc<Store> {
         &self.inner.store
+    }
+    /// The keys and bucket access of this server.
+    pub fn access(&self) -> &Arc<permafrost_access::Access> {
+        &self.inner.access
     }
     pub fn events(&self) -> &Arc<EventBus> {
         &self.inner.events
@@ -185,9 +200,15 @@ impl Admin {
         self.inner.stop();
     }
 
-    /// Answer a request for one of [`Admin::owns_path`]'s paths. `signed`: s3s checked its AWS signature
-    /// (of the root user); otherwise the bearer token or session cookie is checked here.
-    pub async fn handle(&self, request: Request<Body>, signed: bool) -> Response<Body> {
+    /// Answer a request for one of [`Admin::owns_path`]'s paths. `signer`: s3s checked its AWS signature, made
+    /// by this principal; otherwise the bearer token or session cookie (the root user's) is checked here. Only
+    /// the root user may use the API, except the endpoints [`SCOPED_ENDPOINTS`] that check a bucket permission
+    /// themselves.
+    pub async fn handle(
+        &self,
+        request: Request<Body>,
+        signer: Option<permafrost_access::Principal>,
+    ) -> Response<Body> {
         let (parts, body) = request.into_parts();
         let path = parts.uri.path().to_string();
         if under(&path, UI_PREFIX) {
@@ -196,6 +217,8 @@ impl Admin {
         let public = ["/login", "/logout", "/session"]
             .iter()
             .any(|p| path.strip_prefix(API_PREFIX) == Some(p));
+        let signed = signer.is_some();
+        let principal = signer.unwrap_or(permafrost_access::Principal::Root);
         let caller = if signed {
             Ok(Caller::Signed)
         } else if public {
@@ -243,7 +266,24 @@ impl Admin {
             Ok(b) => b,
             Err(e) => return e.into_response(),
         };
+        if !principal.is_root() && !SCOPED_ENDPOINTS.contains(&below.as_str()) {
+            return ApiError::new(
+                StatusCode::FORBIDDEN,
+                "AccessDenied",
+                format!(
+                    "access key {} may not use {path}: the admin API is the root user's (keys may use {})",
+                    principal.name(),
+                    SCOPED_ENDPOINTS
+                        .iter()
+                        .map(|p| format!("{API_PREFIX}{p}"))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            )
+            .into_response();
+        }
         let request = ApiRequest {
+            principal,
             method: parts.method,
             path: below,
             params,

@@ -39,6 +39,8 @@ where
 /// An API request: method, path (below the API prefix), the pattern's parameters, query and body.
 #[derive(Debug)]
 pub struct ApiRequest {
+    /// Who asked: the root user, or an access key on one of [`crate::SCOPED_ENDPOINTS`].
+    pub principal: permafrost_access::Principal,
     pub method: Method,
     /// The path below [`crate::API_PREFIX`], starting with `/`.
     pub path: String,
@@ -51,6 +53,19 @@ pub struct ApiRequest {
 }
 
 impl ApiRequest {
+    /// Refuse (`403 AccessDenied`, naming what was missing) unless the caller may run `operation` on `bucket`.
+    pub fn authorize(
+        &self,
+        admin: &crate::Admin,
+        operation: &permafrost_access::Operation,
+        bucket: &str,
+    ) -> Result<(), ApiError> {
+        admin
+            .access()
+            .authorize(&self.principal, operation, bucket, None)
+            .map_err(|d| ApiError::new(http::StatusCode::FORBIDDEN, "AccessDenied", d.message))
+    }
+
     /// The value of the pattern's `{name}` segment (empty if the pattern has none).
     pub fn param(&self, name: &str) -> &str {
         self.params

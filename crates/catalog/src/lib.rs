@@ -30,6 +30,7 @@
 //!
 //! **Not here.** Bytes (the cache files and the grid are the store's), hashing, formats, policies.
 
+mod access;
 mod archive;
 pub mod cluster;
 mod list;
@@ -38,6 +39,7 @@ mod postgres;
 mod sql;
 mod sqlite;
 
+pub use access::{AccessCatalog, AccessKeyRecord, BucketAccessRecord};
 pub use archive::{
     AttributeChange, BucketArchive, DefaultRetention, DeleteOutcome, Lifecycle, LifecycleFilter,
     LifecycleRule, LockMode, LockViolation, ObjectAttributes, ObjectLock, RestoreOutcome,
@@ -88,6 +90,11 @@ pub enum CatalogError {
     InvalidRequest(String),
     #[error("no such multipart upload: {0}")]
     NoSuchUpload(String),
+    #[error("no such access key: {0}")]
+    NoSuchAccessKey(String),
+    /// The name (or key id) of a new access key is taken by the key named here.
+    #[error("an access key named {0} already exists")]
+    AccessKeyExists(String),
     #[error("no such content: {0}")]
     NoSuchContent(String),
     #[error("grid bucket {grid_bucket} has no room for {bytes} bytes ({free_bytes} free of {capacity_bytes})")]

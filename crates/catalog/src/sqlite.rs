@@ -51,6 +51,8 @@ use rusqlite::OpenFlags;
 
 use crate::list::{list_with, prefix_successor};
 
+mod access;
+pub(crate) use access::PG_ACCESS_MIGRATION;
 mod archive;
 use crate::*;
 
@@ -139,6 +141,8 @@ const MIGRATIONS: &[(u32, &str)] = &[
         // completion can give the object its composite or full-object checksum without reading a byte.
         "ALTER TABLE multipart_parts ADD COLUMN checksums TEXT NOT NULL DEFAULT '[]';",
     ),
+    // Access keys, their grants, bucket owners, ACLs, policies and Block Public Access (`access`).
+    (9, access::ACCESS_MIGRATION),
 ];
 
 /// Schema version this build reads and writes (`meta.schema_version`).
@@ -1232,6 +1236,8 @@ impl Catalog for SqlCatalog {
                 params![name],
             )
             .map_err(|e| self.db_error(e))?;
+            // So are its grants and its owner: a bucket of the same name made later starts unshared.
+            access::forget_bucket(tx, name).map_err(|e| self.db_error(e))?;
             Ok(work)
         })
     }

@@ -7,6 +7,7 @@
 
 mod cluster;
 mod grid;
+mod key;
 mod object;
 mod pattern;
 mod progress;
@@ -76,6 +77,9 @@ enum Command {
     /// e-VLBI recording: start, stop and watch scans of VDIF frames over UDP, schedules, a paced sender.
     #[command(subcommand)]
     Record(record::RecordCommand),
+    /// Access keys with per-bucket permissions: create, list, info, allow, deny, disable, enable, delete.
+    #[command(subcommand)]
+    Key(key::KeyCommand),
     /// Cluster membership: the nodes of the cluster this data directory belongs to, their health and the
     /// topology (docs/cluster.md "Nodes").
     #[command(subcommand)]
@@ -94,9 +98,12 @@ enum SimCommand {
     Cache(permafrost_sim_cache::cli::CacheArgs),
 }
 
-/// The log filter unless `PERMAFROST_LOG` sets one. Warnings and errors; one info line per failed S3 request (`permafrost_s3::requests`); s3s's own lines are
-/// Debug dumps of whole requests and responses, so they are off (`PERMAFROST_LOG` overrides all of this).
-const LOG_FILTER_DEFAULT: &str = "warn,s3s=off,permafrost_s3::requests=info";
+/// The log filter unless `PERMAFROST_LOG` sets one. Warnings and errors; one info line per failed S3 request
+/// (`permafrost_s3::requests`), per request that changed something (the audit trail, `permafrost_s3::audit`) and
+/// per change to access keys (`permafrost_admin::keys`); s3s's own lines are Debug dumps of whole requests and
+/// responses, so they are off (`PERMAFROST_LOG` overrides all of this).
+const LOG_FILTER_DEFAULT: &str =
+    "warn,s3s=off,permafrost_s3::requests=info,permafrost_s3::audit=info,permafrost_admin::keys=info";
 
 /// Large buffers (read-ahead chunks, IDR batches, upload pieces) go straight to `mmap` and back to the kernel
 /// when freed. glibc otherwise raises its mmap threshold after the first large free (up to 32 MiB), so later
@@ -144,6 +151,7 @@ fn main() {
         Command::Record(command) => record::run(command),
         Command::Relay(command) => relay::run(command),
         Command::Cluster(command) => cluster::run(command),
+        Command::Key(command) => key::run(command),
     };
     if let Err(error) = result {
         eprintln!("permafrost: {error:#}");

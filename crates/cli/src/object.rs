@@ -37,7 +37,7 @@ use permafrost_store::{
 pub struct Target {
     /// Data directory of the archive, opened directly (the server must be stopped).
     #[arg(long, default_value = "./permafrost-data")]
-    data_dir: PathBuf,
+    pub(crate) data_dir: PathBuf,
     /// S3 endpoint of a running server, e.g. http://127.0.0.1:9000 [env: PERMAFROST_ENDPOINT].
     #[arg(long)]
     endpoint: Option<String>,
@@ -52,7 +52,7 @@ pub struct Target {
     region: String,
     /// Print machine-readable JSON on stdout (and no progress bars).
     #[arg(long)]
-    json: bool,
+    pub(crate) json: bool,
 }
 
 #[derive(Args, Debug)]
@@ -1033,10 +1033,7 @@ pub fn status(args: StatusArgs) -> Result<()> {
         None => None,
     };
     // A server running on the data directory answers through its admin API (it wrote its address there).
-    let endpoint = remote_endpoint(&args.target).or_else(|| {
-        lock_data_dir(&args.target.data_dir).err()?;
-        running_server_endpoint(&args.target.data_dir)
-    });
+    let endpoint = server_endpoint(&args.target);
     if let Some(endpoint) = endpoint {
         return remote::Remote::connect(&endpoint, &args.target)?.status(args.target.json, watch);
     }
@@ -1044,6 +1041,15 @@ pub fn status(args: StatusArgs) -> Result<()> {
         bail!("--watch needs a running server (--endpoint URL, or a server on the data directory)");
     }
     local::Local::open(&args.target.data_dir)?.status(args.target.json)
+}
+
+/// The server to talk to: `--endpoint` (or `PERMAFROST_ENDPOINT`), else the server running on the data directory
+/// (it holds the directory's lock and wrote its address there); `None` when the data directory is free.
+pub(crate) fn server_endpoint(target: &Target) -> Option<String> {
+    remote_endpoint(target).or_else(|| {
+        lock_data_dir(&target.data_dir).err()?;
+        running_server_endpoint(&target.data_dir)
+    })
 }
 
 /// File in the data directory where a running `permafrost serve` keeps its endpoint (removed when it stops).

@@ -469,10 +469,11 @@ pub fn run(args: ServeArgs) -> Result<()> {
             "permafrost: dashboard http://{address}{}/",
             permafrost_admin::UI_PREFIX
         );
+        let access = permafrost_access::Access::open(store.access_catalog(), credentials)
+            .context("loading the access keys from the catalog")?;
         let admin = permafrost_admin::Admin::start(
             Arc::clone(&store),
-            &credentials.access_key,
-            &credentials.secret_key,
+            Arc::new(access),
             permafrost_admin::AdminOptions {
                 config_path: Some(data_dir.join(CONFIG_FILE)),
                 ..Default::default()
@@ -490,15 +491,9 @@ pub fn run(args: ServeArgs) -> Result<()> {
             );
         }
         let node = cluster.as_ref().map(|(node, _)| Arc::clone(node));
-        let served = permafrost_s3::serve_node(
-            listener,
-            admin.clone(),
-            credentials,
-            node,
-            shutdown_signal(),
-        )
-        .await
-        .context("serving S3");
+        let served = permafrost_s3::serve_node(listener, admin.clone(), node, shutdown_signal())
+            .await
+            .context("serving S3");
         admin.stop();
         served
     });

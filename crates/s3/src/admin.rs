@@ -27,6 +27,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use http::{HeaderValue, Method, StatusCode};
+use permafrost_access::Principal;
 use permafrost_store::{BucketSettings, Compression, StatusSummary, Store, StoreError};
 use s3s::route::S3Route;
 use s3s::validation::{AwsNameValidation, NameValidation};
@@ -179,28 +180,46 @@ impl S3Route for AdminRoute {
     }
 
     /// Health needs no signature, and neither does learning that a path is no endpoint (`404`); the
-    /// endpoints need the root user's (a request with a wrong signature never gets here: s3s refuses it).
+    /// endpoints need the root user's (a request with a wrong signature never gets here: s3s refuses it),
+    /// except the admin API's few endpoints for access keys, which check the key's bucket permission
+    /// themselves (`permafrost_admin::SCOPED_ENDPOINTS`).
     async fn check_access(&self, req: &mut S3Request<Body>) -> S3Result<()> {
         let path = req.uri.path();
         let endpoint = ENDPOINTS.contains(&path)
             || settings_bucket(path).is_some()
             || permafrost_admin::Admin::owns_path(path);
         let public = path == HEALTH_PATH || !endpoint;
-        match req.credentials {
-            Some(_) => Ok(()),
-            None if public => Ok(()),
-            None => Err(s3s::s3_error!(AccessDenied, "Signature is required")),
-        }
+        let principal = self
+            .admin
+            .access()
+            .principal(req.credentials.as_ref().map(|c| c.access_key.as_str()));
+        let decision = match &principal {
+            Principal::Root => Ok(()),
+            _ if public => Ok(()),
+            Principal::Key(key) if permafrost_admin::Admin::owns_path(path) => {
+                let _ = key; // the admin API decides per endpoint
+                Ok(())
+            }
+            Principal::Key(key) => Err(s3s::s3_error!(
+                AccessDenied,
+                "access key {} may not use {path}: it is the root user's",
+                key.name
+            )),
+            Principal::Anonymous => Err(s3s::s3_error!(AccessDenied, "Signature is required")),
+        };
+        req.extensions.insert(principal);
+        decision
     }
 
     async fn call(&self, req: S3Request<Body>) -> S3Result<S3Response<Body>> {
         if permafrost_admin::Admin::owns_path(req.uri.path()) {
-            // Signed: s3s checked the root user's signature.
+            // Signed: s3s checked the signature; check_access found its principal.
+            let principal = crate::auth::principal_of(&req.extensions);
             let mut request = http::Request::new(req.input);
             *request.method_mut() = req.method;
             *request.uri_mut() = req.uri;
             *request.headers_mut() = req.headers;
-            let response = self.admin.handle(request, true).await;
+            let response = self.admin.handle(request, Some(principal)).await;
             let (parts, body) = response.into_parts();
             let mut r = S3Response::with_status(body, parts.status);
             r.headers = parts.headers;

@@ -13,6 +13,7 @@
 use std::sync::Arc;
 
 use http::{Method, StatusCode};
+use permafrost_admin::api::scoped;
 use permafrost_admin::{blocking, handler, json, json_status, Admin, ApiError};
 use permafrost_store::DatasetFilter;
 
@@ -28,6 +29,14 @@ pub fn add_archive_endpoints(admin: &Admin) {
         "/datasets",
         handler(|admin, req| async move {
             let filter = dataset_filter(&req.query).map_err(ApiError::bad_request)?;
+            if !req.principal.is_root() {
+                let bucket = filter.bucket.as_deref().ok_or_else(|| {
+                    ApiError::bad_request(
+                        "an access key lists the datasets of one bucket: give bucket=",
+                    )
+                })?;
+                req.authorize(&admin, scoped("ListDatasets"), bucket)?;
+            }
             let store = Arc::clone(admin.store());
             json(&blocking(move || Ok(store.datasets(&filter)?)).await?)
         }),
@@ -35,7 +44,17 @@ pub fn add_archive_endpoints(admin: &Admin) {
     admin.route(
         Method::GET,
         "/restores",
-        handler(|admin, _req| async move {
+        handler(|admin, req| async move {
+            if !req.principal.is_root() {
+                return Err(ApiError::new(
+                    StatusCode::FORBIDDEN,
+                    "AccessDenied",
+                    format!(
+                        "access key {} may start restores but not see every restore (the root user's)",
+                        req.principal.name()
+                    ),
+                ));
+            }
             let store = Arc::clone(admin.store());
             json(&blocking(move || Ok(store.restore_progress()?)).await?)
         }),
@@ -50,6 +69,7 @@ pub fn add_archive_endpoints(admin: &Admin) {
                     e.message
                 ))
             })?;
+            req.authorize(&admin, scoped("RestoreDataset"), &request.bucket)?;
             if request.days == 0 {
                 return Err(ApiError::bad_request("days must be at least 1"));
             }

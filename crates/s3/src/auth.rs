@@ -1,46 +1,176 @@
-//! Request signing: AWS Signature V4 (headers, presigned URLs, `aws-chunked` bodies) is checked by s3s
-//! against the secret this module hands it. One root user for now.
+//! Request signing and authorization.
+//!
+//! - **Signing**: AWS Signature V4 (headers, presigned URLs, `aws-chunked` bodies) is checked by s3s against the
+//!   secret [`KeyAuth`] hands it: the root user's or an access key's (`permafrost-access`). An unknown or
+//!   disabled key is `403 InvalidAccessKeyId`, saying which.
+//! - **Authorization**: [`Authorizer`] is s3s's access hook. Before an operation's input is parsed it finds
+//!   the signer ([`permafrost_access::Principal`], kept in the request's extensions for the handlers and the
+//!   log), classifies the operation (`permafrost_access::OPERATIONS`) and decides on the bucket and key of the
+//!   path; then, per operation, what needs the input: the source of a copy (read), bypassing a GOVERNANCE
+//!   retention and removing a legal hold (owner). A refusal is `403 AccessDenied` naming the key, the
+//!   operation, the bucket and the permission that was missing.
 
+use std::sync::Arc;
+
+use permafrost_access::{operations, Access, Operation, Principal};
+use s3s::access::{S3Access, S3AccessContext};
 use s3s::auth::{S3Auth, SecretKey};
-use s3s::{S3Error, S3ErrorCode, S3Result};
+use s3s::dto::*;
+use s3s::path::S3Path;
+use s3s::{S3Error, S3ErrorCode, S3Request, S3Result};
 
-/// The access key id and secret of the root user.
-#[derive(Clone, PartialEq, Eq)]
-pub struct Credentials {
-    pub access_key: String,
-    pub secret_key: String,
+pub use permafrost_access::RootCredentials as Credentials;
+
+/// The key provider: the secrets of the root user and of every enabled access key.
+pub(crate) struct KeyAuth {
+    access: Arc<Access>,
 }
 
-impl std::fmt::Debug for Credentials {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Credentials")
-            .field("access_key", &self.access_key)
-            .field("secret_key", &"<hidden>")
-            .finish()
-    }
-}
-
-/// The key provider: the root user's secret, `403 InvalidAccessKeyId` for any other key.
-pub(crate) struct RootAuth {
-    credentials: Credentials,
-}
-
-impl RootAuth {
-    pub(crate) fn new(credentials: Credentials) -> RootAuth {
-        RootAuth { credentials }
+impl KeyAuth {
+    pub(crate) fn new(access: Arc<Access>) -> KeyAuth {
+        KeyAuth { access }
     }
 }
 
 #[async_trait::async_trait]
-impl S3Auth for RootAuth {
+impl S3Auth for KeyAuth {
     async fn get_secret_key(&self, access_key: &str) -> S3Result<SecretKey> {
-        if access_key == self.credentials.access_key {
-            Ok(SecretKey::from(self.credentials.secret_key.clone()))
-        } else {
-            Err(S3Error::with_message(
+        match self.access.secret_of(access_key) {
+            Ok((_, secret)) => Ok(SecretKey::from(secret)),
+            Err(why) => Err(S3Error::with_message(
                 S3ErrorCode::InvalidAccessKeyId,
-                "The AWS Access Key Id you provided does not exist in our records.",
-            ))
+                format!("The AWS Access Key Id you provided does not exist in our records: {why}."),
+            )),
         }
+    }
+}
+
+/// The principal s3s's access hook found, for handlers (ListBuckets, CreateBucket) and the request log.
+pub(crate) fn principal_of(extensions: &http::Extensions) -> Principal {
+    extensions
+        .get::<Principal>()
+        .cloned()
+        .unwrap_or(Principal::Anonymous)
+}
+
+fn denied(message: String) -> S3Error {
+    S3Error::with_message(S3ErrorCode::AccessDenied, message)
+}
+
+/// s3s's access hook: every S3 operation is decided here before it runs.
+pub(crate) struct Authorizer {
+    pub(crate) access: Arc<Access>,
+}
+
+impl Authorizer {
+    fn decide<T>(
+        &self,
+        req: &S3Request<T>,
+        operation: &Operation,
+        bucket: &str,
+        key: Option<&str>,
+    ) -> S3Result<()> {
+        let principal = principal_of(&req.extensions);
+        self.access
+            .authorize(&principal, operation, bucket, key)
+            .map_err(|d| denied(d.message))
+    }
+
+    /// A copy's source must be readable by the signer.
+    fn copy_source<T>(&self, req: &S3Request<T>, source: &CopySource) -> S3Result<()> {
+        match source {
+            CopySource::Bucket { bucket, key, .. } => {
+                self.decide(req, &operations::COPY_SOURCE, bucket, Some(key))
+            }
+            _ => Err(S3Error::with_message(
+                S3ErrorCode::NotImplemented,
+                "access points and outposts are not supported: name the source as BUCKET/KEY",
+            )),
+        }
+    }
+
+    fn bypass<T>(&self, req: &S3Request<T>, bucket: &str, key: Option<&str>) -> S3Result<()> {
+        self.decide(req, &operations::BYPASS_GOVERNANCE, bucket, key)
+    }
+}
+
+#[async_trait::async_trait]
+impl S3Access for Authorizer {
+    async fn check(&self, cx: &mut S3AccessContext<'_>) -> S3Result<()> {
+        let principal = self
+            .access
+            .principal(cx.credentials().map(|c| c.access_key.as_str()));
+        let name = cx.s3_op().name();
+        let decision = match permafrost_access::classify(name) {
+            None if principal.is_root() => Ok(()),
+            None => Err(denied(format!(
+                "{name} is not open to access keys on this server (only the root user may use it)"
+            ))),
+            Some(operation) => {
+                let (bucket, key) = match cx.s3_path() {
+                    S3Path::Root => ("", None),
+                    S3Path::Bucket { bucket } => (bucket.as_ref(), None),
+                    S3Path::Object { bucket, key } => (bucket.as_ref(), Some(key.as_ref())),
+                };
+                self.access
+                    .authorize(&principal, operation, bucket, key)
+                    .map_err(|d| denied(d.message))
+            }
+        };
+        cx.extensions_mut().insert(principal);
+        decision
+    }
+
+    async fn copy_object(&self, req: &mut S3Request<CopyObjectInput>) -> S3Result<()> {
+        self.copy_source(req, &req.input.copy_source)
+    }
+
+    async fn upload_part_copy(&self, req: &mut S3Request<UploadPartCopyInput>) -> S3Result<()> {
+        self.copy_source(req, &req.input.copy_source)
+    }
+
+    async fn delete_object(&self, req: &mut S3Request<DeleteObjectInput>) -> S3Result<()> {
+        if req.input.bypass_governance_retention == Some(true) {
+            self.bypass(req, &req.input.bucket, Some(&req.input.key))?;
+        }
+        Ok(())
+    }
+
+    async fn delete_objects(&self, req: &mut S3Request<DeleteObjectsInput>) -> S3Result<()> {
+        if req.input.bypass_governance_retention == Some(true) {
+            self.bypass(req, &req.input.bucket, None)?;
+        }
+        Ok(())
+    }
+
+    async fn put_object_retention(
+        &self,
+        req: &mut S3Request<PutObjectRetentionInput>,
+    ) -> S3Result<()> {
+        if req.input.bypass_governance_retention == Some(true) {
+            self.bypass(req, &req.input.bucket, Some(&req.input.key))?;
+        }
+        Ok(())
+    }
+
+    async fn put_object_legal_hold(
+        &self,
+        req: &mut S3Request<PutObjectLegalHoldInput>,
+    ) -> S3Result<()> {
+        let off = req
+            .input
+            .legal_hold
+            .as_ref()
+            .and_then(|h| h.status.as_ref())
+            .is_some_and(|s| s.as_str() == ObjectLockLegalHoldStatus::OFF);
+        if off {
+            self.decide(
+                req,
+                &operations::LEGAL_HOLD_OFF,
+                &req.input.bucket,
+                Some(&req.input.key),
+            )?;
+        }
+        Ok(())
     }
 }

@@ -18,7 +18,7 @@ use s3s::{Body, HttpError};
 use tokio::net::TcpListener;
 
 use crate::admin::{AdminRoute, ReservedNameValidation};
-use crate::auth::{Credentials, RootAuth};
+use crate::auth::{Authorizer, Credentials, KeyAuth};
 use crate::cluster::{ClusterNode, FORWARD_CODE};
 use crate::service::PermafrostS3;
 
@@ -29,24 +29,23 @@ pub(crate) const STATUS_OVERRIDE_HEADER: &str = "x-permafrost-status-override";
 /// How long a shutdown waits for requests in flight before it closes their connections.
 pub const DRAIN_TIMEOUT_MS: u64 = 30_000;
 
-/// The S3 service (s3s) over the admin's store, checking signatures against `credentials`; signed requests to
-/// the admin API go to `admin`.
-pub fn s3_service(admin: Admin, credentials: Credentials) -> S3Service {
-    s3_service_in(admin, credentials, None)
+/// The S3 service (s3s) over the admin's store, checking signatures and rights against the admin's keys
+/// (`permafrost-access`); signed requests to the admin API go to `admin`.
+pub fn s3_service(admin: Admin) -> S3Service {
+    s3_service_in(admin, None)
 }
 
 /// [`s3_service`] of a cluster node (`crate::cluster`), or of a single server when `cluster` is `None`.
-pub fn s3_service_in(
-    admin: Admin,
-    credentials: Credentials,
-    cluster: Option<Arc<ClusterNode>>,
-) -> S3Service {
+pub fn s3_service_in(admin: Admin, cluster: Option<Arc<ClusterNode>>) -> S3Service {
     let store = Arc::clone(admin.store());
+    let access = Arc::clone(admin.access());
     let mut builder = S3ServiceBuilder::new(PermafrostS3 {
         store: Arc::clone(&store),
         cluster,
+        access: Arc::clone(&access),
     });
-    builder.set_auth(RootAuth::new(credentials));
+    builder.set_auth(KeyAuth::new(Arc::clone(&access)));
+    builder.set_access(Authorizer { access });
     builder.set_route(AdminRoute { store, admin });
     builder.set_validation(ReservedNameValidation);
     builder.build()
@@ -90,10 +89,14 @@ async fn handle(
     // The admin API, metrics and dashboard, unless signed like S3 (then s3s checks the signature and its route
     // hands the request to the admin).
     if Admin::owns_path(&path) && !is_sigv4(request.headers(), request.uri().query()) {
-        return Ok(admin.handle(request.map(Body::from), false).await);
+        return Ok(admin.handle(request.map(Body::from), None).await);
     }
     let started = Instant::now();
-    let operation = crate::metrics::operation(&method, request.uri(), request.headers());
+    let operation = if crate::admin::is_admin_path(&path) {
+        "AdminAPI"
+    } else {
+        crate::metrics::operation(&method, request.uri(), request.headers())
+    };
     let witness = WakeWitness::new();
     let expects_continue = expects_continue(request.headers());
     let access_key = signing_access_key(&request);
@@ -136,8 +139,11 @@ async fn handle(
     }
     let status = response.status();
     // Logged before the metrics wrap the body (the log names the error code read from it).
-    if !status.is_success() && !status.is_redirection() {
-        log_failure(&method, &path, &response);
+    let signer = admin.access().principal(access_key.as_deref());
+    if audited(&method, status) {
+        audit(&admin, &method, &path, &response, operation, signer.name());
+    } else if !status.is_success() && !status.is_redirection() {
+        log_failure(&method, &path, &response, operation, signer.name());
     }
     if !path.starts_with(crate::RESERVED_PREFIX) {
         response = crate::metrics::timed(
@@ -267,10 +273,69 @@ fn error_code_and_message(body: &Body) -> Option<(String, String)> {
     Some((element("Code")?, element("Message").unwrap_or_default()))
 }
 
+/// Whether a request goes to the audit trail: every one that may have changed something (not GET or HEAD),
+/// and every refusal (`403`).
+fn audited(method: &http::Method, status: http::StatusCode) -> bool {
+    !matches!(*method, http::Method::GET | http::Method::HEAD)
+        || status == http::StatusCode::FORBIDDEN
+}
+
+/// The audit trail of one request: a `request` event with who signed it, the operation, the bucket and key (as
+/// in the path), the status and the S3 code, and its log line: success at info (target
+/// `permafrost_s3::audit`), a failure as [`log_failure`] says it.
+fn audit(
+    admin: &Admin,
+    method: &http::Method,
+    path: &str,
+    response: &Response<Body>,
+    operation: &str,
+    signer: &str,
+) {
+    let status = response.status();
+    let code = error_code_and_message(response.body())
+        .map(|(c, _)| c)
+        .unwrap_or_default();
+    let (bucket, key) = path
+        .trim_start_matches('/')
+        .split_once('/')
+        .unwrap_or((path.trim_start_matches('/'), ""));
+    let outcome = if code.is_empty() {
+        status.as_u16().to_string()
+    } else {
+        format!("{} {code}", status.as_u16())
+    };
+    let line = format!("{signer} {operation} {method} {path}: {outcome}");
+    if status.is_success() || status.is_redirection() {
+        tracing::info!(target: "permafrost_s3::audit", "{line}");
+    } else {
+        log_failure(method, path, response, operation, signer);
+    }
+    admin.events().emit(
+        "request",
+        line,
+        serde_json::json!({
+            "key": signer,
+            "operation": operation,
+            "method": method.as_str(),
+            "bucket": bucket,
+            "object": key,
+            "status": status.as_u16(),
+            "code": code,
+        }),
+    );
+}
+
 /// One log line per failed request, in words: method, path (never the query: a presigned URL's signature is
-/// there), status, S3 code and message. Client errors (4xx) at info, `NotImplemented` at warn, other server
-/// errors at error. (s3s's own log lines, Debug dumps of whole responses, are switched off by the binary.)
-fn log_failure(method: &http::Method, path: &str, response: &Response<Body>) {
+/// there), status, S3 code and message, the operation and who signed it. Client errors (4xx) at info,
+/// `NotImplemented` at warn, other server errors at error. (s3s's own log lines, Debug dumps of whole
+/// responses, are switched off by the binary.)
+fn log_failure(
+    method: &http::Method,
+    path: &str,
+    response: &Response<Body>,
+    operation: &str,
+    signer: &str,
+) {
     let status = response.status();
     let (code, message) = error_code_and_message(response.body()).unwrap_or_default();
     let detail = match (code.is_empty(), message.is_empty()) {
@@ -278,7 +343,10 @@ fn log_failure(method: &http::Method, path: &str, response: &Response<Body>) {
         (false, true) => format!(" {code}"),
         (false, false) => format!(" {code}: {message}"),
     };
-    let line = format!("{method} {path}: {}{detail}", status.as_u16());
+    let line = format!(
+        "{method} {path}: {}{detail} ({operation}, key {signer})",
+        status.as_u16()
+    );
     if status.is_client_error() {
         tracing::info!(target: "permafrost_s3::requests", "{line}");
     } else if code == "NotImplemented" {
@@ -296,13 +364,10 @@ pub async fn serve(
     credentials: Credentials,
     shutdown: impl Future<Output = ()>,
 ) -> std::io::Result<()> {
-    let admin = Admin::start(
-        store,
-        &credentials.access_key,
-        &credentials.secret_key,
-        AdminOptions::default(),
-    );
-    let result = serve_admin(listener, admin.clone(), credentials, shutdown).await;
+    let access = permafrost_access::Access::open(store.access_catalog(), credentials)
+        .map_err(|e| std::io::Error::other(format!("cannot load the access keys: {e}")))?;
+    let admin = Admin::start(store, Arc::new(access), AdminOptions::default());
+    let result = serve_admin(listener, admin.clone(), shutdown).await;
     admin.stop();
     result
 }
@@ -312,21 +377,19 @@ pub async fn serve(
 pub async fn serve_admin(
     listener: TcpListener,
     admin: Admin,
-    credentials: Credentials,
     shutdown: impl Future<Output = ()>,
 ) -> std::io::Result<()> {
-    serve_node(listener, admin, credentials, None, shutdown).await
+    serve_node(listener, admin, None, shutdown).await
 }
 
 /// [`serve_admin`] for a node of a cluster (`crate::cluster`): `cluster` is its view of the others.
 pub async fn serve_node(
     listener: TcpListener,
     admin: Admin,
-    credentials: Credentials,
     cluster: Option<Arc<ClusterNode>>,
     shutdown: impl Future<Output = ()>,
 ) -> std::io::Result<()> {
-    let s3 = s3_service_in(admin.clone(), credentials, cluster.clone());
+    let s3 = s3_service_in(admin.clone(), cluster.clone());
     let graceful = GracefulShutdown::new();
     let mut http = hyper::server::conn::http1::Builder::new();
     http.timer(hyper_util::rt::TokioTimer::new())

@@ -16,6 +16,8 @@ use crate::{
 pub(crate) struct PermafrostS3 {
     pub(crate) store: Arc<Store>,
     pub(crate) cluster: Option<Arc<ClusterNode>>,
+    /// Keys and bucket access: ListBuckets shows what the signer may see, CreateBucket records its owner.
+    pub(crate) access: Arc<permafrost_access::Access>,
 }
 
 #[async_trait::async_trait]
@@ -24,49 +26,48 @@ impl S3 for PermafrostS3 {
         &self,
         req: S3Request<ListBucketsInput>,
     ) -> S3Result<S3Response<ListBucketsOutput>> {
-        if let Some(c) = &self.cluster {
-            let db = Arc::clone(&c.db);
-            let buckets = crate::cluster::blocking(move || db.buckets()).await?;
-            return Ok(S3Response::new(ListBucketsOutput {
-                buckets: Some(
-                    buckets
-                        .into_iter()
-                        .map(|(name, created_ms)| Bucket {
-                            name: Some(name),
-                            creation_date: Some(crate::common::timestamp(created_ms)),
-                            bucket_region: None,
-                        })
-                        .collect(),
-                ),
-                owner: Some(crate::common::owner()),
-                ..Default::default()
-            }));
+        // Only the buckets the signer may use.
+        let principal = crate::auth::principal_of(&req.extensions);
+        let table = self.access.table();
+        let mut answer = self.list_all_buckets(req).await?;
+        if let Some(buckets) = answer.output.buckets.as_mut() {
+            buckets.retain(|b| {
+                b.name
+                    .as_deref()
+                    .is_some_and(|name| table.may_see(&principal, name))
+            });
         }
-        bucket::list_buckets(&self.store, req).await
+        Ok(answer)
     }
 
     async fn create_bucket(
         &self,
         req: S3Request<CreateBucketInput>,
     ) -> S3Result<S3Response<CreateBucketOutput>> {
+        let principal = crate::auth::principal_of(&req.extensions);
         let name = req.input.bucket.clone();
-        if self.cluster.is_some() && name == permafrost_catalog::cluster::FRAGMENTS_BUCKET {
-            return Err(s3s::S3Error::with_message(
-                s3s::S3ErrorCode::InvalidBucketName,
-                format!("{name} is reserved in a cluster (it holds the nodes' parity fragments)"),
-            ));
-        }
-        if let Some(c) = &self.cluster {
-            // Object Lock makes the bucket versioned from the start.
-            if req.input.object_lock_enabled_for_bucket == Some(true) {
-                c.refuse_versioning_with_copies(&name).await?;
+        let answer = match self.create_any_bucket(req).await {
+            // Taken by another owner: S3 says so without saying who.
+            Err(e)
+                if *e.code() == s3s::S3ErrorCode::BucketAlreadyOwnedByYou
+                    && !self.access.table().owned_by(&principal, &name) =>
+            {
+                return Err(s3s::S3Error::with_message(
+                    s3s::S3ErrorCode::BucketAlreadyExists,
+                    format!("bucket {name} already exists and belongs to another owner"),
+                ));
             }
-        }
-        let answer = bucket::create_bucket(&self.store, req).await?;
-        if let Some(c) = &self.cluster {
-            let db = Arc::clone(&c.db);
-            crate::cluster::blocking(move || db.add_bucket(&name)).await?;
-        }
+            other => other?,
+        };
+        let access = Arc::clone(&self.access);
+        crate::bridge::blocking(move || {
+            access.set_owner(&name, &principal).map_err(|e| {
+                permafrost_store::StoreError::Internal(format!(
+                    "bucket {name} was created, but its owner could not be recorded: {e}"
+                ))
+            })
+        })
+        .await?;
         Ok(answer)
     }
 
@@ -499,5 +500,59 @@ impl S3 for PermafrostS3 {
         req: S3Request<GetObjectAttributesInput>,
     ) -> S3Result<S3Response<GetObjectAttributesOutput>> {
         get::get_object_attributes(&self.store, req).await
+    }
+}
+
+impl PermafrostS3 {
+    /// Every bucket (of the cluster's directory, or of this store).
+    async fn list_all_buckets(
+        &self,
+        req: S3Request<ListBucketsInput>,
+    ) -> S3Result<S3Response<ListBucketsOutput>> {
+        if let Some(c) = &self.cluster {
+            let db = Arc::clone(&c.db);
+            let buckets = crate::cluster::blocking(move || db.buckets()).await?;
+            return Ok(S3Response::new(ListBucketsOutput {
+                buckets: Some(
+                    buckets
+                        .into_iter()
+                        .map(|(name, created_ms)| Bucket {
+                            name: Some(name),
+                            creation_date: Some(crate::common::timestamp(created_ms)),
+                            bucket_region: None,
+                        })
+                        .collect(),
+                ),
+                owner: Some(crate::common::owner()),
+                ..Default::default()
+            }));
+        }
+        bucket::list_buckets(&self.store, req).await
+    }
+
+    /// CreateBucket on this store (and in a cluster's directory).
+    async fn create_any_bucket(
+        &self,
+        req: S3Request<CreateBucketInput>,
+    ) -> S3Result<S3Response<CreateBucketOutput>> {
+        let name = req.input.bucket.clone();
+        if self.cluster.is_some() && name == permafrost_catalog::cluster::FRAGMENTS_BUCKET {
+            return Err(s3s::S3Error::with_message(
+                s3s::S3ErrorCode::InvalidBucketName,
+                format!("{name} is reserved in a cluster (it holds the nodes' parity fragments)"),
+            ));
+        }
+        if let Some(c) = &self.cluster {
+            // Object Lock makes the bucket versioned from the start.
+            if req.input.object_lock_enabled_for_bucket == Some(true) {
+                c.refuse_versioning_with_copies(&name).await?;
+            }
+        }
+        let answer = bucket::create_bucket(&self.store, req).await?;
+        if let Some(c) = &self.cluster {
+            let db = Arc::clone(&c.db);
+            crate::cluster::blocking(move || db.add_bucket(&name)).await?;
+        }
+        Ok(answer)
     }
 }

@@ -86,15 +86,11 @@ impl Server {
             access_key: ACCESS_KEY.into(),
             secret_key: SECRET_KEY.into(),
         };
-        let admin = Admin::start(store.clone(), ACCESS_KEY, SECRET_KEY, options);
-        runtime.spawn(permafrost_s3::serve_admin(
-            listener,
-            admin.clone(),
-            credentials,
-            async {
-                let _ = rx.await;
-            },
-        ));
+        let access = permafrost_access::Access::open(store.access_catalog(), credentials).unwrap();
+        let admin = Admin::start(store.clone(), Arc::new(access), options);
+        runtime.spawn(permafrost_s3::serve_admin(listener, admin.clone(), async {
+            let _ = rx.await;
+        }));
         Server {
             endpoint,
             store,

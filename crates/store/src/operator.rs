@@ -1,6 +1,8 @@
 //! What the operator's view (`permafrost-admin`) reads of a store beyond [`Store::status`]: small, read-only,
 //! from the catalog and memory only (no disk is touched).
 
+use std::sync::Arc;
+
 use permafrost_catalog::{Catalog, Outstanding};
 use permafrost_policy::WatchdogConfig;
 
@@ -16,6 +18,11 @@ impl Store {
     /// The catalog, for the operator's own tables (history, webhooks).
     pub fn catalog(&self) -> &dyn Catalog {
         self.inner().catalog.as_ref()
+    }
+
+    /// The catalog's tables of access keys and bucket access (`permafrost-access` decides from them).
+    pub fn access_catalog(&self) -> Arc<dyn permafrost_catalog::AccessCatalog> {
+        Arc::clone(&self.inner().access_catalog)
     }
 
     /// The watchdog's thresholds in force (the configuration's, or the last [`Store::set_watchdog`]).

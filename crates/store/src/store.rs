@@ -278,7 +278,9 @@ pub(crate) fn hex(bytes: &[u8]) -> String {
 /// State shared by the store's API and its threads.
 pub(crate) struct Inner {
     pub config: StoreConfig,
-    pub catalog: Box<dyn Catalog>,
+    pub catalog: Arc<dyn Catalog>,
+    /// The same catalog's access tables (keys, bucket access): `permafrost-access` decides from them.
+    pub access_catalog: Arc<dyn permafrost_catalog::AccessCatalog>,
     pub cache: Cache,
     pub engine: Engine,
     /// The grid's directory (its file-backed disks grow there): persistence keeps `free_bytes_min` free on it.
@@ -639,7 +641,7 @@ impl Store {
         config.validate()?;
         std::fs::create_dir_all(data_dir)
             .map_err(|e| io_error(format!("cannot create {}", data_dir.display()), e))?;
-        let catalog = config.catalog.open(data_dir, config.fsync)?;
+        let catalog = Arc::new(config.catalog.open(data_dir, config.fsync)?);
         let cache = Cache::open(
             &data_dir.join(&config.cache_dir),
             config.cache_bytes_max,
@@ -665,7 +667,8 @@ impl Store {
         let persister = Persister::new(&config, &engine)?;
         let inner = Arc::new(Inner {
             config,
-            catalog: Box::new(catalog),
+            access_catalog: catalog.clone(),
+            catalog,
             cache,
             engine,
             grid_dir,

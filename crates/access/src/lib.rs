@@ -1,0 +1,624 @@
+//! # permafrost-access: who may do what
+//!
+//! **Job.** Decide, for every request, whether its signer may do it: the root user (the administrator), an
+//! access key with per-bucket permissions, or an anonymous request that only a public ACL or bucket policy can
+//! let in. Keep the keys and the bucket access rows in the catalog (`permafrost_catalog::AccessCatalog`, so
+//! every node of a cluster sharing a catalog knows them) and a copy in memory ([`AccessTable`]), so that a
+//! decision costs a few hash lookups and never a database round trip.
+//!
+//! **The model** (docs/security.md has the whole table):
+//! - A key holds permissions per bucket: `read` (get, head, list, tags, restore), `write` (put, copy into,
+//!   multipart, tags), `delete` (delete objects and versions) and `owner` (all of them, plus the bucket's
+//!   configuration, ACLs, policy, Block Public Access, deleting the bucket and bypassing a GOVERNANCE
+//!   retention). Permissions do not imply each other, except `owner`.
+//! - The key that creates a bucket owns it. Creating buckets is a right of its own (`create_buckets`).
+//! - The root user may do everything, and only the root user may use the admin API and manage keys.
+//! - Every operation is classified in [`operations::OPERATIONS`]; an unclassified operation is refused to
+//!   everyone but root.
+//!
+//! **Invariants.**
+//! - A request is allowed only by a rule that names it: root, a grant, an ownership, an ACL grant or a policy
+//!   `Allow`; an explicit policy `Deny` wins over every allow (except root's).
+//! - The in-memory table is replaced whole after every change made through [`Access`] and whenever the
+//!   catalog's access version moved ([`Access::refresh`]); a decision sees one consistent table.
+//! - Secrets never appear in logs or `Debug` output.
+//!
+//! **Not here.** Signature checking (s3s does it with the secret [`Access::secret_of`] returns), mapping HTTP
+//! requests to operations (the S3 layer), the admin API's own sessions and tokens (`permafrost-admin`).
+
+mod keys;
+pub mod operations;
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
+
+use parking_lot::RwLock;
+use permafrost_catalog::{AccessCatalog, AccessKeyRecord, BucketAccessRecord, CatalogError};
+use serde::Serialize;
+
+pub use keys::{check_name, new_access_key, new_secret_key, NAME_BYTES_MAX};
+pub use operations::{classify, Need, Operation, OPERATIONS};
+
+/// The name the root user goes by in decisions, logs and events.
+pub const ROOT_NAME: &str = "root";
+/// The name anonymous requests go by.
+pub const ANONYMOUS_NAME: &str = "anonymous";
+
+/// A permission a key holds on a bucket.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum Permission {
+    Read,
+    Write,
+    Delete,
+    Owner,
+}
+
+impl Permission {
+    pub const ALL: [Permission; 4] = [
+        Permission::Read,
+        Permission::Write,
+        Permission::Delete,
+        Permission::Owner,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Permission::Read => "read",
+            Permission::Write => "write",
+            Permission::Delete => "delete",
+            Permission::Owner => "owner",
+        }
+    }
+
+    pub fn parse(text: &str) -> Result<Permission, AccessError> {
+        Permission::ALL
+            .into_iter()
+            .find(|p| p.as_str() == text)
+            .ok_or_else(|| {
+                AccessError::Invalid(format!(
+                    "permission {text:?}: expected read, write, delete or owner"
+                ))
+            })
+    }
+}
+
+impl std::fmt::Display for Permission {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What went wrong managing keys.
+#[derive(Debug, thiserror::Error)]
+pub enum AccessError {
+    #[error("no access key named {0}")]
+    NoSuchKey(String),
+    #[error("an access key named {0} already exists")]
+    Exists(String),
+    /// A bad name, permission or document; the message says which.
+    #[error("{0}")]
+    Invalid(String),
+    #[error(transparent)]
+    Catalog(CatalogError),
+}
+
+impl From<CatalogError> for AccessError {
+    fn from(e: CatalogError) -> Self {
+        match e {
+            CatalogError::NoSuchAccessKey(name) => AccessError::NoSuchKey(name),
+            CatalogError::AccessKeyExists(name) => AccessError::Exists(name),
+            other => AccessError::Catalog(other),
+        }
+    }
+}
+
+/// A refusal: the message names the caller, the operation, the bucket and what was missing.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct Denied {
+    pub message: String,
+}
+
+/// One access key as decisions see it.
+pub struct Key {
+    pub name: String,
+    pub access_key: String,
+    secret_key: String,
+    pub created_ms: u64,
+    pub enabled: bool,
+    pub create_buckets: bool,
+    /// Permissions by bucket.
+    pub grants: BTreeMap<String, BTreeSet<Permission>>,
+}
+
+impl std::fmt::Debug for Key {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Key")
+            .field("name", &self.name)
+            .field("access_key", &self.access_key)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Key {
+    fn from_record(r: AccessKeyRecord) -> Key {
+        let mut grants: BTreeMap<String, BTreeSet<Permission>> = BTreeMap::new();
+        for (bucket, permission) in r.grants {
+            // An unknown word (written by a newer build) grants nothing.
+            if let Ok(p) = Permission::parse(&permission) {
+                grants.entry(bucket).or_default().insert(p);
+            }
+        }
+        Key {
+            name: r.name,
+            access_key: r.access_key,
+            secret_key: r.secret_key,
+            created_ms: r.created_ms,
+            enabled: r.enabled,
+            create_buckets: r.create_buckets,
+            grants,
+        }
+    }
+
+    /// The permissions granted on `bucket` (ownership not included).
+    pub fn granted(&self, bucket: &str) -> impl Iterator<Item = Permission> + '_ {
+        self.grants.get(bucket).into_iter().flatten().copied()
+    }
+
+    /// What people and scripts see of a key: everything but the secret.
+    pub fn info(&self, table: &AccessTable) -> KeyInfo {
+        let mut grants: BTreeMap<String, Vec<Permission>> = self
+            .grants
+            .iter()
+            .map(|(b, ps)| (b.clone(), ps.iter().copied().collect()))
+            .collect();
+        for (bucket, access) in &table.buckets {
+            if access.owner.as_deref() == Some(self.name.as_str()) {
+                let ps = grants.entry(bucket.clone()).or_default();
+                if !ps.contains(&Permission::Owner) {
+                    ps.push(Permission::Owner);
+                }
+            }
+        }
+        KeyInfo {
+            name: self.name.clone(),
+            access_key: self.access_key.clone(),
+            secret_key: None,
+            created_ms: self.created_ms,
+            enabled: self.enabled,
+            create_buckets: self.create_buckets,
+            buckets: grants,
+        }
+    }
+}
+
+/// A key as the admin API and the CLI show it. `secret_key` is set only in the answer that created it.
+#[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq, Eq)]
+pub struct KeyInfo {
+    pub name: String,
+    pub access_key: String,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub secret_key: Option<String>,
+    pub created_ms: u64,
+    pub enabled: bool,
+    pub create_buckets: bool,
+    /// Permissions per bucket (buckets it owns say `owner`).
+    pub buckets: BTreeMap<String, Vec<Permission>>,
+}
+
+/// Who signed a request.
+#[derive(Debug, Clone)]
+pub enum Principal {
+    Root,
+    Key(Arc<Key>),
+    Anonymous,
+}
+
+impl Principal {
+    /// The name logs, events and refusals use: `root`, the key's name, or `anonymous`.
+    pub fn name(&self) -> &str {
+        match self {
+            Principal::Root => ROOT_NAME,
+            Principal::Key(k) => &k.name,
+            Principal::Anonymous => ANONYMOUS_NAME,
+        }
+    }
+
+    pub fn is_root(&self) -> bool {
+        matches!(self, Principal::Root)
+    }
+
+    /// How a refusal names the caller.
+    fn described(&self) -> String {
+        match self {
+            Principal::Root => "the root user".into(),
+            Principal::Key(k) => format!("access key {} ({})", k.name, k.access_key),
+            Principal::Anonymous => "an anonymous request".into(),
+        }
+    }
+}
+
+/// Who owns a bucket and how it is shared.
+#[derive(Debug, Clone, Default)]
+pub struct BucketAccess {
+    /// The owning key (`None`: root).
+    pub owner: Option<String>,
+    record: BucketAccessRecord,
+}
+
+impl BucketAccess {
+    /// The catalog row this came from (for changes: read, modify, write back).
+    pub fn record(&self) -> &BucketAccessRecord {
+        &self.record
+    }
+}
+
+/// Everything decisions need, as of one catalog version.
+#[derive(Debug, Default)]
+pub struct AccessTable {
+    pub version: u64,
+    by_access_key: HashMap<String, Arc<Key>>,
+    by_name: BTreeMap<String, Arc<Key>>,
+    buckets: HashMap<String, BucketAccess>,
+}
+
+impl AccessTable {
+    fn load(catalog: &dyn AccessCatalog) -> Result<AccessTable, AccessError> {
+        let version = catalog.access_version()?;
+        let mut table = AccessTable {
+            version,
+            ..Default::default()
+        };
+        for record in catalog.access_keys()? {
+            let key = Arc::new(Key::from_record(record));
+            table
+                .by_access_key
+                .insert(key.access_key.clone(), Arc::clone(&key));
+            table.by_name.insert(key.name.clone(), key);
+        }
+        for record in catalog.buckets_access()? {
+            table.buckets.insert(
+                record.bucket.clone(),
+                BucketAccess {
+                    owner: record.owner.clone(),
+                    record,
+                },
+            );
+        }
+        Ok(table)
+    }
+
+    /// The key with this key id.
+    pub fn by_access_key(&self, access_key: &str) -> Option<&Arc<Key>> {
+        self.by_access_key.get(access_key)
+    }
+
+    /// The key with this name.
+    pub fn by_name(&self, name: &str) -> Option<&Arc<Key>> {
+        self.by_name.get(name)
+    }
+
+    /// Every key, by name.
+    pub fn keys(&self) -> impl Iterator<Item = &Arc<Key>> {
+        self.by_name.values()
+    }
+
+    /// The access row of a bucket (`None`: root's, unshared).
+    pub fn bucket(&self, bucket: &str) -> Option<&BucketAccess> {
+        self.buckets.get(bucket)
+    }
+
+    /// Whether `key` owns `bucket`.
+    fn owns(&self, key: &Key, bucket: &str) -> bool {
+        self.buckets
+            .get(bucket)
+            .and_then(|b| b.owner.as_deref())
+            .is_some_and(|owner| owner == key.name)
+    }
+
+    /// Whether `principal` owns `bucket` (root owns the buckets no key owns).
+    pub fn owned_by(&self, principal: &Principal, bucket: &str) -> bool {
+        let owner = self.buckets.get(bucket).and_then(|b| b.owner.as_deref());
+        match principal {
+            Principal::Root => owner.is_none(),
+            Principal::Key(key) => owner == Some(key.name.as_str()),
+            Principal::Anonymous => false,
+        }
+    }
+
+    /// The permissions `key` has on `bucket`, ownership included.
+    pub fn permissions(&self, key: &Key, bucket: &str) -> BTreeSet<Permission> {
+        let mut ps: BTreeSet<Permission> = key.granted(bucket).collect();
+        if self.owns(key, bucket) {
+            ps.insert(Permission::Owner);
+        }
+        ps
+    }
+
+    /// Whether `principal` may see that `bucket` exists (ListBuckets, HeadBucket).
+    pub fn may_see(&self, principal: &Principal, bucket: &str) -> bool {
+        match principal {
+            Principal::Root => true,
+            Principal::Key(key) => !self.permissions(key, bucket).is_empty(),
+            Principal::Anonymous => false,
+        }
+    }
+
+    /// Decide whether `principal` may run `operation` on `bucket` (and `key`, for object operations).
+    pub fn authorize(
+        &self,
+        principal: &Principal,
+        operation: &Operation,
+        bucket: &str,
+        _object: Option<&str>,
+    ) -> Result<(), Denied> {
+        let key = match principal {
+            Principal::Root => return Ok(()),
+            Principal::Key(key) => key,
+            Principal::Anonymous => {
+                return Err(Denied {
+                    message: format!(
+                        "{} may not {} in bucket {bucket}: sign the request with an access key, or have the \
+                         bucket owner share it (ACL or bucket policy)",
+                        principal.described(),
+                        operation.name
+                    ),
+                })
+            }
+        };
+        let held = self.permissions(key, bucket);
+        let allowed = match operation.need {
+            Need::SignedIn => true,
+            Need::CreateBuckets => key.create_buckets,
+            Need::AnyOnBucket => !held.is_empty(),
+            Need::Bucket(p) => held.contains(&p) || held.contains(&Permission::Owner),
+        };
+        if allowed {
+            return Ok(());
+        }
+        let needed = match operation.need {
+            Need::CreateBuckets => {
+                return Err(Denied {
+                    message: format!(
+                        "{} may not create buckets (permafrost key allow {} --create-buckets)",
+                        principal.described(),
+                        key.name
+                    ),
+                })
+            }
+            Need::Bucket(p) => p.as_str().to_string(),
+            Need::AnyOnBucket | Need::SignedIn => "any permission".to_string(),
+        };
+        let has = if held.is_empty() {
+            "none".to_string()
+        } else {
+            held.iter()
+                .map(|p| p.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        Err(Denied {
+            message: format!(
+                "{} may not {} in bucket {bucket}: that needs the permission {needed} on {bucket}, and the key \
+                 has {has} there",
+                principal.described(),
+                operation.name
+            ),
+        })
+    }
+}
+
+/// The root user's credentials.
+#[derive(Clone, PartialEq, Eq)]
+pub struct RootCredentials {
+    pub access_key: String,
+    pub secret_key: String,
+}
+
+impl std::fmt::Debug for RootCredentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RootCredentials")
+            .field("access_key", &self.access_key)
+            .field("secret_key", &"<hidden>")
+            .finish()
+    }
+}
+
+/// Keys and bucket access: the catalog's rows and the table decisions are made from.
+pub struct Access {
+    catalog: Arc<dyn AccessCatalog>,
+    /// `None` when opened only to manage keys (`permafrost key` on a stopped server's data directory).
+    root: Option<RootCredentials>,
+    table: RwLock<Arc<AccessTable>>,
+}
+
+impl Access {
+    /// Load the table from `catalog`.
+    pub fn open(
+        catalog: Arc<dyn AccessCatalog>,
+        root: RootCredentials,
+    ) -> Result<Access, AccessError> {
+        let table = AccessTable::load(catalog.as_ref())?;
+        Ok(Access {
+            catalog,
+            root: Some(root),
+            table: RwLock::new(Arc::new(table)),
+        })
+    }
+
+    /// Open only to manage keys: no root user, so nothing can be signed against it.
+    pub fn open_catalog_only(catalog: Arc<dyn AccessCatalog>) -> Result<Access, AccessError> {
+        let table = AccessTable::load(catalog.as_ref())?;
+        Ok(Access {
+            catalog,
+            root: None,
+            table: RwLock::new(Arc::new(table)),
+        })
+    }
+
+    /// The root user's credentials (`None` when opened only to manage keys).
+    pub fn root(&self) -> Option<&RootCredentials> {
+        self.root.as_ref()
+    }
+
+    /// The table in force (cheap: one `Arc` clone).
+    pub fn table(&self) -> Arc<AccessTable> {
+        Arc::clone(&self.table.read())
+    }
+
+    /// Read the table again from the catalog.
+    pub fn reload(&self) -> Result<(), AccessError> {
+        let table = AccessTable::load(self.catalog.as_ref())?;
+        *self.table.write() = Arc::new(table);
+        Ok(())
+    }
+
+    /// Reload when the catalog's access version moved (a change made elsewhere: another node, or the CLI on
+    /// the data directory). Returns whether it reloaded.
+    pub fn refresh(&self) -> Result<bool, AccessError> {
+        let version = self.catalog.access_version()?;
+        if version == self.table().version {
+            return Ok(false);
+        }
+        self.reload()?;
+        Ok(true)
+    }
+
+    /// The principal of a key id and the secret its signatures are checked with; `Err` says why there is none
+    /// (unknown or disabled).
+    pub fn secret_of(&self, access_key: &str) -> Result<(Principal, String), String> {
+        if let Some(root) = self.root.as_ref().filter(|r| r.access_key == access_key) {
+            return Ok((Principal::Root, root.secret_key.clone()));
+        }
+        match self.table().by_access_key(access_key) {
+            Some(key) if key.enabled => {
+                Ok((Principal::Key(Arc::clone(key)), key.secret_key.clone()))
+            }
+            Some(key) => Err(format!(
+                "access key {access_key} ({}) is disabled",
+                key.name
+            )),
+            None => Err(format!("access key {access_key} does not exist")),
+        }
+    }
+
+    /// The principal of a key id whose signature was checked (`Anonymous` for `None`).
+    pub fn principal(&self, access_key: Option<&str>) -> Principal {
+        match access_key {
+            None => Principal::Anonymous,
+            Some(id) => self
+                .secret_of(id)
+                .map(|(p, _)| p)
+                .unwrap_or(Principal::Anonymous),
+        }
+    }
+
+    /// Decide with the table in force.
+    pub fn authorize(
+        &self,
+        principal: &Principal,
+        operation: &Operation,
+        bucket: &str,
+        object: Option<&str>,
+    ) -> Result<(), Denied> {
+        self.table().authorize(principal, operation, bucket, object)
+    }
+
+    /// Make a key; the answer carries its secret (shown once: it is never shown again).
+    pub fn create_key(&self, name: &str, create_buckets: bool) -> Result<KeyInfo, AccessError> {
+        check_name(name).map_err(AccessError::Invalid)?;
+        if name == ROOT_NAME || name == ANONYMOUS_NAME {
+            return Err(AccessError::Invalid(format!(
+                "key name {name:?} is reserved"
+            )));
+        }
+        let record = AccessKeyRecord {
+            name: name.to_string(),
+            access_key: new_access_key(),
+            secret_key: new_secret_key(),
+            created_ms: permafrost_catalog::now_ms(),
+            enabled: true,
+            create_buckets,
+            grants: Vec::new(),
+        };
+        self.catalog.create_access_key(&record)?;
+        self.reload()?;
+        let mut info = self.key_info(name)?;
+        info.secret_key = Some(record.secret_key);
+        Ok(info)
+    }
+
+    /// A key without its secret.
+    pub fn key_info(&self, name: &str) -> Result<KeyInfo, AccessError> {
+        let table = self.table();
+        let key = table
+            .by_name(name)
+            .ok_or_else(|| AccessError::NoSuchKey(name.to_string()))?;
+        Ok(key.info(&table))
+    }
+
+    /// Every key without its secret, by name.
+    pub fn keys(&self) -> Vec<KeyInfo> {
+        let table = self.table();
+        table.keys().map(|k| k.info(&table)).collect()
+    }
+
+    /// Grant (`allowed`) or take back a permission on a bucket.
+    pub fn set_permission(
+        &self,
+        name: &str,
+        bucket: &str,
+        permission: Permission,
+        allowed: bool,
+    ) -> Result<KeyInfo, AccessError> {
+        if bucket.is_empty() || bucket.contains('/') {
+            return Err(AccessError::Invalid(format!(
+                "bucket name {bucket:?}: name one bucket"
+            )));
+        }
+        self.catalog
+            .set_access_grant(name, bucket, permission.as_str(), allowed)?;
+        self.reload()?;
+        self.key_info(name)
+    }
+
+    /// Enable or disable a key, or change its right to create buckets.
+    pub fn update_key(
+        &self,
+        name: &str,
+        enabled: Option<bool>,
+        create_buckets: Option<bool>,
+    ) -> Result<KeyInfo, AccessError> {
+        self.catalog
+            .update_access_key(name, enabled, create_buckets)?;
+        self.reload()?;
+        self.key_info(name)
+    }
+
+    /// Remove a key; the buckets it owned become root's.
+    pub fn delete_key(&self, name: &str) -> Result<(), AccessError> {
+        self.catalog.delete_access_key(name)?;
+        self.reload()
+    }
+
+    /// Record who created a bucket (root's buckets need no row).
+    pub fn set_owner(&self, bucket: &str, principal: &Principal) -> Result<(), AccessError> {
+        let Principal::Key(key) = principal else {
+            return Ok(());
+        };
+        let mut record = self
+            .table()
+            .bucket(bucket)
+            .map(|b| b.record().clone())
+            .unwrap_or_else(|| BucketAccessRecord {
+                bucket: bucket.to_string(),
+                ..Default::default()
+            });
+        record.owner = Some(key.name.clone());
+        self.catalog.set_bucket_access(&record)?;
+        self.reload()
+    }
+}
