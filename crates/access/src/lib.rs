@@ -26,18 +26,22 @@
 //! **Not here.** Signature checking (s3s does it with the secret [`Access::secret_of`] returns), mapping HTTP
 //! requests to operations (the S3 layer), the admin API's own sessions and tokens (`permafrost-admin`).
 
+pub mod acl;
 mod keys;
 pub mod operations;
+pub mod policy;
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
 use parking_lot::RwLock;
 use permafrost_catalog::{AccessCatalog, AccessKeyRecord, BucketAccessRecord, CatalogError};
 use serde::Serialize;
 
+pub use acl::{Acl, AclGrant, AclPermission, Grantee};
 pub use keys::{check_name, new_access_key, new_secret_key, NAME_BYTES_MAX};
 pub use operations::{classify, Need, Operation, OPERATIONS};
+pub use policy::{Asker, Effect, Policy};
 
 /// The name the root user goes by in decisions, logs and events.
 pub const ROOT_NAME: &str = "root";
@@ -101,6 +105,14 @@ pub enum AccessError {
     /// A bad name, permission or document; the message says which.
     #[error("{0}")]
     Invalid(String),
+    /// A bucket policy that cannot be used (S3 `MalformedPolicy`); the message names the part.
+    #[error("{0}")]
+    MalformedPolicy(String),
+    /// Block Public Access refuses a public ACL or policy; the message names the setting.
+    #[error("{0}")]
+    Blocked(String),
+    #[error("no such bucket: {0}")]
+    NoSuchBucket(String),
     #[error(transparent)]
     Catalog(CatalogError),
 }
@@ -110,6 +122,7 @@ impl From<CatalogError> for AccessError {
         match e {
             CatalogError::NoSuchAccessKey(name) => AccessError::NoSuchKey(name),
             CatalogError::AccessKeyExists(name) => AccessError::Exists(name),
+            CatalogError::NoSuchBucket(name) => AccessError::NoSuchBucket(name),
             other => AccessError::Catalog(other),
         }
     }
@@ -241,15 +254,75 @@ impl Principal {
     }
 }
 
+/// A bucket's Block Public Access configuration (S3's four flags).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct PublicAccessBlock {
+    /// Refuse public ACLs (PutBucketAcl, PutObjectAcl, a canned ACL on PUT).
+    pub block_public_acls: bool,
+    /// Ignore the public grants of ACLs in decisions.
+    pub ignore_public_acls: bool,
+    /// Refuse public bucket policies.
+    pub block_public_policy: bool,
+    /// Ignore the public statements of bucket policies in decisions.
+    pub restrict_public_buckets: bool,
+}
+
+impl PublicAccessBlock {
+    const ALL: PublicAccessBlock = PublicAccessBlock {
+        block_public_acls: true,
+        ignore_public_acls: true,
+        block_public_policy: true,
+        restrict_public_buckets: true,
+    };
+}
+
+/// Server-wide settings of access control.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AccessSettings {
+    /// Block every public ACL and policy on every bucket, whatever the bucket says (`[server]
+    /// block_public_access` in permafrost.toml; on by default: nothing becomes public unless the operator
+    /// allows it).
+    pub block_public_access: bool,
+}
+
+impl Default for AccessSettings {
+    fn default() -> Self {
+        AccessSettings {
+            block_public_access: true,
+        }
+    }
+}
+
 /// Who owns a bucket and how it is shared.
 #[derive(Debug, Clone, Default)]
 pub struct BucketAccess {
     /// The owning key (`None`: root).
     pub owner: Option<String>,
+    pub acl: Acl,
+    pub policy: Option<Policy>,
+    /// The bucket's own Block Public Access configuration, if one was put.
+    pub public_access_block: Option<PublicAccessBlock>,
     record: BucketAccessRecord,
 }
 
 impl BucketAccess {
+    fn from_record(record: BucketAccessRecord) -> BucketAccess {
+        BucketAccess {
+            owner: record.owner.clone(),
+            acl: Acl::from_json(&record.acl),
+            // A stored policy was checked when it was put; one this build cannot read allows nothing.
+            policy: record
+                .policy
+                .as_deref()
+                .and_then(|p| Policy::parse(p, &record.bucket).ok()),
+            public_access_block: record
+                .public_access_block
+                .as_deref()
+                .and_then(|p| serde_json::from_str(p).ok()),
+            record,
+        }
+    }
+
     /// The catalog row this came from (for changes: read, modify, write back).
     pub fn record(&self) -> &BucketAccessRecord {
         &self.record
@@ -260,16 +333,23 @@ impl BucketAccess {
 #[derive(Debug, Default)]
 pub struct AccessTable {
     pub version: u64,
+    settings: AccessSettings,
     by_access_key: HashMap<String, Arc<Key>>,
     by_name: BTreeMap<String, Arc<Key>>,
     buckets: HashMap<String, BucketAccess>,
+    /// Buckets where some object has an ACL of its own.
+    object_acl_buckets: HashSet<String>,
 }
 
 impl AccessTable {
-    fn load(catalog: &dyn AccessCatalog) -> Result<AccessTable, AccessError> {
+    fn load(
+        catalog: &dyn AccessCatalog,
+        settings: AccessSettings,
+    ) -> Result<AccessTable, AccessError> {
         let version = catalog.access_version()?;
         let mut table = AccessTable {
             version,
+            settings,
             ..Default::default()
         };
         for record in catalog.access_keys()? {
@@ -280,14 +360,11 @@ impl AccessTable {
             table.by_name.insert(key.name.clone(), key);
         }
         for record in catalog.buckets_access()? {
-            table.buckets.insert(
-                record.bucket.clone(),
-                BucketAccess {
-                    owner: record.owner.clone(),
-                    record,
-                },
-            );
+            table
+                .buckets
+                .insert(record.bucket.clone(), BucketAccess::from_record(record));
         }
+        table.object_acl_buckets = catalog.buckets_with_object_acls()?.into_iter().collect();
         Ok(table)
     }
 
@@ -309,6 +386,34 @@ impl AccessTable {
     /// The access row of a bucket (`None`: root's, unshared).
     pub fn bucket(&self, bucket: &str) -> Option<&BucketAccess> {
         self.buckets.get(bucket)
+    }
+
+    /// The Block Public Access in force on `bucket`: everything when the server blocks public access,
+    /// else the bucket's own configuration.
+    pub fn block(&self, bucket: &str) -> PublicAccessBlock {
+        if self.settings.block_public_access {
+            return PublicAccessBlock::ALL;
+        }
+        self.buckets
+            .get(bucket)
+            .and_then(|b| b.public_access_block)
+            .unwrap_or_default()
+    }
+
+    /// Why public access on `bucket` is refused (`which`: the flag of the bucket's configuration that
+    /// applies), naming the setting.
+    fn blocked_reason(&self, bucket: &str, which: &str) -> String {
+        if self.settings.block_public_access {
+            format!(
+                "public access is blocked on this server (block_public_access = true in the [server] table of \
+                 permafrost.toml): nothing on bucket {bucket} can be made public"
+            )
+        } else {
+            format!(
+                "public access is blocked by the Block Public Access configuration of bucket {bucket} \
+                 ({which}): DeletePublicAccessBlock or change it first"
+            )
+        }
     }
 
     /// Whether `key` owns `bucket`.
@@ -338,7 +443,7 @@ impl AccessTable {
         ps
     }
 
-    /// Whether `principal` may see that `bucket` exists (ListBuckets, HeadBucket).
+    /// Whether `principal` may see that `bucket` exists (ListBuckets).
     pub fn may_see(&self, principal: &Principal, bucket: &str) -> bool {
         match principal {
             Principal::Root => true,
@@ -347,67 +452,151 @@ impl AccessTable {
         }
     }
 
-    /// Decide whether `principal` may run `operation` on `bucket` (and `key`, for object operations).
+    /// Whether an object's own ACL could still allow `operation` when the bucket-level decision refused it
+    /// (then the caller looks the ACL up and asks [`AccessTable::authorize_with_object_acl`]).
+    pub fn object_acl_may_allow(&self, operation: &Operation, bucket: &str) -> bool {
+        operation.on_object
+            && matches!(
+                operation.action,
+                "s3:GetObject" | "s3:GetObjectAcl" | "s3:PutObjectAcl"
+            )
+            && self.object_acl_buckets.contains(bucket)
+    }
+
+    /// Decide whether `principal` may run `operation` on `bucket` (and `object`, for object operations).
+    ///
+    /// The order of AWS's evaluation: the root user may do everything; an explicit `Deny` of the bucket
+    /// policy refuses; then a key's grant or ownership, a policy `Allow`, or an ACL grant allows; nothing
+    /// else does. Block Public Access makes the public statements and grants count for nothing.
     pub fn authorize(
         &self,
         principal: &Principal,
         operation: &Operation,
         bucket: &str,
-        _object: Option<&str>,
+        object: Option<&str>,
     ) -> Result<(), Denied> {
-        let key = match principal {
+        self.decide(principal, operation, bucket, object, None)
+    }
+
+    /// [`AccessTable::authorize`] with the ACL of the object the request is about.
+    pub fn authorize_with_object_acl(
+        &self,
+        principal: &Principal,
+        operation: &Operation,
+        bucket: &str,
+        object: Option<&str>,
+        object_acl: &Acl,
+    ) -> Result<(), Denied> {
+        self.decide(principal, operation, bucket, object, Some(object_acl))
+    }
+
+    fn decide(
+        &self,
+        principal: &Principal,
+        operation: &Operation,
+        bucket: &str,
+        object: Option<&str>,
+        object_acl: Option<&Acl>,
+    ) -> Result<(), Denied> {
+        let asker = match principal {
             Principal::Root => return Ok(()),
-            Principal::Key(key) => key,
-            Principal::Anonymous => {
+            Principal::Key(key) => Asker::Key(&key.name),
+            Principal::Anonymous => Asker::Anonymous,
+        };
+        let shared = self.buckets.get(bucket);
+        let block = self.block(bucket);
+        let object = if operation.on_object { object } else { None };
+        let policy = shared.and_then(|b| b.policy.as_ref());
+        if let Some(policy) = policy {
+            if let Some(statement) = policy
+                .matching(Effect::Deny, asker, operation.action, object)
+                .next()
+            {
                 return Err(Denied {
                     message: format!(
-                        "{} may not {} in bucket {bucket}: sign the request with an access key, or have the \
-                         bucket owner share it (ACL or bucket policy)",
+                        "{} may not {} in bucket {bucket}: the bucket policy denies it{}",
                         principal.described(),
-                        operation.name
+                        operation.name,
+                        statement
+                            .sid
+                            .as_deref()
+                            .map(|sid| format!(" (statement {sid})"))
+                            .unwrap_or_default()
                     ),
-                })
+                });
             }
+        }
+        let held = match principal {
+            Principal::Key(key) => self.permissions(key, bucket),
+            _ => BTreeSet::new(),
         };
-        let held = self.permissions(key, bucket);
-        let allowed = match operation.need {
-            Need::SignedIn => true,
-            Need::CreateBuckets => key.create_buckets,
-            Need::AnyOnBucket => !held.is_empty(),
-            Need::Bucket(p) => held.contains(&p) || held.contains(&Permission::Owner),
+        let granted = match (operation.need, principal) {
+            (_, Principal::Anonymous) => false,
+            (Need::SignedIn, _) => true,
+            (Need::CreateBuckets, Principal::Key(key)) => key.create_buckets,
+            (Need::AnyOnBucket, _) => !held.is_empty(),
+            (Need::Bucket(p), _) => held.contains(&p) || held.contains(&Permission::Owner),
+            (Need::CreateBuckets, Principal::Root) => true,
         };
-        if allowed {
+        let bucket_scoped = matches!(operation.need, Need::Bucket(_) | Need::AnyOnBucket);
+        let by_policy = bucket_scoped
+            && policy.is_some_and(|p| {
+                p.matching(Effect::Allow, asker, operation.action, object)
+                    .any(|s| {
+                        !(block.restrict_public_buckets
+                            && s.principals == policy::Principals::Everyone)
+                    })
+            });
+        let by_acl = bucket_scoped
+            && (shared.is_some_and(|b| {
+                b.acl
+                    .allows(asker, operation.action, false, block.ignore_public_acls)
+            }) || object_acl.is_some_and(|acl| {
+                acl.allows(asker, operation.action, true, block.ignore_public_acls)
+            }));
+        if granted || by_policy || by_acl {
             return Ok(());
         }
-        let needed = match operation.need {
-            Need::CreateBuckets => {
-                return Err(Denied {
-                    message: format!(
-                        "{} may not create buckets (permafrost key allow {} --create-buckets)",
-                        principal.described(),
-                        key.name
-                    ),
-                })
-            }
-            Need::Bucket(p) => p.as_str().to_string(),
-            Need::AnyOnBucket | Need::SignedIn => "any permission".to_string(),
-        };
-        let has = if held.is_empty() {
-            "none".to_string()
-        } else {
-            held.iter()
-                .map(|p| p.as_str())
-                .collect::<Vec<_>>()
-                .join(", ")
-        };
         Err(Denied {
-            message: format!(
-                "{} may not {} in bucket {bucket}: that needs the permission {needed} on {bucket}, and the key \
-                 has {has} there",
-                principal.described(),
-                operation.name
-            ),
+            message: self.refusal(principal, operation, bucket, &held),
         })
+    }
+
+    /// The message of a refusal: who, what, where, and what was missing.
+    fn refusal(
+        &self,
+        principal: &Principal,
+        operation: &Operation,
+        bucket: &str,
+        held: &BTreeSet<Permission>,
+    ) -> String {
+        let who = principal.described();
+        let op = operation.name;
+        match (principal, operation.need) {
+            (Principal::Anonymous, _) => format!(
+                "{who} may not {op} in bucket {bucket}: sign the request with an access key, or have the \
+                 bucket owner share it (ACL or bucket policy)"
+            ),
+            (Principal::Key(key), Need::CreateBuckets) => format!(
+                "{who} may not create buckets (permafrost key allow {} --create-buckets)",
+                key.name
+            ),
+            _ => {
+                let needed = match operation.need {
+                    Need::Bucket(p) => p.as_str(),
+                    _ => "any permission",
+                };
+                let has = if held.is_empty() {
+                    "none".to_string()
+                } else {
+                    held.iter().map(|p| p.as_str()).collect::<Vec<_>>().join(", ")
+                };
+                format!(
+                    "{who} may not {op} in bucket {bucket}: that needs the permission {needed} on {bucket}, \
+                     and the key has {has} there"
+                )
+            }
+        }
     }
 }
 
@@ -432,6 +621,7 @@ pub struct Access {
     catalog: Arc<dyn AccessCatalog>,
     /// `None` when opened only to manage keys (`permafrost key` on a stopped server's data directory).
     root: Option<RootCredentials>,
+    settings: AccessSettings,
     table: RwLock<Arc<AccessTable>>,
 }
 
@@ -440,21 +630,25 @@ impl Access {
     pub fn open(
         catalog: Arc<dyn AccessCatalog>,
         root: RootCredentials,
+        settings: AccessSettings,
     ) -> Result<Access, AccessError> {
-        let table = AccessTable::load(catalog.as_ref())?;
+        let table = AccessTable::load(catalog.as_ref(), settings)?;
         Ok(Access {
             catalog,
             root: Some(root),
+            settings,
             table: RwLock::new(Arc::new(table)),
         })
     }
 
     /// Open only to manage keys: no root user, so nothing can be signed against it.
     pub fn open_catalog_only(catalog: Arc<dyn AccessCatalog>) -> Result<Access, AccessError> {
-        let table = AccessTable::load(catalog.as_ref())?;
+        let settings = AccessSettings::default();
+        let table = AccessTable::load(catalog.as_ref(), settings)?;
         Ok(Access {
             catalog,
             root: None,
+            settings,
             table: RwLock::new(Arc::new(table)),
         })
     }
@@ -471,7 +665,7 @@ impl Access {
 
     /// Read the table again from the catalog.
     pub fn reload(&self) -> Result<(), AccessError> {
-        let table = AccessTable::load(self.catalog.as_ref())?;
+        let table = AccessTable::load(self.catalog.as_ref(), self.settings)?;
         *self.table.write() = Arc::new(table);
         Ok(())
     }
@@ -604,19 +798,139 @@ impl Access {
         self.reload()
     }
 
-    /// Record who created a bucket (root's buckets need no row).
-    pub fn set_owner(&self, bucket: &str, principal: &Principal) -> Result<(), AccessError> {
-        let Principal::Key(key) = principal else {
-            return Ok(());
-        };
-        let mut record = self
-            .table()
+    /// The access row of `bucket` to change (a fresh one when it has none).
+    fn bucket_record(&self, bucket: &str) -> BucketAccessRecord {
+        self.table()
             .bucket(bucket)
             .map(|b| b.record().clone())
             .unwrap_or_else(|| BucketAccessRecord {
                 bucket: bucket.to_string(),
                 ..Default::default()
-            });
+            })
+    }
+
+    fn check_acl(&self, bucket: &str, acl: &Acl) -> Result<(), AccessError> {
+        let table = self.table();
+        if acl.is_public() && table.block(bucket).block_public_acls {
+            return Err(AccessError::Blocked(
+                table.blocked_reason(bucket, "BlockPublicAcls"),
+            ));
+        }
+        for grant in &acl.grants {
+            if let Grantee::Key(name) = &grant.grantee {
+                if table.by_name(name).is_none() && name != ROOT_NAME {
+                    return Err(AccessError::Invalid(format!(
+                        "the ACL grants {} to {name}, and no access key has that name",
+                        grant.permission.as_str()
+                    )));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Replace a bucket's ACL (Block Public Access may refuse a public one).
+    pub fn set_bucket_acl(&self, bucket: &str, acl: &Acl) -> Result<(), AccessError> {
+        self.check_acl(bucket, acl)?;
+        let mut record = self.bucket_record(bucket);
+        record.acl = acl.to_json();
+        self.catalog.set_bucket_access(&record)?;
+        self.reload()
+    }
+
+    /// The ACL of the object at `key` (no grants when it has none).
+    pub fn object_acl(&self, bucket: &str, key: &str) -> Result<Acl, AccessError> {
+        Ok(self
+            .catalog
+            .object_acl(bucket, key)?
+            .map(|text| Acl::from_json(&text))
+            .unwrap_or_default())
+    }
+
+    /// Replace the ACL of the object at `key` (an ACL without grants removes it).
+    pub fn set_object_acl(&self, bucket: &str, key: &str, acl: &Acl) -> Result<(), AccessError> {
+        self.check_acl(bucket, acl)?;
+        let text = (!acl.grants.is_empty()).then(|| acl.to_json());
+        self.catalog.set_object_acl(bucket, key, text.as_deref())?;
+        self.reload()
+    }
+
+    /// A new object was written at `key`: an ACL of the object it replaced does not carry over.
+    pub fn object_written(&self, bucket: &str, key: &str) -> Result<(), AccessError> {
+        if !self.table().object_acl_buckets.contains(bucket) {
+            return Ok(()); // no object of the bucket has an ACL: nothing to look up
+        }
+        if self.catalog.object_acl(bucket, key)?.is_some() {
+            self.catalog.set_object_acl(bucket, key, None)?;
+            self.reload()?;
+        }
+        Ok(())
+    }
+
+    /// Put a bucket policy: parsed (every part must be supported), its principals must be keys of this server,
+    /// and Block Public Access may refuse a public one.
+    pub fn set_bucket_policy(&self, bucket: &str, text: &str) -> Result<(), AccessError> {
+        let policy = Policy::parse(text, bucket).map_err(AccessError::MalformedPolicy)?;
+        let table = self.table();
+        for statement in &policy.statements {
+            if let policy::Principals::Keys(names) = &statement.principals {
+                if let Some(unknown) = names.iter().find(|n| table.by_name(n).is_none()) {
+                    return Err(AccessError::MalformedPolicy(format!(
+                        "Invalid principal in policy: no access key is named {unknown}"
+                    )));
+                }
+            }
+        }
+        if policy.is_public() && table.block(bucket).block_public_policy {
+            return Err(AccessError::Blocked(
+                table.blocked_reason(bucket, "BlockPublicPolicy"),
+            ));
+        }
+        let mut record = self.bucket_record(bucket);
+        record.policy = Some(text.to_string());
+        self.catalog.set_bucket_access(&record)?;
+        self.reload()
+    }
+
+    /// The policy of a bucket as it was put, if any.
+    pub fn bucket_policy(&self, bucket: &str) -> Option<String> {
+        self.table()
+            .bucket(bucket)
+            .and_then(|b| b.record().policy.clone())
+    }
+
+    /// Remove a bucket's policy.
+    pub fn delete_bucket_policy(&self, bucket: &str) -> Result<(), AccessError> {
+        let mut record = self.bucket_record(bucket);
+        record.policy = None;
+        self.catalog.set_bucket_access(&record)?;
+        self.reload()
+    }
+
+    /// Put (`Some`) or delete a bucket's Block Public Access configuration.
+    pub fn set_public_access_block(
+        &self,
+        bucket: &str,
+        block: Option<PublicAccessBlock>,
+    ) -> Result<(), AccessError> {
+        let mut record = self.bucket_record(bucket);
+        record.public_access_block =
+            block.map(|b| serde_json::to_string(&b).expect("the configuration serializes"));
+        self.catalog.set_bucket_access(&record)?;
+        self.reload()
+    }
+
+    /// Whether the server blocks public access on every bucket.
+    pub fn blocks_public_access(&self) -> bool {
+        self.settings.block_public_access
+    }
+
+    /// Record who created a bucket (root's buckets need no row).
+    pub fn set_owner(&self, bucket: &str, principal: &Principal) -> Result<(), AccessError> {
+        let Principal::Key(key) = principal else {
+            return Ok(());
+        };
+        let mut record = self.bucket_record(bucket);
         record.owner = Some(key.name.clone());
         self.catalog.set_bucket_access(&record)?;
         self.reload()

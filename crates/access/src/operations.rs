@@ -170,6 +170,24 @@ pub const OPERATIONS: &[Operation] = &[
         Bucket(Read),
         false,
     ),
+    op(
+        "GetBucketTagging",
+        "s3:GetBucketTagging",
+        Bucket(Read),
+        false,
+    ),
+    op(
+        "PutBucketTagging",
+        "s3:PutBucketTagging",
+        Bucket(Owner),
+        false,
+    ),
+    op(
+        "DeleteBucketTagging",
+        "s3:PutBucketTagging",
+        Bucket(Owner),
+        false,
+    ),
     op("DeleteBucket", "s3:DeleteBucket", Bucket(Owner), false),
     op(
         "PutBucketVersioning",

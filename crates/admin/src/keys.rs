@@ -27,7 +27,9 @@ impl From<AccessError> for ApiError {
             AccessError::Exists(_) => {
                 ApiError::new(StatusCode::CONFLICT, "KeyExists", e.to_string())
             }
-            AccessError::Invalid(m) => ApiError::bad_request(m),
+            AccessError::Invalid(m) | AccessError::MalformedPolicy(m) => ApiError::bad_request(m),
+            AccessError::Blocked(m) => ApiError::new(StatusCode::FORBIDDEN, "AccessDenied", m),
+            AccessError::NoSuchBucket(_) => ApiError::not_found(e.to_string()),
             AccessError::Catalog(c) => c.into(),
         }
     }

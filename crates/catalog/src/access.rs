@@ -83,4 +83,11 @@ pub trait AccessCatalog: Send + Sync {
     ) -> Result<()>;
     /// Replace a bucket's access row; [`crate::CatalogError::NoSuchBucket`] when the bucket does not exist.
     fn set_bucket_access(&self, record: &BucketAccessRecord) -> Result<()>;
+    /// The ACL of the object at `key` (JSON), if one was put. An object ACL belongs to the key's current
+    /// object: the S3 layer removes it when a new object is written there.
+    fn object_acl(&self, bucket: &str, key: &str) -> Result<Option<String>>;
+    /// Put (`Some`) or remove the ACL of the object at `key`.
+    fn set_object_acl(&self, bucket: &str, key: &str, acl: Option<&str>) -> Result<()>;
+    /// The buckets where some object has an ACL (decisions look an object's ACL up only there).
+    fn buckets_with_object_acls(&self) -> Result<Vec<String>>;
 }

@@ -111,6 +111,8 @@ impl MountSection {
 #[serde(default, deny_unknown_fields)]
 struct ServerSection {
     listen: Option<String>,
+    /// Block every public ACL and bucket policy on every bucket (docs/security.md); on unless set to false.
+    block_public_access: Option<bool>,
 }
 
 /// The `[server]` table of permafrost.toml (defaults when the file or the table is missing); the `[store]`
@@ -151,6 +153,9 @@ fn config_text(listen: &str, config: &StoreConfig) -> Result<String> {
 [server]
 # Address of the S3 endpoint (overridden by --listen).
 listen = "{listen}"
+# Nothing can be made public (public ACLs and bucket policies are refused, anonymous requests get nothing)
+# unless this is set to false; each bucket may then block public access itself (docs/security.md).
+block_public_access = true
 
 # The object store (docs/store.md):
 #   cache_dir                 the write-back cache: put it on flash (relative to the data directory)
@@ -338,6 +343,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
     let first_start = !config_path.exists();
     let mut config = load_config(data_dir)?;
     let section = server_section(data_dir)?;
+    let block_public_access = section.block_public_access;
     let listen = args
         .listen
         .clone()
@@ -469,8 +475,14 @@ pub fn run(args: ServeArgs) -> Result<()> {
             "permafrost: dashboard http://{address}{}/",
             permafrost_admin::UI_PREFIX
         );
-        let access = permafrost_access::Access::open(store.access_catalog(), credentials)
-            .context("loading the access keys from the catalog")?;
+        let access = permafrost_access::Access::open(
+            store.access_catalog(),
+            credentials,
+            permafrost_access::AccessSettings {
+                block_public_access: block_public_access.unwrap_or(true),
+            },
+        )
+        .context("loading the access keys from the catalog")?;
         let admin = permafrost_admin::Admin::start(
             Arc::clone(&store),
             Arc::new(access),

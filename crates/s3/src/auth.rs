@@ -89,6 +89,24 @@ impl Authorizer {
         }
     }
 
+    /// A canned ACL other than `private` on a write is a PutObjectAcl too (the owner's).
+    fn canned_acl<T>(
+        &self,
+        req: &S3Request<T>,
+        bucket: &str,
+        key: &str,
+        acl: Option<&ObjectCannedACL>,
+    ) -> S3Result<()> {
+        match acl {
+            Some(acl) if acl.as_str() != ObjectCannedACL::PRIVATE => {
+                let operation = permafrost_access::classify("PutObjectAcl")
+                    .expect("PutObjectAcl is classified");
+                self.decide(req, operation, bucket, Some(key))
+            }
+            _ => Ok(()),
+        }
+    }
+
     fn bypass<T>(&self, req: &S3Request<T>, bucket: &str, key: Option<&str>) -> S3Result<()> {
         self.decide(req, &operations::BYPASS_GOVERNANCE, bucket, key)
     }
@@ -112,17 +130,75 @@ impl S3Access for Authorizer {
                     S3Path::Bucket { bucket } => (bucket.as_ref(), None),
                     S3Path::Object { bucket, key } => (bucket.as_ref(), Some(key.as_ref())),
                 };
-                self.access
-                    .authorize(&principal, operation, bucket, key)
-                    .map_err(|d| denied(d.message))
+                let table = self.access.table();
+                match (table.authorize(&principal, operation, bucket, key), key) {
+                    (Ok(()), _) => Ok(()),
+                    // The object's own ACL may still allow a read (looked up only when some object of the
+                    // bucket has one).
+                    (Err(refused), Some(key)) if table.object_acl_may_allow(operation, bucket) => {
+                        let (access, b, k) = (
+                            Arc::clone(&self.access),
+                            bucket.to_string(),
+                            key.to_string(),
+                        );
+                        let acl = tokio::task::spawn_blocking(move || access.object_acl(&b, &k))
+                            .await
+                            .map_err(|e| {
+                                crate::error::internal(format!("an access task failed: {e}"))
+                            })?
+                            .map_err(crate::acl::access_error)?;
+                        table
+                            .authorize_with_object_acl(
+                                &principal,
+                                operation,
+                                bucket,
+                                Some(key),
+                                &acl,
+                            )
+                            .map_err(|_| denied(refused.message))
+                    }
+                    (Err(refused), _) => Err(denied(refused.message)),
+                }
             }
         };
         cx.extensions_mut().insert(principal);
         decision
     }
 
+    async fn put_object(&self, req: &mut S3Request<PutObjectInput>) -> S3Result<()> {
+        self.canned_acl(
+            req,
+            &req.input.bucket,
+            &req.input.key,
+            req.input.acl.as_ref(),
+        )
+    }
+
     async fn copy_object(&self, req: &mut S3Request<CopyObjectInput>) -> S3Result<()> {
+        self.canned_acl(
+            req,
+            &req.input.bucket,
+            &req.input.key,
+            req.input.acl.as_ref(),
+        )?;
         self.copy_source(req, &req.input.copy_source)
+    }
+
+    async fn create_multipart_upload(
+        &self,
+        req: &mut S3Request<CreateMultipartUploadInput>,
+    ) -> S3Result<()> {
+        match &req.input.acl {
+            Some(acl) if acl.as_str() != ObjectCannedACL::PRIVATE => Err(S3Error::with_message(
+                S3ErrorCode::NotImplemented,
+                format!(
+                    "a canned ACL ({}) on a multipart upload is not supported: complete the upload, then \
+                     PutObjectAcl",
+                    acl.as_str()
+                ),
+            )),
+            _ => Ok(()),
+        }
     }
 
     async fn upload_part_copy(&self, req: &mut S3Request<UploadPartCopyInput>) -> S3Result<()> {
@@ -172,5 +248,42 @@ impl S3Access for Authorizer {
             )?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// The operations of `impl S3 for PermafrostS3` (service.rs), as S3 names them.
+    fn implemented() -> Vec<String> {
+        let source = include_str!("service.rs");
+        let start = source
+            .find("impl S3 for PermafrostS3 {")
+            .expect("the S3 impl");
+        let end = start + source[start..].find("\n}\n").expect("its end");
+        source[start..end]
+            .split("async fn ")
+            .skip(1)
+            .map(|rest| {
+                let name = &rest[..rest.find('(').expect("a parameter list")];
+                name.split('_')
+                    .map(|w| w[..1].to_uppercase() + &w[1..])
+                    .collect::<String>()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn every_operation_the_server_implements_is_classified() {
+        let names = implemented();
+        assert!(names.len() > 40, "found only {names:?}");
+        assert!(names.iter().any(|n| n == "GetObject"));
+        let unclassified: Vec<_> = names
+            .iter()
+            .filter(|n| permafrost_access::classify(n).is_none())
+            .collect();
+        assert!(
+            unclassified.is_empty(),
+            "classify these in permafrost_access::OPERATIONS: {unclassified:?}"
+        );
     }
 }

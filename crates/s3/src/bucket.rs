@@ -46,17 +46,6 @@ pub(crate) async fn create_bucket(
         ));
     }
     let object_lock = req.input.object_lock_enabled_for_bucket.unwrap_or(false);
-    if req
-        .input
-        .acl
-        .as_ref()
-        .is_some_and(|a| a.as_str() != BucketCannedACL::PRIVATE)
-    {
-        return Err(S3Error::with_message(
-            S3ErrorCode::AccessDenied,
-            "only the canned ACL \"private\" is accepted: this server has one user and nothing can be made public",
-        ));
-    }
     let store = Arc::clone(store);
     let name = req.input.bucket.clone();
     blocking(move || {

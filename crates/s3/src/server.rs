@@ -364,8 +364,12 @@ pub async fn serve(
     credentials: Credentials,
     shutdown: impl Future<Output = ()>,
 ) -> std::io::Result<()> {
-    let access = permafrost_access::Access::open(store.access_catalog(), credentials)
-        .map_err(|e| std::io::Error::other(format!("cannot load the access keys: {e}")))?;
+    let access = permafrost_access::Access::open(
+        store.access_catalog(),
+        credentials,
+        permafrost_access::AccessSettings::default(),
+    )
+    .map_err(|e| std::io::Error::other(format!("cannot load the access keys: {e}")))?;
     let admin = Admin::start(store, Arc::new(access), AdminOptions::default());
     let result = serve_admin(listener, admin.clone(), shutdown).await;
     admin.stop();

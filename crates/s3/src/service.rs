@@ -46,6 +46,23 @@ impl S3 for PermafrostS3 {
     ) -> S3Result<S3Response<CreateBucketOutput>> {
         let principal = crate::auth::principal_of(&req.extensions);
         let name = req.input.bucket.clone();
+        let bucket = name.clone();
+        let canned = req.input.acl.clone();
+        // A public canned ACL that Block Public Access refuses is refused before the bucket exists.
+        if let Some(canned) = &canned {
+            let acl = permafrost_access::Acl::canned(canned.as_str())
+                .map_err(|m| s3s::S3Error::with_message(s3s::S3ErrorCode::InvalidArgument, m))?;
+            if acl.is_public() && self.access.blocks_public_access() {
+                return Err(s3s::S3Error::with_message(
+                    s3s::S3ErrorCode::AccessDenied,
+                    format!(
+                        "bucket {name} cannot be created with the ACL {}: public access is blocked on this \
+                         server (block_public_access = true in the [server] table of permafrost.toml)",
+                        canned.as_str()
+                    ),
+                ));
+            }
+        }
         let answer = match self.create_any_bucket(req).await {
             // Taken by another owner: S3 says so without saying who.
             Err(e)
@@ -68,6 +85,7 @@ impl S3 for PermafrostS3 {
             })
         })
         .await?;
+        acl::create_bucket_acl(&self.access, &bucket, canned.as_ref()).await?;
         Ok(answer)
     }
 
@@ -117,14 +135,19 @@ impl S3 for PermafrostS3 {
         &self,
         req: S3Request<PutObjectInput>,
     ) -> S3Result<S3Response<PutObjectOutput>> {
-        let Some(c) = &self.cluster else {
-            return put::put_object(&self.store, req).await;
-        };
         let (bucket, key) = (req.input.bucket.clone(), req.input.key.clone());
-        c.ensure_local_bucket(&self.store, &bucket).await?;
-        let answer = put::put_object(&self.store, req).await?;
-        c.publish(&self.store, &bucket, &key).await?;
-        c.replicate(&self.store, &bucket, &key).await?;
+        let canned = req.input.acl.as_ref().map(|a| a.as_str().to_string());
+        let answer = match &self.cluster {
+            None => put::put_object(&self.store, req).await?,
+            Some(c) => {
+                c.ensure_local_bucket(&self.store, &bucket).await?;
+                let answer = put::put_object(&self.store, req).await?;
+                c.publish(&self.store, &bucket, &key).await?;
+                c.replicate(&self.store, &bucket, &key).await?;
+                answer
+            }
+        };
+        acl::object_written(&self.access, &bucket, &key, canned.as_deref()).await?;
         Ok(answer)
     }
 
@@ -211,14 +234,19 @@ impl S3 for PermafrostS3 {
         &self,
         req: S3Request<CopyObjectInput>,
     ) -> S3Result<S3Response<CopyObjectOutput>> {
-        let Some(c) = &self.cluster else {
-            return copy::copy_object(&self.store, req).await;
-        };
         let (bucket, key) = (req.input.bucket.clone(), req.input.key.clone());
-        c.ensure_local_bucket(&self.store, &bucket).await?;
-        let answer = copy::copy_object(&self.store, req).await?;
-        c.publish(&self.store, &bucket, &key).await?;
-        c.replicate(&self.store, &bucket, &key).await?;
+        let canned = req.input.acl.as_ref().map(|a| a.as_str().to_string());
+        let answer = match &self.cluster {
+            None => copy::copy_object(&self.store, req).await?,
+            Some(c) => {
+                c.ensure_local_bucket(&self.store, &bucket).await?;
+                let answer = copy::copy_object(&self.store, req).await?;
+                c.publish(&self.store, &bucket, &key).await?;
+                c.replicate(&self.store, &bucket, &key).await?;
+                answer
+            }
+        };
+        acl::object_written(&self.access, &bucket, &key, canned.as_deref()).await?;
         Ok(answer)
     }
 
@@ -258,13 +286,13 @@ impl S3 for PermafrostS3 {
         &self,
         req: S3Request<CompleteMultipartUploadInput>,
     ) -> S3Result<S3Response<CompleteMultipartUploadOutput>> {
-        let Some(c) = &self.cluster else {
-            return multipart::complete_multipart_upload(&self.store, req).await;
-        };
         let (bucket, key) = (req.input.bucket.clone(), req.input.key.clone());
         let answer = multipart::complete_multipart_upload(&self.store, req).await?;
-        c.publish(&self.store, &bucket, &key).await?;
-        c.replicate(&self.store, &bucket, &key).await?;
+        if let Some(c) = &self.cluster {
+            c.publish(&self.store, &bucket, &key).await?;
+            c.replicate(&self.store, &bucket, &key).await?;
+        }
+        acl::object_written(&self.access, &bucket, &key, None).await?;
         Ok(answer)
     }
 
@@ -422,63 +450,77 @@ impl S3 for PermafrostS3 {
         &self,
         req: S3Request<GetBucketAclInput>,
     ) -> S3Result<S3Response<GetBucketAclOutput>> {
-        acl::get_bucket_acl(&self.store, req).await
+        acl::get_bucket_acl(&self.store, &self.access, req).await
     }
 
     async fn put_bucket_acl(
         &self,
         req: S3Request<PutBucketAclInput>,
     ) -> S3Result<S3Response<PutBucketAclOutput>> {
-        acl::put_bucket_acl(&self.store, req).await
+        acl::put_bucket_acl(&self.store, &self.access, req).await
     }
 
     async fn get_object_acl(
         &self,
         req: S3Request<GetObjectAclInput>,
     ) -> S3Result<S3Response<GetObjectAclOutput>> {
-        acl::get_object_acl(&self.store, req).await
+        acl::get_object_acl(&self.store, &self.access, req).await
     }
 
     async fn put_object_acl(
         &self,
         req: S3Request<PutObjectAclInput>,
     ) -> S3Result<S3Response<PutObjectAclOutput>> {
-        acl::put_object_acl(&self.store, req).await
+        acl::put_object_acl(&self.store, &self.access, req).await
     }
 
     async fn get_bucket_policy(
         &self,
         req: S3Request<GetBucketPolicyInput>,
     ) -> S3Result<S3Response<GetBucketPolicyOutput>> {
-        acl::get_bucket_policy(&self.store, req).await
+        acl::get_bucket_policy(&self.store, &self.access, req).await
     }
 
     async fn put_bucket_policy(
         &self,
         req: S3Request<PutBucketPolicyInput>,
     ) -> S3Result<S3Response<PutBucketPolicyOutput>> {
-        acl::put_bucket_policy(&self.store, req).await
+        acl::put_bucket_policy(&self.store, &self.access, req).await
     }
 
     async fn delete_bucket_policy(
         &self,
         req: S3Request<DeleteBucketPolicyInput>,
     ) -> S3Result<S3Response<DeleteBucketPolicyOutput>> {
-        acl::delete_bucket_policy(&self.store, req).await
+        acl::delete_bucket_policy(&self.store, &self.access, req).await
     }
 
     async fn get_bucket_policy_status(
         &self,
         req: S3Request<GetBucketPolicyStatusInput>,
     ) -> S3Result<S3Response<GetBucketPolicyStatusOutput>> {
-        acl::get_bucket_policy_status(&self.store, req).await
+        acl::get_bucket_policy_status(&self.store, &self.access, req).await
     }
 
     async fn get_public_access_block(
         &self,
         req: S3Request<GetPublicAccessBlockInput>,
     ) -> S3Result<S3Response<GetPublicAccessBlockOutput>> {
-        acl::get_public_access_block(&self.store, req).await
+        acl::get_public_access_block(&self.store, &self.access, req).await
+    }
+
+    async fn put_public_access_block(
+        &self,
+        req: S3Request<PutPublicAccessBlockInput>,
+    ) -> S3Result<S3Response<PutPublicAccessBlockOutput>> {
+        acl::put_public_access_block(&self.store, &self.access, req).await
+    }
+
+    async fn delete_public_access_block(
+        &self,
+        req: S3Request<DeletePublicAccessBlockInput>,
+    ) -> S3Result<S3Response<DeletePublicAccessBlockOutput>> {
+        acl::delete_public_access_block(&self.store, &self.access, req).await
     }
 
     async fn restore_object(

@@ -86,7 +86,12 @@ impl Server {
             access_key: ACCESS_KEY.into(),
             secret_key: SECRET_KEY.into(),
         };
-        let access = permafrost_access::Access::open(store.access_catalog(), credentials).unwrap();
+        let access = permafrost_access::Access::open(
+            store.access_catalog(),
+            credentials,
+            permafrost_access::AccessSettings::default(),
+        )
+        .unwrap();
         let admin = Admin::start(store.clone(), Arc::new(access), options);
         runtime.spawn(permafrost_s3::serve_admin(listener, admin.clone(), async {
             let _ = rx.await;

@@ -30,6 +30,12 @@ CREATE TABLE bucket_access (
     policy TEXT,
     public_access_block TEXT
 );
+CREATE TABLE object_acls (
+    bucket TEXT NOT NULL,
+    key TEXT NOT NULL,
+    acl TEXT NOT NULL,
+    PRIMARY KEY (bucket, key)
+);
 INSERT INTO counters (name, value) VALUES ('access_version', 0);
 ";
 
@@ -56,6 +62,12 @@ CREATE TABLE bucket_access (
     acl TEXT NOT NULL,
     policy TEXT,
     public_access_block TEXT
+);
+CREATE TABLE object_acls (
+    bucket TEXT COLLATE "C" NOT NULL,
+    key TEXT COLLATE "C" NOT NULL,
+    acl TEXT NOT NULL,
+    PRIMARY KEY (bucket, key)
 );
 INSERT INTO counters (name, value) VALUES ('access_version', 0);
 "#;
@@ -299,6 +311,42 @@ impl AccessCatalog for SqlCatalog {
             )
             .map_err(e)?;
             bump(tx).map_err(e)
+        })
+    }
+
+    fn object_acl(&self, bucket: &str, key: &str) -> Result<Option<String>> {
+        self.read(|c| {
+            c.query_row(
+                "SELECT acl FROM object_acls WHERE bucket = ?1 AND key = ?2",
+                params![bucket, key],
+                |r| r.get(0),
+            )
+            .optional()
+        })
+    }
+
+    fn set_object_acl(&self, bucket: &str, key: &str, acl: Option<&str>) -> Result<()> {
+        self.write(|tx| {
+            match acl {
+                Some(acl) => tx.execute(
+                    "INSERT INTO object_acls (bucket, key, acl) VALUES (?1, ?2, ?3)
+                     ON CONFLICT (bucket, key) DO UPDATE SET acl = excluded.acl",
+                    params![bucket, key, acl],
+                )?,
+                None => tx.execute(
+                    "DELETE FROM object_acls WHERE bucket = ?1 AND key = ?2",
+                    params![bucket, key],
+                )?,
+            };
+            bump(tx)
+        })
+    }
+
+    fn buckets_with_object_acls(&self) -> Result<Vec<String>> {
+        self.read(|c| {
+            c.prepare_cached("SELECT DISTINCT bucket FROM object_acls ORDER BY bucket")?
+                .query_map(params![], |r| r.get(0))?
+                .collect()
         })
     }
 }
