@@ -54,9 +54,11 @@ impl AclPermission {
             "READ_ACP" => AclPermission::ReadAcp,
             "WRITE_ACP" => AclPermission::WriteAcp,
             "FULL_CONTROL" => AclPermission::FullControl,
-            other => return Err(format!(
+            other => {
+                return Err(format!(
                 "ACL permission {other}: expected READ, WRITE, READ_ACP, WRITE_ACP or FULL_CONTROL"
-            )),
+            ))
+            }
         })
     }
 

@@ -925,6 +925,41 @@ impl Access {
         self.settings.block_public_access
     }
 
+    /// A bucket was deleted: its owner, ACLs, policy and grants go with it.
+    pub fn forget_bucket(&self, bucket: &str) -> Result<(), AccessError> {
+        self.catalog.forget_bucket_access(bucket)?;
+        self.reload()
+    }
+
+    /// Reload the table every `interval` while the access lives, when the catalog's version moved (changes made
+    /// on other nodes of a cluster, or by `permafrost key` on the data directory). A failing check is logged
+    /// once until one succeeds again.
+    pub fn spawn_refresher(self: &Arc<Self>, interval: std::time::Duration) {
+        let weak = Arc::downgrade(self);
+        let spawned = std::thread::Builder::new()
+            .name("permafrost-access".into())
+            .spawn(move || {
+                let mut failing = false;
+                loop {
+                    std::thread::sleep(interval);
+                    let Some(access) = weak.upgrade() else { return };
+                    match access.refresh() {
+                        Ok(_) => failing = false,
+                        Err(e) if !failing => {
+                            failing = true;
+                            tracing::warn!(
+                                "access keys: cannot check the catalog for changes: {e}"
+                            );
+                        }
+                        Err(_) => {}
+                    }
+                }
+            });
+        if let Err(e) = spawned {
+            tracing::warn!("access keys: cannot start the refresher (changes made elsewhere need a restart): {e}");
+        }
+    }
+
     /// Record who created a bucket (root's buckets need no row).
     pub fn set_owner(&self, bucket: &str, principal: &Principal) -> Result<(), AccessError> {
         let Principal::Key(key) = principal else {

@@ -81,8 +81,12 @@ pub trait AccessCatalog: Send + Sync {
         permission: &str,
         granted: bool,
     ) -> Result<()>;
-    /// Replace a bucket's access row; [`crate::CatalogError::NoSuchBucket`] when the bucket does not exist.
+    /// Replace a bucket's access row (the caller checked that the bucket exists: in a cluster the access tables
+    /// are shared and the buckets are the nodes').
     fn set_bucket_access(&self, record: &BucketAccessRecord) -> Result<()>;
+    /// Remove what a deleted bucket leaves: its access row, grants and object ACLs (a bucket of the same name
+    /// made later starts unshared). The embedded catalog does it in the transaction that deletes the bucket.
+    fn forget_bucket_access(&self, bucket: &str) -> Result<()>;
     /// The ACL of the object at `key` (JSON), if one was put. An object ACL belongs to the key's current
     /// object: the S3 layer removes it when a new object is written there.
     fn object_acl(&self, bucket: &str, key: &str) -> Result<Option<String>>;

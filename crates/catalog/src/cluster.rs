@@ -125,6 +125,16 @@ pub fn node_store_url(url: &str, node_name: &str) -> Result<String> {
     ))
 }
 
+/// The schema of the cluster's shared access tables (keys, grants, bucket access: `crate::access`), a
+/// catalog schema of its own so that every node decides from the same keys.
+pub const ACCESS_SCHEMA: &str = "pf_access";
+
+/// `url` with the `search_path` of the shared access tables ([`ACCESS_SCHEMA`]).
+pub fn access_url(url: &str) -> String {
+    let sep = if url.contains('?') { '&' } else { '?' };
+    format!("{url}{sep}options=-csearch_path%3D{ACCESS_SCHEMA}")
+}
+
 /// Health of a node as other nodes see it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Health {
@@ -314,6 +324,14 @@ impl ClusterDb {
         let schema = node_schema(node_name);
         self.write(|c| {
             c.execute_batch(&format!("CREATE SCHEMA IF NOT EXISTS {schema}"))
+                .map_err(sql_err)
+        })
+    }
+
+    /// Make the schema of the shared access tables ([`ACCESS_SCHEMA`]).
+    pub fn make_access_schema(&self) -> Result<()> {
+        self.write(|c| {
+            c.execute_batch(&format!("CREATE SCHEMA IF NOT EXISTS {ACCESS_SCHEMA}"))
                 .map_err(sql_err)
         })
     }

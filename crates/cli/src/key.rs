@@ -179,6 +179,19 @@ fn parse<T: serde::de::DeserializeOwned>(value: serde_json::Value) -> Result<T> 
 /// The access tables of a stopped server's catalog (SQLite in the data directory, or its PostgreSQL URL).
 fn open_catalog(data_dir: &Path) -> Result<Access> {
     let config = crate::object::load_config(data_dir)?;
+    if crate::cluster::section(data_dir)?.is_some() {
+        // A node of a cluster: the keys are the cluster's, in the shared access tables.
+        let path = data_dir.join(crate::object::CONFIG_FILE);
+        let url = crate::cluster::database_url(config.catalog.url.as_deref(), &path)?;
+        let catalog = permafrost_catalog::SqlCatalog::open_postgres(
+            &permafrost_catalog::cluster::access_url(&url),
+            permafrost_catalog::PostgresOptions::default(),
+        )
+        .context(
+            "cannot open the cluster's shared access tables (start a node once to make them)",
+        )?;
+        return Ok(Access::open_catalog_only(Arc::new(catalog))?);
+    }
     let catalog = config
         .catalog
         .open(data_dir, true)

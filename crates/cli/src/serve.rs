@@ -106,6 +106,24 @@ impl MountSection {
     }
 }
 
+/// How often a server checks the catalog for changes to keys made elsewhere (another node, `permafrost key` on
+/// the data directory).
+const ACCESS_REFRESH: Duration = Duration::from_secs(2);
+
+/// The access tables a cluster's nodes share (schema `pf_access` of the cluster's database).
+fn shared_access_catalog(
+    db: &permafrost_catalog::cluster::ClusterDb,
+    url: &str,
+) -> Result<permafrost_catalog::SqlCatalog> {
+    db.make_access_schema()
+        .context("making the cluster's shared access tables")?;
+    permafrost_catalog::SqlCatalog::open_postgres(
+        &permafrost_catalog::cluster::access_url(url),
+        permafrost_catalog::PostgresOptions::default(),
+    )
+    .context("opening the cluster's shared access tables")
+}
+
 /// What the `[server]` table of permafrost.toml may hold.
 #[derive(serde::Deserialize, Default)]
 #[serde(default, deny_unknown_fields)]
@@ -336,8 +354,16 @@ pub(crate) fn write_durable(path: &Path, text: &str) -> Result<()> {
 
 pub fn run(args: ServeArgs) -> Result<()> {
     let data_dir = &args.data_dir;
+    let new_data_dir = !data_dir.exists();
     std::fs::create_dir_all(data_dir)
         .with_context(|| format!("cannot create {}", data_dir.display()))?;
+    if new_data_dir {
+        // The catalog holds every access key's secret in clear (docs/security.md): the directory is the
+        // service user's alone.
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(data_dir, std::fs::Permissions::from_mode(0o700))
+            .with_context(|| format!("cannot make {} private (mode 0700)", data_dir.display()))?;
+    }
     let _lock = lock_data_dir(data_dir)?;
     let config_path = data_dir.join(CONFIG_FILE);
     let first_start = !config_path.exists();
@@ -374,10 +400,12 @@ pub fn run(args: ServeArgs) -> Result<()> {
     }
     let (credentials, credentials_source) = credentials(data_dir)?;
     // A node of a cluster: every check before the archive opens (docs/cluster.md "Nodes").
+    let mut cluster_url = None;
     let membership = match crate::cluster::section(data_dir)? {
         None => None,
         Some(section) => {
             let url = crate::cluster::database_url(config.catalog.url.as_deref(), &config_path)?;
+            cluster_url = Some(url.clone());
             let m = crate::cluster::join(data_dir, section, &url, &listen)?;
             note!(
                 "permafrost: node {} of cluster {} (id {}), advertised at {}; store catalog in schema {}",
@@ -475,17 +503,26 @@ pub fn run(args: ServeArgs) -> Result<()> {
             "permafrost: dashboard http://{address}{}/",
             permafrost_admin::UI_PREFIX
         );
+        // Keys live in the node's own catalog, or in a cluster in the shared access tables (every node knows
+        // them).
+        let access_catalog: Arc<dyn permafrost_catalog::AccessCatalog> =
+            match (&membership, &cluster_url) {
+                (Some(m), Some(url)) => Arc::new(shared_access_catalog(&m.db, url)?),
+                _ => store.access_catalog(),
+            };
         let access = permafrost_access::Access::open(
-            store.access_catalog(),
+            access_catalog,
             credentials,
             permafrost_access::AccessSettings {
                 block_public_access: block_public_access.unwrap_or(true),
             },
         )
         .context("loading the access keys from the catalog")?;
+        let access = Arc::new(access);
+        access.spawn_refresher(ACCESS_REFRESH);
         let admin = permafrost_admin::Admin::start(
             Arc::clone(&store),
-            Arc::new(access),
+            access,
             permafrost_admin::AdminOptions {
                 config_path: Some(data_dir.join(CONFIG_FILE)),
                 ..Default::default()

@@ -93,18 +93,28 @@ impl S3 for PermafrostS3 {
         &self,
         req: S3Request<DeleteBucketInput>,
     ) -> S3Result<S3Response<DeleteBucketOutput>> {
-        if let Some(c) = &self.cluster {
-            // Refused while the directory names an object in it (on any node).
-            let (db, name) = (Arc::clone(&c.db), req.input.bucket.clone());
-            crate::cluster::blocking(move || db.remove_bucket(&name)).await?;
-            return match bucket::delete_bucket(&self.store, req).await {
-                Err(e) if *e.code() == s3s::S3ErrorCode::NoSuchBucket => {
-                    Ok(S3Response::new(DeleteBucketOutput {}))
+        let name = req.input.bucket.clone();
+        let answer = match &self.cluster {
+            Some(c) => {
+                // Refused while the directory names an object in it (on any node).
+                let (db, name) = (Arc::clone(&c.db), name.clone());
+                crate::cluster::blocking(move || db.remove_bucket(&name)).await?;
+                match bucket::delete_bucket(&self.store, req).await {
+                    Err(e) if *e.code() == s3s::S3ErrorCode::NoSuchBucket => {
+                        S3Response::new(DeleteBucketOutput {})
+                    }
+                    other => other?,
                 }
-                other => other,
-            };
-        }
-        bucket::delete_bucket(&self.store, req).await
+            }
+            None => bucket::delete_bucket(&self.store, req).await?,
+        };
+        // The bucket's owner, ACLs, policy and grants go with it (in a cluster they live in the shared tables).
+        let access = Arc::clone(&self.access);
+        tokio::task::spawn_blocking(move || access.forget_bucket(&name))
+            .await
+            .map_err(|e| crate::error::internal(format!("an access task failed: {e}")))?
+            .map_err(acl::access_error)?;
+        Ok(answer)
     }
 
     async fn head_bucket(

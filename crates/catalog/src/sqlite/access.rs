@@ -293,9 +293,6 @@ impl AccessCatalog for SqlCatalog {
     fn set_bucket_access(&self, record: &BucketAccessRecord) -> Result<()> {
         self.write_with(|tx| {
             let e = |e| self.db_error(e);
-            if !Self::bucket_exists(tx, &record.bucket).map_err(e)? {
-                return Err(CatalogError::NoSuchBucket(record.bucket.clone()));
-            }
             tx.execute(
                 "INSERT INTO bucket_access (bucket, owner, acl, policy, public_access_block)
                  VALUES (?1, ?2, ?3, ?4, ?5)
@@ -312,6 +309,10 @@ impl AccessCatalog for SqlCatalog {
             .map_err(e)?;
             bump(tx).map_err(e)
         })
+    }
+
+    fn forget_bucket_access(&self, bucket: &str) -> Result<()> {
+        self.write(|tx| forget_bucket(tx, bucket))
     }
 
     fn object_acl(&self, bucket: &str, key: &str) -> Result<Option<String>> {
