@@ -134,7 +134,9 @@ def test_cli_creates_lists_grants_disables_and_deletes_keys_on_a_running_server(
     SECRETS.append(reborn["secret_key"])
     assert reborn["buckets"] == {}, reborn
     assert_denied(refusal(key_client(srv.endpoint, reborn).list_objects_v2, Bucket=own), n, "ListObjectsV2", own)
-    assert own in [b["Name"] for b in root.list_buckets()["Buckets"]]
+    listing = root.list_buckets()
+    assert own in [b["Name"] for b in listing["Buckets"]]
+    assert root.get_bucket_acl(Bucket=own)["Owner"]["ID"] == listing["Owner"]["ID"]
     assert root.get_object(Bucket=bucket, Key="by-robot")["Body"].read() == b"x"
 
 
