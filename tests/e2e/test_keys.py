@@ -154,6 +154,31 @@ def test_cli_refuses_bad_requests_clearly(srv, root):
         assert r.returncode != 0 and "reserved" in r.stderr, r.stderr
 
 
+def test_cli_through_an_endpoint_manages_keys_as_root_only(srv, root):
+    n = name("ep")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PERMAFROST_")}
+    base = [str(binary()), "key"]
+    endpoint = ["--endpoint", srv.endpoint]
+    as_root = ["--access-key", ACCESS_KEY, "--secret-key", SECRET_KEY]
+    made = subprocess.run(base + ["create", n, "--create-buckets", "--json"] + endpoint + as_root, env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert made.returncode == 0, made.stderr
+    key = json.loads(made.stdout)
+    SECRETS.append(key["secret_key"])
+    assert key["name"] == n and key["create_buckets"] is True and key["secret_key"], key
+    listed = subprocess.run(base + ["list", "--json"] + endpoint + as_root, env=env, capture_output=True, text=True,
+                            timeout=60)
+    assert listed.returncode == 0 and n in [k["name"] for k in json.loads(listed.stdout)], listed.stderr
+    # The key itself may not manage keys, not even its own.
+    as_key = ["--access-key", key["access_key"], "--secret-key", key["secret_key"]]
+    for args in (["list"], ["create", name("escalate")], ["allow", n, "somebucket", "owner"], ["delete", n]):
+        r = subprocess.run(base + args + endpoint + as_key, env=env, capture_output=True, text=True, timeout=60)
+        assert r.returncode != 0, (args, r.stdout)
+        assert "AccessDenied" in r.stderr and n in r.stderr and "root user" in r.stderr, (args, r.stderr)
+    assert ok(srv.endpoint, "GET", f"/keys/{n}")["buckets"] == {}
+    assert not [k for k in ok(srv.endpoint, "GET", "/keys") if k["name"].startswith("escalate")]
+
+
 def test_admin_api_manages_keys_and_answers_with_the_secret_only_at_creation(srv, root):
     bucket = new_bucket(root)
     n = name("api")
