@@ -413,3 +413,59 @@ def test_no_secret_is_ever_written_to_the_servers_log(srv):
     assert "access key" in log  # the log is the right one and says things
     leaked = [s for s in SECRETS if s in log]
     assert not leaked, f"{len(leaked)} secrets in {srv.log_path}"
+
+
+def test_the_archives_own_endpoints_need_read_on_the_bucket(srv, root):
+    bucket = new_bucket(root, "arch")
+    root.put_object(Bucket=bucket, Key="runs/a.bin", Body=b"archived")
+    keys = {p: new_key(srv, f"arch-{p}") for p in ("none", "read", "write", "owner")}
+    for p in ("read", "write", "owner"):
+        allow(srv.endpoint, keys[p]["name"], bucket, p)
+    requests_ = {
+        "WaitPersisted": ("GET", f"/_permafrost/api/v1/wait?bucket={bucket}&key=runs%2Fa.bin&timeout_ms=30000",
+                          b""),
+        "ListDatasets": ("GET", f"/_permafrost/api/v1/datasets?bucket={bucket}", b""),
+        "RestoreDataset": ("POST", "/_permafrost/api/v1/restores",
+                           json.dumps({"bucket": bucket, "prefix": "runs/", "days": 1}).encode()),
+    }
+    wrong = []
+    for operation, (method, path, body) in requests_.items():
+        for p, key in keys.items():
+            r = admin(srv.endpoint, method, path, access_key=key["access_key"], secret_key=key["secret_key"],
+                      body=body)
+            if p in ("read", "owner"):
+                if r.status_code not in (200, 202):
+                    wrong.append((operation, p, r.status_code, r.text[:300]))
+            elif r.status_code != 403 or not all(w in r.text for w in ("AccessDenied", key["name"], operation,
+                                                                       bucket)):
+                wrong.append((operation, p, r.status_code, r.text[:300]))
+        r = admin(srv.endpoint, method, path, body=body)
+        if r.status_code not in (200, 202):
+            wrong.append((operation, "root", r.status_code, r.text[:300]))
+        r = requests.request(method, srv.endpoint + path, data=body, timeout=30)
+        if r.status_code != 401:
+            wrong.append((operation, "anonymous", r.status_code, r.text[:300]))
+    assert not wrong, "\n".join(map(str, wrong))
+
+
+def test_a_deleted_bucket_takes_its_owner_grants_and_policy_along(srv, root):
+    maker = new_key(srv, "recreate-owner", create_buckets=True)
+    reader = new_key(srv, "recreate-reader")
+    m = key_client(srv.endpoint, maker)
+    b = name("recreated")
+    m.create_bucket(Bucket=b)
+    allow(srv.endpoint, reader["name"], b, "read")
+    m.put_bucket_policy(Bucket=b, Policy=json.dumps({"Version": "2012-10-17", "Statement": [
+        {"Effect": "Allow", "Principal": {"AWS": [reader["name"]]}, "Action": "s3:GetObject",
+         "Resource": f"arn:aws:s3:::{b}/*"}]}))
+    m.delete_bucket(Bucket=b)
+    assert ok(srv.endpoint, "GET", f"/keys/{maker['name']}")["buckets"] == {}
+    assert ok(srv.endpoint, "GET", f"/keys/{reader['name']}")["buckets"] == {}
+    # The name made again by root starts unshared: the old owner, grants and policy do not come back.
+    root.create_bucket(Bucket=b)
+    root.put_object(Bucket=b, Key="new", Body=b"root's")
+    assert root.get_bucket_acl(Bucket=b)["Owner"]["ID"] == root.list_buckets()["Owner"]["ID"]
+    assert refusal(root.get_bucket_policy, Bucket=b)[:2] == (404, "NoSuchBucketPolicy")
+    assert_denied(refusal(key_client(srv.endpoint, reader).get_object, Bucket=b, Key="new"), reader["name"],
+                  "GetObject", b)
+    assert_denied(refusal(m.put_object, Bucket=b, Key="x", Body=b"x"), maker["name"], "PutObject", b)
