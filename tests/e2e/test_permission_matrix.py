@@ -355,27 +355,39 @@ def run_cell(w: World, operation: str, column: str, expected: str) -> Cell:
     return cell
 
 
+def mutating(operation: str) -> bool:
+    """Whether the operation's request is not a GET or HEAD (the audit trail has every such request)."""
+    return not operation.startswith(("Get", "Head", "List"))
+
+
 def check_audit(cells: list, events: list):
-    """Every refusal of a row is an audit event naming the caller, the operation and the bucket; a HEAD's code
-    (no body) is taken from it."""
+    """Every refusal of a row, and every request of it that was let through and may have changed something, is
+    an audit event naming the caller, the operation and the bucket, with the status; a HEAD's code (no body) is
+    taken from it."""
     unused = [e for e in events if e.get("kind") == "request"]
     for cell in cells:
-        if cell.status != 403:
+        cell.audit_problem = None
+        refused = cell.status == 403
+        if not refused and not (cell.status is not None and cell.status < 300 and mutating(cell.operation)):
             continue
-        match = next((e for e in unused if e["data"].get("key") == cell.who
-                      and e["data"].get("operation") == cell.operation and e["data"].get("status") == 403
-                      and (cell.operation in BUCKETLESS or e["data"].get("bucket") == cell.bucket)), None)
+
+        def fits(e, operation=cell.operation):
+            d = e["data"]
+            return (d.get("key") == cell.who and d.get("operation") == operation
+                    and (d.get("status") == 403) == refused and (d.get("status", 0) < 300 or refused)
+                    and (cell.operation in BUCKETLESS or d.get("bucket") == cell.bucket))
+
+        match = next((e for e in unused if fits(e)), None)
         if match is None:
-            named = sorted({e["data"].get("operation") for e in unused if e["data"].get("key") == cell.who
-                            and e["data"].get("status") == 403 and e["data"].get("bucket") == cell.bucket})
+            named = sorted({e["data"].get("operation") for e in unused if fits(e, e["data"].get("operation"))})
             cell.audit_problem = (f"no event {{key: {cell.who}, operation: {cell.operation}, bucket: {cell.bucket}, "
-                                  f"status: 403}}" + (f"; the refusal is there as operation {named}" if named else ""))
-            if cell.operation in HEAD_OPERATIONS and cell.problem is None:
+                                  f"status: {cell.status}}}"
+                                  + (f"; the request is there as operation {named}" if named else ""))
+            if refused and cell.operation in HEAD_OPERATIONS and cell.problem is None:
                 cell.problem = "refused (403), but no audit event tells the code (a HEAD has no body)"
             continue
         unused.remove(match)
-        cell.audit_problem = None
-        if cell.operation in HEAD_OPERATIONS:
+        if refused and cell.operation in HEAD_OPERATIONS:
             cell.code = match["data"].get("code", "")
             if cell.problem is None and cell.code != cell.expected and cell.expected != "allow":
                 cell.problem = f"refused with {cell.code or 'no code'} (audit), expected {cell.expected}"
@@ -422,15 +434,18 @@ def test_every_cell_answers_as_the_table_says(matrix):
                     f"{detail}\n\nsetup requests that failed:\n{setup}", pytrace=False)
 
 
-def test_every_refusal_is_in_the_audit_trail(matrix):
+def test_every_refusal_and_every_change_is_in_the_audit_trail(matrix):
     world, results = matrix
-    refused = [c for cells in results.values() for c in cells if c.status == 403]
-    assert len(refused) > 200, f"only {len(refused)} refusals: the matrix did not run"
-    missing = [c for c in refused if getattr(c, "audit_problem", None)]
+    cells = [c for cells in results.values() for c in cells]
+    refused = [c for c in cells if c.status == 403]
+    changed = [c for c in cells if c.status is not None and c.status < 300 and mutating(c.operation)]
+    assert len(refused) > 200 and len(changed) > 60, f"{len(refused)} refusals, {len(changed)} changes: the " \
+                                                      f"matrix did not run"
+    missing = [c for c in refused + changed if c.audit_problem]
     if missing:
         detail = "\n".join(f"  {c.operation} as {c.column}: {c.audit_problem}" for c in missing)
-        pytest.fail(f"{len(missing)} of {len(refused)} refusals have no audit event naming the key, the "
-                    f"operation and the bucket:\n{detail}", pytrace=False)
+        pytest.fail(f"{len(missing)} of {len(refused)} refusals and {len(changed)} changes have no audit event "
+                    f"naming the key, the operation and the bucket:\n{detail}", pytrace=False)
 
 
 def test_the_table_refuses_what_each_permission_lacks():
