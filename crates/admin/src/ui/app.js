@@ -1,5 +1,7 @@
 // permafrost dashboard: plain JavaScript, no build step. Reads /_permafrost/api/v1 with the session cookie of
-// the root user's login, follows the event stream, and never asks for anything that wakes a disk.
+// the root user's login, follows the event stream, and never asks for anything that wakes a disk. Two views:
+// the grid (the page's address without a fragment) and the access keys (#keys). A new key's secret is shown
+// once in the page and kept nowhere else: never in the address, storage or the console.
 "use strict";
 
 const API = "/_permafrost/api/v1";
@@ -18,6 +20,10 @@ let source = null;       // the EventSource
 let watts = [];          // [time ms, watts] for the chart
 let pollTimer = null;
 let dialogDisk = null;
+let keys = [];           // the last GET /keys
+let selectedKey = null;  // the name of the key shown in detail
+let audit = new Map();   // its audit events shown, by id
+let keysTimer = null;
 
 class Unauthorized extends Error {}
 
@@ -60,7 +66,9 @@ function make(tag, cls, content) {
 function showLogin(message) {
   $("main").hidden = true;
   $("login").hidden = false;
-  for (const id of ["logout", "persist-all", "scrub-overdue"]) $(id).hidden = true;
+  $("keys-view").hidden = true;
+  for (const id of ["nav", "logout", "persist-all", "scrub-overdue"]) $(id).hidden = true;
+  hideSecret();
   text($("login-error"), message || "");
   if (source) { source.close(); source = null; }
   if (pollTimer) { clearInterval(pollTimer); pollTimer = null; }
@@ -269,6 +277,15 @@ function follow() {
     }
     if (!e.text.includes("%")) addListItem("events", e.at_unix_ms, e.text, 200);
   });
+  source.addEventListener("key", (m) => {
+    const e = JSON.parse(m.data);
+    addListItem("events", e.at_unix_ms, e.text, 200);
+    keysChanged();
+    if (keysShown()) addAudit([e]);
+  });
+  source.addEventListener("request", (m) => {
+    if (keysShown()) addAudit([JSON.parse(m.data)]);
+  });
 }
 
 function order(t) {
@@ -277,16 +294,18 @@ function order(t) {
 
 // ---------------------------------------------------------------- actions
 
-function confirmThen(message, action) {
+function confirmThen(message, action, done = refresh,
+  failed = (e) => addListItem("events", Date.now(), `failed: ${e.message}`, 200)) {
   text($("confirm-text"), message);
   const dialog = $("confirm-dialog");
   dialog.onclose = async () => {
     if (dialog.returnValue !== "ok") return;
     try {
       await action();
-      await refresh();
+      await done();
     } catch (e) {
-      addListItem("events", Date.now(), `failed: ${e.message}`, 200);
+      if (e instanceof Unauthorized) showLogin("the session ended: log in again");
+      else failed(e);
     }
   };
   dialog.returnValue = "";
@@ -338,6 +357,273 @@ function diskAction(action) {
   confirmThen(messages[action], () => api("POST", `/disks/${disk}/${action}`, body));
 }
 
+// ---------------------------------------------------------------- views
+
+function keysShown() {
+  return location.hash === "#keys";
+}
+
+// Show the view the address names (#keys: the access keys; anything else: the grid).
+function showView() {
+  if ($("nav").hidden) return; // not logged in
+  const onKeys = keysShown();
+  $("main").hidden = onKeys;
+  $("keys-view").hidden = !onKeys;
+  for (const [id, current] of [["nav-grid", !onKeys], ["nav-keys", onKeys]]) {
+    if (current) $(id).setAttribute("aria-current", "page");
+    else $(id).removeAttribute("aria-current");
+  }
+  if (onKeys) loadKeys();
+}
+
+// ---------------------------------------------------------------- access keys
+
+const keyPath = (name) => `/keys/${encodeURIComponent(name)}`;
+
+// Run an action on the keys page; an error is shown in words in `errorId`.
+async function keysAction(errorId, action) {
+  text($(errorId), "");
+  try {
+    await action();
+    return true;
+  } catch (e) {
+    if (e instanceof Unauthorized) showLogin("the session ended: log in again");
+    else text($(errorId), e.message);
+    return false;
+  }
+}
+
+async function loadKeys() {
+  await keysAction("keys-error", async () => {
+    keys = await api("GET", "/keys");
+    renderKeys();
+    renderKeyDetail();
+  });
+}
+
+// Reload the keys soon (several events in a row cause one reload).
+function keysChanged() {
+  if (!keysShown() || keysTimer) return;
+  keysTimer = setTimeout(() => { keysTimer = null; loadKeys(); }, 200);
+}
+
+function grantsText(k) {
+  const buckets = Object.entries(k.buckets);
+  if (!buckets.length) return "none";
+  return buckets.map(([b, ps]) => `${b}: ${ps.join(", ")}`).join("; ");
+}
+
+function renderKeys() {
+  const rows = keys.map((k) => {
+    const tr = make("tr");
+    tr.dataset.key = k.name;
+    tr.dataset.enabled = k.enabled;
+    if (k.name === selectedKey) tr.setAttribute("aria-current", "true");
+    const name = make("button", "link", k.name);
+    name.type = "button";
+    name.dataset.key = k.name;
+    name.title = `show ${k.name}: permissions, actions and recent activity`;
+    const cells = [
+      make("td"), make("td"), make("td", "state", k.enabled ? "● enabled" : "○ disabled"),
+      make("td", "", k.create_buckets ? "yes" : "no"), make("td", "grants", grantsText(k)),
+    ];
+    cells[0].append(name);
+    cells[1].append(make("code", "", k.access_key));
+    tr.append(...cells);
+    return tr;
+  });
+  if (!keys.length) {
+    const td = make("td", "muted", "No access keys yet: create one below. Until then only the root user can sign requests.");
+    td.colSpan = 5;
+    const tr = make("tr");
+    tr.append(td);
+    rows.push(tr);
+  }
+  $("keys-list").replaceChildren(...rows);
+  const buckets = new Set(keys.flatMap((k) => Object.keys(k.buckets)));
+  $("known-buckets").replaceChildren(...[...buckets].sort().map((b) => { const o = make("option"); o.value = b; return o; }));
+}
+
+function renderKeyDetail() {
+  const k = keys.find((x) => x.name === selectedKey);
+  if (!k) selectedKey = null;
+  $("key-none").hidden = !!k;
+  $("key-body").hidden = !k;
+  if (!k) { text($("key-title"), "No key selected"); return; }
+  text($("key-title"), `Key ${k.name}`);
+  $("key-detail").dataset.key = k.name;
+  const facts = [
+    ["access key id", k.access_key],
+    ["created", new Date(k.created_ms).toLocaleString()],
+    ["state", k.enabled ? "enabled: its signed requests are checked against its permissions"
+      : "disabled: every request it signs is refused"],
+    ["create buckets", k.create_buckets ? "may create buckets (and owns those it creates)" : "may not create buckets"],
+  ];
+  $("key-facts").replaceChildren(...facts.flatMap(([a, b]) => [make("dt", "", a), make("dd", "", b)]));
+  text($("key-enabled"), k.enabled ? "Disable" : "Enable");
+  text($("key-create-buckets"), k.create_buckets ? "Forbid creating buckets" : "Allow creating buckets");
+  const rows = [];
+  for (const [bucket, ps] of Object.entries(k.buckets)) {
+    for (const p of ps) {
+      const tr = make("tr");
+      tr.dataset.bucket = bucket;
+      tr.dataset.permission = p;
+      const revoke = make("button", "small", "Revoke");
+      revoke.type = "button";
+      revoke.dataset.bucket = bucket;
+      revoke.dataset.permission = p;
+      revoke.setAttribute("aria-label", `revoke ${p} on ${bucket}`);
+      const cell = make("td");
+      cell.append(revoke);
+      tr.append(make("td", "", bucket), make("td", "", p), cell);
+      rows.push(tr);
+    }
+  }
+  if (!rows.length) {
+    const td = make("td", "muted", "No permissions: every request this key signs is refused. Grant one below.");
+    td.colSpan = 3;
+    const tr = make("tr");
+    tr.append(td);
+    rows.push(tr);
+  }
+  $("key-grants").tBodies[0].replaceChildren(...rows);
+}
+
+function selectKey(name) {
+  if (name !== selectedKey) {
+    selectedKey = name;
+    text($("key-error"), "");
+    audit = new Map();
+    $("key-audit").replaceChildren();
+  }
+  renderKeys();
+  renderKeyDetail();
+  loadAudit();
+}
+
+function auditItem(e) {
+  const li = make("li");
+  li.dataset.event = e.id;
+  li.dataset.kind = e.kind;
+  if (e.kind === "request" && e.data.status >= 400) li.className = "refused";
+  li.append(make("span", "time", clock(e.at_unix_ms)), document.createTextNode(e.text));
+  return li;
+}
+
+// Add the selected key's `events` (from GET /audit or the event stream) to its list: newest first, at most 100.
+function addAudit(events) {
+  for (const e of events) if (e.data && e.data.key === selectedKey) audit.set(e.id, e);
+  const shown = [...audit.values()].sort((a, b) => b.id - a.id).slice(0, 100);
+  audit = new Map(shown.map((e) => [e.id, e]));
+  const list = $("key-audit");
+  list.replaceChildren(...shown.map(auditItem));
+  if (!shown.length) list.append(make("li", "muted", "nothing recorded yet"));
+}
+
+async function loadAudit() {
+  const name = selectedKey;
+  if (!name) return;
+  await keysAction("key-error", async () => {
+    const events = await api("GET", `/audit?key=${encodeURIComponent(name)}`);
+    if (name === selectedKey) addAudit(events);
+  });
+}
+
+async function createKey(event) {
+  event.preventDefault();
+  const name = $("new-key-name").value.trim();
+  const createBuckets = $("new-key-create-buckets").checked;
+  await keysAction("new-key-error", async () => {
+    const key = await api("POST", "/keys", { name, create_buckets: createBuckets });
+    hideSecret();
+    // The only time the secret exists outside the server: in this box until it is hidden or the page is left.
+    text($("new-secret-name"), key.name);
+    text($("new-secret-id"), key.access_key);
+    $("new-secret-value").value = key.secret_key;
+    $("new-secret").hidden = false;
+    $("new-key-form").reset();
+    selectedKey = key.name;
+    audit = new Map();
+    $("key-audit").replaceChildren();
+    await loadKeys();
+    await loadAudit();
+    $("new-secret-value").focus();
+    $("new-secret-value").select();
+  });
+}
+
+function hideSecret() {
+  $("new-secret-value").value = "";
+  text($("new-secret-id"), "");
+  text($("new-secret-name"), "");
+  $("new-secret").hidden = true;
+}
+
+async function copySecret() {
+  const input = $("new-secret-value");
+  input.focus();
+  input.select();
+  try {
+    if (navigator.clipboard && window.isSecureContext) await navigator.clipboard.writeText(input.value);
+    else if (!document.execCommand("copy")) throw new Error("copy refused");
+    text($("new-secret-copy"), "Copied");
+  } catch {
+    text($("new-secret-copy"), "Select it and copy by hand");
+  }
+  setTimeout(() => text($("new-secret-copy"), "Copy the secret key"), 2000);
+}
+
+// Change the selected key with `request`, then show it as the server answered.
+function changeKey(request) {
+  const name = selectedKey;
+  return keysAction("key-error", async () => {
+    const key = await request(name);
+    keys = keys.map((k) => (k.name === key.name ? key : k));
+    renderKeys();
+    renderKeyDetail();
+    await loadAudit();
+  });
+}
+
+function toggleEnabled() {
+  const k = keys.find((x) => x.name === selectedKey);
+  if (k) changeKey((name) => api("PUT", keyPath(name), { enabled: !k.enabled }));
+}
+
+function toggleCreateBuckets() {
+  const k = keys.find((x) => x.name === selectedKey);
+  if (k) changeKey((name) => api("PUT", keyPath(name), { create_buckets: !k.create_buckets }));
+}
+
+async function grant(event) {
+  event.preventDefault();
+  const bucket = $("grant-bucket").value.trim();
+  const permission = $("grant-permission").value;
+  if (await changeKey((name) => api("POST", `${keyPath(name)}/allow`, { bucket, permission }))) {
+    $("grant-bucket").value = "";
+  }
+}
+
+async function revoke(bucket, permission) {
+  const done = await changeKey((name) => api("POST", `${keyPath(name)}/deny`, { bucket, permission }));
+  const k = keys.find((x) => x.name === selectedKey);
+  if (!done || !k || !(k.buckets[bucket] || []).includes(permission)) return;
+  // The owner of a bucket is also the key that created it, and that is not a grant: revoking leaves it.
+  text($("key-error"), permission === "owner"
+    ? `${k.name} still owns ${bucket}: it created the bucket, and a bucket's creator stays its owner until the key is deleted (its buckets then become the root user's).`
+    : `the server still lists ${permission} on ${bucket} for ${k.name}`);
+}
+
+function deleteKey() {
+  const k = keys.find((x) => x.name === selectedKey);
+  if (!k) return;
+  confirmThen(`Delete access key ${k.name} (${k.access_key})? Every request signed with it is refused from now ` +
+    "on, the buckets it owns become the root user's, and it cannot be brought back: a new key gets a new secret.",
+  () => api("DELETE", keyPath(k.name)),
+  async () => { if (selectedKey === k.name) selectedKey = null; await loadKeys(); },
+  (e) => text($("key-error"), e.message));
+}
+
 // ---------------------------------------------------------------- start
 
 async function start() {
@@ -346,8 +632,8 @@ async function start() {
   await refresh();
   if (!state) return;
   $("login").hidden = true;
-  $("main").hidden = false;
-  for (const id of ["logout", "persist-all", "scrub-overdue"]) $(id).hidden = false;
+  for (const id of ["nav", "logout", "persist-all", "scrub-overdue"]) $(id).hidden = false;
+  showView();
   // Watts over the kept history (one sample a minute by default), then every refresh.
   const history = await api("GET", "/history?limit=720");
   watts = history.points.map((p) => [p.at_unix_ms, p.watts]).concat(watts).sort((a, b) => a[0] - b[0]);
@@ -379,6 +665,24 @@ document.addEventListener("DOMContentLoaded", () => {
     confirmThen("Persist everything waiting in the cache now? The disks it goes to spin up.", () => api("POST", "/persist")));
   $("scrub-overdue").addEventListener("click", () =>
     confirmThen("Scrub every range not verified within the grid's scrub interval? Their disks spin up.", () => api("POST", "/scrub")));
+  window.addEventListener("hashchange", showView);
+  $("new-key-form").addEventListener("submit", createKey);
+  $("new-key-name").addEventListener("input", () => text($("new-key-error"), ""));
+  $("new-secret-copy").addEventListener("click", copySecret);
+  $("new-secret-done").addEventListener("click", hideSecret);
+  $("keys-list").addEventListener("click", (e) => {
+    const button = e.target.closest("button[data-key]");
+    if (button) selectKey(button.dataset.key);
+  });
+  $("key-enabled").addEventListener("click", toggleEnabled);
+  $("key-create-buckets").addEventListener("click", toggleCreateBuckets);
+  $("key-delete").addEventListener("click", deleteKey);
+  $("grant-form").addEventListener("submit", grant);
+  $("key-grants").addEventListener("click", (e) => {
+    const button = e.target.closest("button[data-permission]");
+    if (button) revoke(button.dataset.bucket, button.dataset.permission);
+  });
+  $("key-audit-refresh").addEventListener("click", loadAudit);
   start().catch((e) => {
     if (e instanceof Unauthorized) showLogin();
     else setConnection("error: " + e.message, "down");
