@@ -78,7 +78,9 @@ def test_restic_with_read_and_write_but_no_delete_saves_its_backup_but_cannot_re
               f"the permission delete on {bucket}"
     assert refused in backup.stderr, backup.stderr[-2000:]
     assert len(locks(s3, bucket)) == 1, "the lock restic could not remove is still there"
-    # Reading needs no lock.
+    # A check takes an exclusive lock, which the stale lock prevents; without a lock it reads fine.
+    locked = run([restic, "check"], env, ok=False)
+    assert locked.returncode == 1 and "already locked" in locked.stderr, locked.stderr[-2000:]
     check = run([restic, "check", "--no-lock"], env)
     assert "no errors were found" in check.stdout, check.stdout
     # Forgetting needs an exclusive lock and deletes: refused, exit 1.
