@@ -359,3 +359,28 @@ def test_anonymous_requests_get_in_only_where_a_public_policy_lets_them(pub, roo
     assert_denied(refusal(anon.delete_object, Bucket=bucket, Key="dropbox/report.txt"), "anonymous",
                   "DeleteObject", bucket)
     assert_denied(refusal(anon.list_buckets), "anonymous", "ListBuckets", "")
+
+
+def test_public_read_write_lets_anyone_write_and_authenticated_read_lets_every_key_read(pub, root, anon):
+    bucket, owner, s3 = owned_bucket(pub, "rw")
+    s3.put_bucket_acl(Bucket=bucket, ACL="public-read-write")
+    assert grants(s3.get_bucket_acl(Bucket=bucket))[1:] == [("Group", ALL_USERS_URI, "READ"),
+                                                           ("Group", ALL_USERS_URI, "WRITE")]
+    anon.put_object(Bucket=bucket, Key="from-anyone.txt", Body=b"anyone")
+    assert s3.get_object(Bucket=bucket, Key="from-anyone.txt")["Body"].read() == b"anyone"
+    assert [o["Key"] for o in anon.list_objects_v2(Bucket=bucket)["Contents"]] == ["from-anyone.txt"]
+    anon.delete_object(Bucket=bucket, Key="from-anyone.txt")
+    assert "Contents" not in s3.list_objects_v2(Bucket=bucket)
+    # WRITE on the bucket is not its configuration.
+    assert_denied(refusal(anon.put_bucket_acl, Bucket=bucket, ACL="private"), "anonymous", "PutBucketAcl", bucket)
+    assert_denied(refusal(anon.delete_bucket, Bucket=bucket), "anonymous", "DeleteBucket", bucket)
+
+    s3.put_bucket_acl(Bucket=bucket, ACL="private")
+    s3.put_object(Bucket=bucket, Key="members.txt", Body=b"members only", ACL="authenticated-read")
+    assert grants(s3.get_object_acl(Bucket=bucket, Key="members.txt"))[1:] == [
+        ("Group", AUTHENTICATED_USERS_URI, "READ")]
+    member = key_client(pub.endpoint, create_key(pub.endpoint, unique("member")))
+    assert member.get_object(Bucket=bucket, Key="members.txt")["Body"].read() == b"members only"
+    assert_denied(refusal(anon.get_object, Bucket=bucket, Key="members.txt"), "anonymous", "GetObject", bucket)
+    assert_denied(refusal(anon.put_object, Bucket=bucket, Key="late.txt", Body=b"x"), "anonymous", "PutObject",
+                  bucket)
