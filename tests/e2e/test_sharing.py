@@ -8,6 +8,7 @@ import json
 import uuid
 
 import pytest
+from botocore.exceptions import ClientError
 
 from conftest import Server, client
 from scoped import (ALL_USERS_URI, AUTHENTICATED_USERS_URI, PUBLIC_CONFIG, allow, anonymous_client, assert_denied,
@@ -384,3 +385,46 @@ def test_public_read_write_lets_anyone_write_and_authenticated_read_lets_every_k
     assert_denied(refusal(anon.get_object, Bucket=bucket, Key="members.txt"), "anonymous", "GetObject", bucket)
     assert_denied(refusal(anon.put_object, Bucket=bucket, Key="late.txt", Body=b"x"), "anonymous", "PutObject",
                   bucket)
+
+
+def test_a_deny_on_a_prefix_holds_for_a_multi_object_delete_too(pub, root):
+    bucket, owner, s3 = owned_bucket(pub, "denymulti")
+    for k in ("secret/a", "open/b"):
+        s3.put_object(Bucket=bucket, Key=k, Body=b"x")
+    cleaner = create_key(pub.endpoint, unique("cleaner"))
+    allow(pub.endpoint, cleaner["name"], bucket, "read", "delete")
+    s3.put_bucket_policy(Bucket=bucket, Policy=policy(bucket, stmt(
+        "Deny", {"AWS": [cleaner["name"]]}, "s3:DeleteObject", f"arn:aws:s3:::{bucket}/secret/*", sid="keep")))
+    c = key_client(pub.endpoint, cleaner)
+    assert_denied(refusal(c.delete_object, Bucket=bucket, Key="secret/a"), cleaner["name"], "DeleteObject", bucket)
+    # DeleteObjects is s3:DeleteObject on each key (AWS): the denied key is refused (or the whole request is).
+    try:
+        answer = c.delete_objects(Bucket=bucket, Delete={"Objects": [{"Key": "secret/a"}, {"Key": "open/b"}]})
+    except ClientError as e:
+        assert e.response["ResponseMetadata"]["HTTPStatusCode"] == 403, e.response
+    else:
+        errors = {e["Key"]: e["Code"] for e in answer.get("Errors", [])}
+        deleted = [d["Key"] for d in answer.get("Deleted", [])]
+        assert errors == {"secret/a": "AccessDenied"} and deleted == ["open/b"], answer
+    assert s3.get_object(Bucket=bucket, Key="secret/a")["Body"].read() == b"x"
+
+
+def test_a_deny_of_the_version_actions_protects_old_versions(pub, root):
+    """AWS checks s3:GetObjectVersion for a GET and s3:DeleteObjectVersion for a DELETE of a given version."""
+    bucket, owner, s3 = owned_bucket(pub, "denyversions")
+    s3.put_bucket_versioning(Bucket=bucket, VersioningConfiguration={"Status": "Enabled"})
+    old = s3.put_object(Bucket=bucket, Key="k", Body=b"old")["VersionId"]
+    s3.put_object(Bucket=bucket, Key="k", Body=b"new")
+    worker = create_key(pub.endpoint, unique("versions"))
+    allow(pub.endpoint, worker["name"], bucket, "read", "write", "delete")
+    s3.put_bucket_policy(Bucket=bucket, Policy=policy(bucket, stmt(
+        "Deny", "*", ["s3:DeleteObjectVersion", "s3:GetObjectVersion"], f"arn:aws:s3:::{bucket}/*",
+        sid="versions-stay")))
+    w = key_client(pub.endpoint, worker)
+    assert w.get_object(Bucket=bucket, Key="k")["Body"].read() == b"new"
+    assert_denied(refusal(w.get_object, Bucket=bucket, Key="k", VersionId=old), worker["name"], "GetObject", bucket)
+    assert_denied(refusal(w.delete_object, Bucket=bucket, Key="k", VersionId=old), worker["name"], "DeleteObject",
+                  bucket)
+    assert old in [v["VersionId"] for v in root.list_object_versions(Bucket=bucket)["Versions"]]
+    # A plain DELETE (a delete marker) is s3:DeleteObject: not denied.
+    w.delete_object(Bucket=bucket, Key="k")
