@@ -406,15 +406,6 @@ def test_the_audit_trail_names_the_key_operation_bucket_and_object_of_every_chan
     assert f"DeleteObject, key {w['name']})" in log
 
 
-def test_no_secret_is_ever_written_to_the_servers_log(srv):
-    """Runs last in this module: every secret its server handed out, and the root secret."""
-    assert len(SECRETS) > 10, SECRETS
-    log = srv.log_path.read_text(errors="replace")
-    assert "access key" in log  # the log is the right one and says things
-    leaked = [s for s in SECRETS if s in log]
-    assert not leaked, f"{len(leaked)} secrets in {srv.log_path}"
-
-
 def test_the_archives_own_endpoints_need_read_on_the_bucket(srv, root):
     bucket = new_bucket(root, "arch")
     root.put_object(Bucket=bucket, Key="runs/a.bin", Body=b"archived")
@@ -469,3 +460,35 @@ def test_a_deleted_bucket_takes_its_owner_grants_and_policy_along(srv, root):
     assert_denied(refusal(key_client(srv.endpoint, reader).get_object, Bucket=b, Key="new"), reader["name"],
                   "GetObject", b)
     assert_denied(refusal(m.put_object, Bucket=b, Key="x", Body=b"x"), maker["name"], "PutObject", b)
+
+
+def test_a_new_key_with_a_deleted_keys_name_inherits_none_of_its_sharing(srv, root):
+    """ACL grants and policy statements name keys; a key made later under the same name is someone else."""
+    bucket = new_bucket(root, "reuse")
+    root.put_object(Bucket=bucket, Key="by-acl", Body=b"acl")
+    root.put_object(Bucket=bucket, Key="by-policy", Body=b"policy")
+    n = name("alice")
+    first = create_key(srv.endpoint, n)
+    SECRETS.append(first["secret_key"])
+    root.put_object_acl(Bucket=bucket, Key="by-acl", GrantRead=f"id={n}")
+    root.put_bucket_policy(Bucket=bucket, Policy=json.dumps({"Version": "2012-10-17", "Statement": [
+        {"Effect": "Allow", "Principal": {"AWS": [n]}, "Action": "s3:GetObject",
+         "Resource": f"arn:aws:s3:::{bucket}/by-policy"}]}))
+    a = key_client(srv.endpoint, first)
+    assert a.get_object(Bucket=bucket, Key="by-acl")["Body"].read() == b"acl"
+    assert a.get_object(Bucket=bucket, Key="by-policy")["Body"].read() == b"policy"
+    ok(srv.endpoint, "DELETE", f"/keys/{n}")
+    second = create_key(srv.endpoint, n)
+    SECRETS.append(second["secret_key"])
+    b = key_client(srv.endpoint, second)
+    assert_denied(refusal(b.get_object, Bucket=bucket, Key="by-acl"), n, "GetObject", bucket)
+    assert_denied(refusal(b.get_object, Bucket=bucket, Key="by-policy"), n, "GetObject", bucket)
+
+
+def test_no_secret_is_ever_written_to_the_servers_log(srv):
+    """Runs last in this module: every secret its server handed out, and the root secret."""
+    assert len(SECRETS) > 10, SECRETS
+    log = srv.log_path.read_text(errors="replace")
+    assert "access key" in log  # the log is the right one and says things
+    leaked = [s for s in SECRETS if s in log]
+    assert not leaked, f"{len(leaked)} secrets in {srv.log_path}"

@@ -428,3 +428,18 @@ def test_a_deny_of_the_version_actions_protects_old_versions(pub, root):
     assert old in [v["VersionId"] for v in root.list_object_versions(Bucket=bucket)["Versions"]]
     # A plain DELETE (a delete marker) is s3:DeleteObject: not denied.
     w.delete_object(Bucket=bucket, Key="k")
+
+
+def test_an_object_shared_by_its_acl_can_be_the_source_of_a_copy(pub, root):
+    bucket, owner, s3 = owned_bucket(pub, "aclcopy")
+    s3.put_object(Bucket=bucket, Key="shared.bin", Body=b"shared by ACL")
+    target = unique("aclcopy-target")
+    root.create_bucket(Bucket=target)
+    friend = create_key(pub.endpoint, unique("copier"))
+    allow(pub.endpoint, friend["name"], target, "write")
+    s3.put_object_acl(Bucket=bucket, Key="shared.bin", GrantRead=f"id={friend['name']}")
+    f = key_client(pub.endpoint, friend)
+    assert f.get_object(Bucket=bucket, Key="shared.bin")["Body"].read() == b"shared by ACL"
+    # CopyObject needs s3:GetObject on the source, which the object's ACL grants.
+    f.copy_object(Bucket=target, Key="copy.bin", CopySource={"Bucket": bucket, "Key": "shared.bin"})
+    assert root.get_object(Bucket=target, Key="copy.bin")["Body"].read() == b"shared by ACL"
