@@ -485,6 +485,30 @@ def test_a_new_key_with_a_deleted_keys_name_inherits_none_of_its_sharing(srv, ro
     assert_denied(refusal(b.get_object, Bucket=bucket, Key="by-policy"), n, "GetObject", bucket)
 
 
+def test_owner_granted_by_root_runs_the_bucket_but_root_stays_its_owner(srv, root):
+    bucket = new_bucket(root, "granted-owner")
+    root.put_object(Bucket=bucket, Key="k", Body=b"k")
+    key = new_key(srv, "steward")
+    allow(srv.endpoint, key["name"], bucket, "owner")
+    s = key_client(srv.endpoint, key)
+    # owner covers read, write, delete and the bucket's configuration and access.
+    assert s.get_object(Bucket=bucket, Key="k")["Body"].read() == b"k"
+    s.put_object(Bucket=bucket, Key="w", Body=b"w")
+    s.delete_object(Bucket=bucket, Key="w")
+    s.put_bucket_versioning(Bucket=bucket, VersioningConfiguration={"Status": "Enabled"})
+    s.put_bucket_policy(Bucket=bucket, Policy=json.dumps({"Version": "2012-10-17", "Statement": [
+        {"Effect": "Allow", "Principal": {"AWS": [key["name"]]}, "Action": "s3:GetObject",
+         "Resource": f"arn:aws:s3:::{bucket}/*"}]}))
+    s.delete_bucket_policy(Bucket=bucket)
+    # The bucket is still root's (ownership is not a grant).
+    assert s.get_bucket_acl(Bucket=bucket)["Owner"]["ID"] == root.list_buckets()["Owner"]["ID"]
+    assert ok(srv.endpoint, "GET", f"/keys/{key['name']}")["buckets"] == {bucket: ["owner"]}
+    # Taking owner back takes everything back.
+    deny(srv.endpoint, key["name"], bucket, "owner")
+    assert_denied(refusal(s.get_object, Bucket=bucket, Key="k"), key["name"], "GetObject", bucket)
+    assert s.list_buckets()["Buckets"] == []
+
+
 def test_no_secret_is_ever_written_to_the_servers_log(srv):
     """Runs last in this module: every secret its server handed out, and the root secret."""
     assert len(SECRETS) > 10, SECRETS
