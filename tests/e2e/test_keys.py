@@ -300,6 +300,9 @@ def test_bypassing_a_governance_retention_and_lifting_a_legal_hold_need_owner(sr
     answer = refusal(w.delete_object, Bucket=b, Key="g", VersionId=version, BypassGovernanceRetention=True)
     assert_denied(answer, worker["name"], "BypassGovernanceRetention", b)
     assert "owner" in answer[2], answer
+    answer = refusal(w.delete_objects, Bucket=b, BypassGovernanceRetention=True,
+                     Delete={"Objects": [{"Key": "g", "VersionId": version}]})
+    assert_denied(answer, worker["name"], "BypassGovernanceRetention", b)
     answer = refusal(w.put_object_legal_hold, Bucket=b, Key="h", VersionId=held, LegalHold={"Status": "OFF"})
     assert_denied(answer, worker["name"], "PutObjectLegalHold", b)
     assert "owner" in answer[2], answer

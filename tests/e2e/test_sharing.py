@@ -163,8 +163,6 @@ def test_a_policy_round_trips_and_its_status_says_whether_it_is_public(pub, root
                                   ["s3:GetObject"], [f"arn:aws:s3:::{bucket}/shared/*"], sid="reader"))
     status, code, _ = refusal(s3.get_bucket_policy, Bucket=bucket)
     assert (status, code) == (404, "NoSuchBucketPolicy")
-    status, code, _ = refusal(s3.get_bucket_policy_status, Bucket=bucket)
-    assert (status, code) == (404, "NoSuchBucketPolicy"), "AWS answers NoSuchBucketPolicy when there is none"
 
     s3.put_bucket_policy(Bucket=bucket, Policy=private)
     assert json.loads(s3.get_bucket_policy(Bucket=bucket)["Policy"]) == json.loads(private)
@@ -181,6 +179,8 @@ def test_a_policy_round_trips_and_its_status_says_whether_it_is_public(pub, root
     s3.delete_bucket_policy(Bucket=bucket)
     status, code, _ = refusal(s3.get_bucket_policy, Bucket=bucket)
     assert (status, code) == (404, "NoSuchBucketPolicy")
+    status, code, _ = refusal(s3.get_bucket_policy_status, Bucket=bucket)
+    assert (status, code) == (404, "NoSuchBucketPolicy"), "AWS answers NoSuchBucketPolicy when there is none"
 
 
 def test_what_a_policy_cannot_say_is_refused_as_malformed_naming_it(pub, root):
@@ -283,24 +283,24 @@ def test_the_servers_block_public_access_refuses_every_public_acl_and_policy(ser
         refusal(s3.put_bucket_acl, Bucket=bucket, GrantRead=f'uri="{ALL_USERS_URI}"'),
         refusal(s3.put_object_acl, Bucket=bucket, Key="o", ACL="public-read-write"),
         refusal(s3.put_object, Bucket=bucket, Key="p", Body=b"x", ACL="public-read"),
-        refusal(s3.put_object, Bucket=bucket, Key="o", Body=b"replaced", ACL="public-read"),
-        refusal(s3.copy_object, Bucket=bucket, Key="c", CopySource={"Bucket": bucket, "Key": "o"},
-                ACL="public-read"),
         refusal(s3.put_bucket_policy, Bucket=bucket, Policy=policy(
             bucket, stmt("Allow", "*", "s3:GetObject", f"arn:aws:s3:::{bucket}/*"))),
         refusal(s3.create_bucket, Bucket=unique("born-public"), ACL="public-read"),
     ]
     for status, code, message in refusals:
         assert (status, code) == (403, "AccessDenied") and "block_public_access" in message, message
-    # A refused request changed nothing: no object written, none replaced.
-    assert refusal(s3.head_object, Bucket=bucket, Key="p")[0] == 404
-    assert refusal(s3.head_object, Bucket=bucket, Key="c")[0] == 404
-    assert s3.get_object(Bucket=bucket, Key="o")["Body"].read() == b"private"
     assert refusal(s3.get_bucket_policy, Bucket=bucket)[0] == 404
     assert [g[2] for g in grants(s3.get_bucket_acl(Bucket=bucket))] == ["FULL_CONTROL"]
     # What applies is shown as the bucket's configuration.
     assert s3.get_public_access_block(Bucket=bucket)["PublicAccessBlockConfiguration"] == {
         "BlockPublicAcls": True, "IgnorePublicAcls": True, "BlockPublicPolicy": True, "RestrictPublicBuckets": True}
+    # A bucket's own configuration cannot lift the server's setting.
+    s3.delete_public_access_block(Bucket=bucket)
+    s3.put_public_access_block(Bucket=bucket, PublicAccessBlockConfiguration={
+        "BlockPublicAcls": False, "IgnorePublicAcls": False, "BlockPublicPolicy": False,
+        "RestrictPublicBuckets": False})
+    status, code, message = refusal(s3.put_bucket_acl, Bucket=bucket, ACL="public-read")
+    assert (status, code) == (403, "AccessDenied") and "block_public_access" in message, message
     # Sharing with a key is not public: allowed.
     key = create_key(server.endpoint, unique("named"))
     s3.put_bucket_policy(Bucket=bucket, Policy=policy(
@@ -309,6 +309,21 @@ def test_the_servers_block_public_access_refuses_every_public_acl_and_policy(ser
     assert key_client(server.endpoint, key).get_object(Bucket=bucket, Key="o")["Body"].read() == b"private"
     assert_denied(refusal(anonymous_client(server.endpoint).get_object, Bucket=bucket, Key="o"), "anonymous",
                   "GetObject", bucket)
+
+
+def test_an_upload_refused_for_its_public_acl_writes_nothing(server, s3):
+    bucket = unique("blocked-write")
+    s3.create_bucket(Bucket=bucket)
+    s3.put_object(Bucket=bucket, Key="o", Body=b"private")
+    for answer in (refusal(s3.put_object, Bucket=bucket, Key="p", Body=b"x", ACL="public-read"),
+                   refusal(s3.put_object, Bucket=bucket, Key="o", Body=b"replaced", ACL="public-read"),
+                   refusal(s3.copy_object, Bucket=bucket, Key="c", CopySource={"Bucket": bucket, "Key": "o"},
+                           ACL="public-read")):
+        assert answer[:2] == (403, "AccessDenied") and "block_public_access" in answer[2], answer
+    # A refused request changed nothing: no object written, none replaced.
+    assert refusal(s3.head_object, Bucket=bucket, Key="p")[0] == 404
+    assert refusal(s3.head_object, Bucket=bucket, Key="c")[0] == 404
+    assert s3.get_object(Bucket=bucket, Key="o")["Body"].read() == b"private"
 
 
 def test_a_buckets_public_access_block_refuses_and_ignores_public_acls_and_policies(pub, root, anon):
