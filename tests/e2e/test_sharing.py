@@ -458,3 +458,21 @@ def test_an_object_shared_by_its_acl_can_be_the_source_of_a_copy(pub, root):
     # CopyObject needs s3:GetObject on the source, which the object's ACL grants.
     f.copy_object(Bucket=target, Key="copy.bin", CopySource={"Bucket": bucket, "Key": "shared.bin"})
     assert root.get_object(Bucket=target, Key="copy.bin")["Body"].read() == b"shared by ACL"
+
+
+def test_a_policy_allow_on_a_prefix_holds_for_a_multi_object_delete(pub, root):
+    """restic, rclone and `aws s3 rm --recursive` delete with DeleteObjects: an Allow of s3:DeleteObject on a prefix
+    lets them delete there (AWS checks each key), and only there."""
+    bucket, owner, s3 = owned_bucket(pub, "allowmulti")
+    for k in ("locks/1", "locks/2", "data/3"):
+        s3.put_object(Bucket=bucket, Key=k, Body=b"x")
+    robot = create_key(pub.endpoint, unique("lockrobot"))
+    allow(pub.endpoint, robot["name"], bucket, "read", "write")
+    s3.put_bucket_policy(Bucket=bucket, Policy=policy(bucket, stmt(
+        "Allow", {"AWS": [robot["name"]]}, "s3:DeleteObject", f"arn:aws:s3:::{bucket}/locks/*", sid="locks")))
+    r = key_client(pub.endpoint, robot)
+    r.delete_object(Bucket=bucket, Key="locks/1")
+    answer = r.delete_objects(Bucket=bucket, Delete={"Objects": [{"Key": "locks/2"}]})
+    assert [d["Key"] for d in answer.get("Deleted", [])] == ["locks/2"] and not answer.get("Errors"), answer
+    assert_denied(refusal(r.delete_object, Bucket=bucket, Key="data/3"), robot["name"], "DeleteObject", bucket)
+    assert [o["Key"] for o in s3.list_objects_v2(Bucket=bucket)["Contents"]] == ["data/3"]
