@@ -14,7 +14,8 @@ import requests
 from admin import admin
 from conftest import ACCESS_KEY, SECRET_KEY, Server, binary, client
 from ops import api_token, call, ok
-from scoped import (allow, assert_denied, audit, create_key, deny, key_client, last_event_id, refusal)
+from scoped import (allow, anonymous_client, assert_denied, audit, create_key, deny, key_client, last_event_id,
+                    refusal)
 
 # Every secret this module's server handed out; none may appear in its log.
 SECRETS = [SECRET_KEY]
@@ -276,7 +277,14 @@ def test_a_copy_needs_read_on_its_source_and_write_on_its_target(srv, root):
     answer = refusal(s3.copy_object, Bucket=target, Key="t", CopySource={"Bucket": source, "Key": "s"})
     assert_denied(answer, copier["name"], "GetObject", source)
     assert "read" in answer[2], answer
+    upload = s3.create_multipart_upload(Bucket=target, Key="parts")["UploadId"]
+    answer = refusal(s3.upload_part_copy, Bucket=target, Key="parts", UploadId=upload, PartNumber=1,
+                     CopySource={"Bucket": source, "Key": "s"})
+    assert_denied(answer, copier["name"], "GetObject", source)
     allow(srv.endpoint, copier["name"], source, "read")
+    s3.upload_part_copy(Bucket=target, Key="parts", UploadId=upload, PartNumber=1,
+                        CopySource={"Bucket": source, "Key": "s"})
+    s3.abort_multipart_upload(Bucket=target, Key="parts", UploadId=upload)
     s3.copy_object(Bucket=target, Key="t", CopySource={"Bucket": source, "Key": "s"})
     assert root.get_object(Bucket=target, Key="t")["Body"].read() == b"source"
     # Read on the source is not write on it.
@@ -401,6 +409,10 @@ def test_the_audit_trail_names_the_key_operation_bucket_and_object_of_every_chan
     # The other key's refusal is in its own trail, not in this one.
     others = audit(srv.endpoint, key=bystander["name"], after=after)
     assert [(e["data"]["operation"], e["data"]["status"]) for e in others] == [("GetObject", 403)], others
+    refusal(anonymous_client(srv.endpoint).delete_object, Bucket=bucket, Key="kept")
+    anon = [(e["data"]["operation"], e["data"]["bucket"], e["data"]["object"], e["data"]["status"])
+            for e in audit(srv.endpoint, key="anonymous", after=after)]
+    assert anon == [("DeleteObject", bucket, "kept", 403)], anon
     everyone = audit(srv.endpoint, after=after)
     assert {e["data"]["key"] for e in everyone} >= {w["name"], bystander["name"], "root"}, everyone
     # The log has one line per audited request, naming the key.
