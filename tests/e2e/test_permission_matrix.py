@@ -122,7 +122,7 @@ class World:
         self.clients["owner"].create_bucket(Bucket=self.bucket, ObjectLockEnabledForBucket=True)
         self.mirror_grants(self.bucket)
         # The other owner's bucket.
-        self.clients["other-owner"].create_bucket(Bucket=f"mx-other-{suffix}")
+        self.clients["other-owner"].create_bucket(Bucket=f"mx-theirs-{suffix}")
         # The public bucket of the anonymous-public column.
         self.public = f"mx-public-{suffix}"
         self.root.create_bucket(Bucket=self.public, ObjectLockEnabledForBucket=True)
