@@ -476,3 +476,30 @@ def test_a_policy_allow_on_a_prefix_holds_for_a_multi_object_delete(pub, root):
     assert [d["Key"] for d in answer.get("Deleted", [])] == ["locks/2"] and not answer.get("Errors"), answer
     assert_denied(refusal(r.delete_object, Bucket=bucket, Key="data/3"), robot["name"], "DeleteObject", bucket)
     assert [o["Key"] for o in s3.list_objects_v2(Bucket=bucket)["Contents"]] == ["data/3"]
+
+
+def test_acl_grants_of_read_acp_write_acp_and_full_control_do_what_aws_says(pub, root, anon):
+    bucket, owner, s3 = owned_bucket(pub, "acp")
+    s3.put_object(Bucket=bucket, Key="o", Body=b"object")
+    friend = create_key(pub.endpoint, unique("acp-friend"))
+    f = key_client(pub.endpoint, friend)
+    grantee = f"id={friend['name']}"
+    s3.put_object_acl(Bucket=bucket, Key="o", GrantRead=grantee, GrantReadACP=grantee)
+    assert f.head_object(Bucket=bucket, Key="o")["ContentLength"] == 6
+    assert [g[2] for g in grants(f.get_object_acl(Bucket=bucket, Key="o"))] == ["FULL_CONTROL", "READ", "READ_ACP"]
+    assert_denied(refusal(f.put_object_acl, Bucket=bucket, Key="o", ACL="private"), friend["name"], "PutObjectAcl",
+                  bucket)
+    s3.put_object_acl(Bucket=bucket, Key="o", GrantWriteACP=grantee)
+    assert_denied(refusal(f.get_object, Bucket=bucket, Key="o"), friend["name"], "GetObject", bucket)
+    f.put_object_acl(Bucket=bucket, Key="o", GrantRead=grantee, GrantWriteACP=grantee)
+    assert f.get_object(Bucket=bucket, Key="o")["Body"].read() == b"object"
+
+    # FULL_CONTROL of a bucket is its objects and its ACL, not its policy or its existence.
+    s3.put_bucket_acl(Bucket=bucket, GrantFullControl=grantee)
+    assert f.list_objects_v2(Bucket=bucket)["KeyCount"] == 1
+    f.put_object(Bucket=bucket, Key="by-friend", Body=b"f")
+    assert ("CanonicalUser", friend["name"], "FULL_CONTROL") in grants(f.get_bucket_acl(Bucket=bucket))
+    assert_denied(refusal(f.put_bucket_policy, Bucket=bucket, Policy=policy(
+        bucket, stmt("Allow", "*", "s3:GetObject", f"arn:aws:s3:::{bucket}/*"))), friend["name"], "PutBucketPolicy",
+        bucket)
+    assert_denied(refusal(f.delete_bucket, Bucket=bucket), friend["name"], "DeleteBucket", bucket)
