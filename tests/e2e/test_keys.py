@@ -524,6 +524,20 @@ def test_owner_granted_by_root_runs_the_bucket_but_root_stays_its_owner(srv, roo
     assert s.list_buckets()["Buckets"] == []
 
 
+def test_a_refused_request_of_a_disabled_key_is_in_that_keys_audit_trail(srv, root):
+    bucket = new_bucket(root, "disabled-audit")
+    key = new_key(srv, "disabled")
+    allow(srv.endpoint, key["name"], bucket, "read")
+    ok(srv.endpoint, "PUT", f"/keys/{key['name']}", json={"enabled": False})
+    after = last_event_id(srv.endpoint)
+    status, code, _ = refusal(key_client(srv.endpoint, key).get_object, Bucket=bucket, Key="k")
+    assert (status, code) == (403, "InvalidAccessKeyId")
+    seen = [(e["data"]["operation"], e["data"]["bucket"], e["data"]["status"], e["data"]["code"])
+            for e in audit(srv.endpoint, key=key["name"], after=after) if e["kind"] == "request"]
+    assert seen == [("GetObject", bucket, 403, "InvalidAccessKeyId")], (
+        seen, [e["text"] for e in audit(srv.endpoint, after=after)])
+
+
 def test_no_secret_is_ever_written_to_the_servers_log(srv):
     """Runs last in this module: every secret its server handed out, and the root secret."""
     assert len(SECRETS) > 10, SECRETS
