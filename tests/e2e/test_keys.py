@@ -114,6 +114,9 @@ def test_cli_creates_lists_grants_disables_and_deletes_keys_on_a_running_server(
     own = name("robot-own")
     s3.create_bucket(Bucket=own)
     assert json.loads(cli(srv, "info", n, "--json").stdout)["buckets"][own] == ["owner"]
+    assert json.loads(cli(srv, "deny", n, "--create-buckets", "--json").stdout)["create_buckets"] is False
+    assert refusal(s3.create_bucket, Bucket=name("robot-two"))[:2] == (403, "AccessDenied")
+    assert s3.list_objects_v2(Bucket=own)["KeyCount"] == 0  # what it made stays its own
 
     shown = json.loads(cli(srv, "disable", n, "--json").stdout)
     assert shown["enabled"] is False
