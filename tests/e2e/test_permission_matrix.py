@@ -15,6 +15,7 @@ import pytest
 from botocore.exceptions import ClientError
 
 from conftest import REPO, Server, client
+import scoped
 from scoped import (PUBLIC_CONFIG, allow, anonymous_client, audit, create_key, key_client, last_event_id)
 
 TABLE = Path(__file__).with_name("permissions.tsv")
@@ -349,7 +350,7 @@ def run_cell(w: World, operation: str, column: str, expected: str) -> Cell:
             cell.problem = f"refused with {cell.code}, expected {expected}: {cell.message}"
         else:
             names = [cell.who, operation] + ([] if operation in BUCKETLESS else [cell.bucket])
-            unnamed = [n for n in names if n not in cell.message]
+            unnamed = [n for n in names if not scoped.names(cell.message, n)]
             if unnamed:
                 cell.problem = f"the refusal does not name {unnamed}: {cell.message!r}"
     return cell
