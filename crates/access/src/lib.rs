@@ -775,6 +775,16 @@ impl Access {
         }
         self.catalog
             .set_access_grant(name, bucket, permission.as_str(), allowed)?;
+        // Taking `owner` back from the key that created the bucket hands the bucket to the root user.
+        let table = self.table();
+        let created = table
+            .bucket(bucket)
+            .is_some_and(|b| b.owner.as_deref() == Some(name));
+        if !allowed && permission == Permission::Owner && created {
+            let mut record = self.bucket_record(bucket);
+            record.owner = None;
+            self.catalog.set_bucket_access(&record)?;
+        }
         self.reload()?;
         self.key_info(name)
     }

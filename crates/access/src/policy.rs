@@ -271,7 +271,12 @@ mod tests {
                 .count()
         };
         assert_eq!(get(Some("a/b")), 1);
-        assert_eq!(get(None), 0);
+        assert_eq!(
+            p.matching(Effect::Allow, Asker::Anonymous, "s3:ListBucket", None)
+                .count(),
+            0,
+            "the statement names objects, not the bucket"
+        );
         assert_eq!(
             p.matching(Effect::Allow, Asker::Anonymous, "s3:PutObject", Some("a"))
                 .count(),

@@ -97,6 +97,11 @@ struct KeyChange {
 
 async fn update(admin: Admin, request: ApiRequest) -> ApiResult {
     let body: KeyChange = request.json()?;
+    if body.enabled.is_none() && body.create_buckets.is_none() {
+        return Err(ApiError::bad_request(
+            "a key change names enabled and/or create_buckets (true or false)",
+        ));
+    }
     let name = request.param("name").to_string();
     let access = admin.access().clone();
     let key =
@@ -162,7 +167,7 @@ async fn set(admin: Admin, request: ApiRequest, allowed: bool) -> ApiResult {
         format!(
             "access key {}: {} {permission} on bucket {}",
             key.name,
-            if allowed { "allowed" } else { "denied" },
+            if allowed { "granted" } else { "revoked" },
             body.bucket
         ),
         serde_json::json!({ "action": if allowed { "allow" } else { "deny" }, "key": key.name,

@@ -2680,7 +2680,8 @@ mod tests {
                      ALTER TABLE buckets DROP COLUMN archive; ALTER TABLE contents DROP COLUMN pinned_until_ms;
                      DROP TABLE object_versions; DROP TABLE counters; DROP TABLE restores;
                      DROP TABLE ops_history; DROP TABLE webhooks;
-                     DROP TABLE cache_inline; ALTER TABLE multipart_parts DROP COLUMN checksums;
+                     DROP TABLE cache_inline; DROP TABLE access_keys; DROP TABLE access_grants;
+                     DROP TABLE bucket_access; DROP TABLE object_acls; ALTER TABLE multipart_parts DROP COLUMN checksums;
                      UPDATE meta SET value = '3' WHERE key = 'schema_version';",
                 )
             })

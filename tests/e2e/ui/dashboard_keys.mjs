@@ -155,7 +155,7 @@ try {
   const activity = await page.textContent("#key-audit");
   check(activity.includes(`${name} PutObject PUT /${bucket}/`) && activity.includes("403 AccessDenied"),
     "recent activity shows the refused PutObject");
-  check(activity.includes(`allowed read on bucket ${bucket}`) && activity.includes(`access key ${name}`),
+  check(activity.includes(`granted read on bucket ${bucket}`) && activity.includes(`access key ${name}`),
     "and the changes to the key");
   await shot("02-granted.png");
 

@@ -608,10 +608,7 @@ async function revoke(bucket, permission) {
   const done = await changeKey((name) => api("POST", `${keyPath(name)}/deny`, { bucket, permission }));
   const k = keys.find((x) => x.name === selectedKey);
   if (!done || !k || !(k.buckets[bucket] || []).includes(permission)) return;
-  // The owner of a bucket is also the key that created it, and that is not a grant: revoking leaves it.
-  text($("key-error"), permission === "owner"
-    ? `${k.name} still owns ${bucket}: it created the bucket, and a bucket's creator stays its owner until the key is deleted (its buckets then become the root user's).`
-    : `the server still lists ${permission} on ${bucket} for ${k.name}`);
+  text($("key-error"), `the server still lists ${permission} on ${bucket} for ${k.name}`);
 }
 
 function deleteKey() {
