@@ -475,6 +475,24 @@ pub fn run(args: ServeArgs) -> Result<()> {
     let recorder = permafrost_record::Recorder::open(Arc::clone(&store), record_config)
         .context("starting the recorder")?;
 
+    let root_access_key = credentials.access_key.clone();
+    // Keys live in the node's own catalog, or in a cluster in the shared access tables (every node knows
+    // them). Opened before the async runtime: the PostgreSQL client blocks.
+    let access_catalog: Arc<dyn permafrost_catalog::AccessCatalog> =
+        match (&membership, &cluster_url) {
+            (Some(m), Some(url)) => Arc::new(shared_access_catalog(&m.db, url)?),
+            _ => store.access_catalog(),
+        };
+    let access = permafrost_access::Access::open(
+        access_catalog,
+        credentials,
+        permafrost_access::AccessSettings {
+            block_public_access: block_public_access.unwrap_or(true),
+        },
+    )
+    .context("loading the access keys from the catalog")?;
+    let access = Arc::new(access);
+    access.spawn_refresher(ACCESS_REFRESH);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_name("permafrost-http")
@@ -493,7 +511,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
         note!("permafrost: S3 endpoint http://{address}");
         note!(
             "permafrost: access key {} ({credentials_source})",
-            credentials.access_key
+            root_access_key
         );
         note!(
             "permafrost: health http://{address}{}",
@@ -503,23 +521,6 @@ pub fn run(args: ServeArgs) -> Result<()> {
             "permafrost: dashboard http://{address}{}/",
             permafrost_admin::UI_PREFIX
         );
-        // Keys live in the node's own catalog, or in a cluster in the shared access tables (every node knows
-        // them).
-        let access_catalog: Arc<dyn permafrost_catalog::AccessCatalog> =
-            match (&membership, &cluster_url) {
-                (Some(m), Some(url)) => Arc::new(shared_access_catalog(&m.db, url)?),
-                _ => store.access_catalog(),
-            };
-        let access = permafrost_access::Access::open(
-            access_catalog,
-            credentials,
-            permafrost_access::AccessSettings {
-                block_public_access: block_public_access.unwrap_or(true),
-            },
-        )
-        .context("loading the access keys from the catalog")?;
-        let access = Arc::new(access);
-        access.spawn_refresher(ACCESS_REFRESH);
         let admin = permafrost_admin::Admin::start(
             Arc::clone(&store),
             access,
