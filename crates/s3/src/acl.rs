@@ -17,12 +17,12 @@ use std::sync::Arc;
 use permafrost_access::{
     Access, AccessError, Acl, AclGrant, AclPermission, Grantee, PublicAccessBlock, ROOT_NAME,
 };
-use permafrost_store::Store;
 use s3s::dto::*;
 use s3s::{S3Error, S3ErrorCode, S3Request, S3Response, S3Result};
 
 use crate::bridge::blocking;
 use crate::common::OWNER_ID;
+use crate::service::PermafrostS3;
 
 /// An access error as S3 says it.
 pub(crate) fn access_error(e: AccessError) -> S3Error {
@@ -244,21 +244,13 @@ fn requested_acl(
     Ok(Acl { grants })
 }
 
-async fn bucket_exists(store: &Arc<Store>, bucket: &str) -> S3Result<()> {
-    let store = Arc::clone(store);
-    let bucket = bucket.to_owned();
-    blocking(move || store.head_bucket(&bucket))
-        .await
-        .map(|_| ())
-}
-
 pub(crate) async fn get_bucket_acl(
-    store: &Arc<Store>,
-    access: &Arc<Access>,
+    s3: &PermafrostS3,
     req: S3Request<GetBucketAclInput>,
 ) -> S3Result<S3Response<GetBucketAclOutput>> {
+    let access = &s3.access;
     let bucket = &req.input.bucket;
-    bucket_exists(store, bucket).await?;
+    s3.bucket_exists(bucket).await?;
     let owner = bucket_owner(access, bucket);
     let acl = access
         .table()
@@ -272,12 +264,12 @@ pub(crate) async fn get_bucket_acl(
 }
 
 pub(crate) async fn put_bucket_acl(
-    store: &Arc<Store>,
-    access: &Arc<Access>,
+    s3: &PermafrostS3,
     req: S3Request<PutBucketAclInput>,
 ) -> S3Result<S3Response<PutBucketAclOutput>> {
+    let access = &s3.access;
     let i = req.input;
-    bucket_exists(store, &i.bucket).await?;
+    s3.bucket_exists(&i.bucket).await?;
     let acl = requested_acl(
         i.acl.as_ref().map(|a| a.as_str()),
         i.access_control_policy.as_ref(),
@@ -336,10 +328,10 @@ pub(crate) async fn object_written(
 }
 
 pub(crate) async fn get_object_acl(
-    store: &Arc<Store>,
-    access: &Arc<Access>,
+    s3: &PermafrostS3,
     req: S3Request<GetObjectAclInput>,
 ) -> S3Result<S3Response<GetObjectAclOutput>> {
+    let (store, access) = (&s3.store, &s3.access);
     let input = req.input;
     let (bucket, key) = (input.bucket.clone(), input.key.clone());
     let store = Arc::clone(store);
@@ -356,10 +348,10 @@ pub(crate) async fn get_object_acl(
 }
 
 pub(crate) async fn put_object_acl(
-    store: &Arc<Store>,
-    access: &Arc<Access>,
+    s3: &PermafrostS3,
     req: S3Request<PutObjectAclInput>,
 ) -> S3Result<S3Response<PutObjectAclOutput>> {
+    let (store, access) = (&s3.store, &s3.access);
     let i = req.input;
     let acl = requested_acl(
         i.acl.as_ref().map(|a| a.as_str()),
@@ -381,12 +373,12 @@ pub(crate) async fn put_object_acl(
 }
 
 pub(crate) async fn get_bucket_policy(
-    store: &Arc<Store>,
-    access: &Arc<Access>,
+    s3: &PermafrostS3,
     req: S3Request<GetBucketPolicyInput>,
 ) -> S3Result<S3Response<GetBucketPolicyOutput>> {
+    let access = &s3.access;
     let bucket = &req.input.bucket;
-    bucket_exists(store, bucket).await?;
+    s3.bucket_exists(bucket).await?;
     match access.bucket_policy(bucket) {
         Some(policy) => Ok(S3Response::new(GetBucketPolicyOutput {
             policy: Some(policy),
@@ -399,35 +391,35 @@ pub(crate) async fn get_bucket_policy(
 }
 
 pub(crate) async fn put_bucket_policy(
-    store: &Arc<Store>,
-    access: &Arc<Access>,
+    s3: &PermafrostS3,
     req: S3Request<PutBucketPolicyInput>,
 ) -> S3Result<S3Response<PutBucketPolicyOutput>> {
+    let access = &s3.access;
     let i = req.input;
-    bucket_exists(store, &i.bucket).await?;
+    s3.bucket_exists(&i.bucket).await?;
     let access = Arc::clone(access);
     change(move || access.set_bucket_policy(&i.bucket, &i.policy)).await?;
     Ok(S3Response::new(PutBucketPolicyOutput {}))
 }
 
 pub(crate) async fn delete_bucket_policy(
-    store: &Arc<Store>,
-    access: &Arc<Access>,
+    s3: &PermafrostS3,
     req: S3Request<DeleteBucketPolicyInput>,
 ) -> S3Result<S3Response<DeleteBucketPolicyOutput>> {
-    bucket_exists(store, &req.input.bucket).await?;
+    let access = &s3.access;
+    s3.bucket_exists(&req.input.bucket).await?;
     let access = Arc::clone(access);
     change(move || access.delete_bucket_policy(&req.input.bucket)).await?;
     Ok(S3Response::new(DeleteBucketPolicyOutput {}))
 }
 
 pub(crate) async fn get_bucket_policy_status(
-    store: &Arc<Store>,
-    access: &Arc<Access>,
+    s3: &PermafrostS3,
     req: S3Request<GetBucketPolicyStatusInput>,
 ) -> S3Result<S3Response<GetBucketPolicyStatusOutput>> {
+    let access = &s3.access;
     let bucket = &req.input.bucket;
-    bucket_exists(store, bucket).await?;
+    s3.bucket_exists(bucket).await?;
     let is_public = access
         .table()
         .bucket(bucket)
@@ -441,12 +433,12 @@ pub(crate) async fn get_bucket_policy_status(
 }
 
 pub(crate) async fn get_public_access_block(
-    store: &Arc<Store>,
-    access: &Arc<Access>,
+    s3: &PermafrostS3,
     req: S3Request<GetPublicAccessBlockInput>,
 ) -> S3Result<S3Response<GetPublicAccessBlockOutput>> {
+    let access = &s3.access;
     let bucket = &req.input.bucket;
-    bucket_exists(store, bucket).await?;
+    s3.bucket_exists(bucket).await?;
     let own = access
         .table()
         .bucket(bucket)
@@ -478,12 +470,12 @@ pub(crate) async fn get_public_access_block(
 }
 
 pub(crate) async fn put_public_access_block(
-    store: &Arc<Store>,
-    access: &Arc<Access>,
+    s3: &PermafrostS3,
     req: S3Request<PutPublicAccessBlockInput>,
 ) -> S3Result<S3Response<PutPublicAccessBlockOutput>> {
+    let access = &s3.access;
     let i = req.input;
-    bucket_exists(store, &i.bucket).await?;
+    s3.bucket_exists(&i.bucket).await?;
     let c = i.public_access_block_configuration;
     let block = PublicAccessBlock {
         block_public_acls: c.block_public_acls.unwrap_or(false),
@@ -497,11 +489,11 @@ pub(crate) async fn put_public_access_block(
 }
 
 pub(crate) async fn delete_public_access_block(
-    store: &Arc<Store>,
-    access: &Arc<Access>,
+    s3: &PermafrostS3,
     req: S3Request<DeletePublicAccessBlockInput>,
 ) -> S3Result<S3Response<DeletePublicAccessBlockOutput>> {
-    bucket_exists(store, &req.input.bucket).await?;
+    let access = &s3.access;
+    s3.bucket_exists(&req.input.bucket).await?;
     let access = Arc::clone(access);
     change(move || access.set_public_access_block(&req.input.bucket, None)).await?;
     Ok(S3Response::new(DeletePublicAccessBlockOutput {}))

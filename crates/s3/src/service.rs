@@ -460,77 +460,77 @@ impl S3 for PermafrostS3 {
         &self,
         req: S3Request<GetBucketAclInput>,
     ) -> S3Result<S3Response<GetBucketAclOutput>> {
-        acl::get_bucket_acl(&self.store, &self.access, req).await
+        acl::get_bucket_acl(self, req).await
     }
 
     async fn put_bucket_acl(
         &self,
         req: S3Request<PutBucketAclInput>,
     ) -> S3Result<S3Response<PutBucketAclOutput>> {
-        acl::put_bucket_acl(&self.store, &self.access, req).await
+        acl::put_bucket_acl(self, req).await
     }
 
     async fn get_object_acl(
         &self,
         req: S3Request<GetObjectAclInput>,
     ) -> S3Result<S3Response<GetObjectAclOutput>> {
-        acl::get_object_acl(&self.store, &self.access, req).await
+        acl::get_object_acl(self, req).await
     }
 
     async fn put_object_acl(
         &self,
         req: S3Request<PutObjectAclInput>,
     ) -> S3Result<S3Response<PutObjectAclOutput>> {
-        acl::put_object_acl(&self.store, &self.access, req).await
+        acl::put_object_acl(self, req).await
     }
 
     async fn get_bucket_policy(
         &self,
         req: S3Request<GetBucketPolicyInput>,
     ) -> S3Result<S3Response<GetBucketPolicyOutput>> {
-        acl::get_bucket_policy(&self.store, &self.access, req).await
+        acl::get_bucket_policy(self, req).await
     }
 
     async fn put_bucket_policy(
         &self,
         req: S3Request<PutBucketPolicyInput>,
     ) -> S3Result<S3Response<PutBucketPolicyOutput>> {
-        acl::put_bucket_policy(&self.store, &self.access, req).await
+        acl::put_bucket_policy(self, req).await
     }
 
     async fn delete_bucket_policy(
         &self,
         req: S3Request<DeleteBucketPolicyInput>,
     ) -> S3Result<S3Response<DeleteBucketPolicyOutput>> {
-        acl::delete_bucket_policy(&self.store, &self.access, req).await
+        acl::delete_bucket_policy(self, req).await
     }
 
     async fn get_bucket_policy_status(
         &self,
         req: S3Request<GetBucketPolicyStatusInput>,
     ) -> S3Result<S3Response<GetBucketPolicyStatusOutput>> {
-        acl::get_bucket_policy_status(&self.store, &self.access, req).await
+        acl::get_bucket_policy_status(self, req).await
     }
 
     async fn get_public_access_block(
         &self,
         req: S3Request<GetPublicAccessBlockInput>,
     ) -> S3Result<S3Response<GetPublicAccessBlockOutput>> {
-        acl::get_public_access_block(&self.store, &self.access, req).await
+        acl::get_public_access_block(self, req).await
     }
 
     async fn put_public_access_block(
         &self,
         req: S3Request<PutPublicAccessBlockInput>,
     ) -> S3Result<S3Response<PutPublicAccessBlockOutput>> {
-        acl::put_public_access_block(&self.store, &self.access, req).await
+        acl::put_public_access_block(self, req).await
     }
 
     async fn delete_public_access_block(
         &self,
         req: S3Request<DeletePublicAccessBlockInput>,
     ) -> S3Result<S3Response<DeletePublicAccessBlockOutput>> {
-        acl::delete_public_access_block(&self.store, &self.access, req).await
+        acl::delete_public_access_block(self, req).await
     }
 
     async fn restore_object(
@@ -556,6 +556,29 @@ impl S3 for PermafrostS3 {
 }
 
 impl PermafrostS3 {
+    /// `NoSuchBucket` unless the bucket exists (in a cluster: in the cluster's directory, on any node).
+    pub(crate) async fn bucket_exists(&self, bucket: &str) -> S3Result<()> {
+        let exists = match &self.cluster {
+            Some(c) => {
+                let (db, name) = (Arc::clone(&c.db), bucket.to_string());
+                crate::cluster::blocking(move || db.bucket_exists(&name)).await?
+            }
+            None => {
+                let (store, name) = (Arc::clone(&self.store), bucket.to_string());
+                crate::bridge::blocking(move || store.head_bucket(&name)).await?;
+                true
+            }
+        };
+        if exists {
+            Ok(())
+        } else {
+            Err(s3s::S3Error::with_message(
+                s3s::S3ErrorCode::NoSuchBucket,
+                format!("no such bucket: {bucket}"),
+            ))
+        }
+    }
+
     /// Every bucket (of the cluster's directory, or of this store).
     async fn list_all_buckets(
         &self,
