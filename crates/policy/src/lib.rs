@@ -13,6 +13,9 @@
 //!   started for it (SPEC idea 6, thesis §4.4.4 and §5.3.3):
 //!   [`WatchdogPolicy::decide`] maps a snapshot of the cache to
 //!   [`PersistAction`]s.
+//! - [`scheduler`]: which waiting request takes the power budget next, and
+//!   what a spinning disk serves next (reads before persistence, on-disk
+//!   order, a maximum wait): [`Scheduler`], strategies `fifo` and `deadline`.
 //!
 //! **Invariants.**
 //! - Pure decisions: nothing here does I/O, reads a clock or sleeps. Time is a
@@ -29,6 +32,7 @@
 //! the engine's write promises, the simulator's event loop).
 
 pub mod placement;
+pub mod scheduler;
 pub mod watchdog;
 
 pub use placement::{
@@ -36,6 +40,7 @@ pub use placement::{
     DatasetAffinityConfig, LeastFull, ObjectToPlace, Placement, PlacementConfig, PlacementError,
     RandomPlacement, RoundRobin, PLACEMENTS,
 };
+pub use scheduler::{Next, RequestId, Scheduler, SchedulerConfig, SchedulerStrategy};
 pub use watchdog::{
     CacheView, PersistAction, PersistReason, TargetView, WatchdogConfig, WatchdogPolicy,
 };
