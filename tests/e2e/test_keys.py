@@ -527,6 +527,20 @@ def test_owner_granted_by_root_runs_the_bucket_but_root_stays_its_owner(srv, roo
     assert s.list_buckets()["Buckets"] == []
 
 
+def test_taking_owner_back_from_a_buckets_creator_hands_the_bucket_to_root(srv, root):
+    maker = new_key(srv, "creator", create_buckets=True)
+    m = key_client(srv.endpoint, maker)
+    b = name("handed")
+    m.create_bucket(Bucket=b)
+    m.put_object(Bucket=b, Key="k", Body=b"made by the key")
+    assert m.get_bucket_acl(Bucket=b)["Owner"]["ID"] == maker["name"]
+    shown = deny(srv.endpoint, maker["name"], b, "owner")
+    assert shown["buckets"] == {}, shown
+    assert_denied(refusal(m.get_object, Bucket=b, Key="k"), maker["name"], "GetObject", b)
+    assert root.get_bucket_acl(Bucket=b)["Owner"]["ID"] == root.list_buckets()["Owner"]["ID"]
+    assert root.get_object(Bucket=b, Key="k")["Body"].read() == b"made by the key"
+
+
 def test_a_refused_request_of_a_disabled_key_is_in_that_keys_audit_trail(srv, root):
     bucket = new_bucket(root, "disabled-audit")
     key = new_key(srv, "disabled")
