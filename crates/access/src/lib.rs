@@ -402,7 +402,7 @@ impl AccessTable {
 
     /// Why public access on `bucket` is refused (`which`: the flag of the bucket's configuration that
     /// applies), naming the setting.
-    fn blocked_reason(&self, bucket: &str, which: &str) -> String {
+    pub fn blocked_reason(&self, bucket: &str, which: &str) -> String {
         if self.settings.block_public_access {
             format!(
                 "public access is blocked on this server (block_public_access = true in the [server] table of \
@@ -458,7 +458,7 @@ impl AccessTable {
         operation.on_object
             && matches!(
                 operation.action,
-                "s3:GetObject" | "s3:GetObjectAcl" | "s3:PutObjectAcl"
+                "s3:GetObject" | "s3:GetObjectVersion" | "s3:GetObjectAcl" | "s3:PutObjectAcl"
             )
             && self.object_acl_buckets.contains(bucket)
     }
@@ -505,11 +505,15 @@ impl AccessTable {
         };
         let shared = self.buckets.get(bucket);
         let block = self.block(bucket);
-        let object = if operation.on_object { object } else { None };
+        let target = match (operation.on_object, object) {
+            (false, _) => policy::Target::Bucket,
+            (true, Some(key)) => policy::Target::Object(key),
+            (true, None) => policy::Target::SomeObject,
+        };
         let policy = shared.and_then(|b| b.policy.as_ref());
         if let Some(policy) = policy {
             if let Some(statement) = policy
-                .matching(Effect::Deny, asker, operation.action, object)
+                .matching(Effect::Deny, asker, operation.action, target)
                 .next()
             {
                 return Err(Denied {
@@ -541,7 +545,7 @@ impl AccessTable {
         let bucket_scoped = matches!(operation.need, Need::Bucket(_) | Need::AnyOnBucket);
         let by_policy = bucket_scoped
             && policy.is_some_and(|p| {
-                p.matching(Effect::Allow, asker, operation.action, object)
+                p.matching(Effect::Allow, asker, operation.action, target)
                     .any(|s| {
                         !(block.restrict_public_buckets
                             && s.principals == policy::Principals::Everyone)
@@ -710,6 +714,21 @@ impl Access {
         }
     }
 
+    /// The name a request's signer goes by in the audit trail: `root`, a key's name (a disabled one too),
+    /// `anonymous`, or `unknown key ID`.
+    pub fn signer_name(&self, access_key: Option<&str>) -> String {
+        let Some(id) = access_key else {
+            return ANONYMOUS_NAME.to_string();
+        };
+        if self.root.as_ref().is_some_and(|r| r.access_key == id) {
+            return ROOT_NAME.to_string();
+        }
+        match self.table().by_access_key(id) {
+            Some(key) => key.name.clone(),
+            None => format!("unknown key {id}"),
+        }
+    }
+
     /// Decide with the table in force.
     pub fn authorize(
         &self,
@@ -802,8 +821,53 @@ impl Access {
         self.key_info(name)
     }
 
-    /// Remove a key; the buckets it owned become root's.
+    /// Remove a key; the buckets it owned become root's. ACL grants and policy statements that named it now
+    /// name `deleted:KEY-ID` (as AWS shows a deleted user's id), so a new key of the same name inherits none
+    /// of its sharing.
     pub fn delete_key(&self, name: &str) -> Result<(), AccessError> {
+        let table = self.table();
+        let key = table
+            .by_name(name)
+            .ok_or_else(|| AccessError::NoSuchKey(name.to_string()))?;
+        let gone = format!("deleted:{}", key.access_key);
+        let rename = |acl: &Acl| -> Option<Acl> {
+            let mut acl = acl.clone();
+            let mut changed = false;
+            for grant in &mut acl.grants {
+                if grant.grantee == Grantee::Key(name.to_string()) {
+                    grant.grantee = Grantee::Key(gone.clone());
+                    changed = true;
+                }
+            }
+            changed.then_some(acl)
+        };
+        for shared in table.buckets.values() {
+            let mut record = shared.record().clone();
+            let mut changed = false;
+            if let Some(acl) = rename(&shared.acl) {
+                record.acl = acl.to_json();
+                changed = true;
+            }
+            if let Some(text) = record
+                .policy
+                .as_deref()
+                .and_then(|t| policy::rename_principal(t, name, &gone))
+            {
+                record.policy = Some(text);
+                changed = true;
+            }
+            if changed {
+                self.catalog.set_bucket_access(&record)?;
+            }
+        }
+        for bucket in &table.object_acl_buckets {
+            for (key, text) in self.catalog.object_acls(bucket)? {
+                if let Some(acl) = rename(&Acl::from_json(&text)) {
+                    self.catalog
+                        .set_object_acl(bucket, &key, Some(&acl.to_json()))?;
+                }
+            }
+        }
         self.catalog.delete_access_key(name)?;
         self.reload()
     }

@@ -124,7 +124,8 @@ pub const OPERATIONS: &[Operation] = &[
     ),
     // Deleting objects.
     op("DeleteObject", "s3:DeleteObject", Bucket(Delete), true),
-    op("DeleteObjects", "s3:DeleteObject", Bucket(Delete), false),
+    // Each key of a DeleteObjects is decided again as a DeleteObject (or DeleteObjectVersion).
+    op("DeleteObjects", "s3:DeleteObject", Bucket(Delete), true),
     // The owner's: who may see and change access, and the bucket's own configuration.
     op("GetObjectAcl", "s3:GetObjectAcl", Bucket(Owner), true),
     op("PutObjectAcl", "s3:PutObjectAcl", Bucket(Owner), true),
@@ -284,6 +285,27 @@ pub const BYPASS_GOVERNANCE: Operation = op(
     Bucket(Owner),
     true,
 );
+
+/// Reading a version by its id (GetObject and HeadObject with `versionId`): IAM's own action.
+pub const GET_OBJECT_VERSION: Operation =
+    op("GetObject", "s3:GetObjectVersion", Bucket(Read), true);
+
+/// Removing a version by its id (DeleteObject and a DeleteObjects entry with `versionId`).
+pub const DELETE_OBJECT_VERSION: Operation = op(
+    "DeleteObject",
+    "s3:DeleteObjectVersion",
+    Bucket(Delete),
+    true,
+);
+
+/// The operation a request with `versionId` is decided as: the version actions of IAM for reads and deletes.
+pub fn with_version(operation: &'static Operation) -> &'static Operation {
+    match operation.name {
+        "GetObject" | "HeadObject" => &GET_OBJECT_VERSION,
+        "DeleteObject" => &DELETE_OBJECT_VERSION,
+        _ => operation,
+    }
+}
 
 /// Reading the source of a copy (CopyObject, UploadPartCopy).
 pub const COPY_SOURCE: Operation = op("GetObject", "s3:GetObject", Bucket(Read), true);

@@ -52,6 +52,18 @@ pub struct Policy {
     pub statements: Vec<Statement>,
 }
 
+/// What a request acts on, as a statement's resources match it.
+#[derive(Debug, Clone, Copy)]
+pub enum Target<'a> {
+    /// The bucket itself (`arn:aws:s3:::BUCKET`).
+    Bucket,
+    /// One object (`arn:aws:s3:::BUCKET/KEY`).
+    Object(&'a str),
+    /// Some objects not known yet (DeleteObjects before its keys are read): an `Allow` on any objects may
+    /// apply, a `Deny` applies only when it covers every object (`BUCKET/*`); each key is decided again.
+    SomeObject,
+}
+
 /// Who asks, as a policy matches it.
 #[derive(Debug, Clone, Copy)]
 pub enum Asker<'a> {
@@ -99,6 +111,43 @@ pub fn wildcard_match(pattern: &str, text: &str) -> bool {
         pi += 1;
     }
     pi == p.len()
+}
+
+/// A policy's text with the access key `name` replaced by `replacement` wherever a statement names it as a
+/// principal (plain or as an `arn:…:user/NAME`); `None` when no statement names it.
+pub fn rename_principal(text: &str, name: &str, replacement: &str) -> Option<String> {
+    let mut doc: Value = serde_json::from_str(text).ok()?;
+    let mut changed = false;
+    let names_it = |v: &Value| {
+        v.as_str()
+            .is_some_and(|p| p == name || p.ends_with(&format!(":user/{name}")))
+    };
+    let statements = match doc.get_mut("Statement")? {
+        Value::Array(items) => items.iter_mut().collect::<Vec<_>>(),
+        one => vec![one],
+    };
+    for statement in statements {
+        let Some(aws) = statement
+            .get_mut("Principal")
+            .and_then(|p| p.get_mut("AWS"))
+        else {
+            continue;
+        };
+        match aws {
+            Value::Array(items) => {
+                for item in items.iter_mut().filter(|i| names_it(i)) {
+                    *item = Value::String(replacement.to_string());
+                    changed = true;
+                }
+            }
+            one if names_it(one) => {
+                *one = Value::String(replacement.to_string());
+                changed = true;
+            }
+            _ => {}
+        }
+    }
+    changed.then(|| doc.to_string())
 }
 
 impl Policy {
@@ -217,14 +266,13 @@ impl Policy {
         })
     }
 
-    /// The statements of `effect` that cover `asker` doing `action` on the bucket (`object: None`) or an
-    /// object of it.
+    /// The statements of `effect` that cover `asker` doing `action` on `target`.
     pub fn matching<'a>(
         &'a self,
         effect: Effect,
         asker: Asker<'a>,
         action: &'a str,
-        object: Option<&'a str>,
+        target: Target<'a>,
     ) -> impl Iterator<Item = &'a Statement> + 'a {
         let action = action.to_ascii_lowercase();
         self.statements.iter().filter(move |s| {
@@ -235,13 +283,15 @@ impl Policy {
                     (Principals::Keys(_), Asker::Anonymous) => false,
                 }
                 && s.actions.iter().any(|a| wildcard_match(a, &action))
-                && s.resources.iter().any(|r| match (r, object) {
-                    (Resource::Bucket, None) => true,
-                    (Resource::Objects(pattern), Some(key)) => wildcard_match(pattern, key),
-                    // An object operation without a key (DeleteObjects) is covered by a statement on every
-                    // object.
-                    (Resource::Objects(pattern), None) => pattern == "*",
-                    (Resource::Bucket, Some(_)) => false,
+                && s.resources.iter().any(|r| match (r, target) {
+                    (Resource::Bucket, Target::Bucket) => true,
+                    (Resource::Objects(pattern), Target::Object(key)) => {
+                        wildcard_match(pattern, key)
+                    }
+                    (Resource::Objects(pattern), Target::SomeObject) => {
+                        effect == Effect::Allow || pattern == "*"
+                    }
+                    _ => false,
                 })
         })
     }
@@ -270,16 +320,26 @@ mod tests {
             p.matching(Effect::Allow, Asker::Anonymous, "s3:GetObject", o)
                 .count()
         };
-        assert_eq!(get(Some("a/b")), 1);
+        assert_eq!(get(Target::Object("a/b")), 1);
         assert_eq!(
-            p.matching(Effect::Allow, Asker::Anonymous, "s3:ListBucket", None)
-                .count(),
+            p.matching(
+                Effect::Allow,
+                Asker::Anonymous,
+                "s3:ListBucket",
+                Target::Bucket
+            )
+            .count(),
             0,
             "the statement names objects, not the bucket"
         );
         assert_eq!(
-            p.matching(Effect::Allow, Asker::Anonymous, "s3:PutObject", Some("a"))
-                .count(),
+            p.matching(
+                Effect::Allow,
+                Asker::Anonymous,
+                "s3:PutObject",
+                Target::Object("a")
+            )
+            .count(),
             0
         );
     }
@@ -291,7 +351,7 @@ mod tests {
         let p = Policy::parse(text, "runs").unwrap();
         assert!(!p.is_public());
         let deny = |who, action, key| {
-            p.matching(Effect::Deny, Asker::Key(who), action, Some(key))
+            p.matching(Effect::Deny, Asker::Key(who), action, Target::Object(key))
                 .count()
         };
         assert_eq!(deny("robot", "s3:DeleteObject", "raw/1"), 1);

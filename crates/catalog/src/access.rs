@@ -92,6 +92,8 @@ pub trait AccessCatalog: Send + Sync {
     fn object_acl(&self, bucket: &str, key: &str) -> Result<Option<String>>;
     /// Put (`Some`) or remove the ACL of the object at `key`.
     fn set_object_acl(&self, bucket: &str, key: &str, acl: Option<&str>) -> Result<()>;
+    /// Every object ACL of `bucket`: `(key, ACL JSON)`.
+    fn object_acls(&self, bucket: &str) -> Result<Vec<(String, String)>>;
     /// The buckets where some object has an ACL (decisions look an object's ACL up only there).
     fn buckets_with_object_acls(&self) -> Result<Vec<String>>;
 }

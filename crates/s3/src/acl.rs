@@ -420,11 +420,17 @@ pub(crate) async fn get_bucket_policy_status(
     let access = &s3.access;
     let bucket = &req.input.bucket;
     s3.bucket_exists(bucket).await?;
-    let is_public = access
+    let Some(is_public) = access
         .table()
         .bucket(bucket)
         .and_then(|b| b.policy.as_ref())
-        .is_some_and(|p| p.is_public());
+        .map(|p| p.is_public())
+    else {
+        return Err(S3Error::with_message(
+            S3ErrorCode::NoSuchBucketPolicy,
+            format!("The bucket policy does not exist: bucket {bucket} has none"),
+        ));
+    };
     Ok(S3Response::new(GetBucketPolicyStatusOutput {
         policy_status: Some(PolicyStatus {
             is_public: Some(is_public),

@@ -76,11 +76,51 @@ impl Authorizer {
             .map_err(|d| denied(d.message))
     }
 
-    /// A copy's source must be readable by the signer.
-    fn copy_source<T>(&self, req: &S3Request<T>, source: &CopySource) -> S3Result<()> {
+    /// Decide; when refused, an object's own ACL may still allow a read (looked up only when some object of
+    /// the bucket has one).
+    async fn decide_with_object_acl(
+        &self,
+        principal: &Principal,
+        operation: &'static Operation,
+        bucket: &str,
+        key: Option<&str>,
+    ) -> S3Result<()> {
+        let table = self.access.table();
+        match (table.authorize(principal, operation, bucket, key), key) {
+            (Ok(()), _) => Ok(()),
+            (Err(refused), Some(key)) if table.object_acl_may_allow(operation, bucket) => {
+                let (access, b, k) = (
+                    Arc::clone(&self.access),
+                    bucket.to_string(),
+                    key.to_string(),
+                );
+                let acl = tokio::task::spawn_blocking(move || access.object_acl(&b, &k))
+                    .await
+                    .map_err(|e| crate::error::internal(format!("an access task failed: {e}")))?
+                    .map_err(crate::acl::access_error)?;
+                table
+                    .authorize_with_object_acl(principal, operation, bucket, Some(key), &acl)
+                    .map_err(|_| denied(refused.message))
+            }
+            (Err(refused), _) => Err(denied(refused.message)),
+        }
+    }
+
+    /// A copy's source must be readable by the signer (its ACL counts).
+    async fn copy_source<T>(&self, req: &S3Request<T>, source: &CopySource) -> S3Result<()> {
         match source {
-            CopySource::Bucket { bucket, key, .. } => {
-                self.decide(req, &operations::COPY_SOURCE, bucket, Some(key))
+            CopySource::Bucket {
+                bucket,
+                key,
+                version_id,
+            } => {
+                let operation = match version_id {
+                    Some(_) => &operations::GET_OBJECT_VERSION,
+                    None => &operations::COPY_SOURCE,
+                };
+                let principal = principal_of(&req.extensions);
+                self.decide_with_object_acl(&principal, operation, bucket, Some(key))
+                    .await
             }
             _ => Err(S3Error::with_message(
                 S3ErrorCode::NotImplemented,
@@ -101,7 +141,15 @@ impl Authorizer {
             Some(acl) if acl.as_str() != ObjectCannedACL::PRIVATE => {
                 let operation = permafrost_access::classify("PutObjectAcl")
                     .expect("PutObjectAcl is classified");
-                self.decide(req, operation, bucket, Some(key))
+                self.decide(req, operation, bucket, Some(key))?;
+                // Refused before a byte is written when Block Public Access forbids it.
+                let canned = permafrost_access::Acl::canned(acl.as_str())
+                    .map_err(|m| S3Error::with_message(S3ErrorCode::InvalidArgument, m))?;
+                let table = self.access.table();
+                if canned.is_public() && table.block(bucket).block_public_acls {
+                    return Err(denied(table.blocked_reason(bucket, "BlockPublicAcls")));
+                }
+                Ok(())
             }
             _ => Ok(()),
         }
@@ -119,46 +167,28 @@ impl S3Access for Authorizer {
             .access
             .principal(cx.credentials().map(|c| c.access_key.as_str()));
         let name = cx.s3_op().name();
+        let versioned = cx
+            .uri()
+            .query()
+            .is_some_and(|q| q.split('&').any(|p| p.starts_with("versionId=")));
         let decision = match permafrost_access::classify(name) {
             None if principal.is_root() => Ok(()),
             None => Err(denied(format!(
                 "{name} is not open to access keys on this server (only the root user may use it)"
             ))),
             Some(operation) => {
-                let (bucket, key) = match cx.s3_path() {
-                    S3Path::Root => ("", None),
-                    S3Path::Bucket { bucket } => (bucket.as_ref(), None),
-                    S3Path::Object { bucket, key } => (bucket.as_ref(), Some(key.as_ref())),
+                let operation = if versioned {
+                    operations::with_version(operation)
+                } else {
+                    operation
                 };
-                let table = self.access.table();
-                match (table.authorize(&principal, operation, bucket, key), key) {
-                    (Ok(()), _) => Ok(()),
-                    // The object's own ACL may still allow a read (looked up only when some object of the
-                    // bucket has one).
-                    (Err(refused), Some(key)) if table.object_acl_may_allow(operation, bucket) => {
-                        let (access, b, k) = (
-                            Arc::clone(&self.access),
-                            bucket.to_string(),
-                            key.to_string(),
-                        );
-                        let acl = tokio::task::spawn_blocking(move || access.object_acl(&b, &k))
-                            .await
-                            .map_err(|e| {
-                                crate::error::internal(format!("an access task failed: {e}"))
-                            })?
-                            .map_err(crate::acl::access_error)?;
-                        table
-                            .authorize_with_object_acl(
-                                &principal,
-                                operation,
-                                bucket,
-                                Some(key),
-                                &acl,
-                            )
-                            .map_err(|_| denied(refused.message))
-                    }
-                    (Err(refused), _) => Err(denied(refused.message)),
-                }
+                let (bucket, key) = match cx.s3_path() {
+                    S3Path::Root => (String::new(), None),
+                    S3Path::Bucket { bucket } => (bucket.to_string(), None),
+                    S3Path::Object { bucket, key } => (bucket.to_string(), Some(key.to_string())),
+                };
+                self.decide_with_object_acl(&principal, operation, &bucket, key.as_deref())
+                    .await
             }
         };
         cx.extensions_mut().insert(principal);
@@ -181,7 +211,7 @@ impl S3Access for Authorizer {
             &req.input.key,
             req.input.acl.as_ref(),
         )?;
-        self.copy_source(req, &req.input.copy_source)
+        self.copy_source(req, &req.input.copy_source).await
     }
 
     async fn create_multipart_upload(
@@ -202,7 +232,7 @@ impl S3Access for Authorizer {
     }
 
     async fn upload_part_copy(&self, req: &mut S3Request<UploadPartCopyInput>) -> S3Result<()> {
-        self.copy_source(req, &req.input.copy_source)
+        self.copy_source(req, &req.input.copy_source).await
     }
 
     async fn delete_object(&self, req: &mut S3Request<DeleteObjectInput>) -> S3Result<()> {

@@ -49,10 +49,13 @@ pub(crate) async fn delete_object(
 /// directory transaction per key; a key whose directory update fails is reported as that key's error
 /// (`ServiceUnavailable`, and one log line), the others still go; its local delete stands and the next heartbeat
 /// removes its row (`ClusterNode::directory_behind`).
+/// DeleteObjects; `refused` decides each key (and version) for the signer: a refused one is an `AccessDenied`
+/// entry of the answer and is not touched.
 pub(crate) async fn delete_objects(
     store: &Arc<Store>,
     cluster: Option<&Arc<ClusterNode>>,
     req: S3Request<DeleteObjectsInput>,
+    refused: impl Fn(&str, Option<&str>) -> Option<String> + Send + 'static,
 ) -> S3Result<S3Response<DeleteObjectsOutput>> {
     let input = req.input;
     if input.delete.objects.len() > DELETE_KEYS_MAX {
@@ -78,6 +81,15 @@ pub(crate) async fn delete_objects(
         let mut errors = Vec::new();
         let (mut everywhere, mut tombstones) = (0usize, 0usize);
         for (key, version_id) in keys {
+            if let Some(message) = refused(&key, version_id.as_deref()) {
+                errors.push(Error {
+                    code: Some("AccessDenied".to_owned()),
+                    key: Some(key),
+                    message: Some(message),
+                    version_id,
+                });
+                continue;
+            }
             let outcome = store
                 .delete_version(&bucket, &key, version_id.as_deref(), bypass)
                 .map_err(|e| (e.s3_code().to_owned(), e.to_string()));

@@ -139,11 +139,11 @@ async fn handle(
     }
     let status = response.status();
     // Logged before the metrics wrap the body (the log names the error code read from it).
-    let signer = admin.access().principal(access_key.as_deref());
+    let signer = admin.access().signer_name(access_key.as_deref());
     if audited(&method, status) {
-        audit(&admin, &method, &path, &response, operation, signer.name());
+        audit(&admin, &method, &path, &response, operation, &signer);
     } else if !status.is_success() && !status.is_redirection() {
-        log_failure(&method, &path, &response, operation, signer.name());
+        log_failure(&method, &path, &response, operation, &signer);
     }
     if !path.starts_with(crate::RESERVED_PREFIX) {
         response = crate::metrics::timed(

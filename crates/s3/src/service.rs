@@ -237,7 +237,23 @@ impl S3 for PermafrostS3 {
             c.ensure_local_bucket(&self.store, &req.input.bucket)
                 .await?;
         }
-        delete::delete_objects(&self.store, self.cluster.as_ref(), req).await
+        // Each key is decided again (a policy may deny or allow by prefix, or the version actions).
+        let principal = crate::auth::principal_of(&req.extensions);
+        let table = self.access.table();
+        let bucket = req.input.bucket.clone();
+        let delete =
+            permafrost_access::classify("DeleteObject").expect("DeleteObject is classified");
+        let refused = move |key: &str, version: Option<&str>| {
+            let operation = match version {
+                Some(_) => permafrost_access::operations::with_version(delete),
+                None => delete,
+            };
+            table
+                .authorize(&principal, operation, &bucket, Some(key))
+                .err()
+                .map(|d| d.message)
+        };
+        delete::delete_objects(&self.store, self.cluster.as_ref(), req, refused).await
     }
 
     async fn copy_object(

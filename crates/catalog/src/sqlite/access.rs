@@ -343,6 +343,14 @@ impl AccessCatalog for SqlCatalog {
         })
     }
 
+    fn object_acls(&self, bucket: &str) -> Result<Vec<(String, String)>> {
+        self.read(|c| {
+            c.prepare_cached("SELECT key, acl FROM object_acls WHERE bucket = ?1 ORDER BY key")?
+                .query_map(params![bucket], |r| Ok((r.get(0)?, r.get(1)?)))?
+                .collect()
+        })
+    }
+
     fn buckets_with_object_acls(&self) -> Result<Vec<String>> {
         self.read(|c| {
             c.prepare_cached("SELECT DISTINCT bucket FROM object_acls ORDER BY bucket")?
