@@ -577,6 +577,9 @@ impl AccessTable {
         let who = principal.described();
         let op = operation.name;
         match (principal, operation.need) {
+            (Principal::Anonymous, Need::SignedIn | Need::CreateBuckets) => format!(
+                "{who} may not {op}: sign the request with an access key"
+            ),
             (Principal::Anonymous, _) => format!(
                 "{who} may not {op} in bucket {bucket}: sign the request with an access key, or have the \
                  bucket owner share it (ACL or bucket policy)"
