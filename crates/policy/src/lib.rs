@@ -13,6 +13,9 @@
 //!   started for it (SPEC idea 6, thesis §4.4.4 and §5.3.3):
 //!   [`WatchdogPolicy::decide`] maps a snapshot of the cache to
 //!   [`PersistAction`]s.
+//! - [`idle`]: how long a disk stays up with nothing to do: per-disk idle
+//!   timeouts adapted to its recent gaps, and a wear budget of spin-ups per
+//!   day ([`IdleTimeouts`]).
 //! - [`scheduler`]: which waiting request takes the power budget next, and
 //!   what a spinning disk serves next (reads before persistence, on-disk
 //!   order, a maximum wait): [`Scheduler`], strategies `fifo` and `deadline`.
@@ -31,10 +34,12 @@
 //! **Not here.** Carrying out the decisions (the store's persistence manager,
 //! the engine's write promises, the simulator's event loop).
 
+pub mod idle;
 pub mod placement;
 pub mod scheduler;
 pub mod watchdog;
 
+pub use idle::{DiskCosts, IdleConfig, IdleTimeouts};
 pub use placement::{
     placement_by_name, placement_names, BucketHealth, BucketView, DatasetAffinity,
     DatasetAffinityConfig, LeastFull, ObjectToPlace, Placement, PlacementConfig, PlacementError,

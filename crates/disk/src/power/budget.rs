@@ -157,6 +157,12 @@ impl PowerBudget {
         &self.disks[disk].model
     }
 
+    /// Set `disk`'s idle timeout ([`PowerModel::set_idle_timeout_ms`]); the
+    /// other disks keep theirs.
+    pub fn set_idle_timeout_ms(&mut self, disk: usize, idle_timeout_ms: u64) {
+        self.disks[disk].model.set_idle_timeout_ms(idle_timeout_ms);
+    }
+
     /// A copy of `disk`'s model advanced to `now_ms` (this budget is unchanged).
     pub fn model_at(&self, disk: usize, now_ms: u64) -> PowerModel {
         let mut model = self.disks[disk].model.clone();

@@ -206,6 +206,12 @@ impl PowerModel {
         &self.profile
     }
 
+    /// Change this disk's idle timeout (a caller adapting it per disk). It
+    /// applies to the current idle period too, counted from its start.
+    pub fn set_idle_timeout_ms(&mut self, idle_timeout_ms: u64) {
+        self.profile.idle_timeout_ms = idle_timeout_ms;
+    }
+
     /// State as of the last call (call [`PowerModel::advance`] first for "now").
     pub fn state(&self) -> PowerState {
         self.state
