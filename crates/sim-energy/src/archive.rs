@@ -7,7 +7,8 @@ use std::collections::{BTreeMap, BinaryHeap, HashMap, VecDeque};
 use permafrost_disk::power::{Grant, PowerBudget, PowerState, PowerStats, Ticket};
 use permafrost_grid::{Geometry, Layout};
 use permafrost_policy::{
-    BucketHealth, BucketView, CacheView, ObjectToPlace, Placement, TargetView, WatchdogPolicy,
+    BucketHealth, BucketView, CacheView, DiskCosts, IdleTimeouts, Next, ObjectToPlace, Placement,
+    Scheduler, SchedulerStrategy, TargetView, WatchdogPolicy,
 };
 use permafrost_trace::{Op, Record};
 
@@ -42,6 +43,9 @@ pub struct SystemSpec {
     pub backend: Backend,
     /// The placement strategy (from `permafrost-policy`).
     pub placement: Box<dyn Placement>,
+    /// The grid's scheduler strategy; `None`: the config's. Baselines always
+    /// run first come, first served.
+    pub scheduler: Option<SchedulerStrategy>,
 }
 
 /// A place objects live: a grid bucket, a RAID array or a stripe set.
@@ -53,6 +57,9 @@ struct Home {
     capacity_bytes: u64,
     used_bytes: u64,
     waiting_bytes: u64,
+    /// Where the next persisted object starts on the disk (objects are
+    /// written one after another; deleted space is not reused here).
+    next_offset: u64,
 }
 
 /// Something the watchdog persists to: a home (its target has the same index)
@@ -101,6 +108,8 @@ struct Obj {
     generation: u64,
     live: bool,
     cached: Cached,
+    /// Where the object starts on its disk (its on-disk order).
+    offset: u64,
 }
 
 enum JobKind {
@@ -108,6 +117,7 @@ enum JobKind {
         slot: u32,
         generation: u64,
         arrival_ms: u64,
+        offset: u64,
     },
     Persist {
         target: u32,
@@ -120,6 +130,10 @@ struct Job {
     disks: Vec<usize>,
     hold_ms: u64,
     kind: JobKind,
+    /// With a scheduler: when the granted disks are ready.
+    ready_ms: u64,
+    /// When the request was made.
+    submitted_ms: u64,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -127,6 +141,8 @@ enum Event {
     IoEnd(u32),
     JobDone(u32),
     Watchdog,
+    /// With a scheduler: the operation running on this disk ends.
+    OpEnd(u32),
 }
 
 /// Counters of one run, beyond the power models' own.
@@ -189,6 +205,23 @@ pub struct ArchiveSim {
     counters: Counters,
     bucket_views: Vec<BucketView>,
     target_views: Vec<TargetView>,
+    /// The grid's scheduler (`None`: first come, first served through the
+    /// budget's FIFO and each disk's `busy_until_ms`, as before issue 30).
+    sched: Option<Scheduler>,
+    /// With a scheduler: a persist's chunk, in transfer time.
+    chunk_ms: u64,
+    /// With a scheduler: the job whose chunk each disk transfers (`true`: its last).
+    disk_op: Vec<Option<(u32, bool)>>,
+    /// With a scheduler: the job each disk transferred last (another one costs a seek).
+    last_on_disk: Vec<Option<u32>>,
+    /// With a scheduler: the time to move to another request's data.
+    seek_ms: u64,
+    /// With a scheduler: per-disk idle timeouts and the wear budget.
+    idle: Option<IdleTimeouts>,
+    /// Per disk: its spin-ups in the last 24 hours.
+    spin_ups_day: Vec<VecDeque<u64>>,
+    /// The most spin-ups of one disk in any 24 hours.
+    spin_ups_day_peak: usize,
 }
 
 impl ArchiveSim {
@@ -217,6 +250,7 @@ impl ArchiveSim {
                         capacity_bytes: capacity,
                         used_bytes: 0,
                         waiting_bytes: 0,
+                        next_offset: 0,
                     });
                     let (target_disks, factor) = match config.write_mode {
                         // Chunks are pipelined (thesis l. 1647: several write promises
@@ -276,6 +310,7 @@ impl ArchiveSim {
                         capacity_bytes: capacity * n as u64,
                         used_bytes: 0,
                         waiting_bytes: 0,
+                        next_offset: 0,
                     });
                     targets.push(Target::new(members, 1, n as u64));
                 }
@@ -288,6 +323,17 @@ impl ArchiveSim {
         // makes a request wait.
         let power = PowerBudget::new(profile, disks, budget.unwrap_or(disks).max(1), 0)
             .map_err(|e| SimError::Config(e.to_string()))?;
+        let strategy = spec.scheduler.unwrap_or(config.scheduler.strategy);
+        let sched = match (&spec.backend, strategy) {
+            (Backend::Grid(_), SchedulerStrategy::Deadline) => {
+                let mut c = config.scheduler.clone();
+                c.strategy = strategy;
+                Some(Scheduler::new(c, disks))
+            }
+            _ => None,
+        };
+        let chunk_ms = (u128::from(config.persist_chunk_bytes.max(1)) * 1000)
+            .div_ceil(u128::from(config.disk_bytes_per_s)) as u64;
         let mut sim = ArchiveSim {
             label: spec.label,
             backend: spec.backend,
@@ -322,7 +368,24 @@ impl ArchiveSim {
             counters: Counters::default(),
             bucket_views: Vec::new(),
             target_views: Vec::new(),
+            sched,
+            chunk_ms: chunk_ms.max(1),
+            disk_op: vec![None; disks],
+            last_on_disk: vec![None; disks],
+            seek_ms: config.seek_ms,
+            idle: None,
+            spin_ups_day: vec![VecDeque::new(); disks],
+            spin_ups_day_peak: 0,
         };
+        if sim.sched.is_some() {
+            let p = sim.power.profile();
+            let costs = DiskCosts {
+                default_timeout_ms: p.idle_timeout_ms,
+                watts_idle: p.watts_idle,
+                spin_up_joules: p.spin_up_ms as f64 / 1000.0 * p.watts_spinning_up,
+            };
+            sim.idle = Some(IdleTimeouts::new(config.idle.clone(), costs, disks));
+        }
         if matches!(sim.backend, Backend::Raid6AlwaysOn { .. }) {
             // Always on: every disk spins up at time 0 and never times out.
             let all: Vec<usize> = (0..disks).collect();
@@ -455,6 +518,7 @@ impl ArchiveSim {
                 placement_failures: c.placement_failures,
                 out_of_order_records: c.out_of_order_records,
                 max_spinning: self.power.max_spinning_seen(),
+                spin_ups_per_disk_day_max: self.spin_ups_day_peak as u64,
                 budget_max_spinning: self.budget,
                 events: c.events,
             },
@@ -492,6 +556,7 @@ impl ArchiveSim {
                         self.run_watchdog();
                     }
                 }
+                Event::OpEnd(d) => self.op_end(d as usize),
             }
             self.check();
         }
@@ -552,6 +617,9 @@ impl ArchiveSim {
     }
 
     fn submit(&mut self, job: Job) {
+        if self.sched.is_some() {
+            return self.submit_scheduled(job);
+        }
         let disks = job.disks.clone();
         let id = match self.free_jobs.pop() {
             Some(id) => {
@@ -612,6 +680,7 @@ impl ArchiveSim {
     /// Run a job whose disks were granted: its I/O starts when every disk is
     /// ready and done with earlier I/O, and holds the disks for `hold_ms`.
     fn start(&mut self, id: u32, grant: Grant) {
+        self.count_spin_ups(&grant.spun_up);
         let job = self.jobs[id as usize].as_ref().expect("job to start");
         let hold_ms = job.hold_ms.max(1);
         let disks = job.disks.clone();
@@ -657,6 +726,246 @@ impl ArchiveSim {
                 entries,
                 bytes,
             } => self.persist_done(target, entries, bytes),
+        }
+    }
+
+    /// Count the spin-ups of a grant (per disk per 24 hours).
+    fn count_spin_ups(&mut self, spun_up: &[usize]) {
+        const DAY_MS: u64 = 24 * 3_600 * 1_000;
+        let now = self.now_ms;
+        for &d in spun_up {
+            let w = &mut self.spin_ups_day[d];
+            while w.front().is_some_and(|&t| t + DAY_MS <= now) {
+                w.pop_front();
+            }
+            w.push_back(now);
+            self.spin_ups_day_peak = self.spin_ups_day_peak.max(w.len());
+            if let Some(idle) = self.idle.as_mut() {
+                idle.spun_up(d, now);
+            }
+        }
+    }
+
+    // ---- the scheduler (issue 30) ----
+
+    fn alloc_job(&mut self, job: Job) -> u32 {
+        match self.free_jobs.pop() {
+            Some(id) => {
+                self.jobs[id as usize] = Some(job);
+                id
+            }
+            None => {
+                self.jobs.push(Some(job));
+                (self.jobs.len() - 1) as u32
+            }
+        }
+    }
+
+    fn sched(&mut self) -> &mut Scheduler {
+        self.sched.as_mut().expect("a scheduled system")
+    }
+
+    /// A new request with the scheduler: it starts at once if its disks are on
+    /// (unless the scheduler holds new work for a request that waited too
+    /// long) or the budget has room; else it waits in the scheduler's queue.
+    fn submit_scheduled(&mut self, job: Job) {
+        let now = self.now_ms;
+        let disks = job.disks.clone();
+        let arrival = job.submitted_ms;
+        let id = self.alloc_job(job);
+        if let Some(idle) = self.idle.as_mut() {
+            for &d in &disks {
+                idle.request(d, now);
+            }
+        }
+        let sched = self.sched.as_ref().expect("scheduled");
+        let queue_first = sched.holding(now) || sched.budget_waiting() > 0;
+        if !queue_first && self.try_grant(id) {
+            return;
+        }
+        self.sched().wait_for_budget(u64::from(id), &disks, arrival);
+        if !self.sched.as_ref().expect("scheduled").holding(now) {
+            self.serve_scheduled();
+        }
+    }
+
+    /// Try to give job `id` its disks now, through the power budget (which is
+    /// never left holding a ticket: the order of waiting requests is the
+    /// scheduler's). True if it started.
+    fn try_grant(&mut self, id: u32) -> bool {
+        let disks = self.jobs[id as usize].as_ref().expect("job").disks.clone();
+        let now = self.now_ms;
+        let grant = match self.power.acquire_on(&disks, now) {
+            Some(g) => Some(g),
+            None => {
+                let mut ticket = None;
+                let g = self
+                    .power
+                    .acquire_stopping_at_once(&disks, &mut ticket, now)
+                    .unwrap_or_else(|e| {
+                        unreachable!("{}: {e} (checked at construction)", self.label)
+                    });
+                self.power.cancel(&mut ticket);
+                g
+            }
+        };
+        match grant {
+            Some(g) => {
+                self.start_scheduled(id, g);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Budget may have come free: start waiting requests in the scheduler's order.
+    fn serve_scheduled(&mut self) {
+        let now = self.now_ms;
+        while let Some(id) = self.sched.as_ref().expect("scheduled").next_to_spin(now) {
+            if !self.try_grant(id as u32) {
+                break;
+            }
+            self.sched().granted(id);
+        }
+        if self.sched.as_ref().expect("scheduled").holding(now) {
+            return;
+        }
+        // Requests behind the head whose disks are all on go at once.
+        let on: Vec<u64> = {
+            let sched = self.sched.as_ref().expect("scheduled");
+            sched
+                .budget_queue()
+                .filter(|(_, _, disks)| {
+                    disks.iter().all(|&d| {
+                        let m = self.power.model(d);
+                        m.state() != PowerState::Off
+                            && m.next_transition_ms().is_none_or(|t| t > now)
+                    })
+                })
+                .map(|(id, _, _)| id)
+                .collect()
+        };
+        for id in on {
+            if self.try_grant(id as u32) {
+                self.sched().granted(id);
+            }
+        }
+    }
+
+    /// Job `id` has its disks' power: hand it to its disk's queue.
+    fn start_scheduled(&mut self, id: u32, grant: Grant) {
+        self.count_spin_ups(&grant.spun_up);
+        let chunk_ms = self.chunk_ms;
+        let job = self.jobs[id as usize].as_mut().expect("job to start");
+        job.ready_ms = grant.ready_ms;
+        let disk = job.disks[0];
+        let hold_ms = job.hold_ms.max(1);
+        match job.kind {
+            JobKind::Read {
+                arrival_ms, offset, ..
+            } => {
+                self.sched().enqueue_read(
+                    disk,
+                    u64::from(id),
+                    offset,
+                    arrival_ms,
+                    hold_ms,
+                    chunk_ms,
+                );
+            }
+            JobKind::Persist { .. } => {
+                self.sched()
+                    .begin_persist(disk, u64::from(id), hold_ms, chunk_ms);
+            }
+        }
+        self.kick(disk);
+    }
+
+    /// If `disk` is free, start the chunk the scheduler says it should
+    /// transfer next. A chunk of another request than the disk's last one
+    /// costs a seek first.
+    fn kick(&mut self, disk: usize) {
+        if self.disk_op[disk].is_some() {
+            return;
+        }
+        let now = self.now_ms;
+        let Some(next) = self.sched().next_on_disk(disk, now) else {
+            return;
+        };
+        let j = next.id() as u32;
+        // Moving from one request's data to another's costs a seek; the first
+        // request after the disk was idle finds its heads wherever they are
+        // (no seek is charged, as before the scheduler).
+        let seek = match self.last_on_disk[disk] {
+            Some(last) if last != j => self.seek_ms,
+            _ => 0,
+        };
+        self.last_on_disk[disk] = Some(j);
+        let job = self.jobs[j as usize].as_ref().expect("scheduled job");
+        match next {
+            Next::Read {
+                ms, first, last, ..
+            } => {
+                let start = now.max(job.ready_ms).max(self.busy_until_ms[disk]) + seek;
+                if first {
+                    if let JobKind::Read { arrival_ms, .. } = job.kind {
+                        self.latency.record(start - arrival_ms);
+                    }
+                }
+                let end = start + ms.max(1);
+                self.busy_until_ms[disk] = end;
+                self.disk_op[disk] = Some((j, last));
+                self.push(end, Event::OpEnd(disk as u32));
+            }
+            Next::Persist { ms, last, .. } => {
+                // The chunk goes to the data disk and its parity disks together.
+                let start = job
+                    .disks
+                    .iter()
+                    .map(|&d| self.busy_until_ms[d])
+                    .fold(now.max(job.ready_ms), u64::max)
+                    + seek;
+                let end = start + ms.max(1);
+                for &d in &job.disks {
+                    self.busy_until_ms[d] = end;
+                }
+                self.disk_op[disk] = Some((j, last));
+                self.push(end, Event::OpEnd(disk as u32));
+            }
+        }
+    }
+
+    /// The chunk on `disk` ended: after a request's last chunk release what it
+    /// held; then the disk's next chunk.
+    fn op_end(&mut self, disk: usize) {
+        let now = self.now_ms;
+        let (j, last) = self.disk_op[disk].take().expect("a chunk ran");
+        let mut idle = false;
+        if last {
+            let disks = self.jobs[j as usize].as_ref().expect("job").disks.clone();
+            for d in disks {
+                // The disk's timeout is set before its last I/O ends: the
+                // model starts the idle period (and ends it, at once, for a
+                // zero timeout) as the I/O ends.
+                if let Some(timeouts) = self.idle.as_ref() {
+                    if self.power.model(d).io_in_flight() == 1 {
+                        let t = timeouts.timeout_ms(d, now);
+                        self.power.set_idle_timeout_ms(d, t);
+                    }
+                }
+                if self.power.release(d, now) {
+                    idle = true;
+                    self.last_on_disk[d] = None;
+                    if let Some(timeouts) = self.idle.as_mut() {
+                        timeouts.went_idle(d, now);
+                    }
+                }
+            }
+            self.job_done(j);
+        }
+        self.kick(disk);
+        if idle && self.sched.as_ref().expect("scheduled").budget_waiting() > 0 {
+            self.serve_scheduled();
         }
     }
 
@@ -706,6 +1015,7 @@ impl ArchiveSim {
             generation: self.next_generation,
             live: true,
             cached: Cached::Absent,
+            offset: 0,
         };
         match self.free_slots.pop() {
             Some(slot) => {
@@ -759,8 +1069,13 @@ impl ArchiveSim {
     /// persisted and not cached.
     fn preexisting(&mut self, record: &Record) -> Option<u32> {
         let home = self.place(record, record.size_bytes)?;
-        self.homes[home as usize].used_bytes += record.size_bytes;
-        Some(self.new_slot(record.size_bytes, home))
+        let h = &mut self.homes[home as usize];
+        h.used_bytes += record.size_bytes;
+        let offset = h.next_offset;
+        h.next_offset += record.size_bytes;
+        let slot = self.new_slot(record.size_bytes, home);
+        self.objs[slot as usize].offset = offset;
+        Some(slot)
     }
 
     fn delete_slot(&mut self, slot: u32) {
@@ -825,7 +1140,10 @@ impl ArchiveSim {
                         slot,
                         generation: o.generation,
                         arrival_ms: self.now_ms,
+                        offset: o.offset,
                     },
+                    ready_ms: 0,
+                    submitted_ms: self.now_ms,
                 });
             }
         }
@@ -967,6 +1285,8 @@ impl ArchiveSim {
                 entries,
                 bytes,
             },
+            ready_ms: 0,
+            submitted_ms: self.now_ms,
         });
     }
 
@@ -980,6 +1300,9 @@ impl ArchiveSim {
                         let home = &mut self.homes[o.home as usize];
                         home.waiting_bytes -= o.size_bytes;
                         home.used_bytes += o.size_bytes;
+                        let offset = home.next_offset;
+                        home.next_offset += o.size_bytes;
+                        self.objs[slot as usize].offset = offset;
                         self.touch(slot);
                     }
                 }

@@ -7,7 +7,7 @@ use anyhow::Context;
 use permafrost_grid::Layout;
 use permafrost_plot::Chart;
 
-use crate::{simulate, standard_systems, Report, SimConfig, WriteMode};
+use crate::{scheduler_systems, simulate, standard_systems, Report, SimConfig, WriteMode};
 
 /// Arguments of `permafrost sim energy`.
 #[derive(Clone, Debug, clap::Args)]
@@ -24,6 +24,13 @@ pub struct EnergyArgs {
     /// Power budget: at most N grid disks spinning at once.
     #[arg(long, value_name = "N")]
     pub budget: Option<usize>,
+    /// Read scheduler of the grids: deadline (bounded reordering, reads
+    /// before persistence, adaptive idle timeouts; default) or fifo (first
+    /// come, first served, fixed idle timeout: the behaviour before issue 30).
+    /// More names, comma-separated, add the grid under each as further
+    /// systems of the same run (`--scheduler deadline,fifo`).
+    #[arg(long, value_name = "NAME[,NAME]", value_delimiter = ',')]
+    pub scheduler: Vec<permafrost_policy::SchedulerStrategy>,
     /// Parity update mode of the grid.
     #[arg(long, value_enum)]
     pub write_mode: Option<WriteMode>,
@@ -40,7 +47,8 @@ pub struct EnergyArgs {
     /// placement, cache, disks); flags override it.
     #[arg(long)]
     pub config: Option<PathBuf>,
-    /// Simulate only the grid with the chosen placement.
+    /// Simulate only the grid with the chosen placement (and the same grid
+    /// under the further `--scheduler` names).
     #[arg(long)]
     pub no_baselines: bool,
     /// Print the report as JSON.
@@ -64,6 +72,9 @@ impl EnergyArgs {
         };
         if let Some(b) = self.budget {
             config.budget_max_spinning = Some(b);
+        }
+        if let Some(&s) = self.scheduler.first() {
+            config.scheduler.strategy = s;
         }
         if let Some(m) = self.write_mode {
             config.write_mode = m;
@@ -94,6 +105,13 @@ pub fn run(args: &EnergyArgs) -> anyhow::Result<()> {
     if args.no_baselines {
         systems.truncate(1);
     }
+    let others = args.scheduler.get(1..).unwrap_or_default();
+    systems.extend(scheduler_systems(
+        &config,
+        args.layout,
+        &args.placement,
+        others,
+    )?);
     let reader = permafrost_trace::TraceReader::open(&args.trace)?;
     let report = simulate(&config, systems, reader, &args.trace.display().to_string())?;
     if args.json {

@@ -1,7 +1,7 @@
 //! What is simulated: the hardware, the cache, the policies.
 
 use permafrost_disk::power::PowerProfile;
-use permafrost_policy::{PlacementConfig, WatchdogConfig};
+use permafrost_policy::{IdleConfig, PlacementConfig, SchedulerConfig, WatchdogConfig};
 use serde::{Deserialize, Serialize};
 
 /// How a persist updates parity (SPEC idea 5, `docs/engine.md`).
@@ -43,6 +43,19 @@ pub struct SimConfig {
     pub watchdog: WatchdogConfig,
     /// Placement settings (shared with the server).
     pub placement: PlacementConfig,
+    /// The grid's read scheduler (shared with the server; `docs/energy.md`).
+    pub scheduler: SchedulerConfig,
+    /// With the `deadline` scheduler reads and persists are transferred in
+    /// chunks of this size (the engine's chunk, 8 MiB): a persist yields to
+    /// reads between chunks, a disk sweeps over its reads one chunk each.
+    pub persist_chunk_bytes: u64,
+    /// With the `deadline` scheduler, reads and persists are transferred in
+    /// chunks of `persist_chunk_bytes`; moving to another request's data costs
+    /// this long (a seek; the `fifo` path, as before, charges none).
+    pub seek_ms: u64,
+    /// With the `deadline` scheduler: per-disk idle timeouts adapted to the
+    /// disk's recent gaps, and the wear budget (shared with the server).
+    pub idle: IdleConfig,
 }
 
 impl Default for SimConfig {
@@ -57,6 +70,10 @@ impl Default for SimConfig {
             power: PowerProfile::default(),
             watchdog: WatchdogConfig::default(),
             placement: PlacementConfig::default(),
+            scheduler: SchedulerConfig::default(),
+            persist_chunk_bytes: 8 << 20,
+            seek_ms: 10,
+            idle: IdleConfig::default(),
         }
     }
 }
@@ -72,6 +89,9 @@ impl SimConfig {
         }
         if self.budget_max_spinning == Some(0) {
             return Err("a power budget of 0 spinning disks can serve nothing".into());
+        }
+        if self.persist_chunk_bytes == 0 {
+            return Err("persist_chunk_bytes must be positive".into());
         }
         if self.watchdog.interval_ms == 0 {
             return Err("watchdog.interval_ms must be positive".into());

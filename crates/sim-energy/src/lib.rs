@@ -42,7 +42,7 @@ pub use latency::LatencyHistogram;
 pub use report::{Activity, Report, StateHours, SystemReport};
 
 use permafrost_grid::{Geometry, Layout};
-use permafrost_policy::{placement_by_name, RandomPlacement};
+use permafrost_policy::{placement_by_name, RandomPlacement, SchedulerStrategy};
 use permafrost_trace::Record;
 
 /// Why a simulation could not run.
@@ -60,7 +60,8 @@ pub enum SimError {
 /// grid with random placement (unless `placement` is already `random`), an
 /// always-on RAID 6 (10+2) and a 12+4 erasure-coded store, both with at least
 /// the grid's usable capacity. Placement names come from
-/// [`permafrost_policy::placement_by_name`].
+/// [`permafrost_policy::placement_by_name`]. The grids run the configured
+/// scheduler (`config.scheduler`); see [`scheduler_systems`] to compare.
 pub fn standard_systems(
     config: &SimConfig,
     layout: Layout,
@@ -76,25 +77,54 @@ pub fn standard_systems(
         label: format!("grid {layout} {placement}"),
         backend: Backend::Grid(layout),
         placement: strategy(placement)?,
+        scheduler: None,
     }];
     if placement != RandomPlacement::NAME {
         systems.push(SystemSpec {
             label: format!("grid {layout} random"),
             backend: Backend::Grid(layout),
             placement: strategy(RandomPlacement::NAME)?,
+            scheduler: None,
         });
     }
     systems.push(SystemSpec {
         label: "raid6 10+2 always-on".into(),
         backend: Backend::Raid6AlwaysOn { data_disks },
         placement: strategy(RandomPlacement::NAME)?,
+        scheduler: None,
     });
     systems.push(SystemSpec {
         label: "erasure 12+4".into(),
         backend: Backend::ErasureCoded { data_disks },
         placement: strategy(RandomPlacement::NAME)?,
+        scheduler: None,
     });
     Ok(systems)
+}
+
+/// The grid `layout` with `placement` once more under each of `schedulers`
+/// (labelled `grid LAYOUT PLACEMENT, NAME scheduler`), to run beside
+/// [`standard_systems`]: e.g. the `fifo` behaviour before issue 30 beside the
+/// `deadline` scheduler, on the same records.
+pub fn scheduler_systems(
+    config: &SimConfig,
+    layout: Layout,
+    placement: &str,
+    schedulers: &[SchedulerStrategy],
+) -> Result<Vec<SystemSpec>, SimError> {
+    Geometry::new(layout).map_err(|e| SimError::Config(format!("layout {layout}: {e}")))?;
+    schedulers
+        .iter()
+        .map(|&s| {
+            Ok(SystemSpec {
+                label: format!("grid {layout} {placement}, {s} scheduler"),
+                backend: Backend::Grid(layout),
+                placement: placement_by_name(placement, &config.placement)
+                    .map_err(|e| SimError::Config(e.to_string()))?,
+                scheduler: Some(s),
+            })
+        })
+        .collect()
 }
 
 /// Run `systems` side by side over `records` (in time order) and report.

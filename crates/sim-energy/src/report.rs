@@ -51,6 +51,8 @@ pub struct Activity {
     pub out_of_order_records: u64,
     /// Most disks on at once.
     pub max_spinning: usize,
+    /// The most spin-ups one disk made in any 24 hours.
+    pub spin_ups_per_disk_day_max: u64,
     /// The power budget, if one applied.
     pub budget_max_spinning: Option<usize>,
     /// Records plus internal events processed.
@@ -170,10 +172,11 @@ impl Report {
         );
         let _ = writeln!(
             out,
-            "{:<34} {:>5} {:>9} {:>10} {:>10} {:>9} {:>9} {:>9} {:>6} {:>10} {:>10}",
+            "{:<44} {:>5} {:>9} {:>8} {:>10} {:>10} {:>9} {:>9} {:>9} {:>6} {:>10} {:>10}",
             "system",
             "disks",
             "spin-ups",
+            "su/d max",
             "kWh",
             "off h",
             "spinup h",
@@ -186,10 +189,11 @@ impl Report {
         for s in &self.systems {
             let _ = writeln!(
                 out,
-                "{:<34} {:>5} {:>9} {:>10.1} {:>10.0} {:>9.1} {:>9.0} {:>9.0} {:>6.1} {:>10.2} {:>10.2}",
+                "{:<44} {:>5} {:>9} {:>8} {:>10.1} {:>10.0} {:>9.1} {:>9.0} {:>9.0} {:>6.1} {:>10.2} {:>10.2}",
                 s.label,
                 s.disks,
                 s.spin_ups,
+                s.activity.spin_ups_per_disk_day_max,
                 s.kwh,
                 s.disk_hours.off,
                 s.disk_hours.spinning_up,

@@ -6,10 +6,11 @@ use permafrost_disk::power::{Grant, PowerBudget, PowerState, PowerStats, Ticket}
 use permafrost_grid::{Geometry, Layout};
 use permafrost_policy::{
     placement_by_name, placement_names, BucketHealth, BucketView, ObjectToPlace, Placement,
-    PlacementError, WatchdogConfig,
+    PlacementError, SchedulerStrategy, WatchdogConfig,
 };
 use permafrost_sim_energy::{
-    run, simulate, standard_systems, ArchiveSim, Backend, Report, SimConfig, SystemSpec, WriteMode,
+    run, scheduler_systems, simulate, standard_systems, ArchiveSim, Backend, Report, SimConfig,
+    SystemSpec, WriteMode,
 };
 use permafrost_trace::{generate, GenOptions, Op, Profile, Record};
 
@@ -147,13 +148,26 @@ fn energy_adds_up_and_every_spin_up_and_idle_timeout_is_accounted_in_full() {
         ..SimConfig::default()
     };
     let records = ecfs(3_000, 11);
-    let mut sims: Vec<ArchiveSim> = standard_systems(&config, layout(), "dataset-affinity")
-        .unwrap()
+    let mut systems = standard_systems(&config, layout(), "dataset-affinity").unwrap();
+    systems.extend(
+        scheduler_systems(
+            &config,
+            layout(),
+            "dataset-affinity",
+            &[SchedulerStrategy::Fifo],
+        )
+        .unwrap(),
+    );
+    let mut sims: Vec<ArchiveSim> = systems
         .into_iter()
         .map(|s| ArchiveSim::new(&config, s).unwrap())
         .collect();
     let report = run(&mut sims, ok(records), "ecfs").unwrap();
-    assert_eq!(report.systems.len(), 4);
+    assert_eq!(
+        report.systems.len(),
+        5,
+        "four systems and the grid under fifo"
+    );
     for (sim, system) in sims.iter().zip(&report.systems) {
         let mut sum = PowerStats::default();
         for s in sim.disk_stats() {
@@ -224,6 +238,7 @@ fn power_budget_is_never_exceeded_and_makes_reads_wait() {
             label: "grid".into(),
             backend: Backend::Grid(layout()),
             placement: placement_by_name("round-robin", &config.placement).unwrap(),
+            scheduler: None,
         };
         let mut sim = ArchiveSim::new(&config, spec).unwrap();
         sim.set_check_invariants(true); // asserts the budget after every event
@@ -283,6 +298,7 @@ fn the_simulation_places_objects_with_the_strategy_it_is_given() {
         label: "grid bucket-5".into(),
         backend: Backend::Grid(layout()),
         placement: Box::new(Bucket5),
+        scheduler: None,
     };
     let mut sim = ArchiveSim::new(&config, spec).unwrap();
     run(std::slice::from_mut(&mut sim), ok(ecfs(2_000, 3)), "ecfs").unwrap();
@@ -418,6 +434,8 @@ fn the_simulator_grants_and_accounts_power_with_the_disk_crates_budget() {
         label: "grid".into(),
         backend: Backend::Grid(layout()),
         placement: placement_by_name("round-robin", &config.placement).unwrap(),
+        // The budget's own FIFO is what this test drives directly.
+        scheduler: Some(SchedulerStrategy::Fifo),
     };
     // Objects stored before the trace, placed on first sight: 1..=4 on buckets 0..=3.
     let records = vec![
@@ -568,4 +586,63 @@ fn every_registered_placement_chooses_in_the_simulator_what_the_policy_crate_cho
     };
     assert!(unknown.validate().is_err());
     assert!(standard_systems(&config, layout(), "nearest").is_err());
+}
+
+/// Issue 30: the deadline scheduler against first come, first served on the
+/// same requests. Reads of one dataset on one disk no longer wait for each
+/// other's whole transfers nor for a persist, so the time to first byte falls;
+/// with a tight power budget the budget still holds after every event; with
+/// the wear budget enforced no disk spins up more often in a day than allowed.
+#[test]
+fn the_deadline_scheduler_serves_first_bytes_sooner_within_the_budgets() {
+    let records = ecfs(20_000, 5);
+    let mut config = SimConfig {
+        budget_max_spinning: Some(8),
+        cache_capacity_bytes: 64 << 30,
+        ..SimConfig::default()
+    };
+    config.idle.enforce_wear_budget = true;
+    config.idle.spinups_per_day_max = Some(3);
+    let mut systems = standard_systems(&config, layout(), "dataset-affinity").unwrap();
+    systems.truncate(1);
+    systems.extend(
+        scheduler_systems(
+            &config,
+            layout(),
+            "dataset-affinity",
+            &[SchedulerStrategy::Fifo],
+        )
+        .unwrap(),
+    );
+    let mut sims: Vec<ArchiveSim> = systems
+        .into_iter()
+        .map(|s| {
+            let mut sim = ArchiveSim::new(&config, s).unwrap();
+            sim.set_check_invariants(true); // asserts the power budget after every event
+            sim
+        })
+        .collect();
+    assert_eq!(sims.len(), 2);
+    let report = run(&mut sims, ok(records), "ecfs").unwrap();
+    let (deadline, fifo) = (&report.systems[0], &report.systems[1]);
+    assert!(fifo.label.ends_with("fifo scheduler"), "{}", fifo.label);
+    assert_eq!(deadline.activity.reads, fifo.activity.reads);
+    assert!(
+        deadline.read_latency_mean_ms * 2.0 < fifo.read_latency_mean_ms,
+        "deadline {} ms, fifo {} ms",
+        deadline.read_latency_mean_ms,
+        fifo.read_latency_mean_ms
+    );
+    assert!(deadline.read_latency_p99_ms <= fifo.read_latency_p99_ms);
+    assert!(deadline.activity.max_spinning <= 8);
+    assert!(
+        deadline.activity.spin_ups_per_disk_day_max <= 3,
+        "a disk spun up {} times in a day",
+        deadline.activity.spin_ups_per_disk_day_max
+    );
+    assert!(
+        fifo.activity.spin_ups_per_disk_day_max > 3,
+        "the case must load the wear budget to prove it: {}",
+        fifo.activity.spin_ups_per_disk_day_max
+    );
 }
