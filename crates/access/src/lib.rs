@@ -577,15 +577,19 @@ impl AccessTable {
         let who = principal.described();
         let op = operation.name;
         match (principal, operation.need) {
-            (Principal::Anonymous, Need::SignedIn | Need::CreateBuckets) => format!(
-                "{who} may not {op}: sign the request with an access key"
+            (Principal::Anonymous, Need::SignedIn) => {
+                format!("{who} may not {op}: sign the request with an access key")
+            }
+            (Principal::Anonymous, Need::CreateBuckets) => format!(
+                "{who} may not {op} {bucket}: sign the request with an access key that may create buckets"
             ),
             (Principal::Anonymous, _) => format!(
                 "{who} may not {op} in bucket {bucket}: sign the request with an access key, or have the \
                  bucket owner share it (ACL or bucket policy)"
             ),
             (Principal::Key(key), Need::CreateBuckets) => format!(
-                "{who} may not create buckets (permafrost key allow {} --create-buckets)",
+                "{who} may not {op} {bucket}: the key may not create buckets (permafrost key allow {} \
+                 --create-buckets)",
                 key.name
             ),
             _ => {

@@ -523,7 +523,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
         );
         let admin = permafrost_admin::Admin::start(
             Arc::clone(&store),
-            access,
+            Arc::clone(&access),
             permafrost_admin::AdminOptions {
                 config_path: Some(data_dir.join(CONFIG_FILE)),
                 ..Default::default()
@@ -557,6 +557,9 @@ pub fn run(args: ServeArgs) -> Result<()> {
         }
     }
     runtime.shutdown_timeout(Duration::from_millis(CLOSE_WAIT_MS));
+    // Dropped here, outside the runtime: a cluster's shared access tables hold a PostgreSQL client, whose own
+    // runtime must not be dropped inside another.
+    drop(access);
     drop(cluster); // the heartbeat stops (it holds the store)
     recorder.shutdown();
     drop(recorder);

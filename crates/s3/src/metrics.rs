@@ -16,8 +16,10 @@ use permafrost_disk::power::WakeWitness;
 use s3s::{Body, StdError};
 
 /// Query sub-resources that name an operation family: `(query name, operation suffix)`.
-const SUBRESOURCES: [(&str, &str); 14] = [
+const SUBRESOURCES: [(&str, &str); 16] = [
     ("tagging", "Tagging"),
+    ("policyStatus", "PolicyStatus"),
+    ("publicAccessBlock", "PublicAccessBlock"),
     ("acl", "Acl"),
     ("versioning", "Versioning"),
     ("lifecycle", "LifecycleConfiguration"),
@@ -84,15 +86,18 @@ pub(crate) fn operation(method: &Method, uri: &Uri, headers: &HeaderMap) -> &'st
             "Versioning" => "GetBucketVersioning", "LifecycleConfiguration" => "GetBucketLifecycleConfiguration",
             "Policy" => "GetBucketPolicy", "ObjectLockConfiguration" => "GetObjectLockConfiguration",
             "Location" => "GetBucketLocation", "Cors" => "GetBucketCors", "Encryption" => "GetBucketEncryption",
-            "Versions" => "ListObjectVersions"; "ListObjects"),
+            "Versions" => "ListObjectVersions", "PolicyStatus" => "GetBucketPolicyStatus",
+            "PublicAccessBlock" => "GetPublicAccessBlock"; "ListObjects"),
         ("HEAD", false) => "HeadBucket",
         ("PUT", false) => family!("Tagging" => "PutBucketTagging", "Acl" => "PutBucketAcl",
             "Versioning" => "PutBucketVersioning", "LifecycleConfiguration" => "PutBucketLifecycleConfiguration",
             "Policy" => "PutBucketPolicy", "ObjectLockConfiguration" => "PutObjectLockConfiguration",
-            "Cors" => "PutBucketCors", "Encryption" => "PutBucketEncryption"; "CreateBucket"),
+            "Cors" => "PutBucketCors", "Encryption" => "PutBucketEncryption",
+            "PublicAccessBlock" => "PutPublicAccessBlock"; "CreateBucket"),
         ("POST", false) if has(&query, "delete") => "DeleteObjects",
         ("DELETE", false) => family!("Tagging" => "DeleteBucketTagging", "Policy" => "DeleteBucketPolicy",
-            "LifecycleConfiguration" => "DeleteBucketLifecycle", "Cors" => "DeleteBucketCors"; "DeleteBucket"),
+            "LifecycleConfiguration" => "DeleteBucketLifecycle", "Cors" => "DeleteBucketCors",
+            "PublicAccessBlock" => "DeletePublicAccessBlock"; "DeleteBucket"),
         _ => "Other",
     }
     .replace_copy(copy)
