@@ -684,10 +684,10 @@ pub struct GrowingAppend {
 /// Who a content belongs to, for its manifest: [`Catalog::owner_of`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ContentOwner {
-    /// An object names it.
+    /// A version names it (current or noncurrent).
     Object(Box<ObjectRecord>),
-    /// It is only a part: of a part-list content whose object is this one, or of the multipart upload of
-    /// `bucket/key` (not completed yet).
+    /// It is only a part: of a part-list content whose version (current or noncurrent) is this one, or of the
+    /// multipart upload of `bucket/key` (not completed yet).
     Part {
         bucket: String,
         key: String,
@@ -900,8 +900,9 @@ pub trait Catalog: Send + Sync {
     fn placed_on(&self, grid_bucket: u32, limit: usize) -> Result<Vec<ContentRecord>>;
     /// An object referencing the content (for its manifest), if any.
     fn any_object_of(&self, id: &ContentId) -> Result<Option<ObjectRecord>>;
-    /// Who `id` belongs to: an object naming it, else the object of a part-list content or the upload naming it
-    /// as a part; `None` when nothing references it.
+    /// Who `id` belongs to: a version naming it (the current one, else the newest noncurrent one; delete
+    /// markers name nothing), else the version of a part-list content or the upload naming it as a part; `None`
+    /// when nothing references it. Every content with an owner is to be persisted.
     fn owner_of(&self, id: &ContentId) -> Result<Option<ContentOwner>>;
     /// The parts of a part-list content in order, each with its content record (empty for other contents).
     fn content_parts(&self, id: &ContentId) -> Result<Vec<(ContentPart, ContentRecord)>>;

@@ -1604,21 +1604,39 @@ impl Catalog for SqlCatalog {
             {
                 return Ok(Some(ContentOwner::Object(Box::new(object))));
             }
-            let of_list = c
-                .prepare_cached(
-                    "SELECT o.bucket, o.key, o.last_modified_ms FROM content_parts p
-                     JOIN objects o ON o.content = p.content WHERE p.part = ?1 LIMIT 1",
-                )?
-                .query_row(params![key], |r| {
-                    Ok(ContentOwner::Part {
-                        bucket: r.get(0)?,
-                        key: key_string(r.get(1)?)?,
-                        created_ms: r.get::<_, i64>(2)? as u64,
+            // A noncurrent version (superseded, or hidden under a delete marker) is an owner as much as the
+            // current one: its bytes must reach the grid too. The newest such version names it.
+            if let Some(object) = c
+                .prepare_cached(&format!(
+                    "SELECT {OBJECT_COLUMNS} FROM object_versions WHERE content = ?1 AND delete_marker = 0
+                     ORDER BY version_seq DESC LIMIT 1"
+                ))?
+                .query_row(params![key], object_from_row)
+                .optional()?
+            {
+                return Ok(Some(ContentOwner::Object(Box::new(object))));
+            }
+            // A part of a part list, current version first, then noncurrent ones.
+            for list_owner in [
+                "SELECT o.bucket, o.key, o.last_modified_ms FROM content_parts p
+                 JOIN objects o ON o.content = p.content WHERE p.part = ?1 LIMIT 1",
+                "SELECT v.bucket, v.key, v.last_modified_ms FROM content_parts p
+                 JOIN object_versions v ON v.content = p.content WHERE p.part = ?1 AND v.delete_marker = 0
+                 ORDER BY v.version_seq DESC LIMIT 1",
+            ] {
+                let of_list = c
+                    .prepare_cached(list_owner)?
+                    .query_row(params![key], |r| {
+                        Ok(ContentOwner::Part {
+                            bucket: r.get(0)?,
+                            key: key_string(r.get(1)?)?,
+                            created_ms: r.get::<_, i64>(2)? as u64,
+                        })
                     })
-                })
-                .optional()?;
-            if of_list.is_some() {
-                return Ok(of_list);
+                    .optional()?;
+                if of_list.is_some() {
+                    return Ok(of_list);
+                }
             }
             c.prepare_cached(
                 "SELECT u.bucket, u.key, p.created_ms FROM multipart_parts p

@@ -509,6 +509,125 @@ fn a_bucket_with_only_uploads_in_progress_is_deleted_with_them(b: Backend) {
     assert!(c.get_bucket("b").unwrap().is_none());
 }
 
+/// Whose bytes a content is, as the manifest written to the grid names it.
+fn owner_key(c: &dyn Catalog, n: u8) -> Option<(String, String, String)> {
+    match c.owner_of(&cid(n)).unwrap()? {
+        ContentOwner::Object(o) => Some((o.bucket, o.key, o.version_id)),
+        ContentOwner::Part { bucket, key, .. } => Some((bucket, key, "part".into())),
+    }
+}
+
+fn every_version_owns_its_content_superseded_hidden_or_locked(b: Backend) {
+    let (_d, c) = open(b);
+    versioned(&*c, "b", false);
+    versioned(&*c, "locked", true);
+    let v1 = put(&*c, "b", "k", 1, 10);
+    put(&*c, "b", "k", 2, 11);
+    // Superseded: the noncurrent version names its content (the manifest gets its bucket and key).
+    assert_eq!(owner_key(&*c, 1), Some(("b".into(), "k".into(), v1)));
+    // Hidden under a delete marker.
+    let v3 = put(&*c, "b", "k2", 3, 12);
+    assert!(
+        c.delete_version("b", "k2", None, false, 13)
+            .unwrap()
+            .delete_marker
+    );
+    assert_eq!(owner_key(&*c, 3), Some(("b".into(), "k2".into(), v3)));
+    // Locked, then superseded and hidden.
+    let locked = put(&*c, "locked", "scan", 4, 14);
+    put(&*c, "locked", "scan", 5, 15);
+    c.delete_version("locked", "scan", None, false, 16).unwrap();
+    assert_eq!(
+        owner_key(&*c, 4),
+        Some(("locked".into(), "scan".into(), locked))
+    );
+    // The parts of a part list whose version became noncurrent belong to it.
+    c.create_upload(&UploadRecord {
+        upload_id: "u1".into(),
+        bucket: "b".into(),
+        key: "big".into(),
+        created_ms: 17,
+        options: "{}".into(),
+    })
+    .unwrap();
+    for (number, n) in [(1u32, 6u8), (2, 7)] {
+        c.put_part(
+            &PartRecord {
+                upload_id: "u1".into(),
+                part_number: number,
+                size_bytes: 10,
+                md5: [n; 16],
+                content: Some(cid(n)),
+                cache_path: String::new(),
+                created_ms: 17,
+                checksums: vec![],
+            },
+            &NewContent {
+                id: cid(n),
+                logical_bytes: 10,
+                stored_bytes: 10,
+                stored_form: StoredForm::Raw,
+                chunk_index: vec![],
+                md5: [n; 16],
+                cache_path: format!("parts/{n}"),
+                inline: None,
+            },
+            "b/d",
+        )
+        .unwrap();
+    }
+    assert_eq!(
+        owner_key(&*c, 6),
+        Some(("b".into(), "big".into(), "part".into()))
+    );
+    let list = NewPartList {
+        id: cid(8),
+        logical_bytes: 20,
+        md5: [8; 16],
+        parts: [(1u32, 6u8), (2, 7)]
+            .iter()
+            .enumerate()
+            .map(|(i, &(number, n))| {
+                (
+                    number,
+                    ContentPart {
+                        seq: i as u32,
+                        part: cid(n),
+                        logical_offset: 10 * i as u64,
+                        logical_bytes: 10,
+                    },
+                )
+            })
+            .collect(),
+    };
+    let list_object = ObjectRecord {
+        size_bytes: 20,
+        ..object("b", "big", 8)
+    };
+    c.complete_upload("u1", &list_object, &list, 18).unwrap();
+    let list_version = c.get_object("b", "big").unwrap().unwrap().0.version_id;
+    put(&*c, "b", "big", 9, 19);
+    assert_eq!(
+        owner_key(&*c, 8),
+        Some(("b".into(), "big".into(), list_version))
+    );
+    for n in [6, 7] {
+        assert_eq!(
+            owner_key(&*c, n),
+            Some(("b".into(), "big".into(), "part".into()))
+        );
+    }
+    // A version removed for good owns nothing any more; a delete marker never does.
+    c.delete_version("b", "k", Some(&owner_version(&*c, 1)), false, 20)
+        .unwrap();
+    assert_eq!(owner_key(&*c, 1), None);
+    assert!(c.check().unwrap().is_empty(), "{:?}", c.check());
+}
+
+fn owner_version(c: &dyn Catalog, n: u8) -> String {
+    owner_key(c, n).unwrap().2
+}
+
 both!(
     unversioned_buckets_keep_one_null_version_per_key,
     versioned_puts_keep_every_version_and_deletes_add_markers,
@@ -520,4 +639,5 @@ both!(
     lifecycle_expires_noncurrent_versions_but_never_locked_ones,
     restores_start_extend_and_pin_the_content,
     a_bucket_with_only_uploads_in_progress_is_deleted_with_them,
+    every_version_owns_its_content_superseded_hidden_or_locked,
 );
