@@ -695,6 +695,18 @@ pub enum ContentOwner {
     },
 }
 
+/// A content that must reach the grid and has not: see [`Catalog::unpersisted_references`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnpersistedReference {
+    pub content: ContentRecord,
+    pub bucket: String,
+    pub key: String,
+    /// The version naming it, or naming the part list it is a part of; `None` for a part of an upload.
+    pub version_id: Option<String>,
+    /// The upload it is a part of (not completed yet).
+    pub upload_id: Option<String>,
+}
+
 /// A durable to-do item, recorded in the same transaction as the change that makes it necessary, done by the
 /// caller after the commit, then removed with [`Catalog::finish_work`]. Items left after a crash are redone.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -904,6 +916,11 @@ pub trait Catalog: Send + Sync {
     /// markers name nothing), else the version of a part-list content or the upload naming it as a part; `None`
     /// when nothing references it. Every content with an owner is to be persisted.
     fn owner_of(&self, id: &ContentId) -> Result<Option<ContentOwner>>;
+    /// Contents not persisted (cached, placed or persisting) that something which must reach the grid names: a
+    /// version (current or noncurrent, delete markers name nothing), a part list such a version names (its
+    /// parts), an upload in progress (its parts); one row per naming, at most `limit`. Found from the naming
+    /// tables, independently of [`Catalog::owner_of`], so that a persist run can be checked.
+    fn unpersisted_references(&self, limit: usize) -> Result<Vec<UnpersistedReference>>;
     /// The parts of a part-list content in order, each with its content record (empty for other contents).
     fn content_parts(&self, id: &ContentId) -> Result<Vec<(ContentPart, ContentRecord)>>;
     /// `Cached` → `Placed` on `grid_bucket`; records the dataset's grid bucket if it had none.

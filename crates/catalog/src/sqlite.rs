@@ -1653,6 +1653,45 @@ impl Catalog for SqlCatalog {
         })
     }
 
+    fn unpersisted_references(&self, limit: usize) -> Result<Vec<UnpersistedReference>> {
+        let c_columns = CONTENT_COLUMNS
+            .split(", ")
+            .map(|c| format!("c.{}", c.trim()))
+            .collect::<Vec<_>>()
+            .join(", ");
+        // Each branch starts from the contents not persisted (`contents_by_state`), so the query costs what is
+        // waiting, not the size of the archive.
+        let waiting = "c.state IN ('cached', 'placed', 'persisting')";
+        let sql = format!(
+            "SELECT {c_columns}, o.bucket, o.key, o.version_id, CAST(NULL AS TEXT) FROM contents c
+                 JOIN objects o ON o.content = c.content WHERE {waiting}
+             UNION ALL SELECT {c_columns}, v.bucket, v.key, v.version_id, CAST(NULL AS TEXT) FROM contents c
+                 JOIN object_versions v ON v.content = c.content WHERE {waiting} AND v.delete_marker = 0
+             UNION ALL SELECT {c_columns}, o.bucket, o.key, o.version_id, CAST(NULL AS TEXT) FROM contents c
+                 JOIN content_parts p ON p.part = c.content JOIN objects o ON o.content = p.content WHERE {waiting}
+             UNION ALL SELECT {c_columns}, v.bucket, v.key, v.version_id, CAST(NULL AS TEXT) FROM contents c
+                 JOIN content_parts p ON p.part = c.content JOIN object_versions v ON v.content = p.content
+                 WHERE {waiting} AND v.delete_marker = 0
+             UNION ALL SELECT {c_columns}, u.bucket, u.key, CAST(NULL AS TEXT), u.upload_id FROM contents c
+                 JOIN multipart_parts m ON m.content = c.content JOIN multipart_uploads u ON u.upload_id = m.upload_id
+                 WHERE {waiting}
+             LIMIT ?1"
+        );
+        self.read(|c| {
+            c.prepare_cached(&sql)?
+                .query_map(params![limit.min(i64::MAX as usize) as i64], |r| {
+                    Ok(UnpersistedReference {
+                        content: content_from_row(r, 0)?,
+                        bucket: r.get(14)?,
+                        key: key_string(r.get(15)?)?,
+                        version_id: r.get(16)?,
+                        upload_id: r.get(17)?,
+                    })
+                })?
+                .collect()
+        })
+    }
+
     fn content_parts(&self, id: &ContentId) -> Result<Vec<(ContentPart, ContentRecord)>> {
         let columns = CONTENT_COLUMNS
             .split(", ")

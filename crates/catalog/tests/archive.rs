@@ -617,6 +617,81 @@ fn every_version_owns_its_content_superseded_hidden_or_locked(b: Backend) {
             Some(("b".into(), "big".into(), "part".into()))
         );
     }
+    // Everything named is waiting (nothing is persisted here): every version's content, the parts of the
+    // noncurrent part list, the current version's content; one row per naming.
+    let waiting = |c: &dyn Catalog| -> std::collections::BTreeSet<(u8, String, String)> {
+        c.unpersisted_references(1000)
+            .unwrap()
+            .into_iter()
+            .map(|r| {
+                assert_eq!(r.content.state, ContentState::Cached);
+                (
+                    r.content.id.hash[0],
+                    r.key,
+                    r.version_id.unwrap_or_default(),
+                )
+            })
+            .collect()
+    };
+    let named = waiting(&*c);
+    for (n, key) in [
+        (1, "k"),
+        (2, "k"),
+        (3, "k2"),
+        (4, "scan"),
+        (5, "scan"),
+        (6, "big"),
+        (7, "big"),
+        (8, "big"),
+        (9, "big"),
+    ] {
+        assert!(
+            named.iter().any(|(m, k, _)| *m == n && k == key),
+            "content {n} of {key} is not listed: {named:?}"
+        );
+    }
+    // An upload's parts are listed with the upload.
+    c.create_upload(&UploadRecord {
+        upload_id: "u2".into(),
+        bucket: "b".into(),
+        key: "next".into(),
+        created_ms: 19,
+        options: "{}".into(),
+    })
+    .unwrap();
+    c.put_part(
+        &PartRecord {
+            upload_id: "u2".into(),
+            part_number: 1,
+            size_bytes: 10,
+            md5: [10; 16],
+            content: Some(cid(10)),
+            cache_path: String::new(),
+            created_ms: 19,
+            checksums: vec![],
+        },
+        &NewContent {
+            id: cid(10),
+            logical_bytes: 10,
+            stored_bytes: 10,
+            stored_form: StoredForm::Raw,
+            chunk_index: vec![],
+            md5: [10; 16],
+            cache_path: "parts/10".into(),
+            inline: None,
+        },
+        "b/d",
+    )
+    .unwrap();
+    let upload_rows: Vec<_> = c
+        .unpersisted_references(1000)
+        .unwrap()
+        .into_iter()
+        .filter(|r| r.content.id == cid(10))
+        .map(|r| (r.key, r.version_id, r.upload_id))
+        .collect();
+    assert_eq!(upload_rows, vec![("next".into(), None, Some("u2".into()))]);
+    assert_eq!(c.unpersisted_references(2).unwrap().len(), 2);
     // A version removed for good owns nothing any more; a delete marker never does.
     c.delete_version("b", "k", Some(&owner_version(&*c, 1)), false, 20)
         .unwrap();
