@@ -25,8 +25,8 @@ use std::sync::Arc;
 use md5::Digest as _;
 use parking_lot::Mutex;
 use permafrost_catalog::{
-    Compression, ContentId, ContentPart, ContentRecord, Encoding, GrowingAppend, NewPartList,
-    ObjectRecord, StoredForm,
+    Compression, ContentId, ContentOwner, ContentPart, ContentRecord, Encoding, GrowingAppend,
+    NewPartList, ObjectRecord, StoredForm,
 };
 
 use crate::multipart::part_list_id;
@@ -46,9 +46,15 @@ pub fn growing_list_id(upload_id: &str) -> ContentId {
     }
 }
 
-/// Whether `content` is the list of a growing object (not finished): a part list whose id is not the hash of
-/// its parts. Such a list is never placed or persisted (its manifest would name a prefix of the final object);
-/// its pieces are, as they arrive.
+/// Whether `content` is the list of a growing object still growing: a part list whose id is not the hash of its
+/// parts, named by the current version of its key, whose upload is still open. Such a list is never placed or
+/// persisted (its manifest would name a prefix of the final object); its pieces are, as they arrive.
+///
+/// A growing list no longer named by its key's current version is *frozen*: no piece is ever appended to it
+/// again (`Catalog::append_growing` appends only to the current version's list). Finishing a growing object in
+/// a versioned bucket leaves one so (the growing version becomes noncurrent, the finished one is new), and so
+/// does a PUT over a growing object there. A frozen list is persisted like any part list: its version's bytes
+/// must reach the grid too.
 pub(crate) fn is_growing(inner: &Inner, content: &ContentRecord) -> Result<bool> {
     if content.stored_form != StoredForm::Parts {
         return Ok(false);
@@ -59,8 +65,25 @@ pub(crate) fn is_growing(inner: &Inner, content: &ContentRecord) -> Result<bool>
         .into_iter()
         .map(|(p, _)| p)
         .collect();
-    Ok(part_list_id(&parts, content.id.encoding) != content.id)
+    if part_list_id(&parts, content.id.encoding) == content.id {
+        return Ok(false);
+    }
+    let Some(ContentOwner::Object(owner)) = inner.catalog.owner_of(&content.id)? else {
+        return Ok(false);
+    };
+    let current = inner.catalog.get_object(&owner.bucket, &owner.key)?;
+    if current.is_none_or(|(object, _)| object.content != content.id) {
+        return Ok(false);
+    }
+    Ok(inner
+        .catalog
+        .list_uploads(&owner.bucket, &owner.key, UPLOADS_OF_KEY_MAX)?
+        .iter()
+        .any(|u| u.key == owner.key && growing_list_id(&u.upload_id) == content.id))
 }
+
+/// Uploads of one key looked at to find a growing object's own.
+const UPLOADS_OF_KEY_MAX: usize = 10_000;
 
 /// Options of [`Store::begin_growing`].
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

@@ -376,6 +376,13 @@ fn manifest_of(
             created_ms,
         } => (bucket, key, BTreeMap::new(), None, *created_ms, Role::Part),
     };
+    // A part list is named on the grid by the hash of its parts: its content id for a completed upload, and the
+    // name a frozen growing list (a noncurrent version left by finishing in a versioned bucket) would have had,
+    // whose own id derives from its upload id.
+    let blake3 = match &stored_form {
+        permafrost_format::StoredForm::Parts(refs) => permafrost_format::part_list_hash(refs),
+        _ => content.id.hash,
+    };
     Ok(Manifest {
         bucket: bucket.clone(),
         key: key.clone(),
@@ -385,7 +392,7 @@ fn manifest_of(
         stored_form,
         logical_len: content.logical_bytes,
         stored_len: content.stored_bytes,
-        blake3: content.id.hash,
+        blake3,
         created_unix_ms: created_ms,
         dataset: content.dataset.clone(),
         role,
