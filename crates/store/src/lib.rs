@@ -34,6 +34,7 @@
 mod archive;
 mod cache;
 mod checksum;
+mod claims;
 mod config;
 mod free_space;
 mod gc;
@@ -53,6 +54,7 @@ mod summary;
 
 pub use archive::{validate_tags, DatasetFilter, DatasetSummary, RestoreBatch, RestoreInfo};
 pub use checksum::{ChecksumAlgorithm, Hasher};
+pub use claims::{PersistedFinding, PersistedProgress, PersistedReport, LISTED_MAX};
 pub use config::{CatalogConfig, GridSetup, StoreConfig};
 pub use gc::GcReport;
 pub use growing::{growing_list_id, GrowingObject, GrowingOptions, Piece, SealedPiece};
@@ -126,6 +128,9 @@ pub enum StoreError {
     InvalidStorageClass(String),
     #[error("method not allowed: {0}")]
     MethodNotAllowed(String),
+    /// A persist run ended with referenced contents still not on the grid (named in the message).
+    #[error("not persisted: {0}")]
+    NotPersisted(String),
     #[error("internal error: {0}")]
     Internal(String),
 }
@@ -155,6 +160,7 @@ impl StoreError {
             StoreError::RestoreAlreadyInProgress(_) => "RestoreAlreadyInProgress",
             StoreError::InvalidStorageClass(_) => "InvalidStorageClass",
             StoreError::MethodNotAllowed(_) => "MethodNotAllowed",
+            StoreError::NotPersisted(_) => "InternalError",
             StoreError::Internal(_) => "InternalError",
         }
     }

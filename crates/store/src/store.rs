@@ -906,17 +906,42 @@ impl Store {
     // ---------------------------------------------------------------- operations
 
     /// Place and persist everything waiting in the cache now, and wait until it is fully persisted (parity
-    /// included, in delayed mode too).
+    /// included, in delayed mode too): every version of every object (current, noncurrent, under a delete
+    /// marker), every part list and its parts, every part of an upload in progress; a growing object's pieces
+    /// (its list once it is finished). `NotPersisted`, naming them, when contents referenced before the run
+    /// began are still not persisted after it (they could not be placed or written: the message says why when
+    /// the run recorded an error).
     pub fn persist_now(&self) -> Result<()> {
-        crate::persist::persist_all(&self.inner)
+        let began_ms = permafrost_catalog::now_ms();
+        let run = crate::persist::persist_all(&self.inner);
+        if let Err(e) = &run {
+            self.inner.record_error(format!("persist run: {e}"));
+        }
+        run?;
+        let left = crate::claims::unpersisted_after_run(&self.inner, began_ms);
+        if let Err(e) = &left {
+            tracing::warn!("{e}");
+        }
+        left
     }
 
-    /// Wait until the object is fully persisted or `timeout` passes (then `Ok(false)`).
+    /// Wait until the object (its current version) is fully persisted or `timeout` passes (then `Ok(false)`).
     pub fn wait_persisted(&self, bucket: &str, key: &str, timeout: Duration) -> Result<bool> {
+        self.wait_version_persisted(bucket, key, None, timeout)
+    }
+
+    /// Wait until one version (the current one without `version_id`) is fully persisted — its content and, for
+    /// a part list, every part — or `timeout` passes (then `Ok(false)`).
+    pub fn wait_version_persisted(
+        &self,
+        bucket: &str,
+        key: &str,
+        version_id: Option<&str>,
+        timeout: Duration,
+    ) -> Result<bool> {
         let deadline = Instant::now() + timeout;
         loop {
-            let (object, content) = self.lookup(bucket, key)?;
-            let info = self.inner.object_info(&object, &content)?;
+            let info = self.head_version(bucket, key, version_id)?;
             match info.state {
                 ContentState::Persisted => return Ok(true),
                 ContentState::Persisting => {
@@ -930,6 +955,62 @@ impl Store {
             }
             std::thread::sleep(Duration::from_millis(20));
         }
+    }
+
+    /// Wait until every version under `prefix` — or, with `key`, every version of that key — is fully
+    /// persisted: current and noncurrent versions alike (delete markers hold no bytes), in versioned and
+    /// unversioned buckets. Returns the versions looked at and whether all of them were persisted before
+    /// `timeout` passed (it stops at the first that was not). A `key` without any version is `NoSuchKey`.
+    pub fn wait_versions_persisted(
+        &self,
+        bucket: &str,
+        prefix: &str,
+        key: Option<&str>,
+        timeout: Duration,
+    ) -> Result<(u64, bool)> {
+        let deadline = Instant::now() + timeout;
+        self.head_bucket(bucket)?;
+        let mut query = permafrost_catalog::VersionQuery {
+            prefix: key.unwrap_or(prefix).to_string(),
+            ..Default::default()
+        };
+        let mut versions = 0u64;
+        loop {
+            let page = self.list_object_versions(bucket, &query)?;
+            for version in &page.versions {
+                if version.object.is_none() || key.is_some_and(|k| k != version.key) {
+                    continue;
+                }
+                versions += 1;
+                let left = deadline.saturating_duration_since(Instant::now());
+                match self.wait_version_persisted(
+                    bucket,
+                    &version.key,
+                    Some(&version.version_id),
+                    left,
+                ) {
+                    Ok(true) => {}
+                    Ok(false) => return Ok((versions, false)),
+                    // Removed meanwhile: nothing left to persist.
+                    Err(StoreError::NoSuchVersion(_) | StoreError::NoSuchKey { .. }) => {}
+                    Err(e) => return Err(e),
+                }
+            }
+            match (page.is_truncated, page.next_key_marker) {
+                (true, Some(next)) if key.is_none_or(|k| next.as_str() <= k) => {
+                    query.key_marker = Some(next);
+                    query.version_id_marker = page.next_version_id_marker;
+                }
+                _ => break,
+            }
+        }
+        if let (Some(key), 0) = (key, versions) {
+            return Err(StoreError::NoSuchKey {
+                bucket: bucket.to_string(),
+                key: key.to_string(),
+            });
+        }
+        Ok((versions, true))
     }
 
     /// Evict every persisted content from the cache; returns the bytes freed.
