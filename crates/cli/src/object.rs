@@ -238,6 +238,11 @@ pub struct StatusArgs {
 
 #[derive(Args, Debug)]
 pub struct VerifyArgs {
+    /// Instead of reading every object: check every claim of the catalog that a version is persisted against
+    /// the grid (every version, part list and upload part; bytes read back from the grid, never the cache), list
+    /// the false claims and the versions not persisted yet; exits 1 when a claim is false.
+    #[arg(long)]
+    persisted: bool,
     #[command(flatten)]
     target: Target,
 }
@@ -1063,10 +1068,59 @@ fn running_server_endpoint(data_dir: &Path) -> Option<String> {
 }
 
 pub fn verify(args: VerifyArgs) -> Result<()> {
+    if args.persisted {
+        let report = match remote_endpoint(&args.target) {
+            Some(endpoint) => {
+                remote::Remote::connect(&endpoint, &args.target)?.verify_persisted()?
+            }
+            None => {
+                local::Local::open(&args.target.data_dir)?.verify_persisted(args.target.json)?
+            }
+        };
+        return report_persisted(&report, args.target.json);
+    }
     if let Some(endpoint) = remote_endpoint(&args.target) {
         return remote::Remote::connect(&endpoint, &args.target)?.verify(args.target.json);
     }
     local::Local::open(&args.target.data_dir)?.verify(args.target.json)
+}
+
+/// `permafrost verify --persisted`: the findings, then a summary; an error (exit 1) when a claim is false.
+fn report_persisted(report: &permafrost_store::PersistedReport, json: bool) -> Result<()> {
+    if json {
+        print_json(report)?;
+    } else {
+        for finding in &report.false_claims {
+            println!("FALSE CLAIM    {finding}");
+        }
+        for finding in &report.not_persisted {
+            println!("NOT PERSISTED  {finding}");
+        }
+        let cut = |listed: usize, total: u64| {
+            if total > listed as u64 {
+                format!(" (the first {listed} listed)")
+            } else {
+                String::new()
+            }
+        };
+        println!(
+            "checked {} versions, {} persisted contents, {} read back from the grid: {} false claims{}, {} not persisted yet{}",
+            report.versions_checked,
+            report.contents_checked,
+            format_bytes(report.bytes_checked),
+            report.false_claims_total,
+            cut(report.false_claims.len(), report.false_claims_total),
+            report.not_persisted_total,
+            cut(report.not_persisted.len(), report.not_persisted_total),
+        );
+    }
+    if report.false_claims_total > 0 {
+        bail!(
+            "{} versions are claimed persisted but are not on the grid as claimed",
+            report.false_claims_total
+        );
+    }
+    Ok(())
 }
 
 pub fn salvage(args: SalvageArgs) -> Result<()> {

@@ -138,6 +138,26 @@ impl Local {
         }
         Ok(())
     }
+
+    /// `permafrost verify --persisted` on the data directory.
+    pub fn verify_persisted(&self, json: bool) -> Result<permafrost_store::PersistedReport> {
+        let bar = if json || !std::io::IsTerminal::is_terminal(&std::io::stderr()) {
+            indicatif::ProgressBar::hidden()
+        } else {
+            indicatif::ProgressBar::new_spinner()
+        };
+        bar.set_style(
+            indicatif::ProgressStyle::with_template(
+                "{spinner} checking persisted claims: {pos} versions",
+            )
+            .expect("progress template"),
+        );
+        let report = self.store().verify_persisted(&mut |p| {
+            bar.set_position(p.versions_checked);
+        })?;
+        bar.finish_and_clear();
+        Ok(report)
+    }
 }
 
 impl Drop for Local {
@@ -389,7 +409,11 @@ impl Archive for Local {
     fn wait_persisted(&self, bucket: &str, key: &str, timeout: Duration) -> Result<bool> {
         // This process is the archive's only user: persist what waits now instead of waiting for the watchdog.
         if self.store().head_object(bucket, key)?.state != ContentState::Persisted {
-            self.store().persist_now()?;
+            match self.store().persist_now() {
+                // Something else is not persisted: the wait below says whether this object is.
+                Ok(()) | Err(permafrost_store::StoreError::NotPersisted(_)) => {}
+                Err(e) => return Err(e.into()),
+            }
         }
         Ok(self.store().wait_persisted(bucket, key, timeout)?)
     }

@@ -34,6 +34,8 @@ const STATE_HEADERS: [&str; 2] = ["x-amz-meta-permafrost-state", permafrost_s3::
 const STATUS_PATH: &str = permafrost_s3::STATUS_PATH;
 /// Everything the admin API knows at once.
 const ADMIN_STATE_PATH: &str = "/_permafrost/api/v1/state";
+/// The admin API's check of the catalog's persistence claims against the grid.
+const VERIFY_PERSISTED_PATH: &str = "/_permafrost/api/v1/verify/persisted";
 
 /// A running server.
 pub struct Remote {
@@ -407,6 +409,17 @@ impl Remote {
             print!("{}", super::grid_view::render(&state));
         }
         Ok(())
+    }
+
+    /// `permafrost verify --persisted` through the server's admin API (`GET /_permafrost/api/v1/verify/persisted`).
+    pub fn verify_persisted(&self) -> Result<permafrost_store::PersistedReport> {
+        self.admin_json(
+            "persisted-claims check",
+            Method::Get,
+            VERIFY_PERSISTED_PATH,
+            None,
+            None,
+        )
     }
 
     /// `permafrost verify` through S3: read every object back (the server checks its hashes on the way out) and
