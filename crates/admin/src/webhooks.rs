@@ -7,7 +7,8 @@
 //! the server dying after the receiver answered `2xx` but before that transaction — makes the next server send
 //! it again; every delivery carries `X-Permafrost-Webhook: ID` so a receiver can drop a repeat.
 //!
-//! A prefix (or bucket) webhook fires when at least one object is under it and none waits; failed deliveries
+//! A prefix (or bucket) webhook fires when at least one object is under it and no version waits (noncurrent
+//! versions and those under a delete marker included; `objects` then counts versions); failed deliveries
 //! (no `2xx`, or no answer within [`DELIVERY_TIMEOUT`]) are retried with a growing pause (1 s doubling, at most
 //! [`RETRY_PAUSE_MAX`]). Only `http://` URLs (the server has no TLS client).
 
@@ -15,7 +16,7 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use permafrost_catalog::WebhookRecord;
-use permafrost_store::{ListQuery, Store, StoreError};
+use permafrost_store::{Store, StoreError, VersionQuery};
 
 use crate::Admin;
 
@@ -38,30 +39,39 @@ fn persisted(store: &Store, hook: &WebhookRecord) -> Result<Option<(u64, u64)>, 
             Err(e) => Err(e),
         };
     }
-    let mut query = ListQuery {
+    // Every version under the prefix, noncurrent ones and those under a delete marker included: all of them
+    // are on the grid before the webhook says so.
+    let mut query = VersionQuery {
         prefix: hook.prefix.clone(),
         ..Default::default()
     };
     let (mut objects, mut bytes) = (0u64, 0u64);
     loop {
-        let page = match store.list_objects(&hook.bucket, &query) {
+        let page = match store.list_object_versions(&hook.bucket, &query) {
             Ok(page) => page,
             Err(StoreError::NoSuchBucket(_)) => return Ok(None),
             Err(e) => return Err(e),
         };
-        for object in &page.objects {
-            match store.head_object(&hook.bucket, &object.key) {
+        for version in &page.versions {
+            if version.object.is_none() {
+                continue; // a delete marker holds no bytes
+            }
+            match store.head_version(&hook.bucket, &version.key, Some(&version.version_id)) {
                 Ok(info) if persisted(info.state) => {
                     objects += 1;
                     bytes += info.stored_bytes;
                 }
-                Err(StoreError::NoSuchKey { .. }) => {} // deleted meanwhile
+                // Deleted meanwhile.
+                Err(StoreError::NoSuchKey { .. } | StoreError::NoSuchVersion(_)) => {}
                 Ok(_) => return Ok(None),
                 Err(e) => return Err(e),
             }
         }
-        match page.next_start_after {
-            Some(after) if page.is_truncated => query.start_after = Some(after),
+        match (page.is_truncated, page.next_key_marker) {
+            (true, Some(key)) => {
+                query.key_marker = Some(key);
+                query.version_id_marker = page.next_version_id_marker;
+            }
             _ => break,
         }
     }
