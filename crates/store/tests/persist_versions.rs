@@ -193,6 +193,13 @@ fn every_version_is_persisted_and_reads_back_from_the_grid_alone() {
     let store = open(dir.path());
     let expected = fill(&store);
     assert!(expected.len() >= 20, "{}", expected.len());
+    // Nothing is persisted yet: a wait that covers every version says so at its first.
+    assert_eq!(
+        store
+            .wait_versions_persisted("versions", "", None, std::time::Duration::ZERO)
+            .unwrap(),
+        (1, false)
+    );
     store.persist_now().unwrap();
     assert_eq!(not_persisted(&store, &expected), Vec::<String>::new());
     // Every version, every prefix: the wait covers noncurrent versions too.
@@ -207,12 +214,20 @@ fn every_version_is_persisted_and_reads_back_from_the_grid_alone() {
             "{bucket}"
         );
     }
+    // One key: its three versions, the current one and both superseded.
+    assert_eq!(
+        store
+            .wait_versions_persisted("versions", "", Some("k"), std::time::Duration::ZERO)
+            .unwrap(),
+        (3, true)
+    );
     let report = store.verify_persisted(&mut |_| {}).unwrap();
     assert_eq!(
         (report.false_claims_total, report.not_persisted_total),
         (0, 0),
         "{report:#?}"
     );
+    assert_eq!(report.versions_checked as usize, expected.len());
     assert!(
         report.contents_checked > 0 && report.bytes_checked > 0,
         "{report:?}"
@@ -294,4 +309,32 @@ fn a_claim_made_false_is_listed_with_its_version_and_fails_the_check() {
     assert_eq!(finding.content_id, info.content_id);
     assert!(finding.problem.contains("grid"), "{finding}");
     assert_eq!(report.not_persisted_total, 0, "{report:#?}");
+}
+
+#[test]
+fn the_watchdog_persists_every_version_on_its_own() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = config();
+    config.watchdog.max_age_ms = 0;
+    let store = Store::open(dir.path(), config).unwrap();
+    let expected = fill(&store);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let left = not_persisted(&store, &expected);
+        if left.is_empty() {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the watchdog left versions unpersisted: {left:?}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let report = store.verify_persisted(&mut |_| {}).unwrap();
+    assert_eq!(
+        (report.false_claims_total, report.not_persisted_total),
+        (0, 0),
+        "{report:#?}"
+    );
+    store.close().unwrap();
 }
