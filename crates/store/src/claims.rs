@@ -385,8 +385,14 @@ impl<R: Read> Read for HashingReader<R> {
     }
 }
 
+/// Count a finding and keep it while the list has room. A false claim is logged as a warning, one line each; a
+/// version not persisted yet only at debug level (a busy archive has many).
 fn push(list: &mut Vec<PersistedFinding>, total: &mut u64, finding: PersistedFinding) {
-    tracing::warn!("persistence check: {finding}");
+    if finding.state == "persisted" || finding.state == "missing" {
+        tracing::warn!("false persistence claim: {finding}");
+    } else {
+        tracing::debug!("not persisted yet: {finding}");
+    }
     *total += 1;
     if list.len() < LISTED_MAX {
         list.push(finding);
