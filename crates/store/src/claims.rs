@@ -9,9 +9,10 @@
 //!   For each content the catalog says is `persisted`, the claim is checked where the bytes are meant to be:
 //!   its segments cover its stored bytes, their extents are written with a recorded BLAKE3, and the bytes read
 //!   back from the grid (never the cache) verify — the content's BLAKE3 through the store's normal read path,
-//!   and, for contents without stored bytes (empty objects, part lists: only their manifest is on the grid),
-//!   the whole extent against the BLAKE3 the catalog recorded for it. A claim that fails is *false*; a content
-//!   not claimed persisted is listed as *not persisted* (with its state).
+//!   and, read whole against the BLAKE3 the catalog recorded, the extents that read leaves unchecked: packs (the
+//!   read checks a member's bytes, not its manifest) and the extents of contents without stored bytes (empty
+//!   objects, part lists: only their manifest is on the grid). A claim that fails is *false*; a content not
+//!   claimed persisted is listed as *not persisted* (with its state).
 //!
 //! Bounds: the lists keep at most [`LISTED_MAX`] entries each (the totals count all), the memo of contents and
 //! extents already checked at most [`MEMO_MAX`] entries (cleared when full: a content shared by many versions is
