@@ -24,7 +24,9 @@
 //!      waited [`SchedulerConfig::max_wait_ms`] goes first whatever else
 //!      waits, oldest first; while one such request waits, no younger request
 //!      starts on a spinning disk either ([`Scheduler::holding`]), so the disks
-//!      in the budget drain and one can be turned off for it.
+//!      in the budget drain and one can be turned off for it. The spin-up made
+//!      for it serves the requests waiting for the same disks too
+//!      ([`Scheduler::waiting_for`]): they need no more budget.
 //!   2. *Reads before persistence.* A persist runs in chunks; between chunks
 //!      it yields to the reads queued for its disk. It is never starved: reads
 //!      may run ahead of it only while the read time it yielded, less the
@@ -45,11 +47,13 @@
 //! arrivals, with the real power budget):
 //! - every request submitted is served exactly once, whole;
 //! - a request that has waited `max_wait_ms` is never passed over: no younger
-//!   request takes the budget before it, no younger read of its disk gets its
-//!   first byte before it;
+//!   request takes the budget before it (except those waiting for the same
+//!   disks as an older request the budget went to), no younger read of its
+//!   disk gets its first byte before it;
 //! - hence its wait is bounded by `max_wait_ms` plus the work that was
-//!   already admitted or older than it at that moment (one spin-up each),
-//!   twice over for the persist it may share its disk with.
+//!   already admitted or older than it at that moment, or rides on the
+//!   spin-up of an older one (one spin-up each), twice over for the persist it
+//!   may share its disk with.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 
@@ -299,6 +303,19 @@ impl Scheduler {
             .map(|(&(arrival, _), _)| arrival.saturating_add(self.config.max_wait_ms))
     }
 
+    /// The requests waiting for the budget for exactly `disks`, oldest first.
+    /// When disks spin up for a request that has waited `max_wait_ms`, these
+    /// go with it: they need no more budget.
+    pub fn waiting_for(&self, disks: &[usize]) -> Vec<RequestId> {
+        let mut set: Vec<usize> = disks.to_vec();
+        set.sort_unstable();
+        set.dedup();
+        self.groups
+            .get(&set[..])
+            .map(|g| g.iter().map(|&(_, id)| id).collect())
+            .unwrap_or_default()
+    }
+
     /// Whether `id` waits for the budget.
     pub fn is_waiting(&self, id: RequestId) -> bool {
         self.arrivals.contains_key(&id)
@@ -378,6 +395,18 @@ impl Scheduler {
         if self.config.strategy == SchedulerStrategy::Fifo {
             q.fifo.push_back(id);
         }
+    }
+
+    /// Take the persist of `disk` out of its queue between chunks (its caller
+    /// gives its disks back to the budget and queues it again, e.g. while
+    /// [`Scheduler::holding`]). Returns the transfer time it has left.
+    pub fn suspend_persist(&mut self, disk: usize) -> Option<u64> {
+        let q = &mut self.disks[disk];
+        let p = q.persist.take()?;
+        if let Some(pos) = q.fifo.iter().position(|&id| id == p.id) {
+            q.fifo.remove(pos);
+        }
+        Some(p.remaining_ms)
     }
 
     /// Whether `disk` has reads queued (it must stay up until they are served).
@@ -632,6 +661,18 @@ mod tests {
         assert_eq!(order.len(), 3);
         assert!(!s.persisting(0));
         s.begin_persist(0, 8, 1, 1_000);
+    }
+
+    #[test]
+    fn a_suspended_persist_leaves_with_what_it_has_left() {
+        let mut s = deadline();
+        s.begin_persist(0, 7, 2_500, 1_000);
+        assert!(s.next_on_disk(0, 0).is_some());
+        assert_eq!(s.suspend_persist(0), Some(1_500));
+        assert_eq!(s.suspend_persist(0), None);
+        assert_eq!(s.next_on_disk(0, 0), None);
+        s.begin_persist(0, 7, 1_500, 1_000);
+        assert!(s.persisting(0));
     }
 
     #[test]

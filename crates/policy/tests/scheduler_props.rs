@@ -34,6 +34,8 @@ struct Req {
     started_ms: Option<u64>,
     ended_ms: Option<u64>,
     ready_ms: u64,
+    /// Admitted riding on an older request's spin-up.
+    rode: bool,
     /// Transfer time served so far (must add up to `service_ms`).
     transferred_ms: u64,
     served: u32,
@@ -49,6 +51,8 @@ struct Harness {
     /// Per disk: the request running and when it ends (`true`: a persist chunk).
     running: Vec<Option<(usize, u64, bool)>>,
     violations: Vec<String>,
+    /// Granting requests that ride on an aged request's spin-up.
+    riding: bool,
 }
 
 impl Harness {
@@ -67,6 +71,7 @@ impl Harness {
             reqs: Vec::new(),
             running: vec![None; n],
             violations: Vec::new(),
+            riding: false,
         }
     }
 
@@ -103,9 +108,10 @@ impl Harness {
         };
         let Some(grant) = grant else { return false };
         // No request that waited max_wait_ms for the budget and arrived
-        // earlier is passed over.
+        // earlier is passed over (but for those riding on an older request's
+        // spin-up, which take no budget).
         let me = self.reqs[id].arrival_ms;
-        for (other, _, _) in self.sched.budget_queue() {
+        for (other, _, _) in self.sched.budget_queue().filter(|_| !self.riding) {
             let o = &self.reqs[other as usize];
             if other as usize != id && o.arrival_ms < me && self.aged(o) {
                 self.violations.push(format!(
@@ -114,8 +120,10 @@ impl Harness {
                 ));
             }
         }
+        let riding = self.riding;
         let r = &mut self.reqs[id];
         r.admitted_ms = Some(self.now);
+        r.rode = riding;
         r.ready_ms = grant.ready_ms;
         if r.persist {
             self.sched
@@ -137,10 +145,21 @@ impl Harness {
 
     fn serve(&mut self) {
         while let Some(id) = self.sched.next_to_spin(self.now) {
+            let aged = self.sched.holding(self.now);
             if !self.try_grant(id as usize) {
                 break;
             }
             assert!(self.sched.granted(id));
+            if aged {
+                let disks = [self.reqs[id as usize].disk];
+                for other in self.sched.waiting_for(&disks) {
+                    self.riding = true;
+                    if self.try_grant(other as usize) {
+                        assert!(self.sched.granted(other));
+                    }
+                    self.riding = false;
+                }
+            }
         }
         if self.sched.holding(self.now) {
             return;
@@ -381,8 +400,9 @@ proptest! {
                 continue;
             }
             // The bound: once it turned max_wait_ms old (at `a`), only work
-            // already admitted or older than it may go first, one spin-up
-            // each, and a persist on its disk takes at most as much again.
+            // already admitted, older than it or riding on the spin-up of an
+            // older one may go first, one spin-up each, and a persist on its
+            // disk takes at most as much again.
             let a = r.arrival_ms + max_wait_ms;
             let ahead: Vec<&Req> = h
                 .reqs
@@ -391,7 +411,9 @@ proptest! {
                 .filter(|&(j, o)| {
                     j != i
                         && o.ended_ms.unwrap() > a
-                        && (o.arrival_ms < r.arrival_ms || o.admitted_ms.is_some_and(|t| t <= a))
+                        && (o.arrival_ms < r.arrival_ms
+                            || o.admitted_ms.is_some_and(|t| t <= a)
+                            || (o.rode && o.admitted_ms.is_some_and(|t| t <= started)))
                 })
                 .map(|(_, o)| o)
                 .collect();
