@@ -162,6 +162,7 @@ struct Counters {
     cache_overflow_bytes: u64,
     placement_failures: u64,
     out_of_order_records: u64,
+    persist_suspensions: u64,
 }
 
 /// One archive under simulation. Feed it records in time order with
@@ -516,6 +517,7 @@ impl ArchiveSim {
                 parity_drains: c.parity_drains,
                 cache_overflow_bytes: c.cache_overflow_bytes,
                 placement_failures: c.placement_failures,
+                persist_suspensions: c.persist_suspensions,
                 out_of_order_records: c.out_of_order_records,
                 max_spinning: self.power.max_spinning_seen(),
                 spin_ups_per_disk_day_max: self.spin_ups_day_peak as u64,
@@ -822,10 +824,21 @@ impl ArchiveSim {
     fn serve_scheduled(&mut self) {
         let now = self.now_ms;
         while let Some(id) = self.sched.as_ref().expect("scheduled").next_to_spin(now) {
+            let aged = self.sched.as_ref().expect("scheduled").holding(now);
             if !self.try_grant(id as u32) {
                 break;
             }
             self.sched().granted(id);
+            if aged {
+                // The disks spun up for a request that waited too long serve
+                // every request waiting for the same disks.
+                let disks = self.jobs[id as usize].as_ref().expect("job").disks.clone();
+                for other in self.sched.as_ref().expect("scheduled").waiting_for(&disks) {
+                    if self.try_grant(other as u32) {
+                        self.sched().granted(other);
+                    }
+                }
+            }
         }
         if self.sched.as_ref().expect("scheduled").holding(now) {
             return;
@@ -943,30 +956,56 @@ impl ArchiveSim {
         let mut idle = false;
         if last {
             let disks = self.jobs[j as usize].as_ref().expect("job").disks.clone();
-            for d in disks {
-                // The disk's timeout is set before its last I/O ends: the
-                // model starts the idle period (and ends it, at once, for a
-                // zero timeout) as the I/O ends.
-                if let Some(timeouts) = self.idle.as_ref() {
-                    if self.power.model(d).io_in_flight() == 1 {
-                        let t = timeouts.timeout_ms(d, now);
-                        self.power.set_idle_timeout_ms(d, t);
-                    }
-                }
-                if self.power.release(d, now) {
-                    idle = true;
-                    self.last_on_disk[d] = None;
-                    if let Some(timeouts) = self.idle.as_mut() {
-                        timeouts.went_idle(d, now);
-                    }
-                }
-            }
+            idle = self.release_all(&disks);
             self.job_done(j);
+        } else if self.sched.as_ref().expect("scheduled").holding(now)
+            && self.sched.as_ref().expect("scheduled").persisting(disk)
+            && self.jobs[j as usize]
+                .as_ref()
+                .is_some_and(|job| matches!(job.kind, JobKind::Persist { .. }))
+        {
+            // A request that has waited `max_wait_ms` waits for the budget: a
+            // persist gives its disks back between chunks and waits behind it.
+            let remaining = self
+                .sched()
+                .suspend_persist(disk)
+                .expect("the disk's persist");
+            let job = self.jobs[j as usize].as_mut().expect("persist");
+            job.hold_ms = remaining;
+            let disks = job.disks.clone();
+            idle = self.release_all(&disks);
+            self.counters.persist_suspensions += 1;
+            self.sched().wait_for_budget(u64::from(j), &disks, now);
         }
         self.kick(disk);
         if idle && self.sched.as_ref().expect("scheduled").budget_waiting() > 0 {
             self.serve_scheduled();
         }
+    }
+
+    /// End one I/O on each of `disks`; true if one of them went idle.
+    fn release_all(&mut self, disks: &[usize]) -> bool {
+        let now = self.now_ms;
+        let mut idle = false;
+        for &d in disks {
+            // The disk's timeout is set before its last I/O ends: the model
+            // starts the idle period (and ends it, at once, for a zero
+            // timeout) as the I/O ends.
+            if let Some(timeouts) = self.idle.as_ref() {
+                if self.power.model(d).io_in_flight() == 1 {
+                    let t = timeouts.timeout_ms(d, now);
+                    self.power.set_idle_timeout_ms(d, t);
+                }
+            }
+            if self.power.release(d, now) {
+                idle = true;
+                self.last_on_disk[d] = None;
+                if let Some(timeouts) = self.idle.as_mut() {
+                    timeouts.went_idle(d, now);
+                }
+            }
+        }
+        idle
     }
 
     // ---- cache ----

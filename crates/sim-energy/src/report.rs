@@ -47,6 +47,9 @@ pub struct Activity {
     pub cache_overflow_bytes: u64,
     /// Writes no home had room for (not simulated further).
     pub placement_failures: u64,
+    /// `deadline`: persists that gave their disks back between chunks to a
+    /// request that had waited `max_wait_ms` for the budget.
+    pub persist_suspensions: u64,
     /// Records earlier than their predecessor (processed at the later time).
     pub out_of_order_records: u64,
     /// Most disks on at once.
