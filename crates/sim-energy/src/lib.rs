@@ -14,7 +14,11 @@
 //! Idle disks to turn off to make room); the cache is persisted by
 //! [`permafrost_policy::WatchdogPolicy`] and objects are placed by a
 //! [`permafrost_policy::Placement`] from the same registry the server uses;
-//! the grid's parity targets come from [`permafrost_grid::Geometry`]. Reported
+//! the grid's parity targets come from [`permafrost_grid::Geometry`]; under
+//! `--scheduler deadline` (the default) the grid's queues are ordered by
+//! [`permafrost_policy::Scheduler`] and its disks' idle timeouts chosen by
+//! [`permafrost_policy::IdleTimeouts`], the code the server is to run for
+//! issue 30 (`--scheduler fifo` keeps the behaviour before it). Reported
 //! energy, spin-ups and state hours are the sums of the power models' own
 //! counters.
 //!
@@ -25,10 +29,10 @@
 //! - Memory is bounded by the number of live objects (a few tens of bytes
 //!   each) plus the jobs in flight; latencies go to a fixed-size histogram.
 //!
-//! **Not modelled** (see `docs/energy.md`): seeks and bandwidth sharing inside
-//! a disk (I/Os on one disk are served one after another at sequential
-//! speed), parity-delta merging, packing of small objects, compression,
-//! failures and rebuilds.
+//! **Not modelled** (see `docs/energy.md`): seek times beyond a fixed cost per
+//! switch between requests (`deadline` only; `fifo` serves I/Os one after
+//! another at sequential speed), parity-delta merging, packing of small
+//! objects, compression, failures and rebuilds.
 
 mod archive;
 pub mod cli;
