@@ -561,6 +561,19 @@ mod tests {
     }
 
     #[test]
+    fn requests_for_the_same_disks_are_found_together() {
+        let mut s = deadline();
+        s.wait_for_budget(1, &[2, 1], 0);
+        s.wait_for_budget(2, &[1], 5);
+        s.wait_for_budget(3, &[1, 2, 2], 9);
+        assert_eq!(s.waiting_for(&[1, 2]), vec![1, 3]);
+        assert_eq!(s.waiting_for(&[1]), vec![2]);
+        assert!(s.waiting_for(&[3]).is_empty());
+        s.granted(1);
+        assert_eq!(s.waiting_for(&[2, 1]), vec![3]);
+    }
+
+    #[test]
     fn fifo_spins_in_arrival_order_and_never_holds() {
         let mut s = fifo();
         s.wait_for_budget(1, &[0], 0);
