@@ -6,9 +6,11 @@
 //! - **Authorization**: [`Authorizer`] is s3s's access hook. Before an operation's input is parsed it finds
 //!   the signer ([`permafrost_access::Principal`], kept in the request's extensions for the handlers and the
 //!   log), classifies the operation (`permafrost_access::OPERATIONS`) and decides on the bucket and key of the
-//!   path; then, per operation, what needs the input: the source of a copy (read), bypassing a GOVERNANCE
-//!   retention and removing a legal hold (owner). A refusal is `403 AccessDenied` naming the key, the
-//!   operation, the bucket and the permission that was missing.
+//!   path (with a `versionId`, as IAM's version actions; a refused read may still be allowed by the object's
+//!   own ACL); then, per operation, what needs the input: the source of a copy (read), a public canned ACL
+//!   on a write (owner, and Block Public Access), bypassing a GOVERNANCE retention and removing a legal hold
+//!   (owner). Each key of a DeleteObjects is decided again by its handler. A refusal is `403 AccessDenied`
+//!   naming the key, the operation, the bucket and the permission that was missing.
 
 use std::sync::Arc;
 

@@ -7,8 +7,9 @@
 //! HeadBucket, GetBucketLocation), `put`, `get` (GetObject with ranges, HeadObject), `list` (ListObjectsV2,
 //! ListObjects), `multipart`, `copy` (CopyObject, UploadPartCopy), `delete` (DeleteObject, DeleteObjects),
 //! `versioning` (Get/PutBucketVersioning, ListObjectVersions), `tagging`, `lock` (Object Lock), `lifecycle`,
-//! `restore` (RestoreObject), `acl` (ACLs and policies, answered honestly); store errors become S3 errors in
-//! one place (`error`), trailing checksums are checked in `checksum`, and `bridge` moves bodies between the
+//! `restore` (RestoreObject), `acl` (ACLs, bucket policies, Block Public Access); `auth` checks every
+//! signature and decides every operation for its signer (`permafrost-access`, docs/security.md); store errors
+//! become S3 errors in one place (`error`), trailing checksums are checked in `checksum`, and `bridge` moves bodies between the
 //! async server and the blocking store. What versions, Object Lock, lifecycle, storage classes and restores
 //! mean here is in docs/archive.md.
 //!
@@ -48,8 +49,11 @@
 //! - A failed request is logged as one line (method, path, status, S3 code and message; 4xx at info, 5xx at
 //!   error), never with its query string (a presigned URL's signature is there).
 //!
-//! **Not here.** Virtual-hosted-style addressing (path style only), users other than root (ACLs and policies
-//! can only say so), SigV2, storage-class transitions, SELECT.
+//! - Every request that may change something, and every refusal, is one audit line and one `request` event
+//!   naming its signer (`server`).
+//!
+//! **Not here.** Virtual-hosted-style addressing (path style only), who may do what (`permafrost-access`
+//! decides; this crate asks), SigV2, storage-class transitions, SELECT.
 
 mod acl;
 mod admin;
