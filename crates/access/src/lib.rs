@@ -452,6 +452,11 @@ impl AccessTable {
         }
     }
 
+    /// Whether some object of `bucket` has an ACL of its own.
+    pub fn has_object_acls(&self, bucket: &str) -> bool {
+        self.object_acl_buckets.contains(bucket)
+    }
+
     /// Whether an object's own ACL could still allow `operation` when the bucket-level decision refused it
     /// (then the caller looks the ACL up and asks [`AccessTable::authorize_with_object_acl`]).
     pub fn object_acl_may_allow(&self, operation: &Operation, bucket: &str) -> bool {
@@ -460,7 +465,7 @@ impl AccessTable {
                 operation.action,
                 "s3:GetObject" | "s3:GetObjectVersion" | "s3:GetObjectAcl" | "s3:PutObjectAcl"
             )
-            && self.object_acl_buckets.contains(bucket)
+            && self.has_object_acls(bucket)
     }
 
     /// Decide whether `principal` may run `operation` on `bucket` (and `object`, for object operations).
@@ -938,7 +943,7 @@ impl Access {
 
     /// A new object was written at `key`: an ACL of the object it replaced does not carry over.
     pub fn object_written(&self, bucket: &str, key: &str) -> Result<(), AccessError> {
-        if !self.table().object_acl_buckets.contains(bucket) {
+        if !self.table().has_object_acls(bucket) {
             return Ok(()); // no object of the bucket has an ACL: nothing to look up
         }
         if self.catalog.object_acl(bucket, key)?.is_some() {

@@ -316,6 +316,9 @@ pub(crate) async fn object_written(
         }
         None => Acl::default(),
     };
+    if acl.grants.is_empty() && !access.table().has_object_acls(bucket) {
+        return Ok(()); // nothing to reset: no catalog call, no thread hop on the write path
+    }
     let (access, bucket, key) = (Arc::clone(access), bucket.to_string(), key.to_string());
     change(move || {
         if acl.grants.is_empty() {
