@@ -43,8 +43,8 @@ pub(crate) fn access_error(e: AccessError) -> S3Error {
     S3Error::with_message(code, e.to_string())
 }
 
-/// Run a change of the access table off the async threads.
-async fn change<T: Send + 'static>(
+/// Run a call of the access table (a change, or a catalog lookup) off the async threads.
+pub(crate) async fn change<T: Send + 'static>(
     f: impl FnOnce() -> Result<T, AccessError> + Send + 'static,
 ) -> S3Result<T> {
     match tokio::task::spawn_blocking(f).await {

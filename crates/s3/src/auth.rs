@@ -96,10 +96,7 @@ impl Authorizer {
                     bucket.to_string(),
                     key.to_string(),
                 );
-                let acl = tokio::task::spawn_blocking(move || access.object_acl(&b, &k))
-                    .await
-                    .map_err(|e| crate::error::internal(format!("an access task failed: {e}")))?
-                    .map_err(crate::acl::access_error)?;
+                let acl = crate::acl::change(move || access.object_acl(&b, &k)).await?;
                 table
                     .authorize_with_object_acl(principal, operation, bucket, Some(key), &acl)
                     .map_err(|_| denied(refused.message))

@@ -110,10 +110,7 @@ impl S3 for PermafrostS3 {
         };
         // The bucket's owner, ACLs, policy and grants go with it (in a cluster they live in the shared tables).
         let access = Arc::clone(&self.access);
-        tokio::task::spawn_blocking(move || access.forget_bucket(&name))
-            .await
-            .map_err(|e| crate::error::internal(format!("an access task failed: {e}")))?
-            .map_err(acl::access_error)?;
+        acl::change(move || access.forget_bucket(&name)).await?;
         Ok(answer)
     }
 
