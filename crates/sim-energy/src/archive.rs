@@ -196,6 +196,8 @@ pub struct ArchiveSim {
     free_deltas: Vec<u32>,
     cache_capacity_bytes: u64,
     cache_used_bytes: u64,
+    /// Of `cache_used_bytes`, persisted copies (evictable, in `lru`).
+    cache_clean_bytes: u64,
     lru: BTreeMap<u64, u32>,
     lru_tick: u64,
     jobs: Vec<Option<Job>>,
@@ -360,6 +362,7 @@ impl ArchiveSim {
             free_deltas: Vec::new(),
             cache_capacity_bytes: config.cache_capacity_bytes,
             cache_used_bytes: 0,
+            cache_clean_bytes: 0,
             lru: BTreeMap::new(),
             lru_tick: 0,
             jobs: Vec::new(),
@@ -746,6 +749,10 @@ impl ArchiveSim {
                 idle.spun_up(d, now);
             }
         }
+        if !spun_up.is_empty() {
+            // Data waiting for these disks may now be persisted without a spin-up of its own.
+            self.schedule_watchdog(now);
+        }
     }
 
     // ---- the scheduler (issue 30) ----
@@ -1019,14 +1026,18 @@ impl ArchiveSim {
             let o = &mut self.objs[slot as usize];
             o.cached = Cached::Absent;
             self.cache_used_bytes -= o.size_bytes;
+            self.cache_clean_bytes -= o.size_bytes;
         }
         true
     }
 
     /// Mark a persisted object most recently used (inserting it into the LRU).
     fn touch(&mut self, slot: u32) {
-        if let Cached::Clean(tick) = self.objs[slot as usize].cached {
-            self.lru.remove(&tick);
+        match self.objs[slot as usize].cached {
+            Cached::Clean(tick) => {
+                self.lru.remove(&tick);
+            }
+            _ => self.cache_clean_bytes += self.objs[slot as usize].size_bytes,
         }
         self.lru_tick += 1;
         self.objs[slot as usize].cached = Cached::Clean(self.lru_tick);
@@ -1135,6 +1146,7 @@ impl ArchiveSim {
                 home.used_bytes -= o.size_bytes;
                 self.lru.remove(&tick);
                 self.cache_used_bytes -= o.size_bytes;
+                self.cache_clean_bytes -= o.size_bytes;
             }
             Cached::Absent => home.used_bytes -= o.size_bytes,
         }
@@ -1267,6 +1279,7 @@ impl ArchiveSim {
         CacheView {
             capacity_bytes: self.cache_capacity_bytes,
             used_bytes: self.cache_used_bytes,
+            evictable_bytes: self.cache_clean_bytes,
             targets: &self.target_views,
         }
     }

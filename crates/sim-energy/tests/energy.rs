@@ -94,19 +94,19 @@ fn one_cold_read_is_one_spin_up_and_waits_for_it() {
 }
 
 #[test]
-fn a_write_is_persisted_after_180_s_with_its_three_parity_disks() {
+fn a_write_is_persisted_after_an_hour_with_its_three_parity_disks() {
     let config = SimConfig::default();
-    let records = vec![put(0, 1, MB, "b/d/x"), get(1_000_000, 1, MB, "b/d/x")];
+    let records = vec![put(0, 1, MB, "b/d/x"), get(4_000_000, 1, MB, "b/d/x")];
     let report = grid_only(&config, "dataset-affinity", records);
     let grid = &report.systems[0];
     assert_eq!(grid.spin_ups, 4, "data disk + hP + vP + vhP");
     assert_eq!(grid.activity.bytes_persisted, MB);
     assert_eq!(grid.activity.persists, 1);
     assert_eq!(grid.hit_ratio, 1.0, "persisted data stays cached");
-    // The watchdog fires on its first tick after 180 s, then the spin-up; the
-    // four disks write the 1 MB in a pipeline (10 ms at 100 MB/s).
+    // The watchdog fires on its first tick after an hour, then the spin-up;
+    // the four disks write the 1 MB in a pipeline (10 ms at 100 MB/s).
     let alone = grid_only(&config, "dataset-affinity", vec![put(0, 1, MB, "b/d/x")]);
-    let persist_ends_ms = 181_000 + config.power.spin_up_ms + 10;
+    let persist_ends_ms = 3_601_000 + config.power.spin_up_ms + 10;
     assert_eq!(
         alone.duration_ms,
         persist_ends_ms + config.power.idle_timeout_ms
@@ -124,8 +124,8 @@ fn delayed_mode_spins_only_the_data_disk_then_drains_each_parity_disk() {
     assert_eq!(grid.spin_ups, 4);
     assert_eq!(grid.activity.persists, 1);
     assert_eq!(grid.activity.parity_drains, 3);
-    // The deltas wait another 180 s: the parity disks start after the data disk is off.
-    assert!(report.duration_ms > 2 * 180_000);
+    // The deltas wait another hour: the parity disks start after the data disk is off.
+    assert!(report.duration_ms > 2 * 3_600_000);
 }
 
 #[test]
@@ -133,10 +133,10 @@ fn deletes_and_renames_wake_no_disk() {
     let config = SimConfig::default();
     let mut records = vec![put(0, 1, MB, "b/d/x")];
     let quiet = grid_only(&config, "dataset-affinity", records.clone()).systems[0].spin_ups;
-    let mut rename = Record::new(2_000_000, Op::Rename, 1, 0);
+    let mut rename = Record::new(5_000_000, Op::Rename, 1, 0);
     rename.target = Some(2);
     records.push(rename);
-    records.push(Record::new(3_000_000, Op::Del, 2, 0));
+    records.push(Record::new(6_000_000, Op::Del, 2, 0));
     let busy = grid_only(&config, "dataset-affinity", records).systems[0].spin_ups;
     assert_eq!(busy, quiet);
 }
@@ -184,9 +184,18 @@ fn energy_adds_up_and_every_spin_up_and_idle_timeout_is_accounted_in_full() {
             assert_eq!(sum.ms_in_state[PowerState::Off.index()], 0, "always on");
         } else {
             // No budget, so nothing is turned off early: every time a disk was
-            // on ends with a full idle timeout (and the run lasts until it has).
+            // on ends with a full idle timeout (and the run lasts until it has):
+            // the profile's, or under the deadline scheduler one adapted to the
+            // disk's gaps, never shorter than `timeout_min_ms`.
+            let adaptive =
+                system.label.starts_with("grid") && !system.label.ends_with("fifo scheduler");
+            let timeout_min_ms = if adaptive {
+                config.idle.timeout_min_ms
+            } else {
+                p.idle_timeout_ms
+            };
             assert!(
-                sum.ms_in_state[PowerState::Idle.index()] >= sum.spin_ups * p.idle_timeout_ms,
+                sum.ms_in_state[PowerState::Idle.index()] >= sum.spin_ups * timeout_min_ms,
                 "{}",
                 system.label
             );
@@ -591,18 +600,17 @@ fn every_registered_placement_chooses_in_the_simulator_what_the_policy_crate_cho
 /// Issue 30: the deadline scheduler against first come, first served on the
 /// same requests. Reads of one dataset on one disk no longer wait for each
 /// other's whole transfers nor for a persist, so the time to first byte falls;
-/// with a tight power budget the budget still holds after every event; with
-/// the wear budget enforced no disk spins up more often in a day than allowed.
+/// with a tight power budget the budget still holds after every event. (The
+/// wear budget does not hold under a full power budget: an idle disk is turned
+/// off to make room for a waiting request whatever its spin-ups that day.)
 #[test]
-fn the_deadline_scheduler_serves_first_bytes_sooner_within_the_budgets() {
+fn the_deadline_scheduler_serves_first_bytes_sooner_within_the_power_budget() {
     let records = ecfs(20_000, 5);
-    let mut config = SimConfig {
+    let config = SimConfig {
         budget_max_spinning: Some(8),
         cache_capacity_bytes: 64 << 30,
         ..SimConfig::default()
     };
-    config.idle.enforce_wear_budget = true;
-    config.idle.spinups_per_day_max = Some(3);
     let mut systems = standard_systems(&config, layout(), "dataset-affinity").unwrap();
     systems.truncate(1);
     systems.extend(
@@ -635,14 +643,43 @@ fn the_deadline_scheduler_serves_first_bytes_sooner_within_the_budgets() {
     );
     assert!(deadline.read_latency_p99_ms <= fifo.read_latency_p99_ms);
     assert!(deadline.activity.max_spinning <= 8);
-    assert!(
-        deadline.activity.spin_ups_per_disk_day_max <= 3,
-        "a disk spun up {} times in a day",
-        deadline.activity.spin_ups_per_disk_day_max
-    );
-    assert!(
-        fifo.activity.spin_ups_per_disk_day_max > 3,
-        "the case must load the wear budget to prove it: {}",
-        fifo.activity.spin_ups_per_disk_day_max
-    );
+}
+
+/// Issue 30: the wear budget holds over a simulated year. ECFS requests over
+/// about 340 days with a budget of 3 spin-ups per disk in any 24 hours: enforced, no
+/// disk exceeds it; the same requests without it exceed it (the case loads
+/// the budget).
+#[test]
+fn the_wear_budget_holds_over_a_simulated_year() {
+    // 20,000 ECFS requests generated for a year (they span a week: the
+    // sessions come in bursts) stretched 50 times, to 344 days.
+    let records: Vec<Record> = generate(
+        Profile::Ecfs,
+        &GenOptions {
+            requests: 20_000,
+            seed: 9,
+            duration_ms: Some(365 * 86_400_000),
+        },
+    )
+    .map(|mut r| {
+        r.time_ms *= 50;
+        r
+    })
+    .collect();
+    let span_days = (records.last().unwrap().time_ms - records[0].time_ms) as f64 / 86_400_000.0;
+    assert!(span_days > 300.0, "the trace spans {span_days:.0} days");
+    let run_with = |enforce: bool| {
+        let mut config = SimConfig {
+            cache_capacity_bytes: 64 << 30,
+            ..SimConfig::default()
+        };
+        config.idle.enforce_wear_budget = enforce;
+        config.idle.spinups_per_day_max = Some(3);
+        let report = grid_only(&config, "dataset-affinity", records.clone());
+        report.systems[0].activity.spin_ups_per_disk_day_max
+    };
+    let enforced = run_with(true);
+    let free = run_with(false);
+    assert!(enforced <= 3, "a disk spun up {enforced} times in a day");
+    assert!(free > 3, "the case must load the wear budget: {free}");
 }

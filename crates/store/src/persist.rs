@@ -152,9 +152,15 @@ fn tick(inner: &Inner) -> Result<()> {
             persisting: false,
         })
         .collect();
+    // What the cache cannot evict is what waits to be persisted (placed just above, so nearly all of it); the
+    // rest (persisted copies, restored copies, uploads still streaming in) counts as evictable. Restored copies
+    // and streaming uploads cannot be evicted either, but persisting would not free them.
+    let used_bytes = inner.cache.used_bytes();
+    let waiting: u64 = outstanding.iter().map(|o| o.stored_bytes).sum();
     let view = CacheView {
         capacity_bytes: inner.cache.capacity_bytes,
-        used_bytes: inner.cache.used_bytes(),
+        used_bytes,
+        evictable_bytes: used_bytes.saturating_sub(waiting),
         targets: &targets,
     };
     let actions = inner
