@@ -202,6 +202,8 @@ pub struct State {
     pub spinning_max: usize,
     pub cache: CacheState,
     pub energy: Energy,
+    /// Time to first byte of the reads this server answered: p50/p99 of all, and of those that woke a disk.
+    pub first_byte: crate::metrics::FirstByteQuantiles,
     pub tasks: Vec<crate::TaskInfo>,
     pub last_background_error: Option<String>,
 }
@@ -391,6 +393,7 @@ pub fn state(admin: &Admin) -> Result<State, ApiError> {
             joules: total_joules,
             kwh: total_joules / 3.6e6,
         },
+        first_byte: admin.metrics().first_byte_quantiles(),
         tasks: admin.tasks().list(),
         last_background_error: report.last_background_error.clone(),
     })
@@ -908,6 +911,7 @@ async fn get_watchdog(admin: Admin, _: ApiRequest) -> ApiResult {
 struct WatchdogChange {
     interval_ms: Option<u64>,
     max_age_ms: Option<u64>,
+    persist_spinning_after_ms: Option<u64>,
     start_off_disk_above_bytes: Option<u64>,
     persist_spinning_above_bytes: Option<u64>,
     pressure_fill_percent: Option<f64>,
@@ -919,6 +923,9 @@ async fn put_watchdog(admin: Admin, request: ApiRequest) -> ApiResult {
     let mut w = admin.store().watchdog();
     w.interval_ms = change.interval_ms.unwrap_or(w.interval_ms);
     w.max_age_ms = change.max_age_ms.unwrap_or(w.max_age_ms);
+    w.persist_spinning_after_ms = change
+        .persist_spinning_after_ms
+        .unwrap_or(w.persist_spinning_after_ms);
     w.start_off_disk_above_bytes = change
         .start_off_disk_above_bytes
         .unwrap_or(w.start_off_disk_above_bytes);

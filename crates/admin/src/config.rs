@@ -33,6 +33,7 @@ pub fn save_watchdog(path: &Path, watchdog: &WatchdogConfig) -> Result<(), ApiEr
     let int = |v: u64| toml_edit::value(i64::try_from(v).unwrap_or(i64::MAX));
     table["interval_ms"] = int(watchdog.interval_ms);
     table["max_age_ms"] = int(watchdog.max_age_ms);
+    table["persist_spinning_after_ms"] = int(watchdog.persist_spinning_after_ms);
     table["start_off_disk_above_bytes"] = int(watchdog.start_off_disk_above_bytes);
     table["persist_spinning_above_bytes"] = int(watchdog.persist_spinning_above_bytes);
     table["pressure_fill_percent"] = toml_edit::value(watchdog.pressure_fill_percent);

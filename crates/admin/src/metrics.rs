@@ -4,7 +4,9 @@
 //!
 //! Two sources:
 //! - S3 requests, recorded as they finish by the server ([`Metrics::observe_request`]): duration and
-//!   time to first byte by operation and by whether the request waited for a disk to spin up.
+//!   time to first byte by operation and by whether the request waited for a disk to spin up. The time to first
+//!   byte of reads (`GetObject`) is also kept as quantiles ([`FirstByteQuantiles`]: p50 and p99 of all reads
+//!   and of the reads that woke a disk) for the API's state and the dashboard.
 //! - Everything else is read at scrape time from [`crate::api::state`] — the same figures the API shows — and
 //!   the power manager's spin-up log. A scrape reads memory and the catalog only: it never wakes a disk.
 
@@ -45,12 +47,78 @@ pub struct RequestStatusLabels {
 
 type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
 
-/// Request latency buckets (seconds): milliseconds for cached data up to a minute for a queued spin-up.
+/// Request latency buckets (seconds): milliseconds for cached data, one spin-up (10–20 s), up to ten minutes
+/// for reads queued behind other disks' spin-ups under a full power budget.
 fn request_histogram() -> Histogram {
     Histogram::new([
-        0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 15.0, 30.0,
-        60.0,
+        0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 15.0, 20.0,
+        30.0, 60.0, 120.0, 300.0, 600.0,
     ])
+}
+
+/// Longest time to first byte the quantiles resolve (an hour); longer ones count as an hour.
+const FIRST_BYTE_MAX_MS: u64 = 3_600_000;
+
+/// Quantiles of one set of reads' times to first byte.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+pub struct Quantiles {
+    /// Reads counted.
+    pub count: u64,
+    /// Median, seconds (`null` without reads).
+    pub p50_seconds: Option<f64>,
+    /// 99th percentile, seconds (`null` without reads).
+    pub p99_seconds: Option<f64>,
+}
+
+/// Time to first byte of the reads (`GetObject`) this server answered since it started.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+pub struct FirstByteQuantiles {
+    /// Every read.
+    pub reads: Quantiles,
+    /// The reads that waited for a disk to spin up.
+    pub reads_that_woke_a_disk: Quantiles,
+}
+
+/// Millisecond histograms (3 significant digits) behind [`FirstByteQuantiles`].
+struct FirstByteHistograms {
+    reads: hdrhistogram::Histogram<u64>,
+    woke: hdrhistogram::Histogram<u64>,
+}
+
+impl FirstByteHistograms {
+    fn new() -> FirstByteHistograms {
+        let make = || {
+            hdrhistogram::Histogram::new_with_bounds(1, FIRST_BYTE_MAX_MS, 3)
+                .expect("constant bounds are valid")
+        };
+        FirstByteHistograms {
+            reads: make(),
+            woke: make(),
+        }
+    }
+
+    fn record(&mut self, seconds: f64, woke: bool) {
+        let ms = ((seconds * 1000.0).round() as u64).clamp(1, FIRST_BYTE_MAX_MS);
+        self.reads.saturating_record(ms);
+        if woke {
+            self.woke.saturating_record(ms);
+        }
+    }
+
+    fn quantiles(&self) -> FirstByteQuantiles {
+        let of = |h: &hdrhistogram::Histogram<u64>| {
+            let at = |q: f64| (!h.is_empty()).then(|| h.value_at_quantile(q) as f64 / 1000.0);
+            Quantiles {
+                count: h.len(),
+                p50_seconds: at(0.5),
+                p99_seconds: at(0.99),
+            }
+        };
+        FirstByteQuantiles {
+            reads: of(&self.reads),
+            reads_that_woke_a_disk: of(&self.woke),
+        }
+    }
 }
 
 /// The server's metrics (cheap to clone: shared).
@@ -60,6 +128,7 @@ pub struct Metrics {
     first_byte: HistogramFamily<RequestLabels>,
     requests: Family<RequestStatusLabels, Counter>,
     requests_total: Arc<AtomicU64>,
+    read_first_bytes: Arc<parking_lot::Mutex<FirstByteHistograms>>,
 }
 
 impl Default for Metrics {
@@ -75,6 +144,7 @@ impl Metrics {
             first_byte: Family::new_with_constructor(request_histogram as fn() -> Histogram),
             requests: Family::default(),
             requests_total: Arc::default(),
+            read_first_bytes: Arc::new(parking_lot::Mutex::new(FirstByteHistograms::new())),
         }
     }
 
@@ -95,6 +165,9 @@ impl Metrics {
         self.duration.get_or_create(&labels).observe(seconds);
         if let Some(s) = first_byte_seconds {
             self.first_byte.get_or_create(&labels).observe(s);
+            if operation == "GetObject" && status < 300 {
+                self.read_first_bytes.lock().record(s, spin_up);
+            }
         }
         self.requests_total.fetch_add(1, Ordering::Relaxed);
         self.requests
@@ -103,6 +176,11 @@ impl Metrics {
                 status: status.to_string(),
             })
             .inc();
+    }
+
+    /// Time to first byte of the reads answered since the server started: p50 and p99.
+    pub fn first_byte_quantiles(&self) -> FirstByteQuantiles {
+        self.read_first_bytes.lock().quantiles()
     }
 
     /// S3 requests answered since the server started.

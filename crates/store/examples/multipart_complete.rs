@@ -39,6 +39,7 @@ fn main() {
         watchdog: WatchdogConfig {
             interval_ms: 50,
             max_age_ms: u64::MAX / 4,
+            persist_spinning_after_ms: u64::MAX / 4,
             start_off_disk_above_bytes: u64::MAX / 4,
             persist_spinning_above_bytes: u64::MAX / 4,
             pressure_fill_percent: 100.0,

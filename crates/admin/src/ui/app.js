@@ -114,6 +114,7 @@ function render() {
   renderGrid();
   renderCache();
   renderEnergy();
+  renderReads();
   renderTasks(state.tasks);
 }
 
@@ -179,6 +180,15 @@ function renderCache() {
   const waiting = c.waiting_bytes_per_grid_bucket.map((g) => `disk ${g.disk}: ${bytes(g.bytes)}`).join(", ");
   text($("cache-text"), `${bytes(c.used_bytes)} of ${bytes(c.capacity_bytes)} used, ${bytes(c.dirty_bytes)} not yet persisted (${oldest})` +
     (waiting ? `. Waiting per disk: ${waiting}` : ""));
+}
+
+// Time to first byte of the reads since the server started: all of them, and those that woke a disk.
+function renderReads() {
+  const f = state.first_byte;
+  const seconds = (s) => (s < 10 ? s.toFixed(2) : s.toFixed(0)) + " s";
+  const line = (q, what) => q.count === 0 ? `no ${what}` :
+    `${what}: ${q.count}, first byte p50 ${seconds(q.p50_seconds)}, p99 ${seconds(q.p99_seconds)}`;
+  text($("reads-text"), `${line(f.reads, "reads")} · ${line(f.reads_that_woke_a_disk, "reads that woke a disk")}`);
 }
 
 function renderEnergy() {

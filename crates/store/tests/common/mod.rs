@@ -18,6 +18,7 @@ pub fn config() -> StoreConfig {
         watchdog: WatchdogConfig {
             interval_ms: 50,
             max_age_ms: u64::MAX / 4,
+            persist_spinning_after_ms: u64::MAX / 4,
             start_off_disk_above_bytes: u64::MAX / 4,
             persist_spinning_above_bytes: u64::MAX / 4,
             pressure_fill_percent: 100.0,
