@@ -7,6 +7,10 @@ use super::{
 };
 use crate::{check_io, Disk, DiskError};
 use parking_lot::{Condvar, Mutex, MutexGuard, RwLock};
+use permafrost_policy::{
+    DiskCosts, IdleConfig, IdleTimeouts, RequestId, Scheduler, SchedulerConfig, SchedulerStrategy,
+};
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -15,6 +19,23 @@ use std::time::{Duration, Instant};
 /// Longest a waiting thread sleeps before re-checking, whatever it waits for:
 /// a bound on how late a missed wake-up can make anything.
 const WAIT_REAL_MAX: Duration = Duration::from_millis(50);
+/// A disk read this recently counts as being read: a persist on it yields between chunks. A stream's reads
+/// come one chunk after another with short gaps between; this bridges them.
+const READ_RECENT_MS: u64 = 250;
+/// How long a persist pausing for reads sleeps before it looks again (the manager's clock).
+const YIELD_POLL_MS: u64 = 10;
+/// A day, for the spin-ups of the last 24 hours.
+const DAY_MS: u64 = 24 * 3_600 * 1_000;
+
+thread_local! {
+    /// Guards this thread made and still holds: work that holds a guard may
+    /// always go on with disks that stay on (it must never wait for itself).
+    static GUARDS_HELD: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+fn thread_holds_guards() -> bool {
+    GUARDS_HELD.with(|g| g.get() > 0)
+}
 
 /// The clock a [`PowerManager`] runs on, in milliseconds.
 pub trait Clock: Send + Sync + 'static {
@@ -94,9 +115,25 @@ type SpinUpHook = Arc<dyn Fn(usize) + Send + Sync>;
 ///
 /// - [`PowerManager::acquire`] / [`PowerManager::acquire_many`] return
 ///   [`ActivityGuard`]s: while any guard of a disk lives, the disk is on.
-///   Acquiring an Off disk takes a place in a FIFO queue until the budget has
-///   room, calls the controller's `spin_up`, and sleeps until the model says the
-///   disk is ready (for file-backed disks that sleep *is* the simulated delay).
+///   Acquiring an Off disk waits until the budget has room, calls the
+///   controller's `spin_up`, and sleeps until the model says the disk is ready
+///   (for file-backed disks that sleep *is* the simulated delay).
+/// - Who takes the budget next is the read scheduler's
+///   ([`permafrost_policy::Scheduler`], the code the energy simulator runs;
+///   [`PowerManager::set_scheduler`]). `fifo` (the default of a bare manager):
+///   the budget's FIFO ticket queue, first come first served. `deadline`: the
+///   oldest request of the disk set with the most waiting requests, and a
+///   request that waited `max_wait_ms` before anything else; while one such
+///   request waits, only work on disks that have I/O in flight starts, so the
+///   other disks fall idle and one is turned off for it.
+/// - Reads (work whose [`WakeReason`] is a read) are counted per disk, waiting
+///   and in flight: persistence asks [`PowerManager::yield_to_reads`] between
+///   its chunks and pauses while reads want its disks (`deadline` only, bounded
+///   by `persist_yield_max_ms`).
+/// - Idle timeouts adapt per disk to its recent gaps between requests, and a
+///   wear budget of spin-ups per day keeps a disk up rather than exceed it,
+///   when [`PowerManager::set_idle`] gave settings
+///   ([`permafrost_policy::IdleTimeouts`]); else every disk has the profile's.
 /// - When the budget is full and the head of the queue waits, Idle disks (on,
 ///   no guard) are turned off at once, least recently used first, to make room;
 ///   otherwise an Idle disk turns off `idle_timeout_ms` after its last guard
@@ -132,6 +169,161 @@ struct State {
     budget: PowerBudget,
     controller_errors: u64,
     stopping: bool,
+    /// The order of requests waiting for the budget (`deadline`); with `fifo`
+    /// the budget's own ticket queue orders them and this stays empty.
+    sched: Scheduler,
+    /// The next acquire's name in the scheduler.
+    next_request: RequestId,
+    /// Per-disk idle timeouts and the wear budget (`None`: the profile's timeout).
+    idle: Option<IdleTimeouts>,
+    disks: Vec<DiskActivity>,
+}
+
+/// What the manager knows of one disk's work besides its model.
+#[derive(Clone, Debug, Default)]
+struct DiskActivity {
+    /// Read acquires waiting for the budget that need this disk.
+    reads_waiting: usize,
+    /// Guards of reads that keep this disk on.
+    reads_in_flight: usize,
+    /// When the last read guard of this disk dropped.
+    last_read_ms: Option<u64>,
+    /// When the disk's last guard dropped, if no acquire came since (a gap
+    /// between requests for the idle timeouts).
+    idle_since_ms: Option<u64>,
+    /// Spin-ups in the last 24 hours, oldest first (at most one a spin-up
+    /// time apart, so bounded by the day's length over the spin-up time).
+    spin_ups: VecDeque<u64>,
+}
+
+impl State {
+    fn deadline(&self) -> bool {
+        self.sched.strategy() == SchedulerStrategy::Deadline
+    }
+
+    /// Every disk of `disks` has an I/O in flight: it stays on whatever waits.
+    fn all_in_flight(&self, disks: &[usize]) -> bool {
+        disks
+            .iter()
+            .all(|&d| self.budget.model(d).io_in_flight() > 0)
+    }
+
+    /// Whether the scheduler holds this new work on `disks` at `now_ms`: a
+    /// request that waited `max_wait_ms` waits for the budget, so the disks
+    /// in the budget must drain. Work that goes on anyway: on disks that have
+    /// I/O in flight, anything but a read (a persist pauses between its chunks
+    /// instead, [`ReadYield`]) and a read whose thread holds guards (it must
+    /// not wait for itself).
+    fn held(&self, disks: &[usize], read: bool, now_ms: u64) -> bool {
+        self.deadline()
+            && self.sched.holding(now_ms)
+            && !(self.all_in_flight(disks) && (!read || thread_holds_guards()))
+    }
+
+    /// Work on `disks` begins at `now_ms`: a read is counted, and a disk's gap
+    /// since its last work ends (for its idle timeout). Gaps shorter than the
+    /// shortest timeout cost the same under every timeout, so they are not
+    /// remembered (they would only push the long ones out).
+    fn begin(&mut self, disks: &[usize], read: bool, now_ms: u64) {
+        for &d in disks {
+            let a = &mut self.disks[d];
+            if read {
+                a.reads_in_flight += 1;
+            }
+            if let Some(since) = a.idle_since_ms.take() {
+                if let Some(idle) = self.idle.as_mut() {
+                    if now_ms.saturating_sub(since) >= idle.config().timeout_min_ms {
+                        idle.went_idle(d, since);
+                        idle.request(d, now_ms);
+                    }
+                }
+            }
+        }
+    }
+
+    /// `disks` started spinning up at `now_ms`.
+    fn spun_up(&mut self, disks: &[usize], now_ms: u64) {
+        for &d in disks {
+            let ups = &mut self.disks[d].spin_ups;
+            while ups
+                .front()
+                .is_some_and(|&t| t.saturating_add(DAY_MS) <= now_ms)
+            {
+                ups.pop_front();
+            }
+            ups.push_back(now_ms);
+            if let Some(idle) = self.idle.as_mut() {
+                idle.spun_up(d, now_ms);
+            }
+        }
+    }
+
+    /// Whether reads want `disk` at `now_ms`: waiting for it, reading it, or
+    /// done with it less than [`READ_RECENT_MS`] ago.
+    fn reads_want(&self, disk: usize, now_ms: u64) -> bool {
+        let a = &self.disks[disk];
+        a.reads_waiting > 0
+            || a.reads_in_flight > 0
+            || a.last_read_ms
+                .is_some_and(|t| now_ms.saturating_sub(t) < READ_RECENT_MS)
+    }
+
+    /// One attempt of a `deadline` acquire `id` (arrived at `arrival_ms`) to
+    /// keep `disks` on at `now_ms`, after settling. It may take budget when the
+    /// scheduler names it next (or nobody waits); it needs none when its disks
+    /// are all on. Otherwise it waits in the scheduler's queue (`registered`).
+    fn try_scheduled(
+        &mut self,
+        id: RequestId,
+        disks: &[usize],
+        arrival_ms: u64,
+        read: bool,
+        registered: &mut bool,
+        now_ms: u64,
+    ) -> Result<Admission, PowerError> {
+        if *registered && !self.sched.is_waiting(id) {
+            // The scheduler was replaced while this request waited.
+            self.sched.wait_for_budget(id, disks, arrival_ms);
+        }
+        let me_next = *registered && self.sched.next_to_spin(now_ms) == Some(id);
+        let held = !me_next && self.held(disks, read, now_ms);
+        if !held {
+            let nobody_waits = self.sched.budget_waiting() == 0;
+            let all_on = disks
+                .iter()
+                .all(|&d| self.budget.model(d).state() != PowerState::Off);
+            if me_next || nobody_waits || all_on {
+                let mut ticket = None;
+                let admission = self.budget.try_acquire(disks, &mut ticket, now_ms);
+                self.budget.cancel(&mut ticket); // the order is the scheduler's
+                match admission {
+                    Ok(Admission::Granted(grant)) => {
+                        if *registered {
+                            self.sched.granted(id);
+                            *registered = false;
+                        }
+                        return Ok(Admission::Granted(grant));
+                    }
+                    Ok(Admission::MadeRoom) if me_next || nobody_waits => {
+                        return Ok(Admission::MadeRoom)
+                    }
+                    Ok(_) => {}
+                    Err(e) => {
+                        if *registered {
+                            self.sched.granted(id);
+                            *registered = false;
+                        }
+                        return Err(e);
+                    }
+                }
+            }
+        }
+        if !*registered {
+            self.sched.wait_for_budget(id, disks, arrival_ms);
+            *registered = true;
+        }
+        Ok(Admission::Wait)
+    }
 }
 
 impl PowerManager {
@@ -187,6 +379,16 @@ impl PowerManager {
                 budget,
                 controller_errors: 0,
                 stopping: false,
+                sched: Scheduler::new(
+                    SchedulerConfig {
+                        strategy: SchedulerStrategy::Fifo,
+                        ..SchedulerConfig::default()
+                    },
+                    n_disks,
+                ),
+                next_request: 0,
+                idle: None,
+                disks: vec![DiskActivity::default(); n_disks],
             }),
             changed: Condvar::new(),
             on_spin_up: RwLock::new(None),
@@ -262,37 +464,76 @@ impl PowerManager {
             return Err(PowerError::NoSuchDisk { disk, n_disks });
         }
         let context = WakeContext::current();
+        let read = context
+            .as_ref()
+            .is_some_and(|c| c.reason.kind == WakeKind::Read);
         let start_ms = inner.clock.now_ms();
         let mut st = inner.state.lock();
         // Fast path for the common case: disks that are already on and not due
-        // to turn off. Needs no budget and no settling of others.
-        if let Some(grant) = st.budget.acquire_on(disks, start_ms) {
-            drop(st);
-            inner.sleep_until(grant.ready_ms);
-            if grant.ready_ms > start_ms {
-                inner.note_wait(&context, start_ms); // someone else's spin-up is under way
-            }
-            return Ok(inner.guards(disks));
-        }
-        let mut ticket = None;
-        let grant = loop {
-            let now_ms = inner.settle(&mut st);
-            let queued = ticket.is_some();
-            match st.budget.try_acquire(disks, &mut ticket, now_ms) {
-                Ok(Admission::Granted(grant)) => break grant,
-                Ok(Admission::MadeRoom) => continue, // the next settle powers the victims down
-                Ok(Admission::Wait) => inner.wait(&mut st, now_ms),
-                Err(e) => {
-                    drop(st);
-                    if queued {
-                        inner.changed.notify_all(); // the queue moved
-                    }
-                    return Err(e);
+        // to turn off. Needs no budget and no settling of others (unless the
+        // scheduler holds new work for a request that waited too long).
+        let held = st.held(disks, read, start_ms);
+        if !held {
+            if let Some(grant) = st.budget.acquire_on(disks, start_ms) {
+                st.begin(disks, read, start_ms);
+                drop(st);
+                inner.sleep_until(grant.ready_ms);
+                if grant.ready_ms > start_ms {
+                    inner.note_wait(&context, start_ms); // someone else's spin-up is under way
                 }
+                return Ok(inner.guards(disks, read));
+            }
+        }
+        // The strategy is the one in force when the request arrived.
+        let deadline = st.deadline();
+        let id = st.next_request;
+        st.next_request += 1;
+        let mut registered = false;
+        let mut ticket = None;
+        if read {
+            for &d in disks {
+                st.disks[d].reads_waiting += 1;
+            }
+        }
+        let result = loop {
+            let now_ms = inner.settle(&mut st);
+            let queued = ticket.is_some() || registered;
+            let admission = if deadline {
+                st.try_scheduled(id, disks, start_ms, read, &mut registered, now_ms)
+            } else {
+                st.budget.try_acquire(disks, &mut ticket, now_ms)
+            };
+            match admission {
+                Ok(Admission::Granted(grant)) => break Ok(grant),
+                Ok(Admission::MadeRoom) => continue, // the next settle powers the victims down
+                Ok(Admission::Wait) => {
+                    if registered && !queued {
+                        inner.changed.notify_all(); // the scheduler's order changed
+                    }
+                    inner.wait(&mut st, now_ms)
+                }
+                Err(e) => break Err((e, queued)),
             }
         };
-        let guards = inner.guards(disks);
+        if read {
+            for &d in disks {
+                st.disks[d].reads_waiting -= 1;
+            }
+        }
+        let grant = match result {
+            Ok(grant) => grant,
+            Err((e, queued)) => {
+                drop(st);
+                if queued {
+                    inner.changed.notify_all(); // the queue moved
+                }
+                return Err(e);
+            }
+        };
         let granted_ms = inner.clock.now_ms();
+        st.begin(disks, read, granted_ms);
+        st.spun_up(&grant.spun_up, granted_ms);
+        let guards = inner.guards(disks, read);
         drop(st);
         inner.changed.notify_all();
 
@@ -389,6 +630,127 @@ impl PowerManager {
         self.inner.state.lock().budget.max_spinning_seen()
     }
 
+    /// Order the requests waiting for the budget by `config` from now on
+    /// (requests already waiting keep the strategy they arrived under).
+    pub fn set_scheduler(&self, config: SchedulerConfig) {
+        let mut st = self.inner.state.lock();
+        let n_disks = st.budget.n_disks();
+        st.sched = Scheduler::new(config, n_disks);
+        drop(st);
+        self.inner.changed.notify_all();
+    }
+
+    /// The scheduler's settings.
+    pub fn scheduler_config(&self) -> SchedulerConfig {
+        self.inner.state.lock().sched.config().clone()
+    }
+
+    /// Adapt each disk's idle timeout to its recent gaps between requests,
+    /// with the wear budget of `config` (`None`: every disk keeps the
+    /// profile's fixed timeout). What the disks learnt so far is forgotten.
+    pub fn set_idle(&self, config: Option<IdleConfig>) {
+        let profile = &self.inner.profile;
+        let costs = DiskCosts {
+            default_timeout_ms: profile.idle_timeout_ms,
+            watts_idle: profile.watts_idle,
+            spin_up_joules: profile.spin_up_ms as f64 / 1000.0 * profile.watts_spinning_up,
+        };
+        let mut st = self.inner.state.lock();
+        let n_disks = st.budget.n_disks();
+        st.idle = config.map(|c| IdleTimeouts::new(c, costs, n_disks));
+        for disk in 0..n_disks {
+            st.budget.set_idle_timeout_ms(disk, profile.idle_timeout_ms);
+        }
+        drop(st);
+        self.inner.changed.notify_all();
+    }
+
+    /// The idle and wear settings, if idle timeouts adapt.
+    pub fn idle_config(&self) -> Option<IdleConfig> {
+        self.inner
+            .state
+            .lock()
+            .idle
+            .as_ref()
+            .map(|i| i.config().clone())
+    }
+
+    /// The wear budget in spin-ups per disk per day, if idle timeouts adapt
+    /// ([`PowerManager::set_idle`]) and it is enforced.
+    pub fn spinups_per_day_max(&self) -> Option<u32> {
+        let st = self.inner.state.lock();
+        let idle = st.idle.as_ref()?;
+        idle.config()
+            .enforce_wear_budget
+            .then(|| idle.spinups_per_day())
+    }
+
+    /// The idle timeout `disk` has now (adapted, or the profile's).
+    ///
+    /// # Panics
+    /// If `disk >= n_disks()`.
+    pub fn idle_timeout_ms(&self, disk: usize) -> u64 {
+        let now_ms = self.inner.clock.now_ms();
+        let st = self.inner.state.lock();
+        match st.idle.as_ref() {
+            Some(idle) => idle.timeout_ms(disk, now_ms),
+            None => self.inner.profile.idle_timeout_ms,
+        }
+    }
+
+    /// Spin-ups of `disk` in the last 24 hours (of this manager's life).
+    ///
+    /// # Panics
+    /// If `disk >= n_disks()`.
+    pub fn spin_ups_last_day(&self, disk: usize) -> u64 {
+        let now_ms = self.inner.clock.now_ms();
+        let st = self.inner.state.lock();
+        st.disks[disk]
+            .spin_ups
+            .iter()
+            .filter(|&&t| t.saturating_add(DAY_MS) > now_ms)
+            .count() as u64
+    }
+
+    /// Reads that wait for `disk` (for the budget) or read it now.
+    ///
+    /// # Panics
+    /// If `disk >= n_disks()`.
+    pub fn reads_waiting(&self, disk: usize) -> usize {
+        let st = self.inner.state.lock();
+        st.disks[disk].reads_waiting + st.disks[disk].reads_in_flight
+    }
+
+    /// Requests waiting for the budget now.
+    pub fn budget_waiting(&self) -> usize {
+        let st = self.inner.state.lock();
+        st.sched.budget_waiting() + st.budget.waiting().count()
+    }
+
+    /// Whether work on `disks` that can pause (persistence between two chunks)
+    /// should, now: reads wait for one of them or read it (or did less than a
+    /// moment ago), or a request that has waited `max_wait_ms` waits for the
+    /// budget. Always false with the `fifo` scheduler.
+    pub fn reads_want(&self, disks: &[usize]) -> bool {
+        let now_ms = self.inner.clock.now_ms();
+        let st = self.inner.state.lock();
+        st.deadline()
+            && (st.sched.holding(now_ms) || disks.iter().any(|&d| st.reads_want(d, now_ms)))
+    }
+
+    /// Persistence's side of "reads before persistence" for a persist writing
+    /// `disks`: call [`ReadYield::between_chunks`] between its chunks.
+    pub fn yield_to_reads(self: &Arc<Self>, disks: &[usize]) -> ReadYield {
+        ReadYield {
+            manager: Arc::clone(self),
+            disks: disks.to_vec(),
+            yielded_ms: 0,
+            paused_ms: 0,
+            pauses: 0,
+            last_ms: self.inner.clock.now_ms(),
+        }
+    }
+
     /// Controller `spin_up`/`spin_down` calls that returned an error.
     pub fn controller_errors(&self) -> u64 {
         self.inner.state.lock().controller_errors
@@ -473,13 +835,18 @@ impl Inner {
             witness.note_wait(self.clock.now_ms().saturating_sub(start_ms));
         }
     }
-    /// Guards for a granted request, one per entry of `disks`.
-    fn guards(self: &Arc<Self>, disks: &[usize]) -> Vec<ActivityGuard> {
+    /// Guards for a granted request, one per entry of `disks` (counted by
+    /// [`State::begin`]).
+    fn guards(self: &Arc<Self>, disks: &[usize], read: bool) -> Vec<ActivityGuard> {
+        let thread = std::thread::current().id();
+        GUARDS_HELD.with(|g| g.set(g.get() + disks.len()));
         disks
             .iter()
             .map(|&disk| ActivityGuard {
                 inner: self.clone(),
                 disk,
+                read,
+                thread,
             })
             .collect()
     }
@@ -551,11 +918,80 @@ impl Inner {
     }
 }
 
+/// A persist's pauses for reads: between two chunks it waits while reads want
+/// its disks ([`PowerManager::reads_want`]), so a read waits behind at most
+/// the chunks already under way, never the whole persist. Never starved: it
+/// pauses only while the time it paused, less the chunk time it got since, is
+/// under the scheduler's `persist_yield_max_ms` (the energy simulator's rule),
+/// so under a read storm it still gets about half of the time.
+pub struct ReadYield {
+    manager: Arc<PowerManager>,
+    disks: Vec<usize>,
+    /// Time paused for reads, less the chunk time got since.
+    yielded_ms: u64,
+    paused_ms: u64,
+    pauses: u64,
+    /// The end of the last pause (the start of the chunk time since).
+    last_ms: u64,
+}
+
+impl std::fmt::Debug for ReadYield {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReadYield")
+            .field("disks", &self.disks)
+            .field("yielded_ms", &self.yielded_ms)
+            .field("paused_ms", &self.paused_ms)
+            .finish()
+    }
+}
+
+impl ReadYield {
+    /// Between two chunks: pause while reads want the disks, within the
+    /// bound. Returns how long it paused (the manager's clock).
+    pub fn between_chunks(&mut self) -> u64 {
+        let inner = &self.manager.inner;
+        let start_ms = inner.clock.now_ms();
+        self.yielded_ms = self
+            .yielded_ms
+            .saturating_sub(start_ms.saturating_sub(self.last_ms));
+        let yield_max_ms = inner.state.lock().sched.config().persist_yield_max_ms;
+        let mut now_ms = start_ms;
+        let mut paused = false;
+        while self.yielded_ms + (now_ms - start_ms) < yield_max_ms
+            && self.manager.reads_want(&self.disks)
+        {
+            paused = true;
+            std::thread::sleep(inner.clock.real_wait(YIELD_POLL_MS));
+            now_ms = inner.clock.now_ms().max(now_ms);
+        }
+        let waited_ms = now_ms - start_ms;
+        self.yielded_ms += waited_ms;
+        self.paused_ms += waited_ms;
+        self.pauses += u64::from(paused);
+        self.last_ms = now_ms;
+        waited_ms
+    }
+
+    /// Time paused so far, ms.
+    pub fn paused_ms(&self) -> u64 {
+        self.paused_ms
+    }
+
+    /// Pauses so far.
+    pub fn pauses(&self) -> u64 {
+        self.pauses
+    }
+}
+
 /// Keeps one disk on while it lives. Dropping the last guard of a disk makes it
 /// Idle and starts its idle timer.
 pub struct ActivityGuard {
     inner: Arc<Inner>,
     disk: usize,
+    /// Held for a read (counted in the disk's reads in flight).
+    read: bool,
+    /// The thread that made it (its count of guards held drops with it).
+    thread: std::thread::ThreadId,
 }
 
 impl ActivityGuard {
@@ -567,9 +1003,25 @@ impl ActivityGuard {
 
 impl Drop for ActivityGuard {
     fn drop(&mut self) {
+        if std::thread::current().id() == self.thread {
+            GUARDS_HELD.with(|g| g.set(g.get().saturating_sub(1)));
+        }
         let mut st = self.inner.state.lock();
         let now_ms = self.inner.clock.now_ms();
-        let last_guard = st.budget.release(self.disk, now_ms);
+        let disk = self.disk;
+        if self.read {
+            let a = &mut st.disks[disk];
+            a.reads_in_flight -= 1;
+            a.last_read_ms = Some(now_ms);
+        }
+        let last_guard = st.budget.release(disk, now_ms);
+        if last_guard {
+            st.disks[disk].idle_since_ms = Some(now_ms);
+            if let Some(idle) = st.idle.as_ref() {
+                let timeout_ms = idle.timeout_ms(disk, now_ms);
+                st.budget.set_idle_timeout_ms(disk, timeout_ms);
+            }
+        }
         drop(st);
         if last_guard {
             // The disk is now Idle: a new idle deadline for the background

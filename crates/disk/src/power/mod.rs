@@ -19,7 +19,11 @@
 //!   a [`crate::Disk`] so every I/O holds a guard.
 //! - [`WakeReason`] says why work touches disks (a read of object X, persist, scrub, rebuild); the manager
 //!   records each spin-up with the reason of the thread that caused it ([`WakeRecord`], per-reason counts,
-//!   a duration histogram) for the operator's view. Reasons never change what the manager does.
+//!   a duration histogram) for the operator's view. Reasons change one thing: the manager counts reads per
+//!   disk, so persistence can yield to them between chunks ([`PowerManager::yield_to_reads`]).
+//! - The order in which waiting requests take the budget is `permafrost_policy::Scheduler`'s (`fifo` or
+//!   `deadline`), and idle timeouts adapt per disk (`permafrost_policy::IdleTimeouts`): the code the energy
+//!   simulator runs, set with [`PowerManager::set_scheduler`] and [`PowerManager::set_idle`].
 //!
 //! Invariants: per disk, `Σ ms_in_state == now − start` and
 //! `joules == Σ ms_in_state[s] · watts[s] / 1000`; a budget never has more
@@ -37,7 +41,9 @@ pub use budget::{Admission, Grant, PowerBudget, PowerError, Ticket};
 pub use controller::{
     HdparmPower, PowerControl, PowerController, ScsiStartStopPower, SesSlotPower, SimulatedPower,
 };
-pub use manager::{ActivityGuard, Clock, ManualClock, PowerManager, PoweredDisk, SystemClock};
+pub use manager::{
+    ActivityGuard, Clock, ManualClock, PowerManager, PoweredDisk, ReadYield, SystemClock,
+};
 pub use model::{PowerModel, PowerProfile, PowerState, PowerStats};
 pub use wake::{
     ReasonGuard, SpinUpHistogram, WakeContext, WakeKind, WakeReason, WakeRecord, WakeWitness,
