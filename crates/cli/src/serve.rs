@@ -106,6 +106,42 @@ impl MountSection {
     }
 }
 
+/// What the `[power]` table of permafrost.toml may hold: the read scheduler and the idle timeouts the server's
+/// power manager runs (the code `permafrost sim energy` runs; docs/energy.md, issue 30).
+#[derive(serde::Deserialize, Default)]
+#[serde(default, deny_unknown_fields)]
+struct PowerSection {
+    /// `[power.scheduler]`: `strategy` = "deadline" (default) | "fifo", `max_wait_ms`, `persist_yield_max_ms`.
+    scheduler: permafrost_policy::SchedulerConfig,
+    /// `[power.idle]` (with the deadline scheduler): adaptive per-disk idle timeouts and the wear budget
+    /// (`spinups_per_day_max`, `enforce_wear_budget`, `rated_start_stop_cycles`, `service_life_years`, …).
+    idle: permafrost_policy::IdleConfig,
+}
+
+impl PowerSection {
+    /// Give the store's power manager these settings. `fifo` keeps the server's behaviour before the scheduler:
+    /// the budget's queue in arrival order and every disk on the profile's fixed idle timeout.
+    fn apply(self, store: &Store) -> String {
+        let power = store.engine().power();
+        let deadline = self.scheduler.strategy == permafrost_policy::SchedulerStrategy::Deadline;
+        let summary = if deadline {
+            format!(
+                "read scheduler deadline (max wait {} ms, persistence yields to reads up to {} ms), idle timeouts {} per disk, {} spin-ups per disk per day{}",
+                self.scheduler.max_wait_ms,
+                self.scheduler.persist_yield_max_ms,
+                if self.idle.adaptive { "adapted" } else { "fixed" },
+                self.idle.spinups_per_day(),
+                if self.idle.enforce_wear_budget { " at most" } else { " budgeted (not enforced)" }
+            )
+        } else {
+            "read scheduler fifo (first come, first served), fixed idle timeouts".to_owned()
+        };
+        power.set_scheduler(self.scheduler);
+        power.set_idle(deadline.then_some(self.idle));
+        summary
+    }
+}
+
 /// How often a server checks the catalog for changes to keys made elsewhere (another node, `permafrost key` on
 /// the data directory).
 const ACCESS_REFRESH: Duration = Duration::from_secs(2);
@@ -200,6 +236,13 @@ block_public_access = true
 #                             grid order) with power_control = ["hdparm"] (one for all, or one per device;
 #                             simulated | hdparm | scsi | ses:ENCLOSURE:SLOT)
 #   [store.power_profile]     optional: disk power timings (spin_up_ms, idle_timeout_ms, watts_*)
+# Disk power scheduling (docs/energy.md), optional tables at the top level:
+#   [power.scheduler]         strategy = "deadline" (the disk set with the most waiting reads spins next, none
+#                             waits longer than max_wait_ms; persistence yields to reads up to
+#                             persist_yield_max_ms) | "fifo" (first come, first served)
+#   [power.idle]              idle timeouts adapted per disk (adaptive, timeout_min_ms, timeout_max_ms) and the
+#                             wear budget (spinups_per_day_max, or rated_start_stop_cycles over
+#                             service_life_years; enforce_wear_budget)
 # Real disks and a separate flash cache device: see README ("Real disks and a flash cache").
 # The catalog is the SQLite file DATA/catalog.sqlite unless a [catalog] table names a PostgreSQL database
 # (docs/catalog.md "Back ends"), e.g.:
@@ -443,6 +486,8 @@ pub fn run(args: ServeArgs) -> Result<()> {
         format_bytes(store.engine().bucket_capacity_bytes()),
         power_description(&grid.disks)
     );
+    let power_section: PowerSection = config_table(data_dir, "power")?;
+    note!("permafrost: {}", power_section.apply(&store));
     let store = Arc::new(store);
     let cluster = match &membership {
         None => None,

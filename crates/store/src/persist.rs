@@ -13,9 +13,12 @@
 //! The grid buckets of one horizontal parity group are persisted at the same time, one thread each
 //! ([`persist_grid_buckets`]); placement puts datasets that wait together side by side in one group, so their
 //! parity deltas merge (delayed mode). Each write promise writes `persist_chunk_bytes` engine chunks, several
-//! in flight (`persist_chunks_in_flight`, shared by a group's threads).
+//! in flight (`persist_chunks_in_flight`, shared by a group's threads). Between chunks a persist pauses while
+//! reads wait for or read its disks, or a request that waited the scheduler's `max_wait_ms` waits for the power
+//! budget (`PowerManager::yield_to_reads`: deadline scheduler only, and never more than `persist_yield_max_ms`
+//! beyond the time it wrote since, so persistence keeps at least about half of the disks' time).
 
-use permafrost_disk::power::{WakeKind, WakeReason};
+use permafrost_disk::power::{ReadYield, WakeKind, WakeReason};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fs::File;
 use std::io::{self, BufReader, Read, Write};
@@ -690,12 +693,47 @@ fn persist_batch(
     }
 }
 
-/// Hashes what goes through it (the first `hash_bytes` bytes: header, payload, crc) into the promise.
+/// Hashes what goes through it (the first `hash_bytes` bytes: header, payload, crc) into the promise, and
+/// pauses between chunks while reads want the bucket's disks (issue 30, "reads before persistence").
 struct Tee<'a> {
     promise: &'a mut WritePromise,
     hasher: blake3::Hasher,
     hash_bytes: u64,
     seen_bytes: u64,
+    reads: &'a mut Yield,
+}
+
+/// A persist's pauses for reads: between two chunks of `chunk_bytes`, it waits while reads wait for or read its
+/// disks (bounded by the scheduler's `persist_yield_max_ms`, so it is never starved; `fifo`: never).
+struct Yield {
+    reads: ReadYield,
+    chunk_bytes: u64,
+    /// Bytes appended since the last pause point.
+    since_bytes: u64,
+}
+
+impl Yield {
+    fn new(inner: &Inner, grid_bucket: u32) -> Yield {
+        let geometry = inner.engine.geometry();
+        let data = geometry.bucket_disk(grid_bucket as usize);
+        let parity = geometry.parity_targets(data);
+        Yield {
+            reads: inner
+                .engine
+                .power()
+                .yield_to_reads(&[data, parity.hp, parity.vp, parity.vhp]),
+            chunk_bytes: inner.config.persist_chunk_bytes.max(1),
+            since_bytes: 0,
+        }
+    }
+
+    fn appended(&mut self, bytes: u64) {
+        self.since_bytes += bytes;
+        if self.since_bytes >= self.chunk_bytes {
+            self.since_bytes = 0;
+            self.reads.between_chunks();
+        }
+    }
 }
 
 impl Write for Tee<'_> {
@@ -704,6 +742,7 @@ impl Write for Tee<'_> {
         self.hasher.update(&buf[..hash]);
         self.seen_bytes += buf.len() as u64;
         self.promise.append(buf).map_err(io::Error::other)?;
+        self.reads.appended(buf.len() as u64);
         Ok(buf.len())
     }
     fn flush(&mut self) -> io::Result<()> {
@@ -724,6 +763,7 @@ fn write_units(
     let mut written = Vec::with_capacity(units.len());
     let mut segments = Vec::new();
     let mut delayed = false;
+    let mut reads = Yield::new(inner, grid_bucket);
     let mut i = 0;
     while i < units.len() {
         // A run of contiguous extents with the same mode goes through one promise.
@@ -750,6 +790,7 @@ fn write_units(
                 &records[k],
                 &mut promise,
                 &mut segments,
+                &mut reads,
             )?;
             written.push((records[k].extent_id, hash));
         }
@@ -801,12 +842,14 @@ fn write_unit(
     record: &ExtentRecord,
     promise: &mut WritePromise,
     segments: &mut Vec<SegmentRecord>,
+    reads: &mut Yield,
 ) -> Result<[u8; 32]> {
     let mut tee = Tee {
         promise,
         hasher: blake3::Hasher::new(),
         hash_bytes: record.payload_bytes + EXTENT_OVERHEAD_BYTES as u64,
         seen_bytes: 0,
+        reads,
     };
     match unit {
         Unit::Content {
