@@ -465,8 +465,74 @@ pub struct RestoreRecord {
     pub duration_ms: u64,
     /// `None` while ongoing.
     pub done_ms: Option<u64>,
-    /// When the restored copy may leave the cache (set when done).
+    /// When the restored copy may leave the cache (set when done): [`restore_expiry_ms`].
     pub expiry_ms: Option<u64>,
+    /// How soon the restore is to be done (schema version 10; older rows are `Standard`).
+    pub tier: RestoreTier,
+}
+
+/// How soon a restore is done, as S3 Glacier's retrieval tiers (docs/archive.md, "Restores"): `Expedited`
+/// starts at once; `Standard` waits until its disk's oldest Standard restore is a batch window old (or the
+/// disk spins anyway) so one spin-up serves all of them; `Bulk` waits until the disk spins for another reason
+/// or the nightly window. Ordered from the fastest.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default, Serialize, Deserialize,
+)]
+pub enum RestoreTier {
+    Expedited,
+    #[default]
+    Standard,
+    Bulk,
+}
+
+impl RestoreTier {
+    /// S3's name: `Expedited`, `Standard`, `Bulk`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RestoreTier::Expedited => "Expedited",
+            RestoreTier::Standard => "Standard",
+            RestoreTier::Bulk => "Bulk",
+        }
+    }
+}
+
+impl std::fmt::Display for RestoreTier {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for RestoreTier {
+    type Err = String;
+    /// S3's names, in any case.
+    fn from_str(s: &str) -> std::result::Result<RestoreTier, String> {
+        match s.to_ascii_lowercase().as_str() {
+            "expedited" => Ok(RestoreTier::Expedited),
+            "standard" => Ok(RestoreTier::Standard),
+            "bulk" => Ok(RestoreTier::Bulk),
+            _ => Err(format!(
+                "restore tier {s:?} is not one of Expedited, Standard, Bulk"
+            )),
+        }
+    }
+}
+
+/// What a restore request asks for besides the version.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RestoreTerms {
+    /// How long the copy stays once restored (the request's days times `day_ms`).
+    pub duration_ms: u64,
+    pub tier: RestoreTier,
+    /// Length of a day: expiries are rounded up to the next multiple of it after `done + duration`.
+    pub day_ms: u64,
+}
+
+/// When a restored copy expires, as S3 computes it: the time it was restored (or its restore was extended) plus
+/// its days, rounded up to the start of the next day (with `day_ms` = [`DAY_MS`], midnight UTC of the following
+/// day). The SQL of `finish_restores` computes the same.
+pub fn restore_expiry_ms(done_ms: u64, duration_ms: u64, day_ms: u64) -> u64 {
+    let day_ms = day_ms.max(1);
+    ((done_ms + duration_ms) / day_ms + 1) * day_ms
 }
 
 /// What a restore request found.
@@ -476,8 +542,10 @@ pub enum RestoreOutcome {
     Started,
     /// The version was restored already; its expiry was moved (S3 `200`).
     Extended,
-    /// A restore is running (S3 `409 RestoreAlreadyInProgress`).
+    /// A restore is running (S3 `409 RestoreAlreadyInProgress`), at the same or a faster tier.
     InProgress,
+    /// A restore was running at a slower tier; it now has the faster one asked for (S3 `202`).
+    Upgraded,
 }
 
 #[cfg(test)]

@@ -41,10 +41,10 @@ mod sqlite;
 
 pub use access::{AccessCatalog, AccessKeyRecord, BucketAccessRecord};
 pub use archive::{
-    AttributeChange, BucketArchive, DefaultRetention, DeleteOutcome, Lifecycle, LifecycleFilter,
-    LifecycleRule, LockMode, LockViolation, ObjectAttributes, ObjectLock, RestoreOutcome,
-    RestoreRecord, Retention, StorageClass, VersionPage, VersionQuery, VersionRecord, Versioning,
-    DAY_MS, NULL_VERSION,
+    restore_expiry_ms, AttributeChange, BucketArchive, DefaultRetention, DeleteOutcome, Lifecycle,
+    LifecycleFilter, LifecycleRule, LockMode, LockViolation, ObjectAttributes, ObjectLock,
+    RestoreOutcome, RestoreRecord, RestoreTerms, RestoreTier, Retention, StorageClass, VersionPage,
+    VersionQuery, VersionRecord, Versioning, DAY_MS, NULL_VERSION,
 };
 use serde::{Deserialize, Serialize};
 
@@ -876,13 +876,15 @@ pub trait Catalog: Send + Sync {
     fn expire_noncurrent(&self, now_ms: u64, limit: usize) -> Result<u64>;
 
     // ---- restores
-    /// Ask for a restore of a version (current when `version_id` is `None`) kept for `duration_ms` once done.
+    /// Ask for a restore of a version (current when `version_id` is `None`) kept for `terms.duration_ms` once
+    /// done. A pending restore asked for again at a faster tier takes that tier (`Upgraded`); a restored one
+    /// gets a new expiry (`Extended`, rounded like [`restore_expiry_ms`]).
     fn request_restore(
         &self,
         bucket: &str,
         key: &str,
         version_id: Option<&str>,
-        duration_ms: u64,
+        terms: &RestoreTerms,
         now_ms: u64,
     ) -> Result<(RestoreOutcome, RestoreRecord)>;
     /// The restore of a version, if one was asked for and has not expired.
@@ -894,9 +896,10 @@ pub trait Catalog: Send + Sync {
     ) -> Result<Option<RestoreRecord>>;
     /// Restores not done yet, oldest first, at most `limit`.
     fn pending_restores(&self, limit: usize) -> Result<Vec<RestoreRecord>>;
-    /// The content is in the cache: every pending restore of it is done, and it is pinned there (never evicted)
-    /// until the latest of their expiries.
-    fn finish_restores(&self, content: &ContentId, now_ms: u64) -> Result<()>;
+    /// The content is in the cache: every pending restore of it is done, expiring at
+    /// [`restore_expiry_ms`]`(now_ms, duration, day_ms)`, and it is pinned there (never evicted) until the latest
+    /// of their expiries.
+    fn finish_restores(&self, content: &ContentId, now_ms: u64, day_ms: u64) -> Result<()>;
     /// Give a content evicted from the cache its cache file back (a restore read it from the grid).
     /// `false` when it has one already (the caller deletes its file).
     fn recache_content(&self, content: &ContentId, cache_path: &str, now_ms: u64) -> Result<bool>;

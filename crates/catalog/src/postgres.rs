@@ -56,7 +56,10 @@ pub(crate) const PG_SCHEMA_BASE_VERSION: u32 = 8;
 
 /// Changes after [`PG_SCHEMA_BASE_VERSION`], in order, as for SQLite (`sqlite.rs` `MIGRATIONS`): a change of
 /// the catalog's schema adds a version to both lists.
-pub(crate) const PG_MIGRATIONS: &[(u32, &str)] = &[(9, crate::sqlite::PG_ACCESS_MIGRATION)];
+pub(crate) const PG_MIGRATIONS: &[(u32, &str)] = &[
+    (9, crate::sqlite::PG_ACCESS_MIGRATION),
+    (10, crate::sqlite::RESTORE_TIER_MIGRATION),
+];
 
 /// The whole schema of version 8 on PostgreSQL (the tables of `docs/catalog.md`; `meta` is made by the
 /// migration code). `offset` is quoted by `crate::sql::pg_sql`.

@@ -143,7 +143,13 @@ const MIGRATIONS: &[(u32, &str)] = &[
     ),
     // Access keys, their grants, bucket owners, ACLs, policies and Block Public Access (`access`).
     (9, access::ACCESS_MIGRATION),
+    (10, RESTORE_TIER_MIGRATION),
 ];
+
+/// Schema version 10, the same SQL on both back ends: the retrieval tier of each restore (`Expedited`,
+/// `Standard`, `Bulk`; docs/archive.md), which decides when the restore thread reads it.
+pub(crate) const RESTORE_TIER_MIGRATION: &str =
+    "ALTER TABLE restores ADD COLUMN tier TEXT NOT NULL DEFAULT 'Standard';";
 
 /// Schema version this build reads and writes (`meta.schema_version`).
 #[cfg(test)]
@@ -1516,10 +1522,10 @@ impl Catalog for SqlCatalog {
         bucket: &str,
         key: &str,
         version_id: Option<&str>,
-        duration_ms: u64,
+        terms: &RestoreTerms,
         now_ms: u64,
     ) -> Result<(RestoreOutcome, RestoreRecord)> {
-        self.request_restore_impl(bucket, key, version_id, duration_ms, now_ms)
+        self.request_restore_impl(bucket, key, version_id, terms, now_ms)
     }
 
     fn restore_of(
@@ -1535,8 +1541,8 @@ impl Catalog for SqlCatalog {
         self.pending_restores_impl(limit)
     }
 
-    fn finish_restores(&self, content: &ContentId, now_ms: u64) -> Result<()> {
-        self.finish_restores_impl(content, now_ms)
+    fn finish_restores(&self, content: &ContentId, now_ms: u64, day_ms: u64) -> Result<()> {
+        self.finish_restores_impl(content, now_ms, day_ms)
     }
 
     fn recache_content(&self, content: &ContentId, cache_path: &str, now_ms: u64) -> Result<bool> {

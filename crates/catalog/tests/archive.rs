@@ -430,38 +430,86 @@ fn restores_start_extend_and_pin_the_content(b: Backend) {
     c.create_bucket("b", &BucketSettings::default()).unwrap();
     let t = now_ms();
     put(&*c, "b", "k", 1, t);
-    let (outcome, record) = c.request_restore("b", "k", None, 50_000, t + 100).unwrap();
+    // Days of 1000 ms: expiries are rounded up to the next whole second.
+    let terms = |duration_ms, tier| RestoreTerms {
+        duration_ms,
+        tier,
+        day_ms: 1000,
+    };
+    let (outcome, record) = c
+        .request_restore("b", "k", None, &terms(50_000, RestoreTier::Bulk), t + 100)
+        .unwrap();
     assert_eq!(outcome, RestoreOutcome::Started);
     assert_eq!(record.version_id, NULL_VERSION);
-    assert_eq!(
-        c.request_restore("b", "k", None, 50_000, t + 101)
-            .unwrap()
-            .0,
-        RestoreOutcome::InProgress
-    );
-    assert_eq!(c.pending_restores(10).unwrap().len(), 1);
-    c.finish_restores(&cid(1), t + 200).unwrap();
+    assert_eq!(record.tier, RestoreTier::Bulk);
+    // A slower or the same tier changes nothing; a faster one upgrades the pending restore.
+    for (tier, outcome) in [
+        (RestoreTier::Bulk, RestoreOutcome::InProgress),
+        (RestoreTier::Standard, RestoreOutcome::Upgraded),
+        (RestoreTier::Bulk, RestoreOutcome::InProgress),
+        (RestoreTier::Expedited, RestoreOutcome::Upgraded),
+        (RestoreTier::Standard, RestoreOutcome::InProgress),
+    ] {
+        assert_eq!(
+            c.request_restore("b", "k", None, &terms(50_000, tier), t + 101)
+                .unwrap()
+                .0,
+            outcome,
+            "{tier}"
+        );
+    }
+    let pending = c.pending_restores(10).unwrap();
+    assert_eq!(pending.len(), 1);
+    assert_eq!(pending[0].tier, RestoreTier::Expedited);
+    assert_eq!(pending[0].requested_ms, t + 100, "an upgrade keeps its age");
+    c.finish_restores(&cid(1), t + 200, 1000).unwrap();
     assert!(c.pending_restores(10).unwrap().is_empty());
     let r = c.restore_of("b", "k", NULL_VERSION).unwrap().unwrap();
-    assert_eq!(r.expiry_ms, Some(t + 50_200));
+    let expiry = restore_expiry_ms(t + 200, 50_000, 1000);
+    assert_eq!(r.expiry_ms, Some(expiry));
+    assert_eq!(expiry % 1000, 0);
+    assert!(expiry > t + 50_200 && expiry <= t + 51_200);
     assert_eq!(
-        c.request_restore("b", "k", None, 100_000, t + 300)
-            .unwrap()
-            .0,
+        c.request_restore(
+            "b",
+            "k",
+            None,
+            &terms(100_000, RestoreTier::Standard),
+            t + 300
+        )
+        .unwrap()
+        .0,
         RestoreOutcome::Extended
     );
+    let extended = restore_expiry_ms(t + 300, 100_000, 1000);
     assert_eq!(
         c.get_content(&cid(1)).unwrap().unwrap().state,
         ContentState::Cached
     );
-    assert_eq!(c.expire_restores(t + 100_299).unwrap(), 0);
-    assert_eq!(c.expire_restores(t + 100_300).unwrap(), 1);
+    assert_eq!(c.expire_restores(extended - 1).unwrap(), 0);
+    assert_eq!(c.expire_restores(extended).unwrap(), 1);
     assert!(c.restore_of("b", "k", NULL_VERSION).unwrap().is_none());
     assert!(!c.recache_content(&cid(1), "contents/other", t).unwrap());
     assert!(matches!(
-        c.request_restore("b", "nokey", None, 1, 1),
+        c.request_restore("b", "nokey", None, &terms(1, RestoreTier::Standard), 1),
         Err(CatalogError::NoSuchKey { .. })
     ));
+}
+
+#[test]
+fn a_restore_expires_at_the_start_of_the_day_after_its_days_are_over() {
+    // 2026-12-06 10:30 UTC, restored for 2 days: expires 2026-12-09 00:00 UTC.
+    let done = 1_796_553_000_000; // 2026-12-06T10:30:00Z
+    assert_eq!(
+        restore_expiry_ms(done, 2 * DAY_MS, DAY_MS),
+        1_796_774_400_000 // 2026-12-09T00:00:00Z
+    );
+    // Exactly at midnight: the following midnight.
+    let midnight = 1_796_515_200_000; // 2026-12-06T00:00:00Z
+    assert_eq!(
+        restore_expiry_ms(midnight, DAY_MS, DAY_MS),
+        midnight + 2 * DAY_MS
+    );
 }
 
 fn a_bucket_with_only_uploads_in_progress_is_deleted_with_them(b: Backend) {

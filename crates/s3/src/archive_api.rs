@@ -4,7 +4,7 @@
 //! | request | answer |
 //! |---|---|
 //! | `GET /_permafrost/api/v1/datasets[?bucket=B&tag=K=V&after=MS&before=MS]` | datasets with size, object count, first/last write, tags, expiry, persistence, grid bucket (catalog only) |
-//! | `POST /_permafrost/api/v1/restores` body `{"bucket": B, "prefix": P, "days": N}` | starts a batch restore (`202`), answers its progress |
+//! | `POST /_permafrost/api/v1/restores` body `{"bucket": B, "prefix": P, "days": N, "tier": T}` | starts a batch restore (`202`), answers its progress; `tier` is `Expedited` (the default: the batch is whole when asked for, so it starts at once), `Standard` or `Bulk` |
 //! | `GET /_permafrost/api/v1/restores` | progress of the restores: requested, done, pending, bytes read, grid buckets |
 //!
 //! A batch restore reads the objects grouped by disk, one spin-up per disk, in on-disk order
@@ -73,9 +73,13 @@ pub fn add_archive_endpoints(admin: &Admin) {
             if request.days == 0 {
                 return Err(ApiError::bad_request("days must be at least 1"));
             }
+            let tier: permafrost_store::RestoreTier = match request.tier.as_deref() {
+                None => permafrost_store::RestoreTier::Expedited,
+                Some(t) => t.parse().map_err(ApiError::bad_request)?,
+            };
             let store = Arc::clone(admin.store());
             let progress = blocking(move || {
-                Ok(store.restore_prefix(&request.bucket, &request.prefix, request.days)?)
+                Ok(store.restore_prefix(&request.bucket, &request.prefix, request.days, tier)?)
             })
             .await?;
             Ok(json_status(StatusCode::ACCEPTED, &progress))
@@ -120,6 +124,9 @@ struct RestoreBody {
     prefix: String,
     #[serde(default = "one_day")]
     days: u32,
+    /// `Expedited` (default), `Standard` or `Bulk`.
+    #[serde(default)]
+    tier: Option<String>,
 }
 
 fn one_day() -> u32 {

@@ -10,21 +10,28 @@
 //!   same way. No disk is woken: the bytes are reclaimed by garbage collection, which only frees catalog ranges
 //!   and cache files. A lifecycle "day" is `StoreConfig::lifecycle_day_ms` (shorter in tests).
 //! - **Restores** copy a version's stored bytes from the grid into the cache and pin them there for the
-//!   requested days. The restore thread takes every pending restore at once, groups them by grid bucket (one
-//!   data disk each), keeps that disk spinning for the whole group (one spin-up per disk), and reads the
-//!   contents in on-disk order (first extent offset).
+//!   requested days (the expiry rounded up to the next midnight UTC, as S3 does). The pending restores are
+//!   rows of the catalog, so the queue survives a restart. The restore thread groups them by grid bucket (one
+//!   data disk each) and reads a disk's group when it is due: at once if one of them is Expedited, once the
+//!   oldest Standard one waited `[store.restore] standard_window_ms`, at the nightly hour (or after
+//!   `bulk_wait_ms_max`) for Bulk, and whenever the disk spins for another reason. It keeps that disk spinning
+//!   for the whole group (one spin-up, attributed as "restore of BUCKET/KEY"), reads the contents in on-disk
+//!   order (first extent offset), and marks each restore done as soon as its content is in the cache, so a
+//!   restart resumes with the rest.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::io::{Read, Write};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::Mutex;
 use permafrost_catalog::{
-    now_ms, AttributeChange, BucketArchive, ContentId, ContentRecord, DeleteOutcome, ListQuery,
-    ObjectRecord, RestoreOutcome, RestoreRecord, StorageClass, VersionPage, VersionQuery,
+    now_ms, restore_expiry_ms, AttributeChange, BucketArchive, ContentId, ContentRecord,
+    DeleteOutcome, ListQuery, ObjectRecord, RestoreOutcome, RestoreRecord, RestoreTerms,
+    RestoreTier, StorageClass, VersionPage, VersionQuery,
 };
+use permafrost_disk::power::{PowerState, WakeKind, WakeReason};
 use serde::Serialize;
 
 use crate::cache::{Cache, CONTENTS_DIR};
@@ -38,6 +45,33 @@ const RESTORE_BATCH_MAX: usize = 100_000;
 const EXPIRE_BATCH_MAX: usize = 1000;
 /// Buffer of a restore copy.
 const RESTORE_BUFFER_BYTES: usize = 1 << 20;
+/// Restore events kept for [`Store::restore_events_since`].
+pub const RESTORE_EVENTS_MAX: usize = 4096;
+/// The restore thread plans new restores (other than Expedited ones, which wake it) at most this often.
+const RESTORE_POLL_MS: u64 = 1000;
+/// While restores wait, the thread looks this often whether one of their disks spins for another reason.
+const SPINNING_POLL_MS: u64 = 50;
+
+/// S3's event name when a restore is accepted.
+pub const RESTORE_POST_EVENT: &str = "s3:ObjectRestore:Post";
+/// S3's event name when a restored copy is in the cache.
+pub const RESTORE_COMPLETED_EVENT: &str = "s3:ObjectRestore:Completed";
+
+/// A restore was accepted (`s3:ObjectRestore:Post`) or its copy is in the cache (`s3:ObjectRestore:Completed`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RestoreEvent {
+    /// Numbers the restore events of this server's life, from 1.
+    pub seq: u64,
+    /// [`RESTORE_POST_EVENT`] or [`RESTORE_COMPLETED_EVENT`].
+    pub name: &'static str,
+    pub at_ms: u64,
+    pub bucket: String,
+    pub key: String,
+    pub version_id: String,
+    pub tier: RestoreTier,
+    /// When the restored copy expires (`Completed` only).
+    pub expiry_ms: Option<u64>,
+}
 
 /// The restore state of a version, for `x-amz-restore`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -64,6 +98,13 @@ pub struct RestoreBatch {
     pub reading_grid_bucket: Option<u32>,
     /// The last error, if a restore failed (it stays pending and is retried).
     pub last_error: Option<String>,
+    /// Grid buckets whose restores wait for their tier's time (Standard window, Bulk night) or for their disk
+    /// to spin for another reason.
+    #[serde(default)]
+    pub waiting_grid_buckets: Vec<u32>,
+    /// When the first of the waiting grid buckets is due (ms since the epoch).
+    #[serde(default)]
+    pub next_read_ms: Option<u64>,
 }
 
 /// Which datasets [`Store::datasets`] lists.
@@ -108,12 +149,53 @@ pub(crate) struct Restores {
     pub progress: Mutex<RestoreBatch>,
     pub wake: Mutex<bool>,
     pub wake_cv: parking_lot::Condvar,
+    /// Raised by every accepted request: the thread plans anew when it moved.
+    pub requests: AtomicU64,
+    /// Recent restore events, oldest first, at most [`RESTORE_EVENTS_MAX`].
+    events: Mutex<VecDeque<RestoreEvent>>,
+    event_seq: AtomicU64,
 }
 
 impl Restores {
     fn wake(&self) {
         *self.wake.lock() = true;
         self.wake_cv.notify_all();
+    }
+
+    /// A restore was accepted: an Expedited one is planned at once, others at the thread's next look.
+    fn requested(&self, tier: RestoreTier) {
+        self.requests.fetch_add(1, Ordering::SeqCst);
+        if tier == RestoreTier::Expedited {
+            self.wake();
+        }
+    }
+
+    fn event(&self, name: &'static str, record: &RestoreRecord, expiry_ms: Option<u64>) {
+        let mut events = self.events.lock();
+        if events.len() == RESTORE_EVENTS_MAX {
+            events.pop_front();
+        }
+        events.push_back(RestoreEvent {
+            seq: self.event_seq.fetch_add(1, Ordering::SeqCst) + 1,
+            name,
+            at_ms: now_ms(),
+            bucket: record.bucket.clone(),
+            key: record.key.clone(),
+            version_id: record.version_id.clone(),
+            tier: record.tier,
+            expiry_ms,
+        });
+    }
+}
+
+impl Inner {
+    /// The terms of a restore of `days` lifecycle days at `tier`.
+    fn restore_terms(&self, days: u32, tier: RestoreTier) -> RestoreTerms {
+        RestoreTerms {
+            duration_ms: u64::from(days.max(1)) * self.config.lifecycle_day_ms,
+            tier,
+            day_ms: self.config.lifecycle_day_ms,
+        }
     }
 }
 
@@ -351,24 +433,39 @@ impl Store {
 
     // ---------------------------------------------------------------- restores
 
-    /// S3 RestoreObject: a copy of the version in the cache, pinned for `days` lifecycle days once done.
+    /// S3 RestoreObject: a copy of the version in the cache, pinned for `days` lifecycle days once done, read
+    /// when its `tier` says (see the module doc). A pending restore asked for at a faster tier takes it
+    /// (`Upgraded`).
     pub fn restore_object(
         &self,
         bucket: &str,
         key: &str,
         version_id: Option<&str>,
         days: u32,
+        tier: RestoreTier,
     ) -> Result<RestoreOutcome> {
         let inner = self.inner();
-        let duration_ms = u64::from(days.max(1)) * inner.config.lifecycle_day_ms;
-        let (outcome, _) =
+        let terms = inner.restore_terms(days, tier);
+        let (outcome, record) =
             inner
                 .catalog
-                .request_restore(bucket, key, version_id, duration_ms, now_ms())?;
-        if outcome == RestoreOutcome::Started {
-            inner.restores.wake();
+                .request_restore(bucket, key, version_id, &terms, now_ms())?;
+        match outcome {
+            RestoreOutcome::Started => {
+                inner.restores.event(RESTORE_POST_EVENT, &record, None);
+                inner.restores.requested(record.tier);
+            }
+            RestoreOutcome::Upgraded => inner.restores.requested(record.tier),
+            RestoreOutcome::Extended | RestoreOutcome::InProgress => {}
         }
         Ok(outcome)
+    }
+
+    /// Restore events after `seq` (`s3:ObjectRestore:Post` when a restore is accepted, `…:Completed` when its
+    /// copy is in the cache), oldest first; the last [`RESTORE_EVENTS_MAX`] are kept.
+    pub fn restore_events_since(&self, seq: u64) -> Vec<RestoreEvent> {
+        let events = self.inner().restores.events.lock();
+        events.iter().filter(|e| e.seq > seq).cloned().collect()
     }
 
     /// The restore state of a version (`None`: never restored, or its copy expired).
@@ -383,12 +480,35 @@ impl Store {
             }))
     }
 
-    /// Restore every current object under `bucket/prefix` for `days` lifecycle days: all requests first, then
-    /// one pass of the restore thread reads them grouped by disk, each disk once, in on-disk order. Returns at
-    /// once; [`Store::restore_progress`] tells how far it got.
-    pub fn restore_prefix(&self, bucket: &str, prefix: &str, days: u32) -> Result<RestoreBatch> {
+    /// The restore state of a version known by its version id, from the catalog alone (listings).
+    pub fn restore_state(
+        &self,
+        bucket: &str,
+        key: &str,
+        version_id: &str,
+    ) -> Result<Option<RestoreInfo>> {
+        Ok(self
+            .inner()
+            .catalog
+            .restore_of(bucket, key, version_id)?
+            .map(|r| RestoreInfo {
+                ongoing: r.done_ms.is_none(),
+                expiry_ms: r.expiry_ms,
+            }))
+    }
+
+    /// Restore every current object under `bucket/prefix` for `days` lifecycle days at `tier`: all requests
+    /// first, then the restore thread reads them grouped by disk, each disk once, in on-disk order, when the
+    /// tier says (an Expedited batch at once). Returns at once; [`Store::restore_progress`] tells how far it got.
+    pub fn restore_prefix(
+        &self,
+        bucket: &str,
+        prefix: &str,
+        days: u32,
+        tier: RestoreTier,
+    ) -> Result<RestoreBatch> {
         let inner = self.inner();
-        let duration_ms = u64::from(days.max(1)) * inner.config.lifecycle_day_ms;
+        let terms = inner.restore_terms(days, tier);
         let _batch = inner.restores.lock.lock();
         let mut requested = 0u64;
         let mut start_after: Option<String> = None;
@@ -403,13 +523,16 @@ impl Store {
                 },
             )?;
             for o in &page.objects {
-                let (outcome, _) = inner.catalog.request_restore(
+                let (outcome, record) = inner.catalog.request_restore(
                     bucket,
                     &o.key,
                     Some(&o.version_id),
-                    duration_ms,
+                    &terms,
                     now_ms(),
                 )?;
+                if outcome == RestoreOutcome::Started {
+                    inner.restores.event(RESTORE_POST_EVENT, &record, None);
+                }
                 if outcome != RestoreOutcome::InProgress {
                     requested += 1;
                 }
@@ -427,7 +550,7 @@ impl Store {
                 ..Default::default()
             };
         }
-        inner.restores.wake();
+        inner.restores.requested(tier);
         Ok(inner.restores.progress.lock().clone())
     }
 
@@ -439,9 +562,9 @@ impl Store {
         Ok(progress.clone())
     }
 
-    /// Run the pending restores now (what the restore thread does), and return when they are done.
+    /// Run every pending restore now, whatever its tier (an operator's command), and return when they are done.
     pub fn run_restores(&self) -> Result<RestoreBatch> {
-        restore_pass(self.inner())?;
+        restore_pass(self.inner(), true)?;
         self.restore_progress()
     }
 
@@ -602,49 +725,130 @@ pub(crate) fn lifecycle_pass(inner: &Inner) -> Result<u64> {
     Ok(total)
 }
 
-/// The restore thread: a pass whenever woken (a restore was requested) or every second.
+/// What a pass of the restore thread left waiting.
+#[derive(Debug, Default)]
+struct Waiting {
+    /// When the first waiting disk is due.
+    next_due_ms: Option<u64>,
+    /// Data disks with restores waiting: read early when one of them spins for another reason.
+    disks: Vec<usize>,
+}
+
+fn spinning(state: PowerState) -> bool {
+    state != PowerState::Off
+}
+
+/// The restore thread: a pass when an Expedited restore arrives, when new restores arrived (at most every
+/// [`RESTORE_POLL_MS`]), when a waiting disk is due or starts spinning for another reason (looked at every
+/// [`SPINNING_POLL_MS`]); the first pass resumes what the catalog holds from before a restart.
 pub(crate) fn restore_loop(inner: &Arc<Inner>) {
+    let mut seen_requests: Option<u64> = None;
+    let mut waiting = Waiting::default();
+    let mut last_pass = std::time::Instant::now();
     while !inner.stop.load(Ordering::SeqCst) {
-        {
+        let woken = {
             let mut woken = inner.restores.wake.lock();
             if !*woken {
-                inner
-                    .restores
-                    .wake_cv
-                    .wait_for(&mut woken, Duration::from_millis(1000));
+                let poll_ms = if waiting.disks.is_empty() {
+                    RESTORE_POLL_MS
+                } else {
+                    SPINNING_POLL_MS
+                };
+                let until_due = waiting
+                    .next_due_ms
+                    .map_or(poll_ms, |t| t.saturating_sub(now_ms()));
+                inner.restores.wake_cv.wait_for(
+                    &mut woken,
+                    Duration::from_millis(until_due.clamp(10, poll_ms)),
+                );
             }
-            *woken = false;
-        }
+            std::mem::take(&mut *woken)
+        };
         if inner.stop.load(Ordering::SeqCst) {
             return;
         }
-        if let Err(e) = restore_pass(inner) {
-            inner.restores.progress.lock().last_error = Some(e.to_string());
-            inner.record_error(format!("restore: {e}"));
+        let requests = inner.restores.requests.load(Ordering::SeqCst);
+        let power = inner.engine.power();
+        let plan = woken
+            || (seen_requests != Some(requests)
+                && last_pass.elapsed() >= Duration::from_millis(RESTORE_POLL_MS))
+            || waiting.next_due_ms.is_some_and(|t| t <= now_ms())
+            || waiting.disks.iter().any(|&d| spinning(power.state(d)));
+        if !plan {
+            continue;
+        }
+        seen_requests = Some(requests);
+        last_pass = std::time::Instant::now();
+        match restore_pass(inner, false) {
+            Ok(w) => waiting = w,
+            Err(e) => {
+                inner.restores.progress.lock().last_error = Some(e.to_string());
+                inner.record_error(format!("restore: {e}"));
+                // Retried at the next look.
+                waiting = Waiting {
+                    next_due_ms: Some(now_ms() + RESTORE_POLL_MS),
+                    disks: Vec::new(),
+                };
+            }
         }
     }
 }
 
-/// Do every pending restore: contents already in the cache at once; the others grouped by grid bucket, one
-/// disk spun up per group and held up for it, contents read in on-disk order.
-fn restore_pass(inner: &Arc<Inner>) -> Result<()> {
+/// The restores of one grid bucket (one data disk) in a pass.
+struct DiskGroup {
+    /// (first extent offset, restored content, content to read: itself or one of its parts)
+    contents: Vec<(u64, ContentId, ContentRecord)>,
+    /// When the group is due: the earliest due time of its restores.
+    due_ms: u64,
+    /// The restore the spin-up is attributed to (the one due first) and how many restores the group serves.
+    first: (String, String),
+    restores: usize,
+}
+
+/// Finish the restores of a content whose bytes are in the cache now: done in the catalog, one
+/// `s3:ObjectRestore:Completed` event each.
+fn finish(inner: &Inner, id: &ContentId, records: &[RestoreRecord]) -> Result<()> {
+    let now = now_ms();
+    let day_ms = inner.config.lifecycle_day_ms;
+    // Under the progress lock, so that `pending` and `done` are read consistently.
+    let mut progress = inner.restores.progress.lock();
+    inner.catalog.finish_restores(id, now, day_ms)?;
+    progress.done += records.len() as u64;
+    for r in records {
+        let expiry = restore_expiry_ms(now, r.duration_ms, day_ms);
+        inner
+            .restores
+            .event(RESTORE_COMPLETED_EVENT, r, Some(expiry));
+    }
+    Ok(())
+}
+
+/// Plan the pending restores and do those that are due (all of them with `force`): contents already in the
+/// cache at once; the others grouped by grid bucket, and each due group with one disk spun up and held up for
+/// it, contents read in on-disk order. Returns what is left waiting.
+fn restore_pass(inner: &Arc<Inner>, force: bool) -> Result<Waiting> {
     let _pass = inner.restores.lock.lock();
     let pending = inner.catalog.pending_restores(RESTORE_BATCH_MAX)?;
     if pending.is_empty() {
-        return Ok(());
+        let mut progress = inner.restores.progress.lock();
+        progress.waiting_grid_buckets.clear();
+        progress.next_read_ms = None;
+        return Ok(Waiting::default());
     }
     let mut by_content: BTreeMap<ContentId, Vec<RestoreRecord>> = BTreeMap::new();
     for r in pending {
         by_content.entry(r.content).or_default().push(r);
     }
-    // grid bucket -> (first extent offset, restored content, content to read: itself or one of its parts)
-    let mut by_disk: BTreeMap<u32, Vec<(u64, ContentId, ContentRecord)>> = BTreeMap::new();
+    let mut by_disk: BTreeMap<u32, DiskGroup> = BTreeMap::new();
     // restored content -> contents still to read for it
     let mut waiting: BTreeMap<ContentId, usize> = BTreeMap::new();
-    for id in by_content.keys() {
+    let restore_config = &inner.config.restore;
+    for (id, records) in &by_content {
         let Some(content) = inner.catalog.get_content(id)? else {
             // Collected meanwhile (its versions were deleted): nothing to restore.
-            inner.catalog.finish_restores(id, now_ms())?;
+            inner
+                .catalog
+                .finish_restores(id, now_ms(), inner.config.lifecycle_day_ms)?;
             continue;
         };
         // What has to be in the cache: the content, or each part of a part list.
@@ -657,49 +861,95 @@ fn restore_pass(inner: &Arc<Inner>) -> Result<()> {
             .filter(|c| c.cache_path.is_none())
             .collect();
         if missing.is_empty() {
-            // Under the progress lock, so that `pending` and `done` are read consistently.
-            let mut progress = inner.restores.progress.lock();
-            inner.catalog.finish_restores(id, now_ms())?;
-            progress.done += by_content[id].len() as u64;
+            finish(inner, id, records)?;
             continue;
         }
+        let (due_ms, first) = records
+            .iter()
+            .map(|r| (restore_config.due_ms(r.tier, r.requested_ms), r))
+            .min_by_key(|(due, _)| *due)
+            .expect("a content has at least one pending restore");
         waiting.insert(*id, missing.len());
         for c in missing {
             let segments = inner.catalog.segments(&c.id)?;
-            let (Some(first), Some(grid_bucket)) = (segments.first(), c.grid_bucket) else {
+            let (Some(first_segment), Some(grid_bucket)) = (segments.first(), c.grid_bucket) else {
                 return Err(StoreError::Internal(format!(
                     "content {} is neither in the cache nor on the grid",
                     c.id
                 )));
             };
-            let offset = first.extent.offset + first.segment.offset_in_payload;
-            by_disk
-                .entry(grid_bucket)
-                .or_default()
-                .push((offset, *id, c));
+            let offset = first_segment.extent.offset + first_segment.segment.offset_in_payload;
+            let group = by_disk.entry(grid_bucket).or_insert_with(|| DiskGroup {
+                contents: Vec::new(),
+                due_ms,
+                first: (first.bucket.clone(), first.key.clone()),
+                restores: 0,
+            });
+            if due_ms < group.due_ms {
+                group.due_ms = due_ms;
+                group.first = (first.bucket.clone(), first.key.clone());
+            }
+            group.restores += records.len();
+            group.contents.push((offset, *id, c));
         }
     }
-    inner.restores.progress.lock().grid_buckets = by_disk.keys().copied().collect();
-    for (grid_bucket, mut contents) in by_disk {
-        contents.sort_by_key(|(offset, _, _)| *offset);
+    // Due groups, the earliest first; the others wait unless their disk spins anyway.
+    let now = now_ms();
+    let power = inner.engine.power();
+    let geometry = inner.engine.geometry();
+    let mut due: Vec<(u64, u32, DiskGroup)> = Vec::new();
+    let mut left = Waiting::default();
+    let mut waiting_grid_buckets = Vec::new();
+    for (grid_bucket, group) in by_disk {
+        let disk = geometry.bucket_disk(grid_bucket as usize);
+        if force || group.due_ms <= now || spinning(power.state(disk)) {
+            due.push((group.due_ms, grid_bucket, group));
+        } else {
+            left.next_due_ms = Some(
+                left.next_due_ms
+                    .map_or(group.due_ms, |t| t.min(group.due_ms)),
+            );
+            left.disks.push(disk);
+            waiting_grid_buckets.push(grid_bucket);
+        }
+    }
+    due.sort_by_key(|(due_ms, grid_bucket, _)| (*due_ms, *grid_bucket));
+    {
+        let mut progress = inner.restores.progress.lock();
+        if !due.is_empty() {
+            progress.grid_buckets = due.iter().map(|(_, g, _)| *g).collect();
+        }
+        progress.waiting_grid_buckets = waiting_grid_buckets;
+        progress.next_read_ms = left.next_due_ms;
+    }
+    for (_, grid_bucket, mut group) in due {
+        group.contents.sort_by_key(|(offset, _, _)| *offset);
         inner.restores.progress.lock().reading_grid_bucket = Some(grid_bucket);
-        // Hold the disk up for the whole group: one spin-up, however many contents.
-        let disk = inner.engine.geometry().bucket_disk(grid_bucket as usize);
-        let _spinning = inner.engine.power().acquire(disk);
-        for (_, restored, content) in contents {
+        // Hold the disk up for the whole group: one spin-up, however many contents, attributed to the restore
+        // due first.
+        let (bucket, key) = &group.first;
+        let reason = match group.restores {
+            0 | 1 => WakeReason::restore(bucket, key),
+            n => WakeReason::about(
+                WakeKind::Restore,
+                format!("{bucket}/{key} and {} more", n - 1),
+            ),
+        };
+        let _reason = reason.enter();
+        let disk = geometry.bucket_disk(grid_bucket as usize);
+        let _spinning = power.acquire(disk);
+        for (_, restored, content) in group.contents {
             let bytes = copy_into_cache(inner, &content)?;
             let left = waiting.get_mut(&restored).expect("counted above");
             *left -= 1;
-            let mut progress = inner.restores.progress.lock();
-            progress.bytes_read += bytes;
+            inner.restores.progress.lock().bytes_read += bytes;
             if *left == 0 {
-                inner.catalog.finish_restores(&restored, now_ms())?;
-                progress.done += by_content[&restored].len() as u64;
+                finish(inner, &restored, &by_content[&restored])?;
             }
         }
     }
     inner.restores.progress.lock().reading_grid_bucket = None;
-    Ok(())
+    Ok(left)
 }
 
 /// Read a content's stored bytes from the grid (verified) into a new cache file and give it to the content.

@@ -150,9 +150,86 @@ pub struct StoreConfig {
     pub power_profile: Option<PowerProfile>,
     /// Length of a lifecycle "day" (lifecycle rules and restore periods): 86,400,000 ms; tests make it seconds.
     pub lifecycle_day_ms: u64,
+    /// When restores of each tier are read (`[store.restore]`).
+    pub restore: RestoreConfig,
     /// Where the catalog lives (`[catalog]` of permafrost.toml; docs/catalog.md "Back ends").
     #[serde(skip_serializing_if = "CatalogConfig::is_default")]
     pub catalog: CatalogConfig,
+}
+
+/// When the restore thread reads the restores of each tier (`[store.restore]` of permafrost.toml; docs/archive.md,
+/// "Restores"). Expedited restores are read at once, whatever these say.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RestoreConfig {
+    /// A disk's Standard restores are read together once the oldest of them waited this long (or sooner, when
+    /// the disk spins for another reason): one spin-up for every restore asked for within the window.
+    pub standard_window_ms: u64,
+    /// Bulk restores whose disk did not spin for another reason are read at this hour (UTC, 0 to 23)…
+    pub bulk_start_hour_utc: u8,
+    /// … or once they waited this long, whichever comes first.
+    pub bulk_wait_ms_max: u64,
+}
+
+impl Default for RestoreConfig {
+    fn default() -> Self {
+        RestoreConfig {
+            standard_window_ms: 300_000,
+            bulk_start_hour_utc: 2,
+            bulk_wait_ms_max: 86_400_000,
+        }
+    }
+}
+
+impl RestoreConfig {
+    /// When a restore of `tier` asked for at `requested_ms` is due to be read (its disk is read then, unless it
+    /// spins earlier).
+    pub fn due_ms(&self, tier: permafrost_catalog::RestoreTier, requested_ms: u64) -> u64 {
+        use permafrost_catalog::RestoreTier;
+        match tier {
+            RestoreTier::Expedited => requested_ms,
+            RestoreTier::Standard => requested_ms.saturating_add(self.standard_window_ms),
+            RestoreTier::Bulk => {
+                const HOUR_MS: u64 = 3_600_000;
+                let day_ms = permafrost_catalog::DAY_MS;
+                let start = u64::from(self.bulk_start_hour_utc) * HOUR_MS;
+                // The first start of the nightly window after the request.
+                let day = requested_ms / day_ms * day_ms;
+                let mut nightly = day + start;
+                if nightly <= requested_ms {
+                    nightly += day_ms;
+                }
+                nightly.min(requested_ms.saturating_add(self.bulk_wait_ms_max))
+            }
+        }
+    }
+
+    fn validate(&self) -> Result<()> {
+        let bad = |m: String| {
+            Err(StoreError::InvalidArgument(format!(
+                "configuration [store.restore]: {m}"
+            )))
+        };
+        if self.bulk_start_hour_utc > 23 {
+            return bad(format!(
+                "bulk_start_hour_utc = {} must be an hour from 0 to 23",
+                self.bulk_start_hour_utc
+            ));
+        }
+        if self.standard_window_ms > self.bulk_wait_ms_max {
+            return bad(format!(
+                "standard_window_ms = {} must not be longer than bulk_wait_ms_max = {}",
+                self.standard_window_ms, self.bulk_wait_ms_max
+            ));
+        }
+        if self.bulk_wait_ms_max > 7 * permafrost_catalog::DAY_MS {
+            return bad(format!(
+                "bulk_wait_ms_max = {} must be at most 7 days (604800000)",
+                self.bulk_wait_ms_max
+            ));
+        }
+        Ok(())
+    }
 }
 
 /// Where the catalog lives: the embedded SQLite file `catalog.sqlite` in the data directory (the default), or a
@@ -231,6 +308,7 @@ impl Default for StoreConfig {
             grid: GridSetup::default(),
             power_profile: None,
             lifecycle_day_ms: permafrost_catalog::DAY_MS,
+            restore: RestoreConfig::default(),
             catalog: CatalogConfig::default(),
         }
     }
@@ -240,6 +318,7 @@ impl StoreConfig {
     /// Check values that would make the store misbehave.
     pub fn validate(&self) -> Result<()> {
         self.catalog.validate()?;
+        self.restore.validate()?;
         let bad = |m: String| Err(StoreError::InvalidArgument(format!("configuration: {m}")));
         if self.extent_bytes_max < 1 << 20
             || self.extent_bytes_max & 4095 != 0
@@ -299,7 +378,45 @@ impl StoreConfig {
 
 #[cfg(test)]
 mod tests {
-    use super::GridSetup;
+    use super::{GridSetup, RestoreConfig};
+    use permafrost_catalog::{RestoreTier, DAY_MS};
+
+    #[test]
+    fn restores_are_due_at_once_after_the_window_or_at_the_nightly_hour() {
+        let config = RestoreConfig::default();
+        let day = 20_000 * DAY_MS; // a midnight UTC
+        let at = day + 10 * 3_600_000; // 10:00 UTC
+        assert_eq!(config.due_ms(RestoreTier::Expedited, at), at);
+        assert_eq!(config.due_ms(RestoreTier::Standard, at), at + 300_000);
+        // Bulk: 02:00 UTC the next day; asked at 01:00, the same night.
+        assert_eq!(
+            config.due_ms(RestoreTier::Bulk, at),
+            day + DAY_MS + 2 * 3_600_000
+        );
+        assert_eq!(
+            config.due_ms(RestoreTier::Bulk, day + 3_600_000),
+            day + 2 * 3_600_000
+        );
+        // Never longer than the maximum wait.
+        let short = RestoreConfig {
+            bulk_wait_ms_max: 60_000,
+            ..RestoreConfig::default()
+        };
+        assert_eq!(short.due_ms(RestoreTier::Bulk, at), at + 60_000);
+        for hour in 0..24 {
+            let asked = day + hour * 3_600_000 + 1;
+            let due = config.due_ms(RestoreTier::Bulk, asked);
+            assert!(due > asked && due - asked <= DAY_MS, "{hour}");
+        }
+        let parsed: RestoreConfig = toml::from_str("standard_window_ms = 2000").unwrap();
+        assert_eq!(parsed.standard_window_ms, 2000);
+        assert!(RestoreConfig {
+            bulk_start_hour_utc: 24,
+            ..RestoreConfig::default()
+        }
+        .validate()
+        .is_err());
+    }
 
     #[test]
     fn the_grid_setup_chooses_the_read_ahead_depth_of_a_new_grid() {

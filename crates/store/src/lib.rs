@@ -52,10 +52,13 @@ mod salvage;
 mod store;
 mod summary;
 
-pub use archive::{validate_tags, DatasetFilter, DatasetSummary, RestoreBatch, RestoreInfo};
+pub use archive::{
+    validate_tags, DatasetFilter, DatasetSummary, RestoreBatch, RestoreEvent, RestoreInfo,
+    RESTORE_COMPLETED_EVENT, RESTORE_EVENTS_MAX, RESTORE_POST_EVENT,
+};
 pub use checksum::{ChecksumAlgorithm, Hasher};
 pub use claims::{PersistedFinding, PersistedProgress, PersistedReport, LISTED_MAX};
-pub use config::{CatalogConfig, GridSetup, StoreConfig};
+pub use config::{CatalogConfig, GridSetup, RestoreConfig, StoreConfig};
 pub use gc::GcReport;
 pub use growing::{growing_list_id, GrowingObject, GrowingOptions, Piece, SealedPiece};
 pub use mount::{CacheReservation, FsError, Residence, Usage};
@@ -67,8 +70,8 @@ pub use permafrost_catalog::{
     ContentRecord, ContentState, DefaultRetention, DeleteOutcome, DirAttrs, DirRecord, Encoding,
     FsEntry, FsFile, FsPage, FsRename, Lifecycle, LifecycleFilter, LifecycleRule, ListPage,
     ListQuery, LockMode, ObjectAttributes, ObjectLock, ObjectRecord, Refusal, RestoreOutcome,
-    Retention, StorageClass, StoredForm, VersionPage, VersionQuery, VersionRecord, Versioning,
-    NULL_VERSION,
+    RestoreTier, Retention, StorageClass, StoredForm, VersionPage, VersionQuery, VersionRecord,
+    Versioning, NULL_VERSION,
 };
 pub use permafrost_engine::WriteMode;
 pub use put::{Checksums, PutHandle, PutOptions, ReplicaOf};

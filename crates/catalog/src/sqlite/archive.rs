@@ -8,7 +8,7 @@
 use crate::sql::{self, params, Connection, OptionalExtension, Row, Transaction};
 
 use super::{
-    add_reference, archive_from_json, attributes_from_json, attributes_json, conversion,
+    add_reference, archive_from_json, attributes_from_json, attributes_json, conversion, corrupt,
     json_pairs, key_string, SqlCatalog, OBJECT_COLUMNS,
 };
 use crate::list::prefix_successor;
@@ -86,11 +86,15 @@ fn restore_from_row(r: &Row) -> sql::Result<RestoreRecord> {
         duration_ms: r.get::<_, i64>(5)? as u64,
         done_ms: r.get::<_, Option<i64>>(6)?.map(|v| v as u64),
         expiry_ms: r.get::<_, Option<i64>>(7)?.map(|v| v as u64),
+        tier: r
+            .get::<_, String>(8)?
+            .parse()
+            .map_err(|e: String| conversion(corrupt(format!("restores.tier: {e}"))))?,
     })
 }
 
 const RESTORE_COLUMNS: &str =
-    "bucket, key, version_id, content, requested_ms, duration_ms, done_ms, expiry_ms";
+    "bucket, key, version_id, content, requested_ms, duration_ms, done_ms, expiry_ms, tier";
 
 impl SqlCatalog {
     /// The archive configuration of a bucket, `None` if there is no such bucket.
@@ -750,9 +754,10 @@ impl SqlCatalog {
         bucket: &str,
         key: &str,
         version_id: Option<&str>,
-        duration_ms: u64,
+        terms: &RestoreTerms,
         now_ms: u64,
     ) -> Result<(RestoreOutcome, RestoreRecord)> {
+        let duration_ms = terms.duration_ms;
         self.write_with(|tx| {
             let e = |e| self.db_error(e);
             if !Self::bucket_exists(tx, bucket).map_err(e)? {
@@ -781,16 +786,26 @@ impl SqlCatalog {
             };
             let existing = Self::restore_on(tx, bucket, key, &object.version_id).map_err(e)?;
             let (outcome, record) = match existing {
+                Some(r) if r.done_ms.is_none() && terms.tier < r.tier => {
+                    let record = RestoreRecord { tier: terms.tier, ..r };
+                    tx.execute(
+                        "UPDATE restores SET tier = ?4 WHERE bucket = ?1 AND key = ?2 AND version_id = ?3",
+                        params![bucket, key.as_bytes(), record.version_id, terms.tier.as_str()],
+                    )
+                    .map_err(e)?;
+                    (RestoreOutcome::Upgraded, record)
+                }
                 Some(r) if r.done_ms.is_none() => (RestoreOutcome::InProgress, r),
                 Some(r) if r.expiry_ms.is_some_and(|x| x > now_ms) => {
+                    let expiry_ms = restore_expiry_ms(now_ms, duration_ms, terms.day_ms);
                     let record = RestoreRecord {
                         duration_ms,
-                        expiry_ms: Some(now_ms + duration_ms),
+                        expiry_ms: Some(expiry_ms),
                         ..r
                     };
                     tx.execute(
                         "UPDATE restores SET duration_ms = ?4, expiry_ms = ?5 WHERE bucket = ?1 AND key = ?2 AND version_id = ?3",
-                        params![bucket, key.as_bytes(), record.version_id, duration_ms as i64, (now_ms + duration_ms) as i64],
+                        params![bucket, key.as_bytes(), record.version_id, duration_ms as i64, expiry_ms as i64],
                     )
                     .map_err(e)?;
                     Self::pin(tx, &record.content).map_err(e)?;
@@ -806,12 +821,13 @@ impl SqlCatalog {
                         duration_ms,
                         done_ms: None,
                         expiry_ms: None,
+                        tier: terms.tier,
                     };
                     tx.execute(
                         &format!(
-                            "INSERT INTO restores ({RESTORE_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, NULL, NULL)
+                            "INSERT INTO restores ({RESTORE_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, NULL, NULL, ?7)
                              ON CONFLICT (bucket, key, version_id) DO UPDATE SET content = ?4, requested_ms = ?5,
-                             duration_ms = ?6, done_ms = NULL, expiry_ms = NULL"
+                             duration_ms = ?6, done_ms = NULL, expiry_ms = NULL, tier = ?7"
                         ),
                         params![
                             bucket,
@@ -819,7 +835,8 @@ impl SqlCatalog {
                             record.version_id,
                             &record.content.to_key()[..],
                             now_ms as i64,
-                            duration_ms as i64
+                            duration_ms as i64,
+                            terms.tier.as_str()
                         ],
                     )
                     .map_err(e)?;
@@ -878,12 +895,23 @@ impl SqlCatalog {
         })
     }
 
-    pub(super) fn finish_restores_impl(&self, content: &ContentId, now_ms: u64) -> Result<()> {
+    pub(super) fn finish_restores_impl(
+        &self,
+        content: &ContentId,
+        now_ms: u64,
+        day_ms: u64,
+    ) -> Result<()> {
         self.write(|tx| {
+            // `restore_expiry_ms`: done + duration, rounded up to the start of the next day.
             tx.prepare_cached(
-                "UPDATE restores SET done_ms = ?2, expiry_ms = ?2 + duration_ms WHERE content = ?1 AND done_ms IS NULL",
+                "UPDATE restores SET done_ms = ?2, expiry_ms = ((?2 + duration_ms) / ?3 + 1) * ?3
+                 WHERE content = ?1 AND done_ms IS NULL",
             )?
-            .execute(params![&content.to_key()[..], now_ms as i64])?;
+            .execute(params![
+                &content.to_key()[..],
+                now_ms as i64,
+                day_ms.max(1) as i64
+            ])?;
             Self::pin(tx, content)
         })
     }

@@ -331,7 +331,12 @@ impl Archive for Local {
         json: bool,
     ) -> Result<permafrost_store::RestoreBatch> {
         let store = self.store();
-        let requested = store.restore_prefix(bucket, prefix, days)?;
+        let requested = store.restore_prefix(
+            bucket,
+            prefix,
+            days,
+            permafrost_store::RestoreTier::Expedited,
+        )?;
         let bar = super::count_bar("restore", json);
         bar.set_length(requested.requested);
         // This process is the archive's only user: run the pass here (the restore thread may take it first;

@@ -23,6 +23,9 @@ use std::sync::Arc;
 pub enum WakeKind {
     /// A read of an object (subject: `bucket/key`).
     Read,
+    /// Restoring archived objects into the cache (subject: `bucket/key`, or the first of a batch and how many
+    /// more).
+    Restore,
     /// A write that is not a persist (engine writes driven directly, tools).
     Write,
     /// Persisting cached contents to the grid (subject: what is being persisted).
@@ -45,8 +48,9 @@ pub enum WakeKind {
 
 impl WakeKind {
     /// Every kind, in a fixed order.
-    pub const ALL: [WakeKind; 10] = [
+    pub const ALL: [WakeKind; 11] = [
         WakeKind::Read,
+        WakeKind::Restore,
         WakeKind::Write,
         WakeKind::Persist,
         WakeKind::Parity,
@@ -58,11 +62,12 @@ impl WakeKind {
         WakeKind::Unattributed,
     ];
 
-    /// The stable name: `read`, `write`, `persist`, `parity`, `scrub`, `rebuild`, `recovery`, `verify`,
-    /// `operator`, `unattributed`.
+    /// The stable name: `read`, `restore`, `write`, `persist`, `parity`, `scrub`, `rebuild`, `recovery`,
+    /// `verify`, `operator`, `unattributed`.
     pub fn as_str(self) -> &'static str {
         match self {
             WakeKind::Read => "read",
+            WakeKind::Restore => "restore",
             WakeKind::Write => "write",
             WakeKind::Persist => "persist",
             WakeKind::Parity => "parity",
@@ -125,6 +130,11 @@ impl WakeReason {
     /// A read of object `bucket/key`.
     pub fn read(bucket: &str, key: &str) -> WakeReason {
         WakeReason::about(WakeKind::Read, format!("{bucket}/{key}"))
+    }
+
+    /// A restore of object `bucket/key` into the cache.
+    pub fn restore(bucket: &str, key: &str) -> WakeReason {
+        WakeReason::about(WakeKind::Restore, format!("{bucket}/{key}"))
     }
 
     /// Make this the current thread's reason until the guard drops.
