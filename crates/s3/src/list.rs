@@ -1,5 +1,9 @@
 //! ListObjectsV2 and ListObjects (v1): answered from the catalog alone (no disk wakes).
 //!
+//! ListObjectsV2 with `x-amz-optional-object-attributes: RestoreStatus` adds each object's `RestoreStatus`
+//! (`IsRestoreInProgress`, and `RestoreExpiryDate` once restored), also from the catalog; objects never restored,
+//! or whose restored copy expired, have none (as in S3).
+//!
 //! The continuation token of v2 is the catalog's resume key, base64url-encoded (opaque to clients). With
 //! `encoding-type=url` keys, prefixes, delimiter and markers in the answer are percent-encoded.
 
@@ -142,6 +146,18 @@ pub(crate) async fn list_objects_v2(
     let encoder = Encoder::new(&input.encoding_type);
     let with_owner = input.fetch_owner.unwrap_or(false);
     let key_count = page.objects.len() + page.common_prefixes.len();
+    let wants_restore_status = input
+        .optional_object_attributes
+        .as_ref()
+        .is_some_and(|list| {
+            list.iter()
+                .any(|a| a.as_str() == OptionalObjectAttributes::RESTORE_STATUS)
+        });
+    let restore_status = if wants_restore_status {
+        restore_statuses(store, &input.bucket, &page.objects).await?
+    } else {
+        Vec::new()
+    };
     let output = ListObjectsV2Output {
         name: Some(input.bucket),
         prefix: Some(encoder.apply(&prefix)),
@@ -167,13 +183,45 @@ pub(crate) async fn list_objects_v2(
         contents: Some(
             page.objects
                 .into_iter()
-                .map(|o| object_entry(o, with_owner, &encoder))
+                .enumerate()
+                .map(|(i, o)| Object {
+                    restore_status: restore_status.get(i).cloned().flatten(),
+                    ..object_entry(o, with_owner, &encoder)
+                })
                 .collect(),
         ),
         encoding_type: input.encoding_type,
         ..Default::default()
     };
     Ok(S3Response::new(output))
+}
+
+/// The `RestoreStatus` of each listed object (`None`: never restored, or its copy expired).
+async fn restore_statuses(
+    store: &Arc<Store>,
+    bucket: &str,
+    objects: &[ObjectRecord],
+) -> S3Result<Vec<Option<RestoreStatus>>> {
+    let store = Arc::clone(store);
+    let bucket = bucket.to_owned();
+    let versions: Vec<(String, String)> = objects
+        .iter()
+        .map(|o| (o.key.clone(), o.version_id.clone()))
+        .collect();
+    blocking(move || {
+        versions
+            .iter()
+            .map(|(key, version_id)| {
+                Ok(store
+                    .restore_state(&bucket, key, version_id)?
+                    .map(|r| RestoreStatus {
+                        is_restore_in_progress: Some(r.ongoing),
+                        restore_expiry_date: r.expiry_ms.filter(|_| !r.ongoing).map(timestamp),
+                    }))
+            })
+            .collect()
+    })
+    .await
 }
 
 pub(crate) async fn list_objects(
