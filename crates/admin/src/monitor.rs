@@ -4,7 +4,9 @@
 //! A disk's *shown* state is `failed` if the engine marked it failed, else its power state, except that a
 //! disk with I/O since the previous sample is shown `active` (a read of a few milliseconds between two samples
 //! is still seen). Changes become `disk` events naming the reason of the last spin-up; every spin-up becomes
-//! a `wake` event; a change of a disk's defect bytes (rebuild or recovery progress) a `rebuild` event.
+//! a `wake` event; a change of a disk's defect bytes (rebuild or recovery progress) a `rebuild` event. The
+//! store's restore events (`s3:ObjectRestore:Post`, `s3:ObjectRestore:Completed`) become `restore` events
+//! shaped like S3's event records.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -37,6 +39,50 @@ pub fn state_name(state: PowerState) -> &'static str {
         PowerState::Idle => "idle",
         PowerState::Active => "active",
     }
+}
+
+/// A restore event as JSON: S3's event record fields (`eventName`, `s3.bucket.name`, `s3.object.key`,
+/// `s3.object.versionId`, `glacierEventData.restoreEventData`) and the tier.
+pub fn restore_event_json(event: &permafrost_store::RestoreEvent) -> serde_json::Value {
+    let iso = |ms: u64| Some(iso_utc(ms));
+    serde_json::json!({
+        "eventName": event.name,
+        "eventTime": iso(event.at_ms),
+        "s3": {
+            "bucket": { "name": event.bucket },
+            "object": { "key": event.key, "versionId": event.version_id },
+        },
+        "glacierEventData": {
+            "restoreEventData": {
+                "lifecycleRestorationExpiryTime": event.expiry_ms.and_then(iso),
+                "lifecycleRestoreStorageClass": "GLACIER",
+            },
+        },
+        "tier": event.tier.as_str(),
+        "seq": event.seq,
+    })
+}
+
+/// `ms` since the epoch as S3's event times write it: `2026-12-09T00:00:00.000Z`.
+fn iso_utc(ms: u64) -> String {
+    let (days, ms_of_day) = ((ms / 86_400_000) as i64, ms % 86_400_000);
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
+        ms_of_day / 3_600_000,
+        ms_of_day / 60_000 % 60,
+        ms_of_day / 1000 % 60,
+        ms_of_day % 1000
+    )
 }
 
 /// The wake record as JSON for events and the API.
@@ -122,6 +168,7 @@ impl Shared {
         let mut announced = std::collections::BTreeSet::new();
         // Spin-ups up to this number were seen by the state sampling.
         let mut spin_up_seq = wake_seq;
+        let mut restore_seq = 0u64;
         let mut first = true;
         loop {
             let snapshot = power.snapshot();
@@ -240,6 +287,15 @@ impl Shared {
                     }),
                 );
             }
+            for event in self.store.restore_events_since(restore_seq) {
+                restore_seq = event.seq;
+                let text = format!(
+                    "{} {}/{} ({})",
+                    event.name, event.bucket, event.key, event.tier
+                );
+                self.events
+                    .emit("restore", text, restore_event_json(&event));
+            }
             first = false;
             let mut g = self.stop_lock.lock();
             if self.stop.load(Ordering::SeqCst) {
@@ -251,5 +307,18 @@ impl Shared {
                 return;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn event_times_are_iso_8601_utc() {
+        assert_eq!(super::iso_utc(0), "1970-01-01T00:00:00.000Z");
+        assert_eq!(
+            super::iso_utc(1_796_774_400_000),
+            "2026-12-09T00:00:00.000Z"
+        );
+        assert_eq!(super::iso_utc(951_827_696_789), "2000-02-29T12:34:56.789Z");
     }
 }
