@@ -169,6 +169,10 @@ pub struct DiskState {
     pub spin_ups: u64,
     /// Spin-ups of this server's life by reason (`read`, `persist`, `scrub`, …).
     pub spin_ups_by_reason: std::collections::BTreeMap<&'static str, u64>,
+    /// Spin-ups in the last 24 hours (this server's), against the grid's `spin_ups_per_day_max`.
+    pub spin_ups_last_day: u64,
+    /// How long the disk stays up with nothing to do now (adapted to its recent gaps, or the profile's).
+    pub idle_timeout_seconds: f64,
     /// Seconds in each power state since the grid was created.
     pub seconds_in_state: std::collections::BTreeMap<&'static str, f64>,
     pub energy: Energy,
@@ -200,6 +204,10 @@ pub struct State {
     pub disks_by_state: std::collections::BTreeMap<&'static str, usize>,
     pub spinning_now: usize,
     pub spinning_max: usize,
+    /// The wear budget: spin-ups per disk in any 24 hours (`null`: not enforced).
+    pub spin_ups_per_day_max: Option<u32>,
+    /// The read scheduler: `deadline` or `fifo`.
+    pub scheduler: &'static str,
     pub cache: CacheState,
     pub energy: Energy,
     /// Time to first byte of the reads this server answered: p50/p99 of all, and of those that woke a disk.
@@ -333,6 +341,8 @@ pub fn state(admin: &Admin) -> Result<State, ApiError> {
                 written_physical_bytes: d.io.physical_written_bytes,
                 spin_ups: d.power.spin_ups,
                 spin_ups_by_reason,
+                spin_ups_last_day: power.spin_ups_last_day(d.index),
+                idle_timeout_seconds: power.idle_timeout_ms(d.index) as f64 / 1000.0,
                 seconds_in_state,
                 energy: Energy {
                     watts,
@@ -370,6 +380,8 @@ pub fn state(admin: &Admin) -> Result<State, ApiError> {
         disks_by_state,
         spinning_now: report.engine.spinning_now,
         spinning_max: power.budget(),
+        spin_ups_per_day_max: power.spinups_per_day_max(),
+        scheduler: power.scheduler_config().strategy.name(),
         cache: CacheState {
             capacity_bytes: report.cache_capacity_bytes,
             used_bytes: report.cache_used_bytes,

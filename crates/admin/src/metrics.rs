@@ -372,6 +372,26 @@ impl Collector for Snapshot {
                 })
             }),
         )?;
+        gauge(
+            &mut e,
+            "permafrost_disk_spinups_last_day",
+            "Spin-ups of each disk in the last 24 hours (this server's), to compare with permafrost_disk_spinups_per_day_max",
+            per_disk(&|d| d.spin_ups_last_day as f64),
+        )?;
+        if let Some(max) = s.spin_ups_per_day_max {
+            gauge(
+                &mut e,
+                "permafrost_disk_spinups_per_day_max",
+                "The wear budget: spin-ups a disk may make in any 24 hours; a disk that made them keeps spinning",
+                [(vec![], f64::from(max))],
+            )?;
+        }
+        gauge(
+            &mut e,
+            "permafrost_disk_idle_timeout_seconds",
+            "How long each disk stays up with nothing to do now (adapted to its recent gaps between requests)",
+            per_disk(&|d| d.idle_timeout_seconds),
+        )?;
         counter(
             &mut e,
             "permafrost_disk_spinups_lifetime",

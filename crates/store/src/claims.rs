@@ -125,6 +125,12 @@ impl Store {
         progress: &mut dyn FnMut(&PersistedProgress),
     ) -> Result<PersistedReport> {
         let inner = self.inner();
+        // Reading extents back wakes their disks: say why.
+        let _wake = permafrost_disk::power::WakeReason::about(
+            permafrost_disk::power::WakeKind::Verify,
+            "persisted claims (verify --persisted)",
+        )
+        .enter();
         let mut checker = Checker {
             inner,
             report: PersistedReport::default(),

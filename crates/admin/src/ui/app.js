@@ -110,7 +110,8 @@ async function refresh() {
 }
 
 function render() {
-  text($("grid-name"), `${state.layout} · grid ${state.grid_id.slice(0, 8)} · ${state.spinning_now} of at most ${state.spinning_max} spinning`);
+  text($("grid-name"), `${state.layout} · grid ${state.grid_id.slice(0, 8)} · ${state.spinning_now} of at most ${state.spinning_max} spinning · ` +
+    `${state.scheduler} scheduler` + (state.spin_ups_per_day_max ? ` · at most ${state.spin_ups_per_day_max} spin-ups per disk a day` : ""));
   renderGrid();
   renderCache();
   renderEnergy();
@@ -165,7 +166,7 @@ function fillDisk(el, d) {
   const why = d.last_wake ? `woke: ${d.last_wake.reason}` : "no spin-up yet";
   el.append(make("div", "why", why));
   if (d.datasets && d.datasets.length) el.append(make("div", "why", `▤ ${d.datasets.join(", ")}`));
-  el.title = `${why}\nspin-ups: ${d.spin_ups}\n${d.energy.watts.toFixed(1)} W now`;
+  el.title = `${why}\nspin-ups: ${d.spin_ups}, ${d.spin_ups_last_day} in the last 24 hours\n${d.energy.watts.toFixed(1)} W now`;
 }
 
 function renderCache() {
@@ -340,6 +341,9 @@ async function openDisk(disk) {
     ["to rebuild", bytes(d.defect_bytes)],
     ["spin-ups", `${d.spin_ups} since the grid was made; this server: ` +
       (Object.entries(d.spin_ups_by_reason).map(([k, v]) => `${k} ${v}`).join(", ") || "none")],
+    ["spin-ups today", `${d.spin_ups_last_day} in the last 24 hours` +
+      (state.spin_ups_per_day_max ? ` (wear budget ${state.spin_ups_per_day_max} a day)` : " (no wear budget)")],
+    ["idle timeout", `${d.idle_timeout_seconds.toFixed(0)} s now`],
     ["last wake", d.last_wake ? `${clock(d.last_wake.at_unix_ms)}: ${d.last_wake.reason}` : "none"],
     ["energy", `${d.energy.watts.toFixed(1)} W now, ${d.energy.kwh.toFixed(4)} kWh`],
     ["last scrub", d.last_scrub_unix_ms ? new Date(d.last_scrub_unix_ms).toLocaleString() : "never"],

@@ -67,6 +67,55 @@ pub(crate) fn render(state: &Value) -> String {
         state["spinning_now"],
         state["spinning_max"]
     );
+    let mut busiest: Vec<&Value> = disks
+        .iter()
+        .filter(|d| num(&d["spin_ups_last_day"]) > 0)
+        .collect();
+    busiest.sort_by_key(|d| std::cmp::Reverse(num(&d["spin_ups_last_day"])));
+    let budget = match state["spin_ups_per_day_max"].as_u64() {
+        Some(max) => format!("wear budget {max} a day"),
+        None => "no wear budget".to_string(),
+    };
+    let listed: Vec<String> = busiest
+        .iter()
+        .take(8)
+        .map(|d| {
+            format!(
+                "disk {} ({}) {}",
+                num(&d["disk"]),
+                role(d),
+                num(&d["spin_ups_last_day"])
+            )
+        })
+        .collect();
+    let _ = writeln!(
+        out,
+        "spin-ups  in the last 24 hours: {} ({budget}, {} scheduler)",
+        if listed.is_empty() {
+            "none".to_string()
+        } else {
+            listed.join(", ")
+        },
+        state["scheduler"].as_str().unwrap_or("?")
+    );
+    let first_byte = &state["first_byte"];
+    let quantiles = |q: &Value, what: &str| match q["count"].as_u64() {
+        Some(n) if n > 0 => format!(
+            "{what} {n}: first byte p50 {:.2} s, p99 {:.2} s",
+            q["p50_seconds"].as_f64().unwrap_or(0.0),
+            q["p99_seconds"].as_f64().unwrap_or(0.0)
+        ),
+        _ => format!("no {what}"),
+    };
+    let _ = writeln!(
+        out,
+        "reads     {}; {}",
+        quantiles(&first_byte["reads"], "reads"),
+        quantiles(
+            &first_byte["reads_that_woke_a_disk"],
+            "reads that woke a disk"
+        )
+    );
     let mut woke: Vec<&Value> = disks
         .iter()
         .filter(|d| d["last_wake"].is_object())
@@ -127,11 +176,16 @@ mod tests {
     fn the_grid_is_drawn_row_by_row_with_roles_symbols_and_reasons() {
         let state = serde_json::json!({
             "columns": 2, "rows": 2, "spinning_now": 1, "spinning_max": 4,
+            "spin_ups_per_day_max": 27, "scheduler": "deadline",
+            "first_byte": {"reads": {"count": 10, "p50_seconds": 0.004, "p99_seconds": 10.2},
+                           "reads_that_woke_a_disk": {"count": 2, "p50_seconds": 10.1, "p99_seconds": 10.2}},
             "energy": {"watts": 7.5, "kwh": 0.0001},
             "disks": [
                 {"disk": 0, "role": "data", "role_index": 0, "shown_state": "active", "defect_bytes": 0,
+                 "spin_ups_last_day": 3,
                  "last_wake": {"reason": "read of a/b", "spin_up_ms": 20, "at_unix_ms": 5}},
-                {"disk": 1, "role": "hp", "role_index": 0, "shown_state": "off", "defect_bytes": 0, "last_wake": null},
+                {"disk": 1, "role": "hp", "role_index": 0, "shown_state": "off", "defect_bytes": 0, "last_wake": null,
+                 "spin_ups_last_day": 5},
                 {"disk": 2, "role": "vp", "role_index": 0, "shown_state": "failed", "defect_bytes": 4096, "last_wake": null},
                 {"disk": 3, "role": "vp", "role_index": 1, "shown_state": "idle", "defect_bytes": 0, "last_wake": null}
             ],
@@ -149,6 +203,14 @@ mod tests {
         );
         assert!(
             text.contains("woke      disk  0 (D0) for read of a/b (20 ms to spin up)"),
+            "{text}"
+        );
+        assert!(
+            text.contains("spin-ups  in the last 24 hours: disk 1 (hP0) 5, disk 0 (D0) 3 (wear budget 27 a day, deadline scheduler)"),
+            "{text}"
+        );
+        assert!(
+            text.contains("reads     reads 10: first byte p50 0.00 s, p99 10.20 s; reads that woke a disk 2: first byte p50 10.10 s, p99 10.20 s"),
             "{text}"
         );
         assert!(
