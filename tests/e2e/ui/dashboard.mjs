@@ -92,6 +92,13 @@ try {
   await shot("03-read.png");
   const states = await page.evaluate(() => window.__states);
   check(states.includes("active"), `states shown: ${states.join(" → ")}`);
+  // The read woke its disk: the Reads section shows its time to first byte among the reads that woke a disk,
+  // and the grid's title the wear budget.
+  await page.waitForFunction(() => /reads that woke a disk: 1, first byte p50 [0-9.]+ s, p99 [0-9.]+ s/
+    .test(document.querySelector("#reads-text").textContent), null, { timeout: 5000 });
+  check(true, `reads shown: ${await page.textContent("#reads-text")}`);
+  const title = await page.textContent("#grid-name");
+  check(/deadline scheduler · at most \d+ spin-ups per disk a day/.test(title), `grid title: ${title}`);
 
   // Fail the disk through the API: it turns failed on the page.
   await api("POST", `/disks/${disk}/fail`);
