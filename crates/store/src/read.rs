@@ -253,7 +253,7 @@ impl ObjectReader {
         } else {
             ExtentChecks::Full
         };
-        let source = open_source(inner, content, prefer_grid, extents)?;
+        let mut source = open_source(inner, content, prefer_grid, extents)?;
         let on_grid = source.on_grid();
         let index = || -> Result<Option<ChunkIndex>> {
             if content.chunk_index.is_empty() {
@@ -261,19 +261,35 @@ impl ObjectReader {
             }
             Ok(Some(ChunkIndex::decode(&content.chunk_index)?.0))
         };
+        let seek = |source: &mut Box<dyn Source>, to: u64| {
+            source
+                .seek(SeekFrom::Start(to))
+                .map(|_| ())
+                .map_err(|e| StoreError::Internal(e.to_string()))
+        };
+        // Each branch starts the source at the first stored byte it needs, up to the last: a grid read's
+        // promises begin reading now, while the caller prepares the response.
         let mut body: Box<dyn Read + Send> = if as_stored || content.stored_form == StoredForm::Raw
         {
-            let mut source = source;
             if whole {
                 // Read to the source's own end so the last extent's checks run.
+                source.start(content.stored_bytes);
                 Box::new(source)
             } else {
-                source
-                    .seek(SeekFrom::Start(offset))
-                    .map_err(|e| StoreError::Internal(e.to_string()))?;
+                seek(&mut source, offset)?;
+                source.start(offset + len);
                 Box::new(source.take(len))
             }
         } else if let Some(index) = index()? {
+            if len > 0 {
+                if let (Some(first), Some(last)) =
+                    (index.chunk_at(offset), index.chunk_at(offset + len - 1))
+                {
+                    let (first, last) = (&index.entries()[first], &index.entries()[last]);
+                    seek(&mut source, first.stored_offset)?;
+                    source.start(last.stored_offset + last.stored_len);
+                }
+            }
             let decode: Box<dyn Read + Send> = Box::new(permafrost_format::decode_range(
                 &index, source, offset, len,
             )?);
@@ -301,6 +317,7 @@ impl ObjectReader {
                 }
             };
             // No frame index: decode from the start and skip (costs a decode of `offset` bytes).
+            source.start(content.stored_bytes);
             Box::new(permafrost_format::decode_stream_range(
                 algorithm, source, offset, len,
             )?)
@@ -524,12 +541,25 @@ pub(crate) trait Source: Read + Seek + Send {
     fn on_grid(&self) -> bool {
         false
     }
+
+    /// Start reading at the current position now, for a read that continues to the stored position `end`
+    /// (the grid: open the read promise, and the next segment's when the read goes on into it), instead of at
+    /// the first `read`. Nothing is delivered or checked earlier than without it; an error opening ahead is
+    /// reported by the `read` that needs the bytes.
+    fn start(&mut self, _end: u64) {}
 }
 impl Source for io::Cursor<Vec<u8>> {}
 impl Source for BufReader<File> {}
 impl Source for GridSource {
     fn on_grid(&self) -> bool {
         true
+    }
+
+    fn start(&mut self, end: u64) {
+        self.end = end.min(self.stored_bytes);
+        if self.pos < self.end && !matches!(&self.current, Some((_, at, _)) if *at == self.pos) {
+            let _ = self.open_at(self.pos);
+        }
     }
 }
 
@@ -589,29 +619,38 @@ pub(crate) fn open_source(
         inner: Arc::clone(inner),
         segments,
         stored_bytes: stored,
+        end: stored,
         pos: 0,
         current: None,
+        next: None,
         checks,
     }))
 }
 
 /// Stored bytes of a content on the grid, seekable (a seek to another position opens a new read promise).
+///
+/// A read that goes on past the segment it is in has the next segment's read promise open while it reads the
+/// end of the current one (at most two promises): the disk keeps reading across the extent boundary, and the
+/// disk never looks idle to the spin-up scrub slice between them (it waits for a disk's readers).
 struct GridSource {
     inner: Arc<Inner>,
     /// `(first stored byte, segment)` in order.
     segments: Vec<(u64, ContentSegment)>,
     stored_bytes: u64,
+    /// Where the caller's read is expected to stop ([`Source::start`]; the end of the content by default): the
+    /// next segment is opened ahead only when the read goes on into it.
+    end: u64,
     pos: u64,
-    /// The open stream and the stored position it will deliver next.
-    current: Option<(SegmentStream, u64)>,
+    /// The open stream, the stored position it will deliver next and its segment's index.
+    current: Option<(SegmentStream, u64, usize)>,
+    /// The next segment's stream, opened ahead from its start, and its index.
+    next: Option<(SegmentStream, usize)>,
     checks: ExtentChecks,
 }
 
 impl GridSource {
-    fn open_at(&mut self, pos: u64) -> io::Result<()> {
-        let i = self
-            .segments
-            .partition_point(|(start, s)| start + s.segment.length_bytes <= pos);
+    /// The stream of segment `i` from stored position `pos` inside it.
+    fn open_segment(&self, i: usize, pos: u64) -> io::Result<SegmentStream> {
         let (start, s) = &self.segments[i];
         let within = pos - start;
         let checks = if within == 0 && s.extent.kind == ExtentKind::Content {
@@ -619,9 +658,30 @@ impl GridSource {
         } else {
             ExtentChecks::None
         };
-        let stream = SegmentStream::open(&self.inner, s, within, checks)
-            .map_err(|e| io::Error::other(e.to_string()))?;
-        self.current = Some((stream, pos));
+        SegmentStream::open(&self.inner, s, within, checks)
+            .map_err(|e| io::Error::other(e.to_string()))
+    }
+
+    /// Make the stream at `pos` current (the one opened ahead when it starts there) and open the next segment's
+    /// ahead when the read goes on into it.
+    fn open_at(&mut self, pos: u64) -> io::Result<()> {
+        let i = self
+            .segments
+            .partition_point(|(start, s)| start + s.segment.length_bytes <= pos);
+        let stream = match self.next.take() {
+            Some((stream, j)) if j == i && self.segments[i].0 == pos => stream,
+            _ => self.open_segment(i, pos)?,
+        };
+        self.current = Some((stream, pos, i));
+        let (start, s) = &self.segments[i];
+        let segment_end = start + s.segment.length_bytes;
+        if segment_end < self.end && i + 1 < self.segments.len() {
+            // A failure here is not reported: the segment is opened again when the read reaches it.
+            self.next = self
+                .open_segment(i + 1, segment_end)
+                .ok()
+                .map(|stream| (stream, i + 1));
+        }
         Ok(())
     }
 }
@@ -631,24 +691,24 @@ impl Read for GridSource {
         loop {
             if self.pos >= self.stored_bytes || buf.is_empty() {
                 // Let a verifying stream finish its check before the end.
-                if let Some((stream, _)) = self.current.as_mut() {
+                if let Some((stream, _, _)) = self.current.as_mut() {
                     let mut nothing = [0u8; 0];
                     stream.read_to_check(&mut nothing)?;
                 }
                 return Ok(0);
             }
-            if !matches!(&self.current, Some((_, at)) if *at == self.pos) {
-                if let Some((mut old, _)) = self.current.take() {
+            if !matches!(&self.current, Some((_, at, _)) if *at == self.pos) {
+                if let Some((mut old, _, _)) = self.current.take() {
                     if old.check.is_some() && old.out_done() {
                         old.read_to_check(&mut [])?;
                     }
                 }
                 self.open_at(self.pos)?;
             }
-            let (stream, at) = self.current.as_mut().expect("opened above");
+            let (stream, at, _) = self.current.as_mut().expect("opened above");
             let n = stream.read(buf)?;
             if n == 0 {
-                // The segment is done (and checked): the next read opens the next one.
+                // The segment is done (and checked): the next read opens the next one (opened ahead, usually).
                 self.current = None;
                 continue;
             }
