@@ -298,7 +298,7 @@ def test_restore_answers_202_409_200_with_the_x_amz_restore_values(tmp_path):
         assert (st, code) == (403, "InvalidObjectState")
         assert "Restore" not in s3.head_object(Bucket=b, Key="scan")
 
-        r = s3.restore_object(Bucket=b, Key="scan", RestoreRequest={"Days": 2})
+        r = s3.restore_object(Bucket=b, Key="scan", RestoreRequest={"Days": 2, "Tier": "Expedited"})
         assert r["ResponseMetadata"]["HTTPStatusCode"] == 202
         assert s3.head_object(Bucket=b, Key="scan")["Restore"] == 'ongoing-request="true"'
         assert error_of(s3.restore_object, Bucket=b, Key="scan",
