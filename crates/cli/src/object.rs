@@ -139,6 +139,10 @@ pub struct RestoreArgs {
     /// Keep the restored copies in the cache this many (lifecycle) days.
     #[arg(long, default_value_t = 1)]
     days: u32,
+    /// When the server reads them: `Expedited` (at once), `Standard` (batched per disk within the server's
+    /// window) or `Bulk` (when the disks spin anyway, or at night). A local archive reads them at once.
+    #[arg(long, default_value = "Expedited")]
+    tier: permafrost_store::RestoreTier,
     #[command(flatten)]
     target: Target,
 }
@@ -400,7 +404,14 @@ trait Archive {
         bypass_governance: bool,
     ) -> Result<permafrost_store::DeleteOutcome>;
     /// Restore every current object under `bucket/prefix` into the cache (by disk), and wait until done.
-    fn restore(&self, bucket: &str, prefix: &str, days: u32, json: bool) -> Result<RestoreBatch>;
+    fn restore(
+        &self,
+        bucket: &str,
+        prefix: &str,
+        days: u32,
+        tier: permafrost_store::RestoreTier,
+        json: bool,
+    ) -> Result<RestoreBatch>;
     fn datasets(&self, filter: &DatasetFilter) -> Result<Vec<DatasetSummary>>;
     fn stat(&self, bucket: &str, key: &str) -> Result<ObjectStat>;
     fn make_bucket(&self, bucket: &str) -> Result<()>;
@@ -805,7 +816,7 @@ pub fn restore(args: RestoreArgs) -> Result<()> {
         bail!("--days must be at least 1");
     }
     let archive = connect(&args.target)?;
-    let batch = archive.restore(&bucket, &prefix, args.days, args.target.json)?;
+    let batch = archive.restore(&bucket, &prefix, args.days, args.tier, args.target.json)?;
     if args.target.json {
         return print_json(&batch);
     }

@@ -328,15 +328,11 @@ impl Archive for Local {
         bucket: &str,
         prefix: &str,
         days: u32,
+        tier: permafrost_store::RestoreTier,
         json: bool,
     ) -> Result<permafrost_store::RestoreBatch> {
         let store = self.store();
-        let requested = store.restore_prefix(
-            bucket,
-            prefix,
-            days,
-            permafrost_store::RestoreTier::Expedited,
-        )?;
+        let requested = store.restore_prefix(bucket, prefix, days, tier)?;
         let bar = super::count_bar("restore", json);
         bar.set_length(requested.requested);
         // This process is the archive's only user: run the pass here (the restore thread may take it first;

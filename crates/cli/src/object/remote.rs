@@ -796,10 +796,13 @@ impl Archive for Remote {
         bucket: &str,
         prefix: &str,
         days: u32,
+        tier: permafrost_store::RestoreTier,
         json: bool,
     ) -> Result<permafrost_store::RestoreBatch> {
-        let body =
-            serde_json::json!({ "bucket": bucket, "prefix": prefix, "days": days }).to_string();
+        let body = serde_json::json!({
+            "bucket": bucket, "prefix": prefix, "days": days, "tier": tier.as_str()
+        })
+        .to_string();
         let started: permafrost_store::RestoreBatch = self.admin_json(
             "restore",
             Method::Post,
