@@ -88,6 +88,8 @@ struct Slot {
     /// [`PowerBudget::settle`] asked for the drive to be powered down and the
     /// caller has not yet reported [`PowerBudget::powered_down`].
     powering_down: bool,
+    /// Not turned off to make room before this time ([`PowerBudget::keep_on_until`]).
+    keep_until_ms: u64,
 }
 
 impl Slot {
@@ -113,6 +115,7 @@ impl PowerBudget {
                 model: PowerModel::new(profile.clone(), now_ms),
                 powered: false,
                 powering_down: false,
+                keep_until_ms: 0,
             })
             .collect();
         Ok(PowerBudget {
@@ -161,6 +164,13 @@ impl PowerBudget {
     /// other disks keep theirs.
     pub fn set_idle_timeout_ms(&mut self, disk: usize, idle_timeout_ms: u64) {
         self.disks[disk].model.set_idle_timeout_ms(idle_timeout_ms);
+    }
+
+    /// Do not turn `disk` off to make room before `until_ms` (its idle timeout
+    /// still applies): work that paused between two I/Os keeps its disk. A
+    /// caller that never calls this (the simulators) sees no difference.
+    pub fn keep_on_until(&mut self, disk: usize, until_ms: u64) {
+        self.disks[disk].keep_until_ms = until_ms;
     }
 
     /// A copy of `disk`'s model advanced to `now_ms` (this budget is unchanged).
@@ -402,7 +412,9 @@ impl PowerBudget {
             .iter()
             .enumerate()
             .filter(|(disk, slot)| {
-                slot.model.state() == PowerState::Idle && keep.binary_search(disk).is_err()
+                slot.model.state() == PowerState::Idle
+                    && slot.keep_until_ms <= now_ms
+                    && keep.binary_search(disk).is_err()
             })
             .map(|(disk, slot)| (slot.model.next_transition_ms().unwrap_or(0), disk))
             .collect();

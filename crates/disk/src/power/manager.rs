@@ -194,18 +194,27 @@ struct DiskActivity {
     /// Spin-ups in the last 24 hours, oldest first (at most one a spin-up
     /// time apart, so bounded by the day's length over the spin-up time).
     spin_ups: VecDeque<u64>,
+    /// Requests (by [`request_key`]) that started on this disk, with when
+    /// they last acquired it: their further I/O continues while the scheduler
+    /// holds new work. At most [`STARTED_MAX`].
+    started: Vec<(usize, u64)>,
+}
+
+/// Requests remembered per disk as started on it.
+const STARTED_MAX: usize = 64;
+/// A request that acquired a disk this recently is still under way on it.
+const CONTINUE_MS: u64 = 5_000;
+
+/// The identity of the request a thread works for: its reason's subject, made
+/// once per request (an S3 GET's `bucket/key`) and shared by its threads.
+fn request_key(context: &Option<WakeContext>) -> Option<usize> {
+    let subject = context.as_ref()?.reason.subject.as_ref()?;
+    Some(Arc::as_ptr(subject) as *const u8 as usize)
 }
 
 impl State {
     fn deadline(&self) -> bool {
         self.sched.strategy() == SchedulerStrategy::Deadline
-    }
-
-    /// Every disk of `disks` has an I/O in flight: it stays on whatever waits.
-    fn all_in_flight(&self, disks: &[usize]) -> bool {
-        disks
-            .iter()
-            .all(|&d| self.budget.model(d).io_in_flight() > 0)
     }
 
     /// Whether the scheduler holds this new work on `disks` at `now_ms`: a
@@ -214,10 +223,38 @@ impl State {
     /// I/O in flight, anything but a read (a persist pauses between its chunks
     /// instead, [`ReadYield`]) and a read whose thread holds guards (it must
     /// not wait for itself).
-    fn held(&self, disks: &[usize], read: bool, now_ms: u64) -> bool {
+    fn held(&self, disks: &[usize], read: bool, key: Option<usize>, now_ms: u64) -> bool {
         self.deadline()
             && self.sched.holding(now_ms)
-            && !(self.all_in_flight(disks) && (!read || thread_holds_guards()))
+            && !disks.iter().all(|&d| {
+                let continuing = key.is_some_and(|k| {
+                    self.disks[d]
+                        .started
+                        .iter()
+                        .any(|&(s, at)| s == k && now_ms.saturating_sub(at) < CONTINUE_MS)
+                });
+                continuing
+                    || (self.budget.model(d).io_in_flight() > 0 && (!read || thread_holds_guards()))
+            })
+    }
+
+    /// Request `key` acquired `disks` at `now_ms`.
+    fn note_started(&mut self, disks: &[usize], key: Option<usize>, now_ms: u64) {
+        let Some(key) = key else { return };
+        for &d in disks {
+            let started = &mut self.disks[d].started;
+            if let Some(entry) = started.iter_mut().find(|(s, _)| *s == key) {
+                entry.1 = now_ms;
+                continue;
+            }
+            if started.len() >= STARTED_MAX {
+                let oldest = (0..started.len())
+                    .min_by_key(|&i| started[i].1)
+                    .expect("a full list");
+                started.swap_remove(oldest);
+            }
+            started.push((key, now_ms));
+        }
     }
 
     /// Work on `disks` begins at `now_ms`: a read is counted, and a disk's gap
@@ -278,6 +315,7 @@ impl State {
         disks: &[usize],
         arrival_ms: u64,
         read: bool,
+        key: Option<usize>,
         registered: &mut bool,
         now_ms: u64,
     ) -> Result<Admission, PowerError> {
@@ -286,7 +324,7 @@ impl State {
             self.sched.wait_for_budget(id, disks, arrival_ms);
         }
         let me_next = *registered && self.sched.next_to_spin(now_ms) == Some(id);
-        let held = !me_next && self.held(disks, read, now_ms);
+        let held = !me_next && self.held(disks, read, key, now_ms);
         if !held {
             let nobody_waits = self.sched.budget_waiting() == 0;
             let all_on = disks
@@ -472,10 +510,14 @@ impl PowerManager {
         // Fast path for the common case: disks that are already on and not due
         // to turn off. Needs no budget and no settling of others (unless the
         // scheduler holds new work for a request that waited too long).
-        let held = st.held(disks, read, start_ms);
+        let key = request_key(&context);
+        let held = st.held(disks, read, key, start_ms);
         if !held {
             if let Some(grant) = st.budget.acquire_on(disks, start_ms) {
                 st.begin(disks, read, start_ms);
+                if st.deadline() {
+                    st.note_started(disks, key, start_ms);
+                }
                 drop(st);
                 inner.sleep_until(grant.ready_ms);
                 if grant.ready_ms > start_ms {
@@ -499,7 +541,7 @@ impl PowerManager {
             let now_ms = inner.settle(&mut st);
             let queued = ticket.is_some() || registered;
             let admission = if deadline {
-                st.try_scheduled(id, disks, start_ms, read, &mut registered, now_ms)
+                st.try_scheduled(id, disks, start_ms, read, key, &mut registered, now_ms)
             } else {
                 st.budget.try_acquire(disks, &mut ticket, now_ms)
             };
@@ -532,6 +574,9 @@ impl PowerManager {
         };
         let granted_ms = inner.clock.now_ms();
         st.begin(disks, read, granted_ms);
+        if st.deadline() {
+            st.note_started(disks, key, granted_ms);
+        }
         st.spun_up(&grant.spun_up, granted_ms);
         let guards = inner.guards(disks, read);
         drop(st);
@@ -1017,6 +1062,12 @@ impl Drop for ActivityGuard {
         let last_guard = st.budget.release(disk, now_ms);
         if last_guard {
             st.disks[disk].idle_since_ms = Some(now_ms);
+            if st.deadline() {
+                // Work pausing between two I/Os keeps its disk: it is not
+                // turned off to make room at once (fifo: as before).
+                st.budget
+                    .keep_on_until(disk, now_ms.saturating_add(READ_RECENT_MS));
+            }
             if let Some(idle) = st.idle.as_ref() {
                 let timeout_ms = idle.timeout_ms(disk, now_ms);
                 st.budget.set_idle_timeout_ms(disk, timeout_ms);
