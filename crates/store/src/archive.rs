@@ -292,6 +292,7 @@ impl Store {
                 )));
             }
         }
+        let read = crate::prefetch::read_begins(inner, &object, &content, &parts);
         let reader = ObjectReader::open(
             inner,
             &content,
@@ -301,6 +302,7 @@ impl Store {
             false,
             &object.checksums,
         )?;
+        read.opened(inner);
         inner.touch(content.id);
         Ok((info, reader))
     }
@@ -803,6 +805,8 @@ struct DiskGroup {
     /// The restore the spin-up is attributed to (the one due first) and how many restores the group serves.
     first: (String, String),
     restores: usize,
+    /// Whether one of its restores is Expedited: such groups are read before the others.
+    expedited: bool,
 }
 
 /// Finish the restores of a content whose bytes are in the cache now: done in the catalog, one
@@ -884,7 +888,9 @@ fn restore_pass(inner: &Arc<Inner>, force: bool) -> Result<Waiting> {
                 due_ms,
                 first: (first.bucket.clone(), first.key.clone()),
                 restores: 0,
+                expedited: false,
             });
+            group.expedited |= records.iter().any(|r| r.tier == RestoreTier::Expedited);
             if due_ms < group.due_ms {
                 group.due_ms = due_ms;
                 group.first = (first.bucket.clone(), first.key.clone());
@@ -893,7 +899,8 @@ fn restore_pass(inner: &Arc<Inner>, force: bool) -> Result<Waiting> {
             group.contents.push((offset, *id, c));
         }
     }
-    // Due groups, the earliest first; the others wait unless their disk spins anyway.
+    // Due groups, those with an Expedited restore first, then the earliest due; the others wait unless their disk
+    // spins anyway.
     let now = now_ms();
     let power = inner.engine.power();
     let geometry = inner.engine.geometry();
@@ -913,7 +920,7 @@ fn restore_pass(inner: &Arc<Inner>, force: bool) -> Result<Waiting> {
             waiting_grid_buckets.push(grid_bucket);
         }
     }
-    due.sort_by_key(|(due_ms, grid_bucket, _)| (*due_ms, *grid_bucket));
+    due.sort_by_key(|(due_ms, grid_bucket, group)| (!group.expedited, *due_ms, *grid_bucket));
     {
         let mut progress = inner.restores.progress.lock();
         if !due.is_empty() {
@@ -923,6 +930,12 @@ fn restore_pass(inner: &Arc<Inner>, force: bool) -> Result<Waiting> {
         progress.next_read_ms = left.next_due_ms;
     }
     for (_, grid_bucket, mut group) in due {
+        if !force && !group.expedited && *inner.restores.wake.lock() {
+            // An Expedited restore arrived: plan again now rather than make it wait behind these groups (they
+            // stay pending and are due in the next pass).
+            left.next_due_ms = Some(now_ms());
+            break;
+        }
         group.contents.sort_by_key(|(offset, _, _)| *offset);
         inner.restores.progress.lock().reading_grid_bucket = Some(grid_bucket);
         // Hold the disk up for the whole group: one spin-up, however many contents, attributed to the restore
@@ -953,8 +966,14 @@ fn restore_pass(inner: &Arc<Inner>, force: bool) -> Result<Waiting> {
 }
 
 /// Read a content's stored bytes from the grid (verified) into a new cache file and give it to the content.
-fn copy_into_cache(inner: &Arc<Inner>, content: &ContentRecord) -> Result<u64> {
+pub(crate) fn copy_into_cache(inner: &Arc<Inner>, content: &ContentRecord) -> Result<u64> {
     inner.reserve_cache(content.stored_bytes)?;
+    copy_reserved(inner, content)
+}
+
+/// [`copy_into_cache`] into cache room the caller reserved (`stored_bytes` of it; released again when the
+/// copy fails or the content has a cache file already). Returns the bytes copied (0: it had one).
+pub(crate) fn copy_reserved(inner: &Arc<Inner>, content: &ContentRecord) -> Result<u64> {
     let relative = Cache::new_path(CONTENTS_DIR);
     let path = inner.cache.absolute(&relative);
     let result = (|| -> Result<()> {

@@ -276,3 +276,44 @@ fn pending_restores_survive_a_restart_and_finish_without_a_new_request() {
         "{before:?} -> {after:?}"
     );
 }
+
+#[test]
+fn an_expedited_restore_does_not_wait_behind_a_standard_batch_being_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = restore_config(500, 60_000);
+    // Spin-ups of 300 ms: reading eight disks one after the other takes a few seconds.
+    let mut profile = permafrost_disk::power::PowerProfile::for_tests();
+    profile.spin_up_ms = 300;
+    config.power_profile = Some(profile);
+    let (store, grid_buckets) = archive(dir.path(), config, 160);
+    // The batch: the first 80 objects, ten on each disk.
+    for i in 0..80 {
+        restore(&store, i, RestoreTier::Standard);
+    }
+    wait_until("the batch's first disk", Duration::from_secs(20), || {
+        store
+            .restore_progress()
+            .unwrap()
+            .reading_grid_bucket
+            .is_some()
+    });
+    // An Expedited restore of an object on the disk the batch would read last.
+    let last = *grid_buckets.iter().max().unwrap();
+    let dataset = grid_buckets.iter().position(|&g| g == last).unwrap();
+    let expedited = 80 + dataset;
+    assert_eq!(
+        restore(&store, expedited, RestoreTier::Expedited),
+        RestoreOutcome::Started
+    );
+    wait_until("the Expedited restore", Duration::from_secs(20), || {
+        restored(&store, &key_of(expedited))
+    });
+    let pending = store.restore_progress().unwrap().pending;
+    assert!(
+        pending > 0,
+        "the Expedited restore waited for the whole batch"
+    );
+    wait_until("the batch", Duration::from_secs(30), || {
+        store.restore_progress().unwrap().pending == 0
+    });
+}
