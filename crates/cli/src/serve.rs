@@ -199,7 +199,14 @@ fn config_table<T: serde::de::DeserializeOwned + Default>(
 
 /// The configuration file written on first start: every value, with what it means.
 fn config_text(listen: &str, config: &StoreConfig) -> Result<String> {
-    let store = toml::to_string(config).context("serializing the store configuration")?;
+    // Serialized as the table `store`, so that its own tables come out as `[store.watchdog]`, `[store.grid]`,
+    // `[store.restore]` (not as top-level tables the server would not read back).
+    #[derive(serde::Serialize)]
+    struct File<'a> {
+        store: &'a StoreConfig,
+    }
+    let store =
+        toml::to_string(&File { store: config }).context("serializing the store configuration")?;
     Ok(format!(
         r#"# permafrost configuration, written on first start; edit and restart to change.
 # Sizes are in bytes, times in milliseconds. Missing keys take their defaults.
@@ -236,6 +243,9 @@ block_public_access = true
 #                             grid order) with power_control = ["hdparm"] (one for all, or one per device;
 #                             simulated | hdparm | scsi | ses:ENCLOSURE:SLOT)
 #   [store.power_profile]     optional: disk power timings (spin_up_ms, idle_timeout_ms, watts_*)
+#   [store.restore]           when restores are read (docs/archive.md "Restores"): a disk's Standard restores
+#                             together once the oldest waited standard_window_ms; Bulk ones when the disk spins
+#                             anyway, at bulk_start_hour_utc, or after bulk_wait_ms_max; Expedited at once
 # Disk power scheduling (docs/energy.md), optional tables at the top level:
 #   [power.scheduler]         strategy = "deadline" (the disk set with the most waiting reads spins next, none
 #                             waits longer than max_wait_ms; persistence yields to reads up to
@@ -248,7 +258,6 @@ block_public_access = true
 # (docs/catalog.md "Back ends"), e.g.:
 #   [catalog]
 #   url = "postgresql://permafrost:secret@db.example:5432/permafrost"
-[store]
 {store}"#
     ))
 }
