@@ -355,6 +355,10 @@ pub struct BucketSettings {
     pub placement: Option<String>,
     /// Engine write mode name (`direct`, `serialized`, `delayed`); `None` = the store's default.
     pub write_mode: Option<String>,
+    /// Key prefixes kept in the cache ("keep hot"; `""` is the whole bucket): the contents of their objects are
+    /// pinned there ([`Catalog::pin_hot`]) and never evicted. Empty: none.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub hot_prefixes: Vec<String>,
 }
 
 /// One S3 bucket.
@@ -442,6 +446,9 @@ pub struct NewContent {
 
 /// The `cache_path` of a content whose cached bytes are in the catalog (`cache_inline`), not in a file.
 pub const INLINE_CACHE_PATH: &str = "@inline";
+
+/// `pinned_until_ms` of a content kept hot ([`Catalog::pin_hot`]): pinned until made cold, whatever restores say.
+pub const HOT_PINNED_UNTIL_MS: u64 = i64::MAX as u64;
 
 /// Result of [`Catalog::put_object`].
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -932,6 +939,11 @@ pub trait Catalog: Send + Sync {
     /// (a crash may forget the latest reads; the next durable commit makes it durable), so no call ever waits
     /// for its sync.
     fn touch_contents(&self, accesses: &[(ContentId, u64)]) -> Result<()>;
+    /// Keep these contents in the cache (`hot`: pinned until [`HOT_PINNED_UNTIL_MS`], so never evicted) or stop
+    /// keeping them (`!hot`: a hot pin falls back to the latest expiry of the content's restores, or of the
+    /// restores of a part list it is a part of, else none). Contents need not be cached (a pin holds once they
+    /// are). Returns how many changed.
+    fn pin_hot(&self, ids: &[ContentId], hot: bool) -> Result<u64>;
     /// Persisted contents with a cache file, least recently used first, at most `limit`.
     fn eviction_candidates(&self, limit: usize) -> Result<Vec<ContentRecord>>;
     /// Drop the cached bytes of these persisted contents in one transaction, for each content that is persisted

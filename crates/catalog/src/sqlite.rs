@@ -1752,6 +1752,31 @@ impl Catalog for SqlCatalog {
         })
     }
 
+    fn pin_hot(&self, ids: &[ContentId], hot: bool) -> Result<u64> {
+        let hot_ms = crate::HOT_PINNED_UNTIL_MS as i64;
+        self.write(|tx| {
+            let mut changed = 0;
+            for id in ids {
+                let key = id.to_key();
+                changed += if hot {
+                    tx.prepare_cached(
+                        "UPDATE contents SET pinned_until_ms = ?2 WHERE content = ?1
+                         AND (pinned_until_ms IS NULL OR pinned_until_ms <> ?2)",
+                    )?
+                    .execute(params![&key[..], hot_ms])?
+                } else {
+                    tx.prepare_cached(
+                        "UPDATE contents SET pinned_until_ms = (SELECT MAX(expiry_ms) FROM restores
+                             WHERE content = ?1 OR content IN (SELECT content FROM content_parts WHERE part = ?1))
+                         WHERE content = ?1 AND pinned_until_ms = ?2",
+                    )?
+                    .execute(params![&key[..], hot_ms])?
+                };
+            }
+            Ok(changed as u64)
+        })
+    }
+
     fn eviction_candidates(&self, limit: usize) -> Result<Vec<ContentRecord>> {
         self.read(|c| {
             c.prepare_cached(&format!(

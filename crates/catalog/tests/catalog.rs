@@ -101,6 +101,7 @@ fn put_round_trips_every_field(b: Backend) {
         compression: Some(Compression::None),
         placement: Some("round-robin".into()),
         write_mode: None,
+        hot_prefixes: vec!["raw/".into()],
     };
     c.set_bucket_settings("b", &changed).unwrap();
     assert_eq!(c.get_bucket("b").unwrap().unwrap().settings, changed);

@@ -322,6 +322,8 @@ impl AdminRoute {
                             compression: b.compression,
                             placement: b.placement,
                             write_mode: b.write_mode,
+                            // Kept as they are: changed through the admin API's `/buckets/{bucket}/hot`.
+                            hot_prefixes: Vec::new(),
                         },
                         b.storage_class,
                     ),

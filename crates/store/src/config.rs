@@ -152,6 +152,12 @@ pub struct StoreConfig {
     pub lifecycle_day_ms: u64,
     /// When restores of each tier are read (`[store.restore]`).
     pub restore: RestoreConfig,
+    /// Stored bytes a read that had to spin its data disk up reads ahead into the cache, while the disk is up:
+    /// the next objects of the read's dataset on that disk, in key order (`docs/store.md`, "Prefetch and hot
+    /// data"). 0 turns prefetch off.
+    pub prefetch_bytes_max: u64,
+    /// Objects such a prefetch reads at most.
+    pub prefetch_objects_max: usize,
     /// Where the catalog lives (`[catalog]` of permafrost.toml; docs/catalog.md "Back ends").
     #[serde(skip_serializing_if = "CatalogConfig::is_default")]
     pub catalog: CatalogConfig,
@@ -309,6 +315,8 @@ impl Default for StoreConfig {
             power_profile: None,
             lifecycle_day_ms: permafrost_catalog::DAY_MS,
             restore: RestoreConfig::default(),
+            prefetch_bytes_max: 256 << 20,
+            prefetch_objects_max: 32,
             catalog: CatalogConfig::default(),
         }
     }

@@ -45,6 +45,7 @@ mod multipart_checksum;
 mod operator;
 mod persist;
 mod pipeline;
+mod prefetch;
 mod put;
 mod read;
 mod read_ahead;
@@ -74,6 +75,10 @@ pub use permafrost_catalog::{
     Versioning, NULL_VERSION,
 };
 pub use permafrost_engine::WriteMode;
+pub use prefetch::{
+    CacheReads, HotChange, KeepHotReport, HOT_PREFIXES_MAX, LIST_SCAN_MAX, QUEUE_MAX,
+    REMEMBERED_MAX,
+};
 pub use put::{Checksums, PutHandle, PutOptions, ReplicaOf};
 pub use read::ObjectReader;
 pub use salvage::{salvage_disk_image, salvage_through_engine, SalvageProgress, SalvageReport};

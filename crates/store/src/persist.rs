@@ -515,10 +515,11 @@ fn persist_grid_bucket(inner: &Inner, grid_bucket: u32, in_flight: usize) -> Res
                     let parts = inner.parts_of(&content)?;
                     let manifest = manifest_of(&content, &owner, &parts)?;
                     let record_len = manifest.encode()?.len();
-                    let bucket = match &owner {
-                        ContentOwner::Object(o) => &o.bucket,
-                        ContentOwner::Part { bucket, .. } => bucket,
+                    let (bucket, key) = match &owner {
+                        ContentOwner::Object(o) => (&o.bucket, &o.key),
+                        ContentOwner::Part { bucket, key, .. } => (bucket, key),
                     };
+                    crate::prefetch::pin_if_hot(inner, bucket, key, &content.id)?;
                     let mode = inner.settings_of(bucket).write_mode;
                     ready.push(Ready {
                         content,

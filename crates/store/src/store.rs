@@ -31,7 +31,7 @@ pub const DATASET_TAG: &str = "permafrost-dataset";
 /// Bucket names the store refuses (the service's own path prefix).
 const RESERVED_BUCKETS: &[&str] = &["_permafrost"];
 /// Longest key S3 accepts, in bytes.
-const KEY_BYTES_MAX: usize = 1024;
+pub(crate) const KEY_BYTES_MAX: usize = 1024;
 /// Access times kept in memory before they are written to the catalog.
 const ACCESS_BATCH_MAX: usize = 4096;
 
@@ -300,6 +300,8 @@ pub(crate) struct Inner {
     pub last_error: Mutex<Option<String>>,
     /// The restore thread's state (`archive`).
     pub restores: crate::archive::Restores,
+    /// The prefetch queue and the cache's hit counters (`prefetch`).
+    pub(crate) prefetch: crate::prefetch::Prefetcher,
 }
 
 impl Inner {
@@ -681,6 +683,7 @@ impl Store {
             wake: Condvar::new(),
             last_error: Mutex::new(None),
             restores: Default::default(),
+            prefetch: Default::default(),
         });
         crate::gc::recover(&inner)?;
         inner.persister.remember_datasets(&inner)?;
@@ -723,6 +726,13 @@ impl Store {
                 .spawn(move || crate::archive::restore_loop(&inner))
                 .expect("spawn the restore thread"),
         );
+        let inner = Arc::clone(&self.inner);
+        threads.push(
+            std::thread::Builder::new()
+                .name("permafrost-prefetch".into())
+                .spawn(move || crate::prefetch::prefetch_loop(&inner))
+                .expect("spawn the prefetch thread"),
+        );
     }
 
     /// The data directory.
@@ -762,13 +772,16 @@ impl Store {
     }
 
     /// Replace a bucket's settings; they apply to uploads from now on (stored data stays as it is: the first
-    /// placement is final, and each content records its own encoding).
+    /// placement is final, and each content records its own encoding). The hot prefixes stay as they are:
+    /// [`Store::set_hot_prefixes`] changes them (and pins or unpins what they name).
     pub fn set_bucket_settings(
         &self,
         name: &str,
         settings: BucketSettings,
     ) -> Result<BucketSettingsReport> {
         validate_settings(&settings)?;
+        let mut settings = settings;
+        settings.hot_prefixes = self.head_bucket(name)?.settings.hot_prefixes;
         self.inner.catalog.set_bucket_settings(name, &settings)?;
         self.bucket_settings(name)
     }
@@ -842,6 +855,7 @@ impl Store {
         let (object, content) = self.lookup(bucket, key)?;
         let parts = self.inner.parts_of(&content)?;
         let info = ObjectInfo::from_records(&object, &content, &parts);
+        let read = crate::prefetch::read_begins(&self.inner, &object, &content, &parts);
         let reader = ObjectReader::open(
             &self.inner,
             &content,
@@ -851,6 +865,7 @@ impl Store {
             false,
             &object.checksums,
         )?;
+        read.opened(&self.inner);
         self.inner.touch(content.id);
         Ok((info, reader))
     }

@@ -866,11 +866,13 @@ impl SqlCatalog {
         let until: Option<i64> = tx
             .prepare_cached("SELECT MAX(expiry_ms) FROM restores WHERE content = ?1")?
             .query_row(params![&key[..]], |r| r.get(0))?;
+        // A content kept hot stays pinned until it is made cold (`Catalog::pin_hot`).
         tx.prepare_cached(
             "UPDATE contents SET pinned_until_ms = ?2
-             WHERE content = ?1 OR content IN (SELECT part FROM content_parts WHERE content = ?1)",
+             WHERE (content = ?1 OR content IN (SELECT part FROM content_parts WHERE content = ?1))
+             AND (pinned_until_ms IS NULL OR pinned_until_ms <> ?3)",
         )?
-        .execute(params![&key[..], until])?;
+        .execute(params![&key[..], until, crate::HOT_PINNED_UNTIL_MS as i64])?;
         Ok(())
     }
 

@@ -26,6 +26,9 @@ pub enum WakeKind {
     /// Restoring archived objects into the cache (subject: `bucket/key`, or the first of a batch and how many
     /// more).
     Restore,
+    /// Reading objects into the cache ahead of requests (subject: the read that woke the disk, `bucket/key`, whose
+    /// dataset's next objects are read; or `bucket/prefix (keep hot)`). Not a read for the scheduler: nobody waits.
+    Prefetch,
     /// A write that is not a persist (engine writes driven directly, tools).
     Write,
     /// Persisting cached contents to the grid (subject: what is being persisted).
@@ -48,9 +51,10 @@ pub enum WakeKind {
 
 impl WakeKind {
     /// Every kind, in a fixed order.
-    pub const ALL: [WakeKind; 11] = [
+    pub const ALL: [WakeKind; 12] = [
         WakeKind::Read,
         WakeKind::Restore,
+        WakeKind::Prefetch,
         WakeKind::Write,
         WakeKind::Persist,
         WakeKind::Parity,
@@ -62,12 +66,13 @@ impl WakeKind {
         WakeKind::Unattributed,
     ];
 
-    /// The stable name: `read`, `restore`, `write`, `persist`, `parity`, `scrub`, `rebuild`, `recovery`,
-    /// `verify`, `operator`, `unattributed`.
+    /// The stable name: `read`, `restore`, `prefetch`, `write`, `persist`, `parity`, `scrub`, `rebuild`,
+    /// `recovery`, `verify`, `operator`, `unattributed`.
     pub fn as_str(self) -> &'static str {
         match self {
             WakeKind::Read => "read",
             WakeKind::Restore => "restore",
+            WakeKind::Prefetch => "prefetch",
             WakeKind::Write => "write",
             WakeKind::Persist => "persist",
             WakeKind::Parity => "parity",
