@@ -17,7 +17,7 @@ TTFB p50 <= 12 s and p99 <= 40 s.
 
 Usage: .venv/bin/python bench/cold.py [--objects 500] [--datasets 40] [--clients 16] [--upload-mbps 50]
                                       [--spin-up-ms 10000] [--budget 12] [--bin PATH] [--scratch DIR]
-                                      [--schedulers deadline,fifo]
+                                      [--schedulers deadline,fifo] [--store-extra 'prefetch_bytes_max = 0']
 Results: bench/out/cold-<UTC time>/ (results.json, summary.txt, server logs).
 """
 
@@ -56,6 +56,7 @@ fsync = false
 write_mode = "serialized"
 default_placement = "dataset-affinity"
 dataset_prefix_depth = 1
+{args.store_extra}
 
 [store.watchdog]
 interval_ms = 200
@@ -181,18 +182,25 @@ def run_scheduler(args, strategy: str, data_dir: Path, out: Path) -> dict:
         lock = threading.Lock()
         ttfb, total = [], []
 
+        give_up = threading.Event()
+
         def client():
-            s3 = pf.s3_client(s.endpoint)
-            while True:
+            s3 = pf.s3_client(s.endpoint, attempts=1)
+            while not give_up.is_set():
                 with lock:
                     if not queue:
                         return
                     key = queue.pop()
                 t0 = time.monotonic()
-                body = s3.get_object(Bucket=COLD, Key=key)["Body"]
-                first = body.read(1)
-                t1 = time.monotonic()
-                n = len(first) + sum(len(c) for c in body.iter_chunks(MiB))
+                try:
+                    body = s3.get_object(Bucket=COLD, Key=key)["Body"]
+                    first = body.read(1)
+                    t1 = time.monotonic()
+                    n = len(first) + sum(len(c) for c in body.iter_chunks(MiB))
+                except Exception:
+                    if give_up.is_set():
+                        return  # the run timed out: the server was stopped under it
+                    raise
                 t2 = time.monotonic()
                 assert n == args.object_kib * 1024, (key, n)
                 with lock:
@@ -200,14 +208,18 @@ def run_scheduler(args, strategy: str, data_dir: Path, out: Path) -> dict:
                     total.append(t2 - t0)
 
         t0 = time.monotonic()
-        threads = [threading.Thread(target=client) for _ in range(args.clients)]
+        threads = [threading.Thread(target=client, daemon=True) for _ in range(args.clients)]
         for t in threads:
             t.start()
         for t in threads:
-            t.join()
+            t.join(timeout=max(0.0, t0 + args.run_timeout_s - time.monotonic()))
         reads_s = time.monotonic() - t0
+        timed_out = any(t.is_alive() for t in threads)
         after = spin_ups(s.endpoint)
         uploader.stop.set()
+        if timed_out:
+            give_up.set()
+            s.stop()
         uploader.join()
         per_disk = [a - b for a, b in zip(after, before)]
         return dict(
@@ -217,7 +229,8 @@ def run_scheduler(args, strategy: str, data_dir: Path, out: Path) -> dict:
             ttfb_mean_s=round(statistics.mean(ttfb), 2), get_mean_s=round(statistics.mean(total), 2),
             spin_ups=sum(per_disk), spin_ups_disk_max=max(per_disk),
             upload_mb_s=round(uploader.bytes / 1e6 / max(uploader.seconds, 1e-3), 1),
-            upload_errors=uploader.errors, ttfb_s=[round(x, 3) for x in ttfb])
+            upload_errors=uploader.errors, timed_out=timed_out, unfinished=args.objects - len(ttfb),
+            ttfb_s=[round(x, 3) for x in ttfb])
     finally:
         s.stop()
 
@@ -236,6 +249,8 @@ def main():
     p.add_argument("--disk-gib", type=int, default=4)
     p.add_argument("--warmup-s", type=float, default=10.0)
     p.add_argument("--schedulers", default="deadline,fifo")
+    p.add_argument("--run-timeout-s", type=float, default=1200.0, help="GETs still waiting then are unfinished")
+    p.add_argument("--store-extra", default="", help="TOML lines for [store], e.g. 'prefetch_bytes_max = 0'")
     p.add_argument("--bin")
     p.add_argument("--scratch", default="/tmp/permafrost-cold")
     p.add_argument("--out")
@@ -264,7 +279,8 @@ def main():
         say(f"{strategy:>8}: TTFB p50 {r['ttfb_p50_s']} s, p90 {r['ttfb_p90_s']} s, p99 {r['ttfb_p99_s']} s, "
             f"max {r['ttfb_max_s']} s, mean {r['ttfb_mean_s']} s; {r['reads']} GETs in {r['reads_s']} s; "
             f"spin-ups {r['spin_ups']} (most on one disk {r['spin_ups_disk_max']}); uploads "
-            f"{r['upload_mb_s']} MB/s, {r['upload_errors']} refused")
+            f"{r['upload_mb_s']} MB/s, {r['upload_errors']} refused"
+            + (f"; TIMED OUT after {args.run_timeout_s:.0f} s with {r['unfinished']} GETs unfinished" if r["timed_out"] else ""))
         (out / "results.json").write_text(json.dumps(results, indent=1))
     (out / "summary.txt").write_text("\n".join(summary) + "\n")
     shutil.rmtree(scratch, ignore_errors=True)
