@@ -22,6 +22,7 @@
 //! | `GET /history` | samples over time with rates (`?since_ms=`, `&limit=`, default 1440) ([`crate::history`]) |
 //! | `GET`/`POST /webhooks`, `DELETE /webhooks/{id}` | webhooks fired once when an object, prefix or bucket is persisted ([`crate::webhooks`]) |
 //! | `GET`/`PUT /buckets/{bucket}/placement` | a bucket's placement strategy |
+//! | `GET`/`PUT /buckets/{bucket}/hot` | key prefixes kept in the cache (`{"prefixes": ["", "raw/"]}`; `[]` = none); a `PUT` pins and unpins at once and queues a `keep_hot` task reading back what is not cached |
 //!
 //! Disk numbers are grid positions (`row · x + column`); an unknown one is a 400 naming the valid range.
 
@@ -76,6 +77,8 @@ pub(crate) fn add_routes(admin: &Admin) {
         "/buckets/{bucket}/placement",
         handler(put_placement),
     );
+    admin.route(Method::GET, "/buckets/{bucket}/hot", handler(get_hot));
+    admin.route(Method::PUT, "/buckets/{bucket}/hot", handler(put_hot));
 }
 
 async fn index(admin: Admin, _: ApiRequest) -> ApiResult {
@@ -212,6 +215,8 @@ pub struct State {
     pub energy: Energy,
     /// Time to first byte of the reads this server answered: p50/p99 of all, and of those that woke a disk.
     pub first_byte: crate::metrics::FirstByteQuantiles,
+    /// Reads served from the cache and from the grid, prefetches and their hits, keep-hot read-backs.
+    pub cache_reads: permafrost_store::CacheReads,
     pub tasks: Vec<crate::TaskInfo>,
     pub last_background_error: Option<String>,
 }
@@ -406,6 +411,7 @@ pub fn state(admin: &Admin) -> Result<State, ApiError> {
             kwh: total_joules / 3.6e6,
         },
         first_byte: admin.metrics().first_byte_quantiles(),
+        cache_reads: store.cache_reads(),
         tasks: admin.tasks().list(),
         last_background_error: report.last_background_error.clone(),
     })
@@ -809,6 +815,58 @@ async fn put_placement(admin: Admin, request: ApiRequest) -> ApiResult {
         "bucket": report.bucket,
         "placement": report.chosen.placement,
         "effective": report.effective.placement,
+    }))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Hot {
+    prefixes: Vec<String>,
+}
+
+async fn get_hot(admin: Admin, request: ApiRequest) -> ApiResult {
+    let bucket = request.param("bucket").to_string();
+    let store = admin.store().clone();
+    let name = bucket.clone();
+    let prefixes = blocking(move || Ok(store.hot_prefixes(&name)?)).await?;
+    json(&serde_json::json!({ "bucket": bucket, "prefixes": prefixes }))
+}
+
+/// Replace a bucket's hot prefixes: pinned and unpinned at once (catalog only); what is under them and not in the
+/// cache is read back by a `keep_hot` task (lane `cache`), whose id the answer gives.
+async fn put_hot(admin: Admin, request: ApiRequest) -> ApiResult {
+    let bucket = request.param("bucket").to_string();
+    let body: Hot = request.json()?;
+    let store = admin.store().clone();
+    let name = bucket.clone();
+    let change = blocking(move || Ok(store.set_hot_prefixes(&name, body.prefixes)?)).await?;
+    let task = (change.to_read_contents > 0).then(|| {
+        let store = admin.store().clone();
+        let name = bucket.clone();
+        admin.tasks().submit(
+            "keep_hot",
+            format!(
+                "{bucket}: {} contents ({} bytes) back into the cache",
+                change.to_read_contents, change.to_read_bytes
+            ),
+            None,
+            Lane::Cache,
+            move |progress| {
+                let report = store
+                    .keep_hot(&name, &mut |done, total| progress.set(done, total))
+                    .map_err(|e| e.to_string())?;
+                Ok(serde_json::to_value(&report).unwrap_or_default())
+            },
+        )
+    });
+    json(&serde_json::json!({
+        "bucket": change.bucket,
+        "prefixes": change.prefixes,
+        "pinned": change.pinned,
+        "unpinned": change.unpinned,
+        "to_read_contents": change.to_read_contents,
+        "to_read_bytes": change.to_read_bytes,
+        "task": task,
     }))
 }
 

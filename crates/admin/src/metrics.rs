@@ -526,6 +526,55 @@ impl Collector for Snapshot {
                 )
             }),
         )?;
+        let reads = &s.cache_reads;
+        counter(
+            &mut e,
+            "permafrost_cache_reads",
+            "Object reads by where they were served from: the cache or the grid",
+            [
+                (
+                    vec![("source", "cache".to_string())],
+                    reads.from_cache as f64,
+                ),
+                (vec![("source", "grid".to_string())], reads.from_grid as f64),
+            ],
+        )?;
+        gauge(
+            &mut e,
+            "permafrost_cache_hit_ratio",
+            "Object reads served from the cache, of all object reads (0 before any read)",
+            [(vec![], reads.hit_ratio)],
+        )?;
+        counter(
+            &mut e,
+            "permafrost_cache_prefetches",
+            "Reads that woke their data disk and queued a prefetch of their dataset's next objects",
+            [(vec![], reads.prefetches as f64)],
+        )?;
+        counter(
+            &mut e,
+            "permafrost_cache_prefetched_contents",
+            "Contents read into the cache by prefetch",
+            [(vec![], reads.prefetched_contents as f64)],
+        )?;
+        counter(
+            &mut e,
+            "permafrost_cache_prefetched_bytes",
+            "Stored bytes read into the cache by prefetch",
+            [(vec![], reads.prefetched_bytes as f64)],
+        )?;
+        counter(
+            &mut e,
+            "permafrost_cache_prefetch_hits",
+            "Prefetched contents read afterwards from the cache",
+            [(vec![], reads.prefetch_hits as f64)],
+        )?;
+        counter(
+            &mut e,
+            "permafrost_cache_hot_read_bytes",
+            "Stored bytes read back into the cache for hot prefixes",
+            [(vec![], reads.hot_read_bytes as f64)],
+        )?;
         gauge(
             &mut e,
             "permafrost_disks_spinning",

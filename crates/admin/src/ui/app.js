@@ -190,6 +190,14 @@ function renderReads() {
   const line = (q, what) => q.count === 0 ? `no ${what}` :
     `${what}: ${q.count}, first byte p50 ${seconds(q.p50_seconds)}, p99 ${seconds(q.p99_seconds)}`;
   text($("reads-text"), `${line(f.reads, "reads")} · ${line(f.reads_that_woke_a_disk, "reads that woke a disk")}`);
+  const c = state.cache_reads;
+  if (c) {
+    const served = c.from_cache + c.from_grid;
+    const hits = served === 0 ? "no object reads yet" :
+      `${(c.hit_ratio * 100).toFixed(1)} % of ${served} object reads from the cache`;
+    $("reads-text").append(make("br"), document.createTextNode(
+      `${hits} · prefetched ${c.prefetched_contents} (${bytes(c.prefetched_bytes)}), ${c.prefetch_hits} read since`));
+  }
 }
 
 function renderEnergy() {
