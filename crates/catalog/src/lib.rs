@@ -894,6 +894,15 @@ pub trait Catalog: Send + Sync {
         terms: &RestoreTerms,
         now_ms: u64,
     ) -> Result<(RestoreOutcome, RestoreRecord)>;
+    /// [`Catalog::request_restore`] for each `(key, version_id)` of `bucket`, in one transaction; `None` for a
+    /// version that no longer exists.
+    fn request_restores(
+        &self,
+        bucket: &str,
+        versions: &[(String, String)],
+        terms: &RestoreTerms,
+        now_ms: u64,
+    ) -> Result<Vec<Option<(RestoreOutcome, RestoreRecord)>>>;
     /// The restore of a version, if one was asked for and has not expired.
     fn restore_of(
         &self,

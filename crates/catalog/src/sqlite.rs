@@ -1528,6 +1528,16 @@ impl Catalog for SqlCatalog {
         self.request_restore_impl(bucket, key, version_id, terms, now_ms)
     }
 
+    fn request_restores(
+        &self,
+        bucket: &str,
+        versions: &[(String, String)],
+        terms: &RestoreTerms,
+        now_ms: u64,
+    ) -> Result<Vec<Option<(RestoreOutcome, RestoreRecord)>>> {
+        self.request_restores_impl(bucket, versions, terms, now_ms)
+    }
+
     fn restore_of(
         &self,
         bucket: &str,

@@ -494,6 +494,23 @@ fn restores_start_extend_and_pin_the_content(b: Backend) {
         c.request_restore("b", "nokey", None, &terms(1, RestoreTier::Standard), 1),
         Err(CatalogError::NoSuchKey { .. })
     ));
+    // Many in one transaction: a version that is gone is skipped, the others start.
+    put(&*c, "b", "k2", 2, t);
+    let answers = c
+        .request_restores(
+            "b",
+            &[
+                ("k2".into(), NULL_VERSION.into()),
+                ("gone".into(), NULL_VERSION.into()),
+            ],
+            &terms(1000, RestoreTier::Bulk),
+            t + 400,
+        )
+        .unwrap();
+    assert_eq!(answers.len(), 2);
+    assert_eq!(answers[0].as_ref().unwrap().0, RestoreOutcome::Started);
+    assert!(answers[1].is_none());
+    assert_eq!(c.pending_restores(10).unwrap()[0].tier, RestoreTier::Bulk);
 }
 
 #[test]

@@ -524,14 +524,16 @@ impl Store {
                     max_keys: 1000,
                 },
             )?;
-            for o in &page.objects {
-                let (outcome, record) = inner.catalog.request_restore(
-                    bucket,
-                    &o.key,
-                    Some(&o.version_id),
-                    &terms,
-                    now_ms(),
-                )?;
+            // One catalog transaction per page.
+            let versions: Vec<(String, String)> = page
+                .objects
+                .iter()
+                .map(|o| (o.key.clone(), o.version_id.clone()))
+                .collect();
+            let answers = inner
+                .catalog
+                .request_restores(bucket, &versions, &terms, now_ms())?;
+            for (outcome, record) in answers.into_iter().flatten() {
                 if outcome == RestoreOutcome::Started {
                     inner.restores.event(RESTORE_POST_EVENT, &record, None);
                 }

@@ -757,94 +757,133 @@ impl SqlCatalog {
         terms: &RestoreTerms,
         now_ms: u64,
     ) -> Result<(RestoreOutcome, RestoreRecord)> {
-        let duration_ms = terms.duration_ms;
+        self.write_with(|tx| self.request_restore_on(tx, bucket, key, version_id, terms, now_ms))
+    }
+
+    pub(super) fn request_restores_impl(
+        &self,
+        bucket: &str,
+        versions: &[(String, String)],
+        terms: &RestoreTerms,
+        now_ms: u64,
+    ) -> Result<Vec<Option<(RestoreOutcome, RestoreRecord)>>> {
         self.write_with(|tx| {
-            let e = |e| self.db_error(e);
-            if !Self::bucket_exists(tx, bucket).map_err(e)? {
-                return Err(CatalogError::NoSuchBucket(bucket.to_string()));
-            }
-            let object = match version_id {
-                None => Self::get_object_on(tx, bucket, key)
-                    .map_err(e)?
-                    .filter(|o| o.expires_ms.is_none_or(|at| at > now_ms)),
-                Some(v) => Self::version_on(tx, bucket, key, v)
-                    .map_err(e)?
-                    .and_then(|r| r.object),
-            };
-            let Some(object) = object else {
-                return Err(match version_id {
-                    None => CatalogError::NoSuchKey {
-                        bucket: bucket.to_string(),
-                        key: key.to_string(),
-                    },
-                    Some(v) => CatalogError::NoSuchVersion {
-                        bucket: bucket.to_string(),
-                        key: key.to_string(),
-                        version_id: v.to_string(),
-                    },
-                });
-            };
-            let existing = Self::restore_on(tx, bucket, key, &object.version_id).map_err(e)?;
-            let (outcome, record) = match existing {
-                Some(r) if r.done_ms.is_none() && terms.tier < r.tier => {
-                    let record = RestoreRecord { tier: terms.tier, ..r };
-                    tx.execute(
-                        "UPDATE restores SET tier = ?4 WHERE bucket = ?1 AND key = ?2 AND version_id = ?3",
-                        params![bucket, key.as_bytes(), record.version_id, terms.tier.as_str()],
-                    )
-                    .map_err(e)?;
-                    (RestoreOutcome::Upgraded, record)
-                }
-                Some(r) if r.done_ms.is_none() => (RestoreOutcome::InProgress, r),
-                Some(r) if r.expiry_ms.is_some_and(|x| x > now_ms) => {
-                    let expiry_ms = restore_expiry_ms(now_ms, duration_ms, terms.day_ms);
-                    let record = RestoreRecord {
-                        duration_ms,
-                        expiry_ms: Some(expiry_ms),
-                        ..r
-                    };
-                    tx.execute(
-                        "UPDATE restores SET duration_ms = ?4, expiry_ms = ?5 WHERE bucket = ?1 AND key = ?2 AND version_id = ?3",
-                        params![bucket, key.as_bytes(), record.version_id, duration_ms as i64, expiry_ms as i64],
-                    )
-                    .map_err(e)?;
-                    Self::pin(tx, &record.content).map_err(e)?;
-                    (RestoreOutcome::Extended, record)
-                }
-                _ => {
-                    let record = RestoreRecord {
-                        bucket: bucket.to_string(),
-                        key: key.to_string(),
-                        version_id: object.version_id.clone(),
-                        content: object.content,
-                        requested_ms: now_ms,
-                        duration_ms,
-                        done_ms: None,
-                        expiry_ms: None,
-                        tier: terms.tier,
-                    };
-                    tx.execute(
-                        &format!(
-                            "INSERT INTO restores ({RESTORE_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, NULL, NULL, ?7)
-                             ON CONFLICT (bucket, key, version_id) DO UPDATE SET content = ?4, requested_ms = ?5,
-                             duration_ms = ?6, done_ms = NULL, expiry_ms = NULL, tier = ?7"
-                        ),
-                        params![
-                            bucket,
-                            key.as_bytes(),
-                            record.version_id,
-                            &record.content.to_key()[..],
-                            now_ms as i64,
-                            duration_ms as i64,
-                            terms.tier.as_str()
-                        ],
-                    )
-                    .map_err(e)?;
-                    (RestoreOutcome::Started, record)
-                }
-            };
-            Ok((outcome, record))
+            versions
+                .iter()
+                .map(|(key, version_id)| {
+                    match self.request_restore_on(tx, bucket, key, Some(version_id), terms, now_ms)
+                    {
+                        Ok(r) => Ok(Some(r)),
+                        // Deleted since it was listed: nothing to restore.
+                        Err(
+                            CatalogError::NoSuchKey { .. } | CatalogError::NoSuchVersion { .. },
+                        ) => Ok(None),
+                        Err(e) => Err(e),
+                    }
+                })
+                .collect()
         })
+    }
+
+    /// A restore request in the transaction `tx` (see `Catalog::request_restore`).
+    fn request_restore_on(
+        &self,
+        tx: &Transaction,
+        bucket: &str,
+        key: &str,
+        version_id: Option<&str>,
+        terms: &RestoreTerms,
+        now_ms: u64,
+    ) -> Result<(RestoreOutcome, RestoreRecord)> {
+        let duration_ms = terms.duration_ms;
+        let e = |e| self.db_error(e);
+        if !Self::bucket_exists(tx, bucket).map_err(e)? {
+            return Err(CatalogError::NoSuchBucket(bucket.to_string()));
+        }
+        let object = match version_id {
+            None => Self::get_object_on(tx, bucket, key)
+                .map_err(e)?
+                .filter(|o| o.expires_ms.is_none_or(|at| at > now_ms)),
+            Some(v) => Self::version_on(tx, bucket, key, v)
+                .map_err(e)?
+                .and_then(|r| r.object),
+        };
+        let Some(object) = object else {
+            return Err(match version_id {
+                None => CatalogError::NoSuchKey {
+                    bucket: bucket.to_string(),
+                    key: key.to_string(),
+                },
+                Some(v) => CatalogError::NoSuchVersion {
+                    bucket: bucket.to_string(),
+                    key: key.to_string(),
+                    version_id: v.to_string(),
+                },
+            });
+        };
+        let existing = Self::restore_on(tx, bucket, key, &object.version_id).map_err(e)?;
+        let (outcome, record) = match existing {
+            Some(r) if r.done_ms.is_none() && terms.tier < r.tier => {
+                let record = RestoreRecord {
+                    tier: terms.tier,
+                    ..r
+                };
+                tx.execute(
+                    "UPDATE restores SET tier = ?4 WHERE bucket = ?1 AND key = ?2 AND version_id = ?3",
+                    params![bucket, key.as_bytes(), record.version_id, terms.tier.as_str()],
+                )
+                .map_err(e)?;
+                (RestoreOutcome::Upgraded, record)
+            }
+            Some(r) if r.done_ms.is_none() => (RestoreOutcome::InProgress, r),
+            Some(r) if r.expiry_ms.is_some_and(|x| x > now_ms) => {
+                let expiry_ms = restore_expiry_ms(now_ms, duration_ms, terms.day_ms);
+                let record = RestoreRecord {
+                    duration_ms,
+                    expiry_ms: Some(expiry_ms),
+                    ..r
+                };
+                tx.execute(
+                    "UPDATE restores SET duration_ms = ?4, expiry_ms = ?5 WHERE bucket = ?1 AND key = ?2 AND version_id = ?3",
+                    params![bucket, key.as_bytes(), record.version_id, duration_ms as i64, expiry_ms as i64],
+                )
+                .map_err(e)?;
+                Self::pin(tx, &record.content).map_err(e)?;
+                (RestoreOutcome::Extended, record)
+            }
+            _ => {
+                let record = RestoreRecord {
+                    bucket: bucket.to_string(),
+                    key: key.to_string(),
+                    version_id: object.version_id.clone(),
+                    content: object.content,
+                    requested_ms: now_ms,
+                    duration_ms,
+                    done_ms: None,
+                    expiry_ms: None,
+                    tier: terms.tier,
+                };
+                tx.execute(
+                    &format!(
+                        "INSERT INTO restores ({RESTORE_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, NULL, NULL, ?7)
+                         ON CONFLICT (bucket, key, version_id) DO UPDATE SET content = ?4, requested_ms = ?5,
+                         duration_ms = ?6, done_ms = NULL, expiry_ms = NULL, tier = ?7"
+                    ),
+                    params![
+                        bucket,
+                        key.as_bytes(),
+                        record.version_id,
+                        &record.content.to_key()[..],
+                        now_ms as i64,
+                        duration_ms as i64,
+                        terms.tier.as_str()
+                    ],
+                )
+                .map_err(e)?;
+                (RestoreOutcome::Started, record)
+            }
+        };
+        Ok((outcome, record))
     }
 
     fn restore_on(
