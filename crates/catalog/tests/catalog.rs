@@ -402,6 +402,66 @@ fn a_pack_extent_is_freed_only_when_its_last_entry_dies(b: Backend) {
     assert_eq!(c.stats().unwrap().extents, 0);
 }
 
+fn hot_contents_are_never_evicted_and_restores_neither_unpin_them_nor_lose_their_own_pin(
+    b: Backend,
+) {
+    let (_d, c) = open(b);
+    c.create_bucket("b", &BucketSettings::default()).unwrap();
+    for n in 1..=3 {
+        put(&c, "b", &format!("k{n}"), n);
+        c.place_content(&cid(n), 0).unwrap();
+        let e = c
+            .begin_extents(
+                0,
+                1 << 30,
+                &[NewExtent {
+                    length_bytes: 4096,
+                    payload_bytes: 100,
+                    object_id: [n; 16],
+                    extent_no: 0,
+                    replica_id: 0,
+                    kind: ExtentKind::Content,
+                }],
+                &[cid(n)],
+            )
+            .unwrap();
+        c.finish_extents(&[(e[0].extent_id, [0; 32])], &[], &[cid(n)], false)
+            .unwrap();
+    }
+    let candidates = |c: &SqliteCatalog| -> Vec<ContentId> {
+        let mut ids: Vec<ContentId> = c
+            .eviction_candidates(10)
+            .unwrap()
+            .into_iter()
+            .map(|c| c.id)
+            .collect();
+        ids.sort();
+        ids
+    };
+    assert_eq!(c.pin_hot(&[cid(1), cid(2)], true).unwrap(), 2);
+    assert_eq!(c.pin_hot(&[cid(1)], true).unwrap(), 0, "pinned already");
+    assert_eq!(candidates(&c), vec![cid(3)]);
+    assert!(c.evict_contents(&[cid(1)]).unwrap().is_empty());
+    // A restore of a hot content, done and expired, leaves it hot.
+    let t = now_ms();
+    let terms = RestoreTerms {
+        duration_ms: 1000,
+        tier: RestoreTier::Expedited,
+        day_ms: 1000,
+    };
+    c.request_restore("b", "k1", None, &terms, t).unwrap();
+    c.finish_restores(&cid(1), t, 1000).unwrap();
+    assert_eq!(c.expire_restores(t + 10_000).unwrap(), 1);
+    assert_eq!(candidates(&c), vec![cid(3)]);
+    // Made cold: evictable again, unless a restore still pins it (until its expiry).
+    c.request_restore("b", "k2", None, &terms, t).unwrap();
+    c.finish_restores(&cid(2), t, 1000).unwrap();
+    assert_eq!(c.pin_hot(&[cid(1), cid(2), cid(3)], false).unwrap(), 2);
+    assert_eq!(candidates(&c), vec![cid(1), cid(3)]);
+    assert_eq!(c.expire_restores(t + 10_000).unwrap(), 1);
+    assert_eq!(candidates(&c), vec![cid(1), cid(2), cid(3)]);
+}
+
 fn eviction_candidates_are_persisted_contents_in_lru_order(b: Backend) {
     let (_d, c) = open(b);
     c.create_bucket("b", &BucketSettings::default()).unwrap();
@@ -1138,6 +1198,7 @@ both!(
     extents_are_allocated_without_overlap_and_freed_ranges_are_reused,
     a_pack_extent_is_freed_only_when_its_last_entry_dies,
     eviction_candidates_are_persisted_contents_in_lru_order,
+    hot_contents_are_never_evicted_and_restores_neither_unpin_them_nor_lose_their_own_pin,
     uploaded_parts_are_referenced_contents_and_replacing_or_aborting_drops_the_references,
     completing_an_upload_makes_its_object_a_list_of_the_chosen_parts_in_one_transaction,
     a_completion_naming_a_replaced_part_changes_nothing,

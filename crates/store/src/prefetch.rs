@@ -7,10 +7,11 @@
 //!   `prefetch_objects_max` objects and `prefetch_bytes_max` stored bytes (0 turns prefetch off). The prefetch
 //!   thread holds the disk up (one activity guard), lets the triggering read finish first (it never competes
 //!   with the reader it follows; the reader never waits for it), then copies the contents into the cache in
-//!   on-disk order, verified, as a restore does ([`crate::archive::copy_reserved`]). Room: it may evict what an
-//!   upload would (least recently used, never pinned contents) and stops at the first content the cache has no
-//!   room for, with no error to anyone. Its spin-ups (should the disk have gone off meanwhile) are attributed as
-//!   `prefetch of BUCKET/KEY`, the read that woke the disk.
+//!   on-disk order, verified, as a restore does ([`crate::archive::copy_reserved`]). Room: it may evict contents
+//!   unused since it began (least recently used first, never pinned ones, never what it read itself) and stops
+//!   at the first content the cache has no room for, with no error to anyone. GLACIER objects are never
+//!   prefetched (a restore reads them). Its spin-ups (should the disk have gone off meanwhile) are attributed
+//!   as `prefetch of BUCKET/KEY`, the read that woke the disk.
 //! - **Keep hot.** A bucket's `hot_prefixes` (a bucket setting, `BucketSettings::hot_prefixes`) pin the contents
 //!   of the current versions under them in the cache: pinned when a prefix is made hot (and read back from the
 //!   grid, grouped by disk, in on-disk order, attributed `prefetch of BUCKET/PREFIX (keep hot)`, by
@@ -289,7 +290,10 @@ fn plan(inner: &Inner, job: &Job) -> Result<Vec<(u64, ContentRecord)>> {
         let page = inner.catalog.list_objects(&job.bucket, &query)?;
         for object in &page.objects {
             scanned += 1;
-            if object.dataset != job.dataset {
+            // GLACIER objects are read by a restore, never by a guess.
+            if object.dataset != job.dataset
+                || object.attributes.storage_class == permafrost_catalog::StorageClass::Glacier
+            {
                 continue;
             }
             let Some(content) = inner.catalog.get_content(&object.content)? else {
