@@ -143,6 +143,11 @@ fn a_standard_batch_of_a_thousand_restores_over_eight_disks_spins_each_disk_once
     );
     // Each spin-up is the restore's, named after the object it was for and how many more it served.
     let wakes = power.wakes_since(wake_seq);
+    let first_wake_ms = wakes.iter().map(|w| w.at_unix_ms).min().unwrap_or_default();
+    eprintln!(
+        "reading the {OBJECTS} objects took {} ms from the first spin-up",
+        now_ms().saturating_sub(first_wake_ms)
+    );
     assert_eq!(wakes.len(), DATASETS);
     for w in &wakes {
         assert_eq!(w.reason.kind, WakeKind::Restore, "{}", w.reason.describe());
