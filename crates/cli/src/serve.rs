@@ -236,6 +236,9 @@ block_public_access = true
 #   fsync                     false only for benchmarks: a crash may then lose acknowledged data
 #   cache_drop_behind         true: an upload leaves the page cache once flushed, so ingest does not fill
 #                             memory; GETs of recent objects and persistence then read the cache device
+#   prefetch_bytes_max        a GET that spun its disk up reads up to this many bytes of the next objects of
+#                             its dataset on that disk into the cache (docs/store.md "Prefetch"); 0 = off
+#   prefetch_objects_max      … and at most this many objects
 #   [store.watchdog]          when cached data is persisted (SPEC idea 6): max_age_ms, byte thresholds
 #   [store.grid]              the grid created on first start (ignored once DATA/grid exists):
 #                             layout XxY:hn+hk, spinning_max, and either disk_capacity_bytes (sparse files)
