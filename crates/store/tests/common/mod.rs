@@ -38,6 +38,9 @@ pub fn config() -> StoreConfig {
             ..GridSetup::default()
         },
         power_profile: Some(PowerProfile::for_tests()),
+        // Tests that count spin-ups or check what is cached read exactly what they read; the prefetch tests
+        // turn it on.
+        prefetch_bytes_max: 0,
         ..StoreConfig::default()
     }
 }
