@@ -9,10 +9,12 @@
 //! that end check covers every byte delivered, the extents' BLAKE3 is not computed as well (their crc32c still
 //! is): one hash pass per byte instead of two. A mismatch ends the stream with an `InvalidData` error before
 //! end-of-file, so a caller never sees a clean end after wrong bytes. Memory: one 64 KiB buffer for a cache file
-//! (a grid segment is read in place from the engine's chunk buffers) plus the engine's read-ahead (for a part
-//! list, of two parts: the next part is opened ahead) and, for chunked contents, about two chunks; a long read of
-//! a persisted chunked content decodes on a read-ahead thread ([`ReadAhead`], a few 1 MiB blocks ahead), whose
-//! errors keep their place in the stream, so all of the above holds unchanged.
+//! (a grid segment is read in place from the engine's chunk buffers) plus the engine's read-ahead of at most two
+//! read promises (the next extent's or the next part's opens before the current one ends, so the disk reads on
+//! across the boundary) and, for chunked contents, about two chunks; a long read of a persisted chunked content
+//! decodes on a read-ahead thread ([`ReadAhead`], a few 1 MiB blocks ahead), whose errors keep their place in the
+//! stream, so all of the above holds unchanged. Opening ahead delivers and checks nothing early: every byte still
+//! passes the same checks, in order, before the caller sees it.
 
 use std::fs::File;
 use std::io::{self, BufReader, Read, Seek, SeekFrom};
