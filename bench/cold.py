@@ -154,7 +154,7 @@ class Uploader(threading.Thread):
         while not self.stop.is_set():
             due = t0 + self.bytes / self.rate
             if time.monotonic() < due:
-                time.sleep(min(0.05, due - time.monotonic()))
+                time.sleep(max(0.0, min(0.05, due - time.monotonic())))
                 continue
             try:
                 self.s3.put_object(Bucket=INGEST, Key=f"up/{i % UPLOAD_KEYS}", Body=data.range(MiB * (i % 8), self.size))
