@@ -736,6 +736,8 @@ struct Waiting {
     next_due_ms: Option<u64>,
     /// Data disks with restores waiting: read early when one of them spins for another reason.
     disks: Vec<usize>,
+    /// How long planning took (reading not included).
+    plan_took: Duration,
 }
 
 fn spinning(state: PowerState) -> bool {
@@ -749,6 +751,9 @@ pub(crate) fn restore_loop(inner: &Arc<Inner>) {
     let mut seen_requests: Option<u64> = None;
     let mut waiting = Waiting::default();
     let mut last_pass = std::time::Instant::now();
+    // How long the last pass's planning took: passes for new requests come at most every four times that (at
+    // most a fifth of the thread's time goes to planning a long queue again and again while requests arrive).
+    let mut last_plan_took = Duration::ZERO;
     while !inner.stop.load(Ordering::SeqCst) {
         let woken = {
             let mut woken = inner.restores.wake.lock();
@@ -775,7 +780,8 @@ pub(crate) fn restore_loop(inner: &Arc<Inner>) {
         let power = inner.engine.power();
         let plan = woken
             || (seen_requests != Some(requests)
-                && last_pass.elapsed() >= Duration::from_millis(RESTORE_POLL_MS))
+                && last_pass.elapsed()
+                    >= Duration::from_millis(RESTORE_POLL_MS).max(last_plan_took * 4))
             || waiting.next_due_ms.is_some_and(|t| t <= now_ms())
             || waiting.disks.iter().any(|&d| spinning(power.state(d)));
         if !plan {
@@ -784,14 +790,17 @@ pub(crate) fn restore_loop(inner: &Arc<Inner>) {
         seen_requests = Some(requests);
         last_pass = std::time::Instant::now();
         match restore_pass(inner, false) {
-            Ok(w) => waiting = w,
+            Ok(w) => {
+                last_plan_took = w.plan_took;
+                waiting = w;
+            }
             Err(e) => {
                 inner.restores.progress.lock().last_error = Some(e.to_string());
                 inner.record_error(format!("restore: {e}"));
                 // Retried at the next look.
                 waiting = Waiting {
                     next_due_ms: Some(now_ms() + RESTORE_POLL_MS),
-                    disks: Vec::new(),
+                    ..Waiting::default()
                 };
             }
         }
@@ -834,6 +843,7 @@ fn finish(inner: &Inner, id: &ContentId, records: &[RestoreRecord]) -> Result<()
 /// it, contents read in on-disk order. Returns what is left waiting.
 fn restore_pass(inner: &Arc<Inner>, force: bool) -> Result<Waiting> {
     let _pass = inner.restores.lock.lock();
+    let planning = std::time::Instant::now();
     let pending = inner.catalog.pending_restores(RESTORE_BATCH_MAX)?;
     if pending.is_empty() {
         let mut progress = inner.restores.progress.lock();
@@ -922,6 +932,7 @@ fn restore_pass(inner: &Arc<Inner>, force: bool) -> Result<Waiting> {
             waiting_grid_buckets.push(grid_bucket);
         }
     }
+    left.plan_took = planning.elapsed();
     due.sort_by_key(|(due_ms, grid_bucket, group)| (!group.expedited, *due_ms, *grid_bucket));
     {
         let mut progress = inner.restores.progress.lock();
