@@ -262,3 +262,22 @@ def test_tiers_restore_status_expiry_and_events(tmp_path):
                 "T00:00:00.000Z"), e
     finally:
         server.kill()
+
+
+def test_rclone_restores_with_its_priority_as_the_glacier_job_tier(server, tool_env):
+    import subprocess
+    from conftest import tool
+    s3 = client(server.endpoint)
+    b = "rclone-" + uuid.uuid4().hex[:8]
+    s3.create_bucket(Bucket=b)
+    s3.put_object(Bucket=b, Key="cold/scan", Body=b"frozen" * 1000, StorageClass="GLACIER")
+    wait_persisted(server.endpoint)
+    evict(server.endpoint)
+    # `rclone backend restore` sends GlacierJobParameters.Tier = its priority.
+    r = subprocess.run([tool("rclone"), "backend", "restore", f"pf:{b}/cold", "-o", "priority=Expedited",
+                        "-o", "lifetime=2"], env=tool_env, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    answers = json.loads(r.stdout)
+    assert [(a["Remote"], a["Status"]) for a in answers] == [("scan", "OK")], answers
+    wait_for("rclone's Expedited restore", 20, lambda: restored(s3, b, "cold/scan"))
+    assert s3.get_object(Bucket=b, Key="cold/scan")["Body"].read() == b"frozen" * 1000
