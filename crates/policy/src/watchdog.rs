@@ -26,7 +26,8 @@
 //! 3. **Spinning** — the disk is spinning and more than
 //!    `persist_spinning_above_bytes` (512 MiB) is outstanding: persist.
 //! 4. **Cache pressure** — at least `pressure_fill_percent` (80 %) of the
-//!    cache holds data that cannot be evicted: every target with more than
+//!    cache holds data that cannot be evicted, or writers wait for room that
+//!    evicting did not free: every target with more than
 //!    `persist_under_pressure_above_bytes` (512 MiB) persists, on or off.
 //!    Persisted copies kept in the cache for reads do not count: they are
 //!    evicted (least recently used first) when room is needed, so a cache full
@@ -100,6 +101,8 @@ pub struct CacheView<'a> {
     /// Of `used_bytes`, what can be evicted when room is needed: persisted
     /// copies not pinned in the cache.
     pub evictable_bytes: u64,
+    /// Writers wait for room that evicting did not free.
+    pub writers_waiting: bool,
     /// Targets with data outstanding; others may be omitted.
     pub targets: &'a [TargetView],
 }
@@ -153,6 +156,7 @@ impl WatchdogPolicy {
     pub fn under_pressure(&self, view: &CacheView<'_>) -> bool {
         let kept = view.used_bytes.saturating_sub(view.evictable_bytes);
         view.capacity_bytes == 0
+            || view.writers_waiting
             || kept as f64 >= view.capacity_bytes as f64 * self.config.pressure_fill_percent / 100.0
     }
 
@@ -263,6 +267,7 @@ mod tests {
             capacity_bytes: 100 * GIB,
             used_bytes: used_percent * GIB,
             evictable_bytes: 0,
+            writers_waiting: false,
             targets,
         };
         WatchdogPolicy::default()
@@ -326,6 +331,7 @@ mod tests {
             capacity_bytes: 100 * GIB,
             used_bytes: used * GIB,
             evictable_bytes: evictable * GIB,
+            writers_waiting: false,
             targets: &t,
         };
         let policy = WatchdogPolicy::default();
@@ -333,6 +339,28 @@ mod tests {
         assert!(!policy.under_pressure(&view(100, 21)));
         assert_eq!(
             policy.decide(10, &view(100, 20)),
+            vec![PersistAction {
+                disk: 0,
+                spin_up: true,
+                reason: PersistReason::CachePressure
+            }]
+        );
+    }
+
+    #[test]
+    fn writers_waiting_for_room_put_the_cache_under_pressure_whatever_its_fill() {
+        let t = [target(0, false, 600 * MIB, 0)];
+        let view = |writers_waiting| CacheView {
+            capacity_bytes: 100 * GIB,
+            used_bytes: 10 * GIB,
+            evictable_bytes: 0,
+            writers_waiting,
+            targets: &t,
+        };
+        let policy = WatchdogPolicy::default();
+        assert!(policy.decide(10, &view(false)).is_empty());
+        assert_eq!(
+            policy.decide(10, &view(true)),
             vec![PersistAction {
                 disk: 0,
                 spin_up: true,
@@ -396,6 +424,7 @@ mod tests {
             capacity_bytes: GIB,
             used_bytes: 0,
             evictable_bytes: 0,
+            writers_waiting: false,
             targets: &t,
         };
         let deadline = policy.next_deadline_ms(&view).unwrap();
@@ -407,6 +436,7 @@ mod tests {
             capacity_bytes: GIB,
             used_bytes: 0,
             evictable_bytes: 0,
+            writers_waiting: false,
             targets: &t,
         };
         assert_eq!(policy.next_deadline_ms(&view), Some(185_001));
@@ -415,6 +445,7 @@ mod tests {
             capacity_bytes: GIB,
             used_bytes: 0,
             evictable_bytes: 0,
+            writers_waiting: false,
             targets: &t,
         };
         assert_eq!(
@@ -440,6 +471,7 @@ mod tests {
             capacity_bytes: GIB,
             used_bytes: 0,
             evictable_bytes: 0,
+            writers_waiting: false,
             targets: &t,
         };
         assert_eq!(

@@ -1280,6 +1280,8 @@ impl ArchiveSim {
             capacity_bytes: self.cache_capacity_bytes,
             used_bytes: self.cache_used_bytes,
             evictable_bytes: self.cache_clean_bytes,
+            // The simulator admits writes beyond capacity and counts them (`cache_overflow_bytes`).
+            writers_waiting: false,
             targets: &self.target_views,
         }
     }

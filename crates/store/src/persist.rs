@@ -157,13 +157,18 @@ fn tick(inner: &Inner) -> Result<()> {
         .collect();
     // What the cache cannot evict is what waits to be persisted (placed just above, so nearly all of it); the
     // rest (persisted copies, restored copies, uploads still streaming in) counts as evictable. Restored copies
-    // and streaming uploads cannot be evicted either, but persisting would not free them.
+    // and streaming uploads cannot be evicted either: when they leave a writer without room, the writer waits in
+    // `reserve_cache`, and that alone puts the cache under pressure.
     let used_bytes = inner.cache.used_bytes();
     let waiting: u64 = outstanding.iter().map(|o| o.stored_bytes).sum();
     let view = CacheView {
         capacity_bytes: inner.cache.capacity_bytes,
         used_bytes,
         evictable_bytes: used_bytes.saturating_sub(waiting),
+        writers_waiting: inner
+            .writers_waiting
+            .load(std::sync::atomic::Ordering::SeqCst)
+            > 0,
         targets: &targets,
     };
     let actions = inner

@@ -276,6 +276,22 @@ pub(crate) fn hex(bytes: &[u8]) -> String {
 }
 
 /// State shared by the store's API and its threads.
+/// Counts a writer in [`Inner::writers_waiting`] while it waits for cache room.
+struct WaitingWriter<'a>(&'a std::sync::atomic::AtomicUsize);
+
+impl<'a> WaitingWriter<'a> {
+    fn new(count: &'a std::sync::atomic::AtomicUsize) -> WaitingWriter<'a> {
+        count.fetch_add(1, Ordering::SeqCst);
+        WaitingWriter(count)
+    }
+}
+
+impl Drop for WaitingWriter<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
 pub(crate) struct Inner {
     pub config: StoreConfig,
     pub catalog: Arc<dyn Catalog>,
@@ -294,6 +310,9 @@ pub(crate) struct Inner {
     /// Set by a writer that found the cache full: the collector runs at once with the short grace
     /// (`gc::PRESSURE_GRACE_MS`), so unreferenced contents never hold the cache full for the whole grace period.
     pub gc_for_room: AtomicBool,
+    /// Writers waiting in [`Inner::reserve_cache`] for room that evicting did not free: the watchdog's cache
+    /// is under pressure whatever its fill.
+    pub writers_waiting: std::sync::atomic::AtomicUsize,
     pub stop: AtomicBool,
     wake_lock: Mutex<bool>,
     wake: Condvar,
@@ -322,12 +341,14 @@ impl Inner {
             return Ok(());
         }
         let deadline = Instant::now() + Duration::from_millis(self.config.cache_wait_ms_max);
+        let mut waiting = None;
         loop {
             self.evict_lru(bytes)?;
             let room = file_system_room();
             if room.is_ok() && self.cache.try_reserve(bytes) {
                 return Ok(());
             }
+            waiting.get_or_insert_with(|| WaitingWriter::new(&self.writers_waiting));
             self.wake_persister();
             self.gc_for_room.store(true, Ordering::SeqCst);
             let now = Instant::now();
@@ -678,6 +699,7 @@ impl Store {
             access: Mutex::new(HashMap::new()),
             reading: Mutex::new(HashMap::new()),
             gc_for_room: AtomicBool::new(false),
+            writers_waiting: std::sync::atomic::AtomicUsize::new(0),
             stop: AtomicBool::new(false),
             wake_lock: Mutex::new(false),
             wake: Condvar::new(),
