@@ -121,7 +121,9 @@ fn contention(strategy: Option<SchedulerStrategy>, release_at_ms: u64) -> Vec<us
     *release.lock().unwrap() = true;
     // The rest spins up after the first set's disk fell idle and was turned off to make room.
     // (A disk whose work just paused is kept a moment before it is turned off to make room.)
-    wait_for("the first reads to end", || m.reads_waiting(first_disk) == 0);
+    wait_for("the first reads to end", || {
+        m.reads_waiting(first_disk) == 0
+    });
     clock.advance_ms(300);
     wait_for("the last spin-up", || m.totals().spin_ups == 3);
     while !threads.iter().all(|t| t.is_finished()) {

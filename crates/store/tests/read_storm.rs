@@ -64,11 +64,18 @@ fn persistence_keeps_up_under_a_read_storm() {
         persist_yield_max_ms: 300,
     });
     // One dataset (the bucket): what is read and what is persisted share a disk.
-    store.create_bucket("storm", BucketSettings::default()).unwrap();
+    store
+        .create_bucket("storm", BucketSettings::default())
+        .unwrap();
     let old: Vec<Vec<u8>> = (0..4).map(|i| data(i, 2 * MIB)).collect();
     for (i, body) in old.iter().enumerate() {
         store
-            .put_object("storm", &format!("old/{i}"), PutOptions::default(), &body[..])
+            .put_object(
+                "storm",
+                &format!("old/{i}"),
+                PutOptions::default(),
+                &body[..],
+            )
             .unwrap();
     }
     store.persist_now().unwrap();
