@@ -65,24 +65,7 @@ pub fn restore_event_json(event: &permafrost_store::RestoreEvent) -> serde_json:
 
 /// `ms` since the epoch as S3's event times write it: `2026-12-09T00:00:00.000Z`.
 fn iso_utc(ms: u64) -> String {
-    let (days, ms_of_day) = ((ms / 86_400_000) as i64, ms % 86_400_000);
-    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
-        ms_of_day / 3_600_000,
-        ms_of_day / 60_000 % 60,
-        ms_of_day / 1000 % 60,
-        ms_of_day % 1000
-    )
+    permafrost_catalog::iso8601_utc(ms, true)
 }
 
 /// The wake record as JSON for events and the API.

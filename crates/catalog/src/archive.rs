@@ -83,6 +83,12 @@ impl std::fmt::Display for LockViolation {
 }
 
 fn date(ms: u64) -> String {
+    iso8601_utc(ms, false)
+}
+
+/// `ms` since the epoch in UTC as ISO 8601, `2026-12-09T00:00:00Z`, or with milliseconds
+/// (`2026-12-09T00:00:00.000Z`, as S3's event records write times).
+pub fn iso8601_utc(ms: u64, with_millis: bool) -> String {
     let secs = (ms / 1000) as i64;
     let days = secs.div_euclid(86_400);
     let rem = secs.rem_euclid(86_400);
@@ -96,8 +102,13 @@ fn date(ms: u64) -> String {
     let d = doy - (153 * mp + 2) / 5 + 1;
     let m = if mp < 10 { mp + 3 } else { mp - 9 };
     let y = yoe + era * 400 + i64::from(m <= 2);
+    let millis = if with_millis {
+        format!(".{:03}", ms % 1000)
+    } else {
+        String::new()
+    };
     format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}{millis}Z",
         rem / 3600,
         rem / 60 % 60,
         rem % 60

@@ -41,10 +41,11 @@ mod sqlite;
 
 pub use access::{AccessCatalog, AccessKeyRecord, BucketAccessRecord};
 pub use archive::{
-    restore_expiry_ms, AttributeChange, BucketArchive, DefaultRetention, DeleteOutcome, Lifecycle,
-    LifecycleFilter, LifecycleRule, LockMode, LockViolation, ObjectAttributes, ObjectLock,
-    RestoreOutcome, RestoreRecord, RestoreTerms, RestoreTier, Retention, StorageClass, VersionPage,
-    VersionQuery, VersionRecord, Versioning, DAY_MS, NULL_VERSION,
+    iso8601_utc, restore_expiry_ms, AttributeChange, BucketArchive, DefaultRetention,
+    DeleteOutcome, Lifecycle, LifecycleFilter, LifecycleRule, LockMode, LockViolation,
+    ObjectAttributes, ObjectLock, RestoreOutcome, RestoreRecord, RestoreTerms, RestoreTier,
+    Retention, StorageClass, VersionPage, VersionQuery, VersionRecord, Versioning, DAY_MS,
+    NULL_VERSION,
 };
 use serde::{Deserialize, Serialize};
 
