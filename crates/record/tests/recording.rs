@@ -530,8 +530,9 @@ fn scans_expire_by_the_buckets_lifecycle_rule_while_recorded_and_after() {
     recorder.shutdown();
 }
 
-/// The writer is held up (the cache is full and nothing persists): the ring grows to `ring_bytes`, then the
-/// receiver goes on, counts what it drops, and the scan fails with the reason, keeping its last durable point.
+/// The writer is held up (the cache is full and its disks take 10 s to spin up, so persistence frees nothing in
+/// time): the ring grows to `ring_bytes`, then the receiver goes on, counts what it drops, and the scan fails with
+/// the reason, keeping its last durable point.
 #[test]
 fn a_writer_that_falls_behind_makes_counted_drops_and_a_failed_scan_keeps_its_durable_prefix() {
     let dir = tempfile::tempdir().unwrap();
@@ -545,10 +546,15 @@ fn a_writer_that_falls_behind_makes_counted_drops_and_a_failed_scan_keeps_its_du
             spinning_max: 16,
             ..GridSetup::default()
         },
-        power_profile: Some(permafrost_disk::power::PowerProfile::for_tests()),
+        power_profile: Some(permafrost_disk::power::PowerProfile {
+            spin_up_ms: 10_000,
+            ..permafrost_disk::power::PowerProfile::for_tests()
+        }),
         ..StoreConfig::default()
     };
-    // Nothing persists on its own, so nothing can be evicted: the cache fills up.
+    // Nothing persists on its own, so nothing can be evicted: the cache fills up. (A writer waiting for room
+    // puts the cache under pressure and starts a persist, but its disks are still spinning up when the scan
+    // fails.)
     config_store.watchdog.max_age_ms = u64::MAX / 4;
     config_store.watchdog.start_off_disk_above_bytes = u64::MAX / 4;
     config_store.watchdog.persist_spinning_above_bytes = u64::MAX / 4;
