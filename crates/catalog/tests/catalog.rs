@@ -402,13 +402,11 @@ fn a_pack_extent_is_freed_only_when_its_last_entry_dies(b: Backend) {
     assert_eq!(c.stats().unwrap().extents, 0);
 }
 
-fn hot_contents_are_never_evicted_and_restores_neither_unpin_them_nor_lose_their_own_pin(
-    b: Backend,
-) {
-    let (_d, c) = open(b);
+/// Bucket `b` with objects `k1`..`k3` (contents 1..3), each persisted in an extent of its own on grid bucket 0.
+fn persist_three(c: &SqliteCatalog) {
     c.create_bucket("b", &BucketSettings::default()).unwrap();
     for n in 1..=3 {
-        put(&c, "b", &format!("k{n}"), n);
+        put(c, "b", &format!("k{n}"), n);
         c.place_content(&cid(n), 0).unwrap();
         let e = c
             .begin_extents(
@@ -428,6 +426,13 @@ fn hot_contents_are_never_evicted_and_restores_neither_unpin_them_nor_lose_their
         c.finish_extents(&[(e[0].extent_id, [0; 32])], &[], &[cid(n)], false)
             .unwrap();
     }
+}
+
+fn hot_contents_are_never_evicted_and_restores_neither_unpin_them_nor_lose_their_own_pin(
+    b: Backend,
+) {
+    let (_d, c) = open(b);
+    persist_three(&c);
     let candidates = |c: &SqliteCatalog| -> Vec<ContentId> {
         let mut ids: Vec<ContentId> = c
             .eviction_candidates(10)
@@ -464,28 +469,7 @@ fn hot_contents_are_never_evicted_and_restores_neither_unpin_them_nor_lose_their
 
 fn eviction_candidates_are_persisted_contents_in_lru_order(b: Backend) {
     let (_d, c) = open(b);
-    c.create_bucket("b", &BucketSettings::default()).unwrap();
-    for n in 1..=3 {
-        put(&c, "b", &format!("k{n}"), n);
-        c.place_content(&cid(n), 0).unwrap();
-        let e = c
-            .begin_extents(
-                0,
-                1 << 30,
-                &[NewExtent {
-                    length_bytes: 4096,
-                    payload_bytes: 100,
-                    object_id: [n; 16],
-                    extent_no: 0,
-                    replica_id: 0,
-                    kind: ExtentKind::Content,
-                }],
-                &[cid(n)],
-            )
-            .unwrap();
-        c.finish_extents(&[(e[0].extent_id, [0; 32])], &[], &[cid(n)], false)
-            .unwrap();
-    }
+    persist_three(&c);
     c.touch_contents(&[(cid(1), 1000)]).unwrap();
     let order: Vec<ContentId> = c
         .eviction_candidates(10)
