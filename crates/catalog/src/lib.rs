@@ -82,6 +82,10 @@ pub enum CatalogError {
     /// Object Lock forbids the change (S3 `AccessDenied`).
     #[error("{0}")]
     Locked(String),
+    /// A conditional write's [`WriteCondition`] does not hold for the key's current version (S3
+    /// `PreconditionFailed`); nothing changed.
+    #[error("{0}")]
+    PreconditionFailed(String),
     /// The bucket's state forbids the configuration change (S3 `InvalidBucketState`).
     #[error("{0}")]
     InvalidBucketState(String),
@@ -461,6 +465,59 @@ pub struct PutOutcome {
     pub work: Vec<WorkItem>,
 }
 
+/// What the current version of a key must be for a write to it to take place (S3 conditional writes:
+/// `If-None-Match: *` and `If-Match` on PutObject and CompleteMultipartUpload). Checked in the write's own
+/// transaction, so of two racing writes under [`WriteCondition::Absent`] exactly one succeeds. A key has no
+/// current version when it was never written, was deleted, its newest version is a delete marker, or its
+/// lifecycle expiry passed.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum WriteCondition {
+    /// No condition.
+    #[default]
+    Always,
+    /// `If-None-Match: *`: the key has no current version; else `PreconditionFailed`.
+    Absent,
+    /// `If-Match`: the key's current version has one of these ETags (quoted or not; `*` matches any current
+    /// version); `PreconditionFailed` when it has another, `NoSuchKey` when there is none (as S3 answers).
+    EtagMatches(Vec<String>),
+}
+
+impl WriteCondition {
+    /// Whether the condition holds for `bucket/key` whose current version has the ETag `current` (`None`: no
+    /// current version): `Ok(())`, or the error the write fails with.
+    pub fn check(&self, bucket: &str, key: &str, current: Option<&str>) -> Result<()> {
+        match (self, current) {
+            (WriteCondition::Always, _) | (WriteCondition::Absent, None) => Ok(()),
+            (WriteCondition::Absent, Some(_)) => Err(CatalogError::PreconditionFailed(format!(
+                "{bucket}/{key} exists (If-None-Match: *)"
+            ))),
+            (WriteCondition::EtagMatches(_), None) => Err(CatalogError::NoSuchKey {
+                bucket: bucket.to_string(),
+                key: key.to_string(),
+            }),
+            (WriteCondition::EtagMatches(wanted), Some(etag)) => {
+                let bare = |e: &str| {
+                    e.trim()
+                        .trim_start_matches("W/")
+                        .trim_matches('"')
+                        .to_string()
+                };
+                if wanted
+                    .iter()
+                    .any(|w| w.trim() == "*" || bare(w) == bare(etag))
+                {
+                    Ok(())
+                } else {
+                    Err(CatalogError::PreconditionFailed(format!(
+                        "{bucket}/{key} has the ETag {etag}, not {} (If-Match)",
+                        wanted.join(", ")
+                    )))
+                }
+            }
+        }
+    }
+}
+
 /// Kind of an extent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -815,6 +872,17 @@ pub trait Catalog: Send + Sync {
         object: &ObjectRecord,
         content: &NewContent,
         now_ms: u64,
+    ) -> Result<PutOutcome> {
+        self.put_object_if(object, content, now_ms, &WriteCondition::Always)
+    }
+    /// [`Catalog::put_object`] if `condition` holds for the key's current version, checked in the same
+    /// transaction (`PreconditionFailed` or `NoSuchKey` and no change otherwise).
+    fn put_object_if(
+        &self,
+        object: &ObjectRecord,
+        content: &NewContent,
+        now_ms: u64,
+        condition: &WriteCondition,
     ) -> Result<PutOutcome>;
     /// The current version of a key, unless it is a delete marker or its lifecycle expiry passed.
     fn get_object(&self, bucket: &str, key: &str) -> Result<Option<(ObjectRecord, ContentRecord)>>;
@@ -1032,6 +1100,18 @@ pub trait Catalog: Send + Sync {
         object: &ObjectRecord,
         list: &NewPartList,
         now_ms: u64,
+    ) -> Result<PutOutcome> {
+        self.complete_upload_if(upload_id, object, list, now_ms, &WriteCondition::Always)
+    }
+    /// [`Catalog::complete_upload`] if `condition` holds for the key's current version, checked in the same
+    /// transaction (`PreconditionFailed` or `NoSuchKey`, and the upload left as it was, otherwise).
+    fn complete_upload_if(
+        &self,
+        upload_id: &str,
+        object: &ObjectRecord,
+        list: &NewPartList,
+        now_ms: u64,
+        condition: &WriteCondition,
     ) -> Result<PutOutcome>;
     /// Every upload (restart: parts whose files are gone).
     fn all_uploads(&self) -> Result<Vec<UploadRecord>>;

@@ -1146,6 +1146,28 @@ impl SqlCatalog {
         .optional()
     }
 
+    /// Whether a conditional write's `condition` holds for the current version of `object`'s key inside `tx`
+    /// (an expired version is none). The check and the write share the transaction: SQLite has one writer,
+    /// PostgreSQL's SERIALIZABLE isolation fails and retries the later of two transactions that both read the
+    /// key's absence and both write it.
+    fn check_condition(
+        tx: &Transaction,
+        object: &ObjectRecord,
+        condition: &WriteCondition,
+        now_ms: u64,
+    ) -> sql::Result<Result<()>> {
+        if *condition == WriteCondition::Always {
+            return Ok(Ok(()));
+        }
+        let current = Self::get_object_on(tx, &object.bucket, &object.key)?
+            .filter(|o| o.expires_ms.is_none_or(|at| at > now_ms));
+        Ok(condition.check(
+            &object.bucket,
+            &object.key,
+            current.as_ref().map(|o| o.etag.as_str()),
+        ))
+    }
+
     /// Insert `o` as the current version of its key, with version order `seq`.
     fn insert_object(tx: &Transaction, o: &ObjectRecord, seq: i64) -> sql::Result<()> {
         tx.prepare_cached(&format!(
@@ -1319,11 +1341,12 @@ impl Catalog for SqlCatalog {
             .collect()
     }
 
-    fn put_object(
+    fn put_object_if(
         &self,
         object: &ObjectRecord,
         content: &NewContent,
         now_ms: u64,
+        condition: &WriteCondition,
     ) -> Result<PutOutcome> {
         assert_eq!(
             object.content, content.id,
@@ -1334,6 +1357,9 @@ impl Catalog for SqlCatalog {
                 let Some(archive) = Self::bucket_archive_on(tx, &object.bucket)? else {
                     return Ok(Err(CatalogError::NoSuchBucket(object.bucket.clone())));
                 };
+                if let Err(e) = Self::check_condition(tx, object, condition, now_ms)? {
+                    return Ok(Err(e));
+                }
                 let key = content.id.to_key();
                 let mut work = Vec::new();
                 let exists = insert_content(tx, content, &object.dataset, now_ms, &mut work)?;
@@ -2307,12 +2333,13 @@ impl Catalog for SqlCatalog {
         })
     }
 
-    fn complete_upload(
+    fn complete_upload_if(
         &self,
         upload_id: &str,
         object: &ObjectRecord,
         list: &NewPartList,
         now_ms: u64,
+        condition: &WriteCondition,
     ) -> Result<PutOutcome> {
         assert_eq!(
             object.content, list.id,
@@ -2331,6 +2358,7 @@ impl Catalog for SqlCatalog {
             if !Self::bucket_exists(tx, &object.bucket).map_err(e)? {
                 return Err(CatalogError::NoSuchBucket(object.bucket.clone()));
             }
+            Self::check_condition(tx, object, condition, now_ms).map_err(e)??;
             for (number, part) in &list.parts {
                 let named: Option<Option<Vec<u8>>> = tx
                     .prepare_cached(

@@ -1,5 +1,6 @@
 //! CopyObject: a new reference to the same content (catalog only, no bytes move, no disk wakes).
-//! `x-amz-metadata-directive: REPLACE` takes the request's user metadata and content type.
+//! `x-amz-metadata-directive: REPLACE` takes the request's user metadata and content type. Both copies check
+//! the `x-amz-copy-source-if-*` headers against the source version (`crate::conditional`; `412` when one fails).
 
 use std::sync::Arc;
 
@@ -9,6 +10,7 @@ use s3s::{S3Error, S3ErrorCode, S3Request, S3Response, S3Result};
 
 use crate::bridge::blocking;
 use crate::common::{etag, metadata_pairs, timestamp, NewVersion};
+use crate::conditional::Preconditions;
 use crate::versioning::{bucket_archive, expiration_header, version_header};
 
 /// The bucket, key and version a copy reads (`x-amz-copy-source`); access points are not supported.
@@ -36,6 +38,7 @@ pub(crate) async fn copy_object(
 ) -> S3Result<S3Response<CopyObjectOutput>> {
     let input = req.input;
     let (source_bucket, source_key, source_version) = copy_source(&input.copy_source)?;
+    let conditions = Preconditions::of_copy(&input);
     let replace = input
         .metadata_directive
         .as_ref()
@@ -131,6 +134,11 @@ pub(crate) async fn copy_object(
     let (bucket, key) = (input.bucket, input.key);
     let source_version_echo = source_version.clone();
     let info = blocking(move || {
+        if conditions.any() {
+            let source =
+                store.head_version(&source_bucket, &source_key, source_version.as_deref())?;
+            conditions.check_copy_source(&source.etag, source.last_modified_ms)?;
+        }
         store.copy_version(
             &source_bucket,
             &source_key,
@@ -188,6 +196,7 @@ pub(crate) async fn upload_part_copy(
 ) -> S3Result<S3Response<UploadPartCopyOutput>> {
     let input = req.input;
     let (source_bucket, source_key, source_version) = copy_source(&input.copy_source)?;
+    let conditions = Preconditions::of_part_copy(&input);
     let range = input
         .copy_source_range
         .as_deref()
@@ -211,6 +220,7 @@ pub(crate) async fn upload_part_copy(
             range,
             None,
         )?;
+        conditions.check_copy_source(&source.etag, source.last_modified_ms)?;
         let mut handle = store.upload_part(&upload_id, number, Default::default())?;
         let mut buffer = vec![0u8; PART_COPY_PIECE_BYTES];
         loop {

@@ -170,6 +170,7 @@ pub(crate) async fn get_object(
     store: &Arc<Store>,
     req: S3Request<GetObjectInput>,
 ) -> S3Result<S3Response<GetObjectOutput>> {
+    crate::conditional::check_get(store, &req.input).await?;
     let accepted = accepted_encodings(&req.headers);
     // Why its disk wakes, if it must: this read (and whether the request waited, for the metrics).
     let wake = WakeContext {
@@ -272,6 +273,7 @@ pub(crate) async fn head_object(
     store: &Arc<Store>,
     req: S3Request<HeadObjectInput>,
 ) -> S3Result<S3Response<HeadObjectOutput>> {
+    crate::conditional::check_get(store, &req.input).await?;
     let accepted = accepted_encodings(&req.headers);
     let input = req.input;
     let wants_checksum = checksum_mode(&input.checksum_mode) && input.range.is_none();

@@ -64,6 +64,7 @@ mod bucket;
 mod checksum;
 mod cluster;
 mod common;
+mod conditional;
 mod copy;
 mod delete;
 mod error;

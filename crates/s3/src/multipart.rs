@@ -191,6 +191,9 @@ pub(crate) async fn complete_multipart_upload(
     req: S3Request<CompleteMultipartUploadInput>,
 ) -> S3Result<S3Response<CompleteMultipartUploadOutput>> {
     let input = req.input;
+    // `If-None-Match: *` / `If-Match`: checked in the completion's transaction (crate::conditional).
+    let condition =
+        crate::conditional::write_condition(input.if_match.as_ref(), input.if_none_match.as_ref())?;
     let mut parts = Vec::new();
     let mut sent = CompletionChecksums {
         object: [
@@ -241,7 +244,7 @@ pub(crate) async fn complete_multipart_upload(
     let store = Arc::clone(store);
     let upload_id = input.upload_id;
     let mut task = tokio::task::spawn_blocking(move || {
-        store.complete_multipart_checked(&upload_id, &parts, &sent)
+        store.complete_multipart_if(&upload_id, &parts, &sent, &condition)
     });
     let joined = move |r: Result<Result<ObjectInfo, StoreError>, tokio::task::JoinError>| match r {
         Ok(Ok(info)) => Ok(complete_output(info, &archive)),

@@ -15,6 +15,7 @@ use s3s::{S3Request, S3Response, S3Result};
 use crate::bridge::upload;
 use crate::checksum;
 use crate::common::{etag, metadata_pairs, NewVersion};
+use crate::conditional::write_condition;
 use crate::error::internal;
 use crate::versioning::{expiration_header, version_header};
 
@@ -42,6 +43,8 @@ pub(crate) async fn put_object(
 ) -> S3Result<S3Response<PutObjectOutput>> {
     let trailer = checksum::trailer_of(&req.headers)?;
     let input = req.input;
+    // `If-None-Match: *` / `If-Match`: checked in the commit's transaction (crate::conditional).
+    let condition = write_condition(input.if_match.as_ref(), input.if_none_match.as_ref())?;
     let class_given = input.storage_class.is_some();
     // Checked before the body is read; the bucket's default storage class is filled in with the store call.
     let mut attributes = NewVersion {
@@ -102,7 +105,9 @@ pub(crate) async fn put_object(
                 upload_checksum: None,
                 replica_of: None,
             };
-            opener.begin_put(&bucket, &key, options)
+            let mut handle = opener.begin_put(&bucket, &key, options)?;
+            handle.set_condition(condition);
+            Ok(handle)
         },
         trailer,
         req.trailing_headers,

@@ -74,6 +74,7 @@ pub use permafrost_catalog::{
     RestoreTier, Retention, StorageClass, StoredForm, VersionPage, VersionQuery, VersionRecord,
     Versioning, NULL_VERSION,
 };
+pub use permafrost_catalog::WriteCondition;
 pub use permafrost_engine::WriteMode;
 pub use prefetch::{
     CacheReads, HotChange, KeepHotReport, HOT_PREFIXES_MAX, LIST_SCAN_MAX, QUEUE_MAX,
@@ -136,6 +137,9 @@ pub enum StoreError {
     InvalidStorageClass(String),
     #[error("method not allowed: {0}")]
     MethodNotAllowed(String),
+    /// A conditional write's condition (`If-None-Match: *`, `If-Match`) does not hold; nothing changed.
+    #[error("precondition failed: {0}")]
+    PreconditionFailed(String),
     /// A persist run ended with referenced contents still not on the grid (named in the message).
     #[error("not persisted: {0}")]
     NotPersisted(String),
@@ -168,6 +172,7 @@ impl StoreError {
             StoreError::RestoreAlreadyInProgress(_) => "RestoreAlreadyInProgress",
             StoreError::InvalidStorageClass(_) => "InvalidStorageClass",
             StoreError::MethodNotAllowed(_) => "MethodNotAllowed",
+            StoreError::PreconditionFailed(_) => "PreconditionFailed",
             StoreError::NotPersisted(_) => "InternalError",
             StoreError::Internal(_) => "InternalError",
         }
@@ -191,6 +196,7 @@ impl From<permafrost_catalog::CatalogError> for StoreError {
             C::Locked(m) => StoreError::AccessDenied(m),
             C::InvalidBucketState(m) => StoreError::InvalidBucketState(m),
             C::InvalidRequest(m) => StoreError::InvalidRequest(m),
+            C::PreconditionFailed(m) => StoreError::PreconditionFailed(m),
             other => StoreError::Internal(other.to_string()),
         }
     }

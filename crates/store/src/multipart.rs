@@ -19,7 +19,7 @@ use crate::checksum::ChecksumAlgorithm;
 use crate::multipart_checksum::{combine, ChecksumType, UploadChecksum};
 use crate::put::{Checksums, PutHandle, PutOptions, Target};
 use crate::store::{hex, validate_key, MultipartUpload, PartInfo, Store, DECODED_LENGTH_META};
-use crate::{ObjectInfo, Result, StoreError};
+use crate::{ObjectInfo, Result, StoreError, WriteCondition};
 
 /// Smallest part except the last (S3's rule).
 pub const PART_BYTES_MIN: u64 = 5 << 20;
@@ -235,6 +235,19 @@ impl Store {
         parts: &[(u32, String)],
         sent: &CompletionChecksums,
     ) -> Result<ObjectInfo> {
+        self.complete_multipart_if(upload_id, parts, sent, &WriteCondition::Always)
+    }
+
+    /// [`Store::complete_multipart_checked`] as a conditional write (`If-None-Match: *`, `If-Match`): the object
+    /// becomes visible only if `condition` holds for the key's current version, checked in the completion's
+    /// transaction; otherwise `PreconditionFailed` (or `NoSuchKey`) and the upload stays as it was.
+    pub fn complete_multipart_if(
+        &self,
+        upload_id: &str,
+        parts: &[(u32, String)],
+        sent: &CompletionChecksums,
+        condition: &WriteCondition,
+    ) -> Result<ObjectInfo> {
         let upload = self.upload(upload_id)?;
         if parts.is_empty() {
             return Err(StoreError::InvalidPart(
@@ -345,7 +358,7 @@ impl Store {
         };
         let outcome = inner
             .catalog
-            .complete_upload(upload_id, &object, &list, now)
+            .complete_upload_if(upload_id, &object, &list, now, condition)
             .map_err(|e| match e {
                 permafrost_catalog::CatalogError::Corrupt(m) => StoreError::InvalidPart(format!(
                     "{m}: a part was uploaded again while the upload was completed"

@@ -178,6 +178,8 @@ pub struct PutHandle {
     reserved_bytes: u64,
     /// Failed or finished: no more writes.
     closed: bool,
+    /// What the key's current version must be for the object to be committed ([`PutHandle::set_condition`]).
+    condition: permafrost_catalog::WriteCondition,
 }
 
 impl PutHandle {
@@ -234,7 +236,16 @@ impl PutHandle {
             received_bytes: 0,
             reserved_bytes: 0,
             closed: false,
+            condition: Default::default(),
         })
+    }
+
+    /// A conditional write (`If-None-Match: *`, `If-Match`): the object is committed only if `condition` holds
+    /// for the key's current version when it is (in the commit's transaction); otherwise `finish` fails with
+    /// `PreconditionFailed` (or `NoSuchKey`) and leaves nothing behind. Parts ignore it (their upload's
+    /// completion takes the condition).
+    pub fn set_condition(&mut self, condition: permafrost_catalog::WriteCondition) {
+        self.condition = condition;
     }
 
     /// The client sends a checksum of this algorithm as a trailer after the body: compute it too (call before
@@ -591,7 +602,7 @@ impl PutHandle {
                     attributes: self.options.attributes.clone(),
                     expires_ms: None,
                 };
-                self.inner.commit_put(&object, &content)
+                self.inner.commit_put(&object, &content, &self.condition)
             }
         }
     }

@@ -412,11 +412,20 @@ impl Inner {
         *last = Some(message);
     }
 
-    pub fn commit_put(&self, object: &ObjectRecord, content: &NewContent) -> Result<ObjectInfo> {
-        let outcome = match self
-            .catalog
-            .put_object(object, content, permafrost_catalog::now_ms())
-        {
+    /// Make a put visible if `condition` holds (checked in the commit's transaction); on any error the new cache
+    /// file is removed and its cache space released.
+    pub fn commit_put(
+        &self,
+        object: &ObjectRecord,
+        content: &NewContent,
+        condition: &permafrost_catalog::WriteCondition,
+    ) -> Result<ObjectInfo> {
+        let outcome = match self.catalog.put_object_if(
+            object,
+            content,
+            permafrost_catalog::now_ms(),
+            condition,
+        ) {
             Ok(o) => o,
             Err(e) => {
                 let _ = self.cache.remove(&content.cache_path);
