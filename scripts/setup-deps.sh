@@ -92,6 +92,15 @@ if ! (command -v mc >/dev/null 2>&1 && mc --version 2>/dev/null | grep -qi minio
     echo "setup-deps: the MinIO client (mc) is missing (run as root with Go installed)" >&2
   fi
 fi
+# The AWS SDK for Go v2 test (tests/e2e/test_go_sdk.py) builds tests/e2e/go with the machine's Go toolchain; its
+# modules (pinned in go.mod and go.sum) are downloaded here from the Go module proxy, so the test's build needs
+# no network. Without Go the test fails, saying so.
+if command -v go >/dev/null 2>&1; then
+  (cd tests/e2e/go && GOTOOLCHAIN=local GOFLAGS=-mod=readonly go mod download) \
+    || echo "setup-deps: downloading the Go SDK test's modules failed" >&2
+else
+  echo "setup-deps: go is missing; the Go SDK e2e test (tests/e2e/test_go_sdk.py) will fail" >&2
+fi
 # The dashboard test (tests/e2e/test_dashboard.py) drives Debian's headless Chromium with playwright-core from npm
 # (pinned in tests/e2e/ui/package.json and its lock file; installed into tests/e2e/ui/node_modules).
 # Only what is missing: a machine whose Node.js comes from NodeSource has npm inside `nodejs`, and asking apt for
