@@ -102,15 +102,16 @@ def test_not_modified_has_no_body_and_the_raw_headers_are_read_as_sent(s3, bucke
     url = s3.generate_presigned_url("get_object", Params={"Bucket": bucket, "Key": key}, ExpiresIn=300)
     r = requests.get(url, headers={"If-None-Match": etag})
     assert r.status_code == 304 and r.content == b""
-    assert r.headers["ETag"] == etag and "Last-Modified" in r.headers
+    assert r.headers["ETag"] == etag
+    last_modified = r.headers["Last-Modified"]
+    assert last_modified == modified.strftime("%a, %d %b %Y %H:%M:%S GMT")
     r = requests.get(url, headers={"If-None-Match": f'W/"0000", W/{etag}'})
     assert r.status_code == 304
     r = requests.get(url, headers={"If-Match": f'"0000",{etag}'})
     assert r.status_code == 200 and r.content == b"conditional body"
     r = requests.get(url, headers={"If-Match": '"0000"'})
     assert r.status_code == 412 and b"<Code>PreconditionFailed</Code>" in r.content
-    r = requests.get(url, headers={"If-Modified-Since": r.headers.get("Last-Modified") or
-                                   modified.strftime("%a, %d %b %Y %H:%M:%S GMT")})
+    r = requests.get(url, headers={"If-Modified-Since": last_modified})
     assert r.status_code == 304 and r.content == b""
 
 
@@ -282,3 +283,21 @@ def test_complete_multipart_upload_with_if_none_match(s3, bucket):
     s3.complete_multipart_upload(Bucket=bucket, Key="mp", UploadId=second_id, MultipartUpload=second_parts,
                                  IfMatch=current)
     assert s3.get_object(Bucket=bucket, Key="mp")["Body"].read() == b"second upload"
+
+
+def test_copy_object_if_none_match_and_if_match_are_conditions_on_the_target(s3, bucket, obj):
+    key, etag, _ = obj
+    source = {"Bucket": bucket, "Key": key}
+    s3.copy_object(Bucket=bucket, Key="target", CopySource=source, IfNoneMatch="*")
+    status, code, _, _ = answer(s3.copy_object, Bucket=bucket, Key="target", CopySource=source, IfNoneMatch="*",
+                                MetadataDirective="REPLACE", Metadata={"second": "copy"})
+    assert (status, code) == (412, "PreconditionFailed")
+    assert s3.head_object(Bucket=bucket, Key="target")["Metadata"] == {}
+    status, code, _, _ = answer(s3.copy_object, Bucket=bucket, Key="target", CopySource=source, IfMatch='"0000"',
+                                MetadataDirective="REPLACE", Metadata={"second": "copy"})
+    assert (status, code) == (412, "PreconditionFailed")
+    status, code, _, _ = answer(s3.copy_object, Bucket=bucket, Key="absent", CopySource=source, IfMatch=etag)
+    assert (status, code) == (404, "NoSuchKey")
+    s3.copy_object(Bucket=bucket, Key="target", CopySource=source, IfMatch=etag, MetadataDirective="REPLACE",
+                   Metadata={"second": "copy"})
+    assert s3.head_object(Bucket=bucket, Key="target")["Metadata"] == {"second": "copy"}

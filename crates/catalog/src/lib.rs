@@ -899,6 +899,26 @@ pub trait Catalog: Send + Sync {
         src_version: Option<&str>,
         object: &ObjectRecord,
         now_ms: u64,
+    ) -> Result<ObjectRecord> {
+        self.copy_object_if(
+            src_bucket,
+            src_key,
+            src_version,
+            object,
+            now_ms,
+            &WriteCondition::Always,
+        )
+    }
+    /// [`Catalog::copy_object`] if `condition` holds for the current version of the target key, checked in the
+    /// same transaction (`PreconditionFailed` or `NoSuchKey` and no change otherwise).
+    fn copy_object_if(
+        &self,
+        src_bucket: &str,
+        src_key: &str,
+        src_version: Option<&str>,
+        object: &ObjectRecord,
+        now_ms: u64,
+        condition: &WriteCondition,
     ) -> Result<ObjectRecord>;
     fn list_objects(&self, bucket: &str, query: &ListQuery) -> Result<ListPage>;
     /// Every object in key order after `start_after` (for verify), at most `limit`.

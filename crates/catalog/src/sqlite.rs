@@ -1407,13 +1407,14 @@ impl Catalog for SqlCatalog {
         })
     }
 
-    fn copy_object(
+    fn copy_object_if(
         &self,
         src_bucket: &str,
         src_key: &str,
         src_version: Option<&str>,
         object: &ObjectRecord,
         now_ms: u64,
+        condition: &WriteCondition,
     ) -> Result<ObjectRecord> {
         self.write_with(|tx| {
             let e = |e| self.db_error(e);
@@ -1444,6 +1445,7 @@ impl Catalog for SqlCatalog {
                     key: src_key.to_string(),
                 });
             };
+            Self::check_condition(tx, object, condition, now_ms).map_err(e)??;
             let mut copy = ObjectRecord {
                 content: source.content,
                 size_bytes: source.size_bytes,

@@ -202,6 +202,28 @@ fn a_completion_under_if_none_match_star_is_refused_when_the_key_exists(b: Backe
     assert!(c.check().unwrap().is_empty(), "{:?}", c.check());
 }
 
+fn a_copy_under_a_condition_checks_the_target_key(b: Backend) {
+    let (_d, c) = common::open(b);
+    bucket(&c, Versioning::Unversioned);
+    put_if(&c, "source", 1, WriteCondition::Always).unwrap();
+    let copy = |key: &str, condition: WriteCondition| {
+        c.copy_object_if("b", "source", None, &object(key, 0), 20, &condition)
+    };
+    copy("target", WriteCondition::Absent).unwrap();
+    assert!(matches!(
+        copy("target", WriteCondition::Absent),
+        Err(CatalogError::PreconditionFailed(_))
+    ));
+    assert!(matches!(
+        copy("absent", WriteCondition::EtagMatches(vec!["e1".into()])),
+        Err(CatalogError::NoSuchKey { .. })
+    ));
+    copy("target", WriteCondition::EtagMatches(vec!["e1".into()])).unwrap();
+    // The source's content: referenced by the source and the target, once each.
+    assert_eq!(refcount(&c, 1), Some(2));
+    assert!(c.check().unwrap().is_empty(), "{:?}", c.check());
+}
+
 /// Rounds of two writers (threads) creating the same key under `If-None-Match: *`: exactly one wins each
 /// round, and the key holds the winner's version.
 fn of_two_racing_creates_exactly_one_wins(b: Backend) {
@@ -271,5 +293,6 @@ both!(
     if_none_match_star_creates_only_an_absent_key,
     if_match_replaces_only_the_named_version,
     a_completion_under_if_none_match_star_is_refused_when_the_key_exists,
+    a_copy_under_a_condition_checks_the_target_key,
     of_two_racing_creates_exactly_one_wins,
 );

@@ -19,8 +19,9 @@
 //! **Copies** evaluate the `x-amz-copy-source-if-*` headers against the source version in the same order; where
 //! a GET would answer `304`, a copy fails with `412 PreconditionFailed` (as S3 does).
 //!
-//! **Writes** turn the headers into a [`WriteCondition`] that the catalog checks in the write's own transaction
-//! (`permafrost-catalog`): of two racing `If-None-Match: *` PUTs exactly one succeeds. `If-None-Match` takes only
+//! **Writes** (PutObject, CompleteMultipartUpload, and CopyObject's target) turn the headers into a
+//! [`WriteCondition`] that the catalog checks in the write's own transaction (`permafrost-catalog`): of two racing
+//! `If-None-Match: *` PUTs exactly one succeeds. `If-None-Match` takes only
 //! `*`, and a request takes one of the two headers (`501 NotImplemented` otherwise, as S3 answers).
 
 use std::sync::Arc;
@@ -263,6 +264,31 @@ pub(crate) fn write_condition(
     }
 }
 
+/// The [`WriteCondition`] of a CopyObject's target from its raw `If-Match` and `If-None-Match` headers (s3s 0.14
+/// parses them for PutObject and CompleteMultipartUpload only).
+pub(crate) fn write_condition_of_headers(headers: &http::HeaderMap) -> S3Result<WriteCondition> {
+    let raw = |name: http::header::HeaderName| -> S3Result<Option<ETagCondition>> {
+        let Some(value) = headers.get(&name) else {
+            return Ok(None);
+        };
+        let text = value.to_str().map_err(|_| {
+            S3Error::with_message(
+                S3ErrorCode::InvalidArgument,
+                format!("{name}: the value is not ASCII text"),
+            )
+        })?;
+        Ok(Some(match text.trim() {
+            "*" => ETagCondition::Any,
+            // Split into its ETags, quotes and `W/` removed, by `listed`.
+            other => ETagCondition::ETag(s3s::dto::ETag::Strong(other.to_owned())),
+        }))
+    };
+    write_condition(
+        raw(http::header::IF_MATCH)?.as_ref(),
+        raw(http::header::IF_NONE_MATCH)?.as_ref(),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -393,6 +419,22 @@ mod tests {
         assert_eq!(
             write_condition(Some(&tag("\"ab\"")), None).unwrap(),
             WriteCondition::EtagMatches(vec!["ab".into()])
+        );
+        let mut headers = http::HeaderMap::new();
+        assert_eq!(
+            write_condition_of_headers(&headers).unwrap(),
+            WriteCondition::Always
+        );
+        headers.insert(http::header::IF_MATCH, "\"ab\", cd".parse().unwrap());
+        assert_eq!(
+            write_condition_of_headers(&headers).unwrap(),
+            WriteCondition::EtagMatches(vec!["ab".into(), "cd".into()])
+        );
+        headers.remove(http::header::IF_MATCH);
+        headers.insert(http::header::IF_NONE_MATCH, "*".parse().unwrap());
+        assert_eq!(
+            write_condition_of_headers(&headers).unwrap(),
+            WriteCondition::Absent
         );
         let e = write_condition(None, Some(&tag("\"ab\""))).unwrap_err();
         assert_eq!(e.code().as_str(), "NotImplemented");

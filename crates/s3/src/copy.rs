@@ -1,6 +1,8 @@
 //! CopyObject: a new reference to the same content (catalog only, no bytes move, no disk wakes).
 //! `x-amz-metadata-directive: REPLACE` takes the request's user metadata and content type. Both copies check
-//! the `x-amz-copy-source-if-*` headers against the source version (`crate::conditional`; `412` when one fails).
+//! the `x-amz-copy-source-if-*` headers against the source version (`crate::conditional`; `412` when one fails);
+//! CopyObject's `If-None-Match: *` and `If-Match` are conditions on the target key, checked in the copy's
+//! catalog transaction.
 
 use std::sync::Arc;
 
@@ -10,7 +12,7 @@ use s3s::{S3Error, S3ErrorCode, S3Request, S3Response, S3Result};
 
 use crate::bridge::blocking;
 use crate::common::{etag, metadata_pairs, timestamp, NewVersion};
-use crate::conditional::Preconditions;
+use crate::conditional::{write_condition_of_headers, Preconditions};
 use crate::versioning::{bucket_archive, expiration_header, version_header};
 
 /// The bucket, key and version a copy reads (`x-amz-copy-source`); access points are not supported.
@@ -36,6 +38,7 @@ pub(crate) async fn copy_object(
     store: &Arc<Store>,
     req: S3Request<CopyObjectInput>,
 ) -> S3Result<S3Response<CopyObjectOutput>> {
+    let target_condition = write_condition_of_headers(&req.headers)?;
     let input = req.input;
     let (source_bucket, source_key, source_version) = copy_source(&input.copy_source)?;
     let conditions = Preconditions::of_copy(&input);
@@ -139,14 +142,12 @@ pub(crate) async fn copy_object(
                 store.head_version(&source_bucket, &source_key, source_version.as_deref())?;
             conditions.check_copy_source(&source.etag, source.last_modified_ms)?;
         }
-        store.copy_version(
-            &source_bucket,
-            &source_key,
-            source_version.as_deref(),
-            &bucket,
-            &key,
+        store.copy_version_if(
+            (&source_bucket, &source_key, source_version.as_deref()),
+            (&bucket, &key),
             metadata,
             attributes,
+            &target_condition,
         )
     })
     .await?;

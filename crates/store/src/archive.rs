@@ -404,6 +404,27 @@ impl Store {
         metadata: Option<ReplaceMetadata>,
         attributes: Option<permafrost_catalog::ObjectAttributes>,
     ) -> Result<ObjectInfo> {
+        let always = &permafrost_catalog::WriteCondition::Always;
+        self.copy_version_if(
+            (src_bucket, src_key, src_version),
+            (dst_bucket, dst_key),
+            metadata,
+            attributes,
+            always,
+        )
+    }
+
+    /// [`Store::copy_version`] as a conditional write (CopyObject with `If-None-Match: *` or `If-Match`): the
+    /// copy is made only if `condition` holds for the target key's current version, checked in the copy's
+    /// transaction; otherwise `PreconditionFailed` (or `NoSuchKey`) and nothing changes.
+    pub fn copy_version_if(
+        &self,
+        (src_bucket, src_key, src_version): (&str, &str, Option<&str>),
+        (dst_bucket, dst_key): (&str, &str),
+        metadata: Option<ReplaceMetadata>,
+        attributes: Option<permafrost_catalog::ObjectAttributes>,
+        condition: &permafrost_catalog::WriteCondition,
+    ) -> Result<ObjectInfo> {
         crate::store::validate_key(dst_key)?;
         let (source, _) = self.version_records(src_bucket, src_key, src_version)?;
         let inner = self.inner();
@@ -423,10 +444,14 @@ impl Store {
             attributes,
             ..source
         };
-        let copy =
-            inner
-                .catalog
-                .copy_object(src_bucket, src_key, src_version, &object, now_ms())?;
+        let copy = inner.catalog.copy_object_if(
+            src_bucket,
+            src_key,
+            src_version,
+            &object,
+            now_ms(),
+            condition,
+        )?;
         let content = inner.catalog.get_content(&copy.content)?.ok_or_else(|| {
             StoreError::Internal(format!("content of {dst_bucket}/{dst_key} vanished"))
         })?;
