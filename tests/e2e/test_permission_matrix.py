@@ -9,9 +9,12 @@ import datetime
 import json
 import re
 import uuid
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
+import requests
+from botocore import UNSIGNED
 from botocore.exceptions import ClientError
 
 from conftest import REPO, Server, client
@@ -226,6 +229,23 @@ def _delete_objects(c, b, key, w):
     return answer
 
 
+def _post_object(c, b, key):
+    """An HTML form upload (POST Object) signed by the client's key (unsigned for an anonymous client); a refusal
+    raised as boto3 raises it."""
+    if c.meta.config.signature_version == UNSIGNED:
+        url, fields = f"{c.meta.endpoint_url}/{b}", {"key": key}
+    else:
+        post = c.generate_presigned_post(b, key)
+        url, fields = post["url"], post["fields"]
+    r = requests.post(url, data=fields, files={"file": ("f.txt", b"posted", "text/plain")}, timeout=60)
+    if r.status_code >= 300:
+        root = ET.fromstring(r.content)
+        raise ClientError({"Error": {"Code": root.findtext("Code"), "Message": root.findtext("Message")},
+                           "ResponseMetadata": {"HTTPStatusCode": r.status_code}}, "PostObject")
+
+
+CORS = {"CORSRules": [{"AllowedOrigins": ["https://app.example.test"], "AllowedMethods": ["GET"]}]}
+
 CALLS = {
     "GetObject": (_none, lambda c, b, p, w: c.get_object(Bucket=b, Key="obj")["Body"].read()),
     "HeadObject": (_none, lambda c, b, p, w: c.head_object(Bucket=b, Key="obj")),
@@ -237,6 +257,7 @@ CALLS = {
     "RestoreObject": (_none, lambda c, b, p, w: c.restore_object(Bucket=b, Key="obj",
                                                                  RestoreRequest={"Days": 1})),
     "PutObject": (_none, lambda c, b, p, w: c.put_object(Bucket=b, Key=f"put/{uuid.uuid4().hex}", Body=b"put")),
+    "PostObject": (_none, lambda c, b, p, w: _post_object(c, b, f"post/{uuid.uuid4().hex}")),
     "CopyObject": (_none, lambda c, b, p, w: c.copy_object(
         Bucket=b, Key=f"copy/{uuid.uuid4().hex}", CopySource={"Bucket": w.source, "Key": "src"})),
     "CreateMultipartUpload": (_none, lambda c, b, p, w: c.create_multipart_upload(
@@ -291,6 +312,9 @@ CALLS = {
     "PutBucketPolicy": (_none, lambda c, b, p, w: c.put_bucket_policy(Bucket=b, Policy=w.policies[b])),
     "DeleteBucketPolicy": (_restore("policy"), lambda c, b, p, w: c.delete_bucket_policy(Bucket=b)),
     "GetBucketPolicyStatus": (_none, lambda c, b, p, w: c.get_bucket_policy_status(Bucket=b)),
+    "GetBucketCors": (_none, lambda c, b, p, w: c.get_bucket_cors(Bucket=b)),
+    "PutBucketCors": (_none, lambda c, b, p, w: c.put_bucket_cors(Bucket=b, CORSConfiguration=CORS)),
+    "DeleteBucketCors": (_none, lambda c, b, p, w: c.delete_bucket_cors(Bucket=b)),
     "GetPublicAccessBlock": (_none, lambda c, b, p, w: c.get_public_access_block(Bucket=b)),
     "PutPublicAccessBlock": (_none, lambda c, b, p, w: c.put_public_access_block(
         Bucket=b, PublicAccessBlockConfiguration=w.blocks[b])),

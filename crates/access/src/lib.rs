@@ -993,6 +993,23 @@ impl Access {
         self.reload()
     }
 
+    /// Put (`Some`) or delete (`None`) a bucket's CORS configuration: its rules as JSON, which the S3 layer
+    /// checked and reads (`permafrost-s3`'s `cors`); access control does not interpret it.
+    pub fn set_bucket_cors(&self, bucket: &str, cors: Option<&str>) -> Result<(), AccessError> {
+        let mut record = self.bucket_record(bucket);
+        record.cors = cors.map(str::to_string);
+        self.catalog.set_bucket_access(&record)?;
+        self.reload()
+    }
+
+    /// The CORS configuration of a bucket as [`Access::set_bucket_cors`] stored it, if any (from the table in
+    /// force: no catalog read).
+    pub fn bucket_cors(&self, bucket: &str) -> Option<String> {
+        self.table()
+            .bucket(bucket)
+            .and_then(|b| b.record().cors.clone())
+    }
+
     /// Put (`Some`) or delete a bucket's Block Public Access configuration.
     pub fn set_public_access_block(
         &self,

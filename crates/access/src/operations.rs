@@ -74,6 +74,8 @@ pub const OPERATIONS: &[Operation] = &[
     op("RestoreObject", "s3:RestoreObject", Bucket(Read), true),
     // Writing objects (a copy also needs read on its source; see `copy_source_need`).
     op("PutObject", "s3:PutObject", Bucket(Write), true),
+    // An HTML form upload: decided on the key of its form (`permafrost-s3`'s `auth`), as a PutObject.
+    op("PostObject", "s3:PutObject", Bucket(Write), true),
     op("CopyObject", "s3:PutObject", Bucket(Write), true),
     op("CreateMultipartUpload", "s3:PutObject", Bucket(Write), true),
     op("UploadPart", "s3:PutObject", Bucket(Write), true),
@@ -216,6 +218,9 @@ pub const OPERATIONS: &[Operation] = &[
     ),
     op("GetBucketAcl", "s3:GetBucketAcl", Bucket(Owner), false),
     op("PutBucketAcl", "s3:PutBucketAcl", Bucket(Owner), false),
+    op("GetBucketCors", "s3:GetBucketCORS", Bucket(Owner), false),
+    op("PutBucketCors", "s3:PutBucketCORS", Bucket(Owner), false),
+    op("DeleteBucketCors", "s3:PutBucketCORS", Bucket(Owner), false),
     op(
         "GetBucketPolicy",
         "s3:GetBucketPolicy",

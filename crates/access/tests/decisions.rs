@@ -254,3 +254,30 @@ fn a_change_made_by_another_process_is_seen_after_a_refresh() {
         "opened to manage keys, it knows no root user"
     );
 }
+
+#[test]
+fn a_cors_configuration_is_kept_with_the_bucket_row_and_survives_other_changes() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let (_, access) = open(&dir, true);
+        assert_eq!(access.bucket_cors("runs"), None);
+        access
+            .set_bucket_cors("runs", Some(r#"[{"origins":["*"],"methods":["GET"]}]"#))
+            .unwrap();
+        // Changing the policy or the ACL of the bucket keeps it.
+        access.set_bucket_acl("runs", &Acl::default()).unwrap();
+        assert!(access.bucket_cors("runs").unwrap().contains("GET"));
+    }
+    let (catalog, access) = open(&dir, true);
+    assert!(
+        access.bucket_cors("runs").unwrap().contains("GET"),
+        "read back after reopening"
+    );
+    assert_eq!(access.bucket_cors("other"), None);
+    access.set_bucket_cors("runs", None).unwrap();
+    assert_eq!(access.bucket_cors("runs"), None);
+    access.set_bucket_cors("runs", Some("[]")).unwrap();
+    access.forget_bucket("runs").unwrap();
+    assert_eq!(access.bucket_cors("runs"), None, "it goes with the bucket");
+    drop(catalog);
+}

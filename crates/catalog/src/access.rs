@@ -51,6 +51,8 @@ pub struct BucketAccessRecord {
     pub policy: Option<String>,
     /// The bucket's Block Public Access configuration (JSON), if one was put.
     pub public_access_block: Option<String>,
+    /// The bucket's CORS configuration (JSON of its rules, `permafrost-s3` reads it), if one was put.
+    pub cors: Option<String>,
 }
 
 /// The catalog of keys and bucket access. Every method is one transaction; every change bumps the version.

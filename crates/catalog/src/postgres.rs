@@ -59,6 +59,7 @@ pub(crate) const PG_SCHEMA_BASE_VERSION: u32 = 8;
 pub(crate) const PG_MIGRATIONS: &[(u32, &str)] = &[
     (9, crate::sqlite::PG_ACCESS_MIGRATION),
     (10, crate::sqlite::RESTORE_TIER_MIGRATION),
+    (11, crate::sqlite::BUCKET_CORS_MIGRATION),
 ];
 
 /// The whole schema of version 8 on PostgreSQL (the tables of `docs/catalog.md`; `meta` is made by the

@@ -144,12 +144,17 @@ const MIGRATIONS: &[(u32, &str)] = &[
     // Access keys, their grants, bucket owners, ACLs, policies and Block Public Access (`access`).
     (9, access::ACCESS_MIGRATION),
     (10, RESTORE_TIER_MIGRATION),
+    (11, BUCKET_CORS_MIGRATION),
 ];
 
 /// Schema version 10, the same SQL on both back ends: the retrieval tier of each restore (`Expedited`,
 /// `Standard`, `Bulk`; docs/archive.md), which decides when the restore thread reads it.
 pub(crate) const RESTORE_TIER_MIGRATION: &str =
     "ALTER TABLE restores ADD COLUMN tier TEXT NOT NULL DEFAULT 'Standard';";
+
+/// Schema version 11, the same SQL on both back ends: each bucket's CORS configuration (`bucket_access.cors`,
+/// JSON; docs/archive.md), next to its policy.
+pub(crate) const BUCKET_CORS_MIGRATION: &str = "ALTER TABLE bucket_access ADD COLUMN cors TEXT;";
 
 /// Schema version this build reads and writes (`meta.schema_version`).
 #[cfg(test)]

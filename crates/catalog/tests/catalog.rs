@@ -844,7 +844,7 @@ fn a_schema_2_catalog_is_migrated_and_keeps_its_parts() {
             |r| r.get(0),
         )
         .unwrap();
-    assert_eq!(version, "10", "migrated to the latest version");
+    assert_eq!(version, "11", "migrated to the latest version");
 }
 
 fn a_small_content_is_cached_inline_in_the_put_transaction_and_leaves_with_eviction_or_gc(

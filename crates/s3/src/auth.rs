@@ -166,6 +166,11 @@ impl S3Access for Authorizer {
             .access
             .principal(cx.credentials().map(|c| c.access_key.as_str()));
         let name = cx.s3_op().name();
+        if name == "PostObject" {
+            // The key is a form field: decided in `post_object` once the form is read.
+            cx.extensions_mut().insert(principal);
+            return Ok(());
+        }
         let versioned = cx
             .uri()
             .query()
@@ -201,6 +206,17 @@ impl S3Access for Authorizer {
             &req.input.key,
             req.input.acl.as_ref(),
         )
+    }
+
+    /// An HTML form upload is a PutObject of its final key (`${filename}` replaced) for its signer.
+    async fn post_object(&self, req: &mut S3Request<PostObjectInput>) -> S3Result<()> {
+        let key = crate::post_object::final_key(&req.input.key, &req.extensions)?;
+        let principal = principal_of(&req.extensions);
+        let operation =
+            permafrost_access::classify("PostObject").expect("PostObject is classified");
+        self.decide_with_object_acl(&principal, operation, &req.input.bucket, Some(&key))
+            .await?;
+        self.canned_acl(req, &req.input.bucket, &key, req.input.acl.as_ref())
     }
 
     async fn copy_object(&self, req: &mut S3Request<CopyObjectInput>) -> S3Result<()> {

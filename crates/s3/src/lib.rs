@@ -7,8 +7,9 @@
 //! HeadBucket, GetBucketLocation), `put`, `get` (GetObject with ranges, HeadObject), `list` (ListObjectsV2,
 //! ListObjects), `multipart`, `copy` (CopyObject, UploadPartCopy), `delete` (DeleteObject, DeleteObjects),
 //! `versioning` (Get/PutBucketVersioning, ListObjectVersions), `tagging`, `lock` (Object Lock), `lifecycle`,
-//! `restore` (RestoreObject), `acl` (ACLs, bucket policies, Block Public Access); `auth` checks every
-//! signature and decides every operation for its signer (`permafrost-access`, docs/security.md); store errors
+//! `restore` (RestoreObject), `acl` (ACLs, bucket policies, Block Public Access), `cors` (CORS configurations,
+//! preflights and the CORS headers of answers), `post_object` (HTML form uploads with V4 POST policies); `auth`
+//! checks every signature and decides every operation for its signer (`permafrost-access`, docs/security.md); store errors
 //! become S3 errors in one place (`error`), trailing checksums are checked in `checksum`, and `bridge` moves bodies between the
 //! async server and the blocking store. What versions, Object Lock, lifecycle, storage classes and restores
 //! mean here is in docs/archive.md.
@@ -52,6 +53,11 @@
 //! - Every request that may change something, and every refusal, is one audit line and one `request` event
 //!   naming its signer (`server`).
 //!
+//! **Browsers.** A CORS preflight (`OPTIONS`) is answered from the bucket's CORS rules without a signature,
+//! and answers to allowed origins carry the CORS headers (`cors`); an HTML form upload's V4 POST policy is
+//! checked as AWS checks it and the upload is a PutObject with the signer's rights (`post_object`;
+//! docs/archive.md).
+//!
 //! **Not here.** Virtual-hosted-style addressing (path style only), who may do what (`permafrost-access`
 //! decides; this crate asks), SigV2, storage-class transitions, SELECT.
 
@@ -66,6 +72,7 @@ mod cluster;
 mod common;
 mod conditional;
 mod copy;
+mod cors;
 mod delete;
 mod error;
 mod get;
@@ -75,6 +82,7 @@ mod lock;
 mod metrics;
 mod multipart;
 mod parity;
+mod post_object;
 mod put;
 mod restore;
 mod server;

@@ -95,6 +95,7 @@ pub(crate) fn operation(method: &Method, uri: &Uri, headers: &HeaderMap) -> &'st
             "Cors" => "PutBucketCors", "Encryption" => "PutBucketEncryption",
             "PublicAccessBlock" => "PutPublicAccessBlock"; "CreateBucket"),
         ("POST", false) if has(&query, "delete") => "DeleteObjects",
+        ("POST", false) if crate::post_object::is_form(headers) => "PostObject",
         ("DELETE", false) => family!("Tagging" => "DeleteBucketTagging", "Policy" => "DeleteBucketPolicy",
             "LifecycleConfiguration" => "DeleteBucketLifecycle", "Cors" => "DeleteBucketCors",
             "PublicAccessBlock" => "DeletePublicAccessBlock"; "DeleteBucket"),

@@ -105,6 +105,12 @@ async fn handle(
         Ok(r) => r,
         Err(response) => return Ok(*response),
     };
+    // CORS preflights are answered here; form uploads are looked at before s3s reads them (`cors`).
+    let (request, browser) = match crate::cors::arrive(admin.access(), request).await {
+        Ok(arrived) => arrived,
+        Err(answer) => return Ok(*answer),
+    };
+    let access_key = access_key.or_else(|| browser.form_access_key());
     let mut request = request;
     request.extensions_mut().insert(Arc::clone(&witness));
     // A GET in a cluster may be answered by forwarding the client's own request to the holder (`cluster`).
@@ -137,6 +143,7 @@ async fn handle(
     {
         *response.status_mut() = status;
     }
+    crate::cors::depart(browser, &mut response);
     let status = response.status();
     // Logged before the metrics wrap the body (the log names the error code read from it).
     let signer = admin.access().signer_name(access_key.as_deref());

@@ -8,8 +8,8 @@ use s3s::{S3Request, S3Response, S3Result, S3};
 
 use crate::cluster::{ClusterNode, Route};
 use crate::{
-    acl, bucket, copy, delete, get, lifecycle, list, lock, multipart, put, restore, tagging,
-    versioning,
+    acl, bucket, copy, cors, delete, get, lifecycle, list, lock, multipart, post_object, put,
+    restore, tagging, versioning,
 };
 
 /// The S3 API over one store, and in a cluster its node's view of the others (`crate::cluster`).
@@ -565,6 +565,34 @@ impl S3 for PermafrostS3 {
         req: S3Request<GetObjectAttributesInput>,
     ) -> S3Result<S3Response<GetObjectAttributesOutput>> {
         get::get_object_attributes(&self.store, req).await
+    }
+
+    async fn post_object(
+        &self,
+        req: S3Request<PostObjectInput>,
+    ) -> S3Result<S3Response<PostObjectOutput>> {
+        post_object::post_object(self, req).await
+    }
+
+    async fn put_bucket_cors(
+        &self,
+        req: S3Request<PutBucketCorsInput>,
+    ) -> S3Result<S3Response<PutBucketCorsOutput>> {
+        cors::put_bucket_cors(self, req).await
+    }
+
+    async fn get_bucket_cors(
+        &self,
+        req: S3Request<GetBucketCorsInput>,
+    ) -> S3Result<S3Response<GetBucketCorsOutput>> {
+        cors::get_bucket_cors(self, req).await
+    }
+
+    async fn delete_bucket_cors(
+        &self,
+        req: S3Request<DeleteBucketCorsInput>,
+    ) -> S3Result<S3Response<DeleteBucketCorsOutput>> {
+        cors::delete_bucket_cors(self, req).await
     }
 }
 

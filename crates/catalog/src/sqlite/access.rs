@@ -155,7 +155,7 @@ impl AccessCatalog for SqlCatalog {
     fn buckets_access(&self) -> Result<Vec<BucketAccessRecord>> {
         self.read(|c| {
             c.prepare_cached(
-                "SELECT bucket, owner, acl, policy, public_access_block FROM bucket_access ORDER BY bucket",
+                "SELECT bucket, owner, acl, policy, public_access_block, cors FROM bucket_access ORDER BY bucket",
             )?
             .query_map(params![], |r| {
                 Ok(BucketAccessRecord {
@@ -164,6 +164,7 @@ impl AccessCatalog for SqlCatalog {
                     acl: r.get(2)?,
                     policy: r.get(3)?,
                     public_access_block: r.get(4)?,
+                    cors: r.get(5)?,
                 })
             })?
             .collect()
@@ -294,16 +295,18 @@ impl AccessCatalog for SqlCatalog {
         self.write_with(|tx| {
             let e = |e| self.db_error(e);
             tx.execute(
-                "INSERT INTO bucket_access (bucket, owner, acl, policy, public_access_block)
-                 VALUES (?1, ?2, ?3, ?4, ?5)
+                "INSERT INTO bucket_access (bucket, owner, acl, policy, public_access_block, cors)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)
                  ON CONFLICT (bucket) DO UPDATE SET owner = excluded.owner, acl = excluded.acl,
-                     policy = excluded.policy, public_access_block = excluded.public_access_block",
+                     policy = excluded.policy, public_access_block = excluded.public_access_block,
+                     cors = excluded.cors",
                 params![
                     record.bucket,
                     record.owner,
                     record.acl,
                     record.policy,
-                    record.public_access_block
+                    record.public_access_block,
+                    record.cors
                 ],
             )
             .map_err(e)?;
