@@ -50,6 +50,12 @@
 //! - A failed request is logged as one line (method, path, status, S3 code and message; 4xx at info, 5xx at
 //!   error), never with its query string (a presigned URL's signature is there).
 //!
+//! - Conditional requests as S3 answers them (`conditional`): GET and HEAD decide `If-Match`, `If-None-Match`,
+//!   `If-Modified-Since` and `If-Unmodified-Since` from the catalog (`304`/`412`; no disk wakes), copies the
+//!   `x-amz-copy-source-if-*` headers; `If-None-Match: *` and `If-Match` on PutObject, CompleteMultipartUpload
+//!   and CopyObject are checked in the catalog transaction that makes the version current, so of two racing
+//!   creates exactly one succeeds.
+//!
 //! - Every request that may change something, and every refusal, is one audit line and one `request` event
 //!   naming its signer (`server`).
 //!
