@@ -247,3 +247,27 @@ fn an_unusable_url_is_a_clear_error_at_start_without_the_password() {
         "hunter2",
     );
 }
+
+#[test]
+fn a_bucket_access_row_keeps_its_cors_configuration() {
+    let Some((url, c)) = open_pg(PostgresOptions::default()) else {
+        return;
+    };
+    c.create_bucket("b", &BucketSettings::default()).unwrap();
+    let record = BucketAccessRecord {
+        bucket: "b".into(),
+        acl: "{}".into(),
+        cors: Some(r#"[{"origins":["*"],"methods":["GET"]}]"#.into()),
+        ..Default::default()
+    };
+    c.set_bucket_access(&record).unwrap();
+    drop(c);
+    let c = SqlCatalog::open_postgres(&url, PostgresOptions::default()).unwrap();
+    assert_eq!(c.buckets_access().unwrap(), vec![record.clone()]);
+    c.set_bucket_access(&BucketAccessRecord {
+        cors: None,
+        ..record
+    })
+    .unwrap();
+    assert_eq!(c.buckets_access().unwrap()[0].cors, None);
+}
