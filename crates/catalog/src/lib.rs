@@ -729,6 +729,26 @@ pub struct NewPartList {
     pub parts: Vec<(u32, ContentPart)>,
 }
 
+/// How long a completed multipart upload is remembered ([`Catalog::completed_upload`]): a week, far longer
+/// than any client retries a completion that timed out.
+pub const COMPLETED_UPLOADS_KEPT_MS: u64 = 7 * DAY_MS;
+
+/// A completed multipart upload as [`Catalog::complete_upload`] remembered it, so that a retried completion
+/// can be answered with the same result while the version it created exists.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CompletedUpload {
+    pub upload_id: String,
+    pub bucket: String,
+    pub key: String,
+    /// The version the completion created (`null` in an unversioned bucket).
+    pub version_id: String,
+    /// Its part-list content.
+    pub content: ContentId,
+    /// The part numbers the completion listed, in order.
+    pub part_numbers: Vec<u32>,
+    pub completed_ms: u64,
+}
+
 /// One durable step of a growing object: see [`Catalog::append_growing`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GrowingAppend {
@@ -1113,7 +1133,8 @@ pub trait Catalog: Send + Sync {
     /// with the same id), whose parts take over the references of the upload's chosen parts, remove the upload
     /// and all its parts (unchosen ones lose their reference), and put `object` (naming `list.id`), replacing
     /// any object at its key. Fails with `NoSuchUpload`, `NoSuchBucket`, or `Corrupt` when a chosen part number
-    /// no longer names the content given (replaced meanwhile). No byte is copied.
+    /// no longer names the content given (replaced meanwhile). No byte is copied. The completion is remembered
+    /// ([`Catalog::completed_upload`]) and the parts' checksums kept with the list ([`Catalog::part_checksums`]).
     fn complete_upload(
         &self,
         upload_id: &str,
@@ -1133,6 +1154,12 @@ pub trait Catalog: Send + Sync {
         now_ms: u64,
         condition: &WriteCondition,
     ) -> Result<PutOutcome>;
+    /// The completion of `upload_id` ([`Catalog::complete_upload`] remembers each for
+    /// [`COMPLETED_UPLOADS_KEPT_MS`]), if remembered; the version it names may be gone since.
+    fn completed_upload(&self, upload_id: &str) -> Result<Option<CompletedUpload>>;
+    /// The checksums each part of the part-list content `list` arrived with, in part order (`(name, base64)`;
+    /// empty for a part without, for lists completed before schema version 12 and for growing objects).
+    fn part_checksums(&self, list: &ContentId) -> Result<Vec<Vec<(String, String)>>>;
     /// Every upload (restart: parts whose files are gone).
     fn all_uploads(&self) -> Result<Vec<UploadRecord>>;
 

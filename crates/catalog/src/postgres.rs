@@ -60,6 +60,7 @@ pub(crate) const PG_MIGRATIONS: &[(u32, &str)] = &[
     (9, crate::sqlite::PG_ACCESS_MIGRATION),
     (10, crate::sqlite::RESTORE_TIER_MIGRATION),
     (11, crate::sqlite::BUCKET_CORS_MIGRATION),
+    (12, crate::sqlite::PG_COMPLETED_UPLOADS_MIGRATION),
 ];
 
 /// The whole schema of version 8 on PostgreSQL (the tables of `docs/catalog.md`; `meta` is made by the

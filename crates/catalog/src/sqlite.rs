@@ -54,6 +54,8 @@ use crate::list::{list_with, prefix_successor};
 mod access;
 pub(crate) use access::PG_ACCESS_MIGRATION;
 mod archive;
+mod completed;
+pub(crate) use completed::PG_COMPLETED_UPLOADS_MIGRATION;
 use crate::*;
 
 mod growing;
@@ -145,6 +147,7 @@ const MIGRATIONS: &[(u32, &str)] = &[
     (9, access::ACCESS_MIGRATION),
     (10, RESTORE_TIER_MIGRATION),
     (11, BUCKET_CORS_MIGRATION),
+    (12, completed::COMPLETED_UPLOADS_MIGRATION),
 ];
 
 /// Schema version 10, the same SQL on both back ends: the retrieval tier of each restore (`Expedited`,
@@ -2419,13 +2422,16 @@ impl Catalog for SqlCatalog {
                     }
                 }
                 add_reference(tx, &key, 1, now_ms)?;
+                Self::keep_part_checksums(tx, upload_id, list)?;
                 let mut work = remove_parts(tx, upload_id, None, now_ms)?;
                 tx.prepare_cached("DELETE FROM multipart_uploads WHERE upload_id = ?1")?
                     .execute(params![upload_id])?;
                 // The version it replaces loses its reference after the new one is taken (same list again).
-                if let Err(refused) = Self::store_version(tx, &archive, object, now_ms)? {
-                    return Ok(Err(refused));
-                }
+                let stored = match Self::store_version(tx, &archive, object, now_ms)? {
+                    Ok(stored) => stored,
+                    Err(refused) => return Ok(Err(refused)),
+                };
+                Self::remember_completion(tx, upload_id, &stored, list, now_ms)?;
                 Self::ensure_dataset(tx, &object.dataset, &object.bucket, now_ms)?;
                 work.shrink_to_fit();
                 Ok(Ok(PutOutcome {
@@ -2444,6 +2450,14 @@ impl Catalog for SqlCatalog {
 
     fn append_growing(&self, append: &GrowingAppend, now_ms: u64) -> Result<Option<ContentPart>> {
         self.append_growing_tx(append, now_ms)
+    }
+
+    fn completed_upload(&self, upload_id: &str) -> Result<Option<CompletedUpload>> {
+        self.completed_upload_impl(upload_id)
+    }
+
+    fn part_checksums(&self, list: &ContentId) -> Result<Vec<Vec<(String, String)>>> {
+        self.part_checksums_impl(list)
     }
 
     fn all_uploads(&self) -> Result<Vec<UploadRecord>> {
@@ -2815,6 +2829,7 @@ mod tests {
                      DROP TABLE ops_history; DROP TABLE webhooks;
                      DROP TABLE cache_inline; DROP TABLE access_keys; DROP TABLE access_grants;
                      DROP TABLE bucket_access; DROP TABLE object_acls; ALTER TABLE multipart_parts DROP COLUMN checksums;
+                     DROP TABLE completed_uploads; ALTER TABLE content_parts DROP COLUMN checksums;
                      UPDATE meta SET value = '3' WHERE key = 'schema_version';",
                 )
             })

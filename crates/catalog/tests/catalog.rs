@@ -740,6 +740,60 @@ fn a_completion_naming_a_replaced_part_changes_nothing(b: Backend) {
     assert!(c.check().unwrap().is_empty(), "{:?}", c.check());
 }
 
+fn a_completion_is_remembered_with_its_parts_checksums_and_forgotten_after_a_week(b: Backend) {
+    let (_d, c) = open(b);
+    c.create_bucket("b", &BucketSettings::default()).unwrap();
+    upload(&c, "u1");
+    for (number, n) in [(1, 1), (2, 2), (3, 3)] {
+        put_part(&c, "u1", number, n).unwrap();
+    }
+    let list = part_list(&[(1, 1), (3, 3)]);
+    c.complete_upload("u1", &list_object(&list), &list, 20)
+        .unwrap();
+    let done = c.completed_upload("u1").unwrap().expect("remembered");
+    assert_eq!(
+        (
+            done.bucket.as_str(),
+            done.key.as_str(),
+            done.version_id.as_str(),
+            done.content,
+            done.part_numbers.clone(),
+            done.completed_ms
+        ),
+        ("b", "big", NULL_VERSION, list.id, vec![1, 3], 20)
+    );
+    assert!(c.completed_upload("u2").unwrap().is_none());
+    // Each part of the list keeps the checksums it arrived with.
+    let pair = |v: &str| vec![("crc64nvme".to_string(), v.to_string())];
+    assert_eq!(
+        c.part_checksums(&list.id).unwrap(),
+        vec![pair("part 1 of u1"), pair("part 3 of u1")]
+    );
+    assert!(c.part_checksums(&cid(1)).unwrap().is_empty());
+    // The first completion a week later forgets it.
+    upload(&c, "u2");
+    put_part(&c, "u2", 1, 4).unwrap();
+    let later = NewPartList {
+        id: ContentId {
+            hash: [0xEF; 32],
+            encoding: Encoding::Identity,
+        },
+        ..part_list(&[(1, 4)])
+    };
+    let other = ObjectRecord {
+        key: "other".into(),
+        ..list_object(&later)
+    };
+    c.complete_upload("u2", &other, &later, 21 + COMPLETED_UPLOADS_KEPT_MS)
+        .unwrap();
+    assert!(c.completed_upload("u1").unwrap().is_none());
+    assert_eq!(
+        c.completed_upload("u2").unwrap().map(|d| d.key),
+        Some("other".to_string())
+    );
+    assert!(c.check().unwrap().is_empty(), "{:?}", c.check());
+}
+
 fn collecting_a_part_list_releases_its_parts_which_are_collected_after_it(b: Backend) {
     let (_d, c) = open(b);
     c.create_bucket("b", &BucketSettings::default()).unwrap();
@@ -809,6 +863,7 @@ fn a_schema_2_catalog_is_migrated_and_keeps_its_parts() {
              DROP TABLE webhooks;
              DROP TABLE cache_inline; DROP TABLE access_keys; DROP TABLE access_grants;
              DROP TABLE bucket_access; DROP TABLE object_acls; ALTER TABLE multipart_parts DROP COLUMN checksums;
+             DROP TABLE completed_uploads;
              DROP INDEX multipart_parts_by_content;
              ALTER TABLE multipart_parts DROP COLUMN content;
              INSERT INTO multipart_parts (upload_id, part_number, size_bytes, md5, cache_path, created_ms)
@@ -844,7 +899,7 @@ fn a_schema_2_catalog_is_migrated_and_keeps_its_parts() {
             |r| r.get(0),
         )
         .unwrap();
-    assert_eq!(version, "11", "migrated to the latest version");
+    assert_eq!(version, "12", "migrated to the latest version");
 }
 
 fn a_small_content_is_cached_inline_in_the_put_transaction_and_leaves_with_eviction_or_gc(
@@ -1185,6 +1240,7 @@ both!(
     hot_contents_are_never_evicted_and_restores_neither_unpin_them_nor_lose_their_own_pin,
     uploaded_parts_are_referenced_contents_and_replacing_or_aborting_drops_the_references,
     completing_an_upload_makes_its_object_a_list_of_the_chosen_parts_in_one_transaction,
+    a_completion_is_remembered_with_its_parts_checksums_and_forgotten_after_a_week,
     a_completion_naming_a_replaced_part_changes_nothing,
     collecting_a_part_list_releases_its_parts_which_are_collected_after_it,
     a_small_content_is_cached_inline_in_the_put_transaction_and_leaves_with_eviction_or_gc,

@@ -19,6 +19,7 @@ use crate::common::{
     etag, http_date, metadata, object_headers, stored_expires, stored_header, timestamp,
     DEFAULT_CONTENT_TYPE,
 };
+use crate::error::s3_error;
 use crate::versioning::{bucket_archive, expiration_header, version_header};
 
 /// Bodies up to this size are read whole (and verified) while the GET opens, in the same blocking call: no
@@ -178,6 +179,7 @@ pub(crate) async fn get_object(
         witness: req.extensions.get::<Arc<WakeWitness>>().cloned(),
     };
     let input = req.input;
+    let part_number = part_number_of(input.part_number, input.range.is_some())?;
     let range = byte_range(input.range);
     let opener = Arc::clone(store);
     let (bucket, key, version) = (
@@ -188,20 +190,27 @@ pub(crate) async fn get_object(
     let wants_checksum = checksum_mode(&input.checksum_mode);
     let opening = wake.clone();
     // One blocking call opens the version, reads what its headers need and, for a small body, the body itself.
-    let (info, reader, h, small) = blocking(move || {
+    let opened = blocking(move || {
         let _wake = opening.enter();
-        let accept = match accepted.as_slice() {
-            [] => None,
-            [one] => Some(*one),
-            _ => {
-                let encoding = opener
-                    .head_version(&bucket, &key, version.as_deref())?
-                    .content_encoding;
-                accepted.contains(&encoding).then_some(encoding)
-            }
+        let (info, mut reader, part) = if let Some(n) = part_number {
+            let (info, reader, part) =
+                opener.open_version_part(&bucket, &key, version.as_deref(), n, &accepted)?;
+            (info, reader, Some(part))
+        } else {
+            let accept = match accepted.as_slice() {
+                [] => None,
+                [one] => Some(*one),
+                _ => {
+                    let encoding = opener
+                        .head_version(&bucket, &key, version.as_deref())?
+                        .content_encoding;
+                    accepted.contains(&encoding).then_some(encoding)
+                }
+            };
+            let (info, reader) =
+                opener.open_version(&bucket, &key, version.as_deref(), range, accept)?;
+            (info, reader, None)
         };
-        let (info, mut reader) =
-            opener.open_version(&bucket, &key, version.as_deref(), range, accept)?;
         // A checksum describes the whole object as uploaded: not a range, not the decoded form of bytes sent
         // pre-compressed (a client that checks it would reject correct bytes).
         let whole_as_uploaded =
@@ -214,9 +223,15 @@ pub(crate) async fn get_object(
         } else {
             None
         };
-        Ok((info, reader, h, small))
+        Ok((info, reader, h, small, part))
     })
-    .await?;
+    .await;
+    let (info, reader, h, small, part) = match opened {
+        Ok(opened) => opened,
+        Err(e) => {
+            return Err(read_error(store, &input.bucket, &input.key, input.version_id, e).await)
+        }
+    };
     let content_range = reader.range().map(|(offset, length)| {
         format!(
             "bytes {}-{}/{}",
@@ -235,6 +250,7 @@ pub(crate) async fn get_object(
         last_modified: Some(timestamp(info.last_modified_ms)),
         metadata: metadata(&info.user_metadata),
         tag_count: (!info.attributes.tags.is_empty()).then_some(info.attributes.tags.len() as i32),
+        parts_count: part.and_then(|p| p.parts_count).map(|n| n as i32),
         checksum_crc32: checksum(&h, "crc32"),
         checksum_crc32c: checksum(&h, "crc32c"),
         checksum_sha1: checksum(&h, "sha1"),
@@ -276,8 +292,10 @@ pub(crate) async fn head_object(
     crate::conditional::check_get(store, &req.input).await?;
     let accepted = accepted_encodings(&req.headers);
     let input = req.input;
-    let wants_checksum = checksum_mode(&input.checksum_mode) && input.range.is_none();
-    let (info, as_stored, h) = {
+    let part_number = part_number_of(input.part_number, input.range.is_some())?;
+    let wants_checksum =
+        checksum_mode(&input.checksum_mode) && input.range.is_none() && part_number.is_none();
+    let headed = {
         let store = Arc::clone(store);
         let (bucket, key, version) = (
             input.bucket.clone(),
@@ -285,23 +303,50 @@ pub(crate) async fn head_object(
             input.version_id.clone(),
         );
         blocking(move || {
-            let info = store.head_version(&bucket, &key, version.as_deref())?;
-            let as_stored = info.content_encoding != Encoding::Identity
-                && accepted.contains(&info.content_encoding);
+            let (info, part) = match part_number {
+                Some(n) => {
+                    let (info, part) =
+                        store.head_version_part(&bucket, &key, version.as_deref(), n, &accepted)?;
+                    (info, Some(part))
+                }
+                None => (store.head_version(&bucket, &key, version.as_deref())?, None),
+            };
+            let as_stored = match part {
+                Some(p) => p.encoding != Encoding::Identity,
+                None => {
+                    info.content_encoding != Encoding::Identity
+                        && accepted.contains(&info.content_encoding)
+                }
+            };
             let as_uploaded = info.content_encoding == Encoding::Identity || as_stored;
             let h = version_headers_now(&store, &info, wants_checksum && as_uploaded)?;
-            Ok((info, as_stored, h))
+            Ok((info, as_stored, h, part))
         })
-        .await?
+        .await
+    };
+    let (info, as_stored, h, part) = match headed {
+        Ok(headed) => headed,
+        Err(e) => {
+            return Err(read_error(store, &input.bucket, &input.key, input.version_id, e).await)
+        }
     };
     let output = HeadObjectOutput {
         accept_ranges: Some("bytes".into()),
-        content_length: i64::try_from(if as_stored {
-            info.stored_bytes
-        } else {
-            info.size_bytes
+        content_length: i64::try_from(match part {
+            Some(p) => p.length,
+            None if as_stored => info.stored_bytes,
+            None => info.size_bytes,
         })
         .ok(),
+        content_range: part.filter(|p| p.length > 0).map(|p| {
+            format!(
+                "bytes {}-{}/{}",
+                p.offset,
+                p.offset + p.length - 1,
+                p.total_bytes
+            )
+        }),
+        parts_count: part.and_then(|p| p.parts_count).map(|n| n as i32),
         content_encoding: if as_stored {
             content_encoding(info.content_encoding)
         } else {
@@ -332,11 +377,89 @@ pub(crate) async fn head_object(
     };
     let mut response = S3Response::new(output);
     response.headers = object_headers(&info);
+    // A part (a range of the object) is partial content, on HEAD too (s3s answers HEAD 200 whatever the output).
+    if part.is_some_and(|p| p.length > 0) {
+        response.headers.insert(
+            crate::server::STATUS_OVERRIDE_HEADER,
+            http::HeaderValue::from_static("206"),
+        );
+    }
     Ok(response)
 }
 
-/// GetObjectAttributes: ETag, size, storage class, the checksums verified at upload, and the part count of a
-/// multipart object (catalog only).
+/// The part number of a GET or HEAD (`?partNumber=N`), checked: 1 to 10,000 (`InvalidArgument`), never with a
+/// `Range` (`InvalidRequest`), as S3 answers.
+fn part_number_of(part_number: Option<i32>, with_range: bool) -> S3Result<Option<u32>> {
+    let Some(n) = part_number else {
+        return Ok(None);
+    };
+    if with_range {
+        return Err(s3_error(StoreError::InvalidRequest(
+            "Cannot specify both Range header and partNumber query parameter".into(),
+        )));
+    }
+    match u32::try_from(n) {
+        Ok(n) if (1..=permafrost_store::PART_NUMBER_MAX).contains(&n) => Ok(Some(n)),
+        _ => Err(s3_error(StoreError::InvalidArgument(format!(
+            "Part number must be an integer between 1 and {}, inclusive (got {n})",
+            permafrost_store::PART_NUMBER_MAX
+        )))),
+    }
+}
+
+/// The error of a read (GET, HEAD, GetObjectAttributes) as S3 answers it: one that ran into a delete marker
+/// (`404 NoSuchKey`: the newest version is one; `405 MethodNotAllowed`: the version asked for is one) carries
+/// `x-amz-delete-marker: true` and the marker's `x-amz-version-id` (405: and its `Last-Modified`);
+/// `InvalidPartNumber` is `416`.
+pub(crate) async fn read_error(
+    store: &Arc<Store>,
+    bucket: &str,
+    key: &str,
+    version_id: Option<String>,
+    mut e: s3s::S3Error,
+) -> s3s::S3Error {
+    match e.code() {
+        s3s::S3ErrorCode::NoSuchKey | s3s::S3ErrorCode::MethodNotAllowed => {}
+        code if code.as_str() == "InvalidPartNumber" => {
+            e.set_status_code(http::StatusCode::RANGE_NOT_SATISFIABLE);
+            return e;
+        }
+        _ => return e,
+    }
+    let named = version_id.is_some();
+    let marker = {
+        let store = Arc::clone(store);
+        let (bucket, key) = (bucket.to_owned(), key.to_owned());
+        blocking(move || store.delete_marker(&bucket, &key, version_id.as_deref())).await
+    };
+    let Ok(Some((version_id, last_modified_ms))) = marker else {
+        return e;
+    };
+    let mut headers = HeaderMap::new();
+    headers.insert(
+        "x-amz-delete-marker",
+        http::HeaderValue::from_static("true"),
+    );
+    if let Ok(v) = http::HeaderValue::from_str(&version_id) {
+        headers.insert("x-amz-version-id", v);
+    }
+    if named {
+        if let Ok(v) = http::HeaderValue::from_str(&http_date(last_modified_ms)) {
+            headers.insert(http::header::LAST_MODIFIED, v);
+        }
+    }
+    e.set_headers(headers);
+    e
+}
+
+/// Most parts one GetObjectAttributes answer lists (S3's default and limit for `x-amz-max-parts`).
+const ATTRIBUTE_PARTS_MAX: i32 = 1000;
+
+/// GetObjectAttributes: ETag, size, storage class, the checksum verified at
+/// upload, and of a multipart object its parts (`ObjectParts`: their count, and a page of them after
+/// `x-amz-part-number-marker` of at most `x-amz-max-parts` with each part's size and checksum, listed when
+/// the object has a checksum, as S3 does). Catalog only. Headers: `Last-Modified`, `x-amz-version-id`; a read
+/// that meets a delete marker is refused as GET is ([`read_error`]).
 pub(crate) async fn get_object_attributes(
     store: &Arc<Store>,
     req: S3Request<GetObjectAttributesInput>,
@@ -350,25 +473,43 @@ pub(crate) async fn get_object_attributes(
             .flat_map(|a| a.as_str().split(','))
             .any(|a| a.trim() == name)
     };
-    let info = {
+    let max_parts = match input.max_parts {
+        None => ATTRIBUTE_PARTS_MAX,
+        Some(n) if n >= 0 => n.min(ATTRIBUTE_PARTS_MAX),
+        Some(n) => {
+            return Err(s3_error(StoreError::InvalidArgument(format!(
+                "x-amz-max-parts must be between 0 and {ATTRIBUTE_PARTS_MAX} (got {n})"
+            ))))
+        }
+    };
+    let marker = match input.part_number_marker {
+        None => 0,
+        Some(n) => u32::try_from(n).map_err(|_| {
+            s3_error(StoreError::InvalidArgument(format!(
+                "x-amz-part-number-marker must be a part number (got {n})"
+            )))
+        })?,
+    };
+    let found = {
         let store = Arc::clone(store);
         let (bucket, key, version) = (
             input.bucket.clone(),
             input.key.clone(),
             input.version_id.clone(),
         );
-        blocking(move || store.head_version(&bucket, &key, version.as_deref())).await?
+        blocking(move || store.version_parts(&bucket, &key, version.as_deref())).await
+    };
+    let (info, parts) = match found {
+        Ok(found) => found,
+        Err(e) => {
+            return Err(read_error(store, &input.bucket, &input.key, input.version_id, e).await)
+        }
     };
     let archive = bucket_archive(store, &info.bucket).await?;
     let h = VersionHeaders {
         checksums: info.checksums.clone(),
         ..version_headers(store, &info, false).await?
     };
-    let parts = info
-        .etag
-        .trim_matches('"')
-        .rsplit_once('-')
-        .and_then(|(_, n)| n.parse::<i32>().ok());
     let checksum = Checksum {
         checksum_crc32: checksum(&h, "crc32"),
         checksum_crc32c: checksum(&h, "crc32c"),
@@ -378,6 +519,36 @@ pub(crate) async fn get_object_attributes(
         checksum_type: checksum_type(&h),
     };
     let has_checksum = !h.checksums.is_empty();
+    let object_parts = (wanted(ObjectAttributes::OBJECT_PARTS) && !parts.is_empty()).then(|| {
+        let total = parts.len();
+        let after: Vec<_> = parts
+            .into_iter()
+            .filter(|p| p.part_number > marker)
+            .collect();
+        let is_truncated = after.len() > max_parts as usize;
+        let page: Vec<_> = after.into_iter().take(max_parts as usize).collect();
+        let next = page.last().map_or(marker, |p| p.part_number);
+        GetObjectAttributesParts {
+            total_parts_count: Some(total as i32),
+            part_number_marker: Some(marker as i32),
+            next_part_number_marker: Some(next as i32),
+            max_parts: Some(max_parts),
+            is_truncated: Some(is_truncated),
+            parts: has_checksum.then(|| {
+                page.into_iter()
+                    .map(|p| ObjectPart {
+                        part_number: Some(p.part_number as i32),
+                        size: i64::try_from(p.size_bytes).ok(),
+                        checksum_crc32: value_of(&p.checksums, "crc32"),
+                        checksum_crc32c: value_of(&p.checksums, "crc32c"),
+                        checksum_sha1: value_of(&p.checksums, "sha1"),
+                        checksum_sha256: value_of(&p.checksums, "sha256"),
+                        checksum_crc64nvme: value_of(&p.checksums, "crc64nvme"),
+                    })
+                    .collect()
+            }),
+        }
+    });
     Ok(S3Response::new(GetObjectAttributesOutput {
         e_tag: wanted(ObjectAttributes::ETAG).then(|| etag(&info.etag)),
         object_size: wanted(ObjectAttributes::OBJECT_SIZE)
@@ -386,17 +557,19 @@ pub(crate) async fn get_object_attributes(
         storage_class: wanted(ObjectAttributes::STORAGE_CLASS)
             .then(|| StorageClass::from(info.attributes.storage_class.as_str().to_owned())),
         checksum: (wanted(ObjectAttributes::CHECKSUM) && has_checksum).then_some(checksum),
-        object_parts: wanted(ObjectAttributes::OBJECT_PARTS)
-            .then_some(parts)
-            .flatten()
-            .map(|n| GetObjectAttributesParts {
-                total_parts_count: Some(n),
-                ..Default::default()
-            }),
+        object_parts,
         last_modified: Some(timestamp(info.last_modified_ms)),
         version_id: version_header(&archive, &info.version_id),
         ..Default::default()
     }))
+}
+
+/// A stored checksum value by algorithm name.
+fn value_of(checksums: &[(String, String)], name: &str) -> Option<String> {
+    checksums
+        .iter()
+        .find(|(n, _)| n == name)
+        .map(|(_, v)| v.clone())
 }
 
 #[cfg(test)]

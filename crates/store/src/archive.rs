@@ -27,9 +27,9 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 use permafrost_catalog::{
-    now_ms, restore_expiry_ms, AttributeChange, BucketArchive, ContentId, ContentRecord,
-    DeleteOutcome, ListQuery, ObjectRecord, RestoreOutcome, RestoreRecord, RestoreTerms,
-    RestoreTier, StorageClass, VersionPage, VersionQuery,
+    now_ms, restore_expiry_ms, AttributeChange, BucketArchive, ContentId, ContentPart,
+    ContentRecord, DeleteOutcome, ListQuery, ObjectRecord, RestoreOutcome, RestoreRecord,
+    RestoreTerms, RestoreTier, StorageClass, VersionPage, VersionQuery,
 };
 use permafrost_disk::power::{PowerState, WakeKind, WakeReason};
 use serde::Serialize;
@@ -222,7 +222,7 @@ impl Store {
 
     // ---------------------------------------------------------------- versions
 
-    fn version_records(
+    pub(crate) fn version_records(
         &self,
         bucket: &str,
         key: &str,
@@ -279,9 +279,29 @@ impl Store {
         accept_encoding: Option<Encoding>,
     ) -> Result<(ObjectInfo, ObjectReader)> {
         let (object, content) = self.version_records(bucket, key, version_id)?;
+        let parts = self.inner().parts_of(&content)?;
+        self.open_records(
+            (bucket, key, version_id),
+            &object,
+            &content,
+            parts,
+            range,
+            accept_encoding,
+        )
+    }
+
+    /// [`Store::open_version`] of a version whose records are read already (`parts`: its content's parts).
+    pub(crate) fn open_records(
+        &self,
+        (bucket, key, version_id): (&str, &str, Option<&str>),
+        object: &ObjectRecord,
+        content: &ContentRecord,
+        parts: Vec<(ContentPart, ContentRecord)>,
+        range: Option<ByteRange>,
+        accept_encoding: Option<Encoding>,
+    ) -> Result<(ObjectInfo, ObjectReader)> {
         let inner = self.inner();
-        let parts = inner.parts_of(&content)?;
-        let info = ObjectInfo::from_records(&object, &content, &parts);
+        let info = ObjectInfo::from_records(object, content, &parts);
         if object.attributes.storage_class == StorageClass::Glacier && !info.in_cache {
             let restored = self.restore_info(&info)?.is_some_and(|r| !r.ongoing);
             if !restored {
@@ -292,10 +312,10 @@ impl Store {
                 )));
             }
         }
-        let read = crate::prefetch::read_begins(inner, &object, &content, &parts);
+        let read = crate::prefetch::read_begins(inner, object, content, &parts);
         let reader = ObjectReader::open(
             inner,
-            &content,
+            content,
             parts,
             range,
             accept_encoding,
@@ -305,6 +325,38 @@ impl Store {
         read.opened(inner);
         inner.touch(content.id);
         Ok((info, reader))
+    }
+
+    /// The delete marker a read of `bucket/key` ran into, if it did: its newest version (without `version_id`)
+    /// or version `version_id` is one. `(version id, last modified)`, for the `x-amz-delete-marker` answers of
+    /// S3 (catalog only).
+    pub fn delete_marker(
+        &self,
+        bucket: &str,
+        key: &str,
+        version_id: Option<&str>,
+    ) -> Result<Option<(String, u64)>> {
+        let catalog = &self.inner().catalog;
+        let version = match version_id {
+            Some(v) => catalog.get_object_version(bucket, key, v)?.map(|(r, _)| r),
+            None => {
+                let query = VersionQuery {
+                    prefix: key.to_string(),
+                    max_keys: 1,
+                    ..Default::default()
+                };
+                // A key's versions come first under its own prefix, newest first.
+                catalog
+                    .list_object_versions(bucket, &query)?
+                    .versions
+                    .into_iter()
+                    .next()
+                    .filter(|v| v.key == key && v.is_latest)
+            }
+        };
+        Ok(version
+            .filter(|v| v.object.is_none())
+            .map(|v| (v.version_id, v.last_modified_ms)))
     }
 
     /// S3 DeleteObject: without `version_id` the current version goes (a delete marker in versioned buckets);

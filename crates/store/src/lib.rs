@@ -63,7 +63,7 @@ pub use config::{CatalogConfig, GridSetup, RestoreConfig, StoreConfig};
 pub use gc::GcReport;
 pub use growing::{growing_list_id, GrowingObject, GrowingOptions, Piece, SealedPiece};
 pub use mount::{CacheReservation, FsError, Residence, Usage};
-pub use multipart::CompletionChecksums;
+pub use multipart::{CompletedPart, CompletionChecksums, PartOfVersion, PART_NUMBER_MAX};
 pub use multipart_checksum::{ChecksumType, UploadChecksum};
 pub use permafrost_catalog::now_ms;
 pub use permafrost_catalog::{
@@ -137,6 +137,9 @@ pub enum StoreError {
     InvalidStorageClass(String),
     #[error("method not allowed: {0}")]
     MethodNotAllowed(String),
+    /// A `partNumber` beyond the object's last part (S3 `InvalidPartNumber`, 416).
+    #[error("invalid part number: {0}")]
+    InvalidPartNumber(String),
     /// A conditional write's condition (`If-None-Match: *`, `If-Match`) does not hold; nothing changed.
     #[error("precondition failed: {0}")]
     PreconditionFailed(String),
@@ -172,6 +175,7 @@ impl StoreError {
             StoreError::RestoreAlreadyInProgress(_) => "RestoreAlreadyInProgress",
             StoreError::InvalidStorageClass(_) => "InvalidStorageClass",
             StoreError::MethodNotAllowed(_) => "MethodNotAllowed",
+            StoreError::InvalidPartNumber(_) => "InvalidPartNumber",
             StoreError::PreconditionFailed(_) => "PreconditionFailed",
             StoreError::NotPersisted(_) => "InternalError",
             StoreError::Internal(_) => "InternalError",

@@ -11,14 +11,18 @@ use std::sync::Arc;
 
 use md5::Digest as _;
 use permafrost_catalog::{
-    Compression, ContentId, ContentPart, Encoding, NewPartList, ObjectRecord, UploadRecord,
+    Compression, ContentId, ContentPart, ContentRecord, Encoding, NewPartList, ObjectRecord,
+    StoredForm, UploadRecord,
 };
 use permafrost_format::{part_list_hash, Algorithm, PartRef};
 
 use crate::checksum::ChecksumAlgorithm;
 use crate::multipart_checksum::{combine, ChecksumType, UploadChecksum};
 use crate::put::{Checksums, PutHandle, PutOptions, Target};
-use crate::store::{hex, validate_key, MultipartUpload, PartInfo, Store, DECODED_LENGTH_META};
+use crate::read::ObjectReader;
+use crate::store::{
+    hex, validate_key, ByteRange, MultipartUpload, PartInfo, Store, DECODED_LENGTH_META,
+};
 use crate::{ObjectInfo, Result, StoreError, WriteCondition};
 
 /// Smallest part except the last (S3's rule).
@@ -113,6 +117,114 @@ fn object_checksum(
 fn upload_options(upload: &UploadRecord) -> Result<PutOptions> {
     serde_json::from_str(&upload.options)
         .map_err(|e| StoreError::Internal(format!("upload {} options: {e}", upload.upload_id)))
+}
+
+/// One part of a multipart object as GetObjectAttributes lists it: its number in the object (1 to the number of
+/// parts, in order), its size as uploaded and the checksums it arrived with (empty when the catalog kept none).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct CompletedPart {
+    pub part_number: u32,
+    pub size_bytes: u64,
+    pub checksums: Vec<(String, String)>,
+}
+
+/// Where part `part_number` of a version lies (S3 `GET`/`HEAD ?partNumber=N`), in the representation a part
+/// read returns: the bytes as uploaded (`encoding`, the stored form of a pre-compressed upload).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PartOfVersion {
+    pub part_number: u32,
+    /// First byte and length of the part.
+    pub offset: u64,
+    pub length: u64,
+    /// Length of the whole representation.
+    pub total_bytes: u64,
+    /// Parts of a multipart object; `None` for an object uploaded whole (its one part is all of it).
+    pub parts_count: Option<u32>,
+    pub encoding: Encoding,
+}
+
+/// Part `part_number` of a version with records `content` and `parts`; `accepted`: the stored encodings the
+/// client takes (an object uploaded whole is its own part 1, in the representation a plain GET returns).
+fn part_of(
+    info: &ObjectInfo,
+    content: &ContentRecord,
+    parts: &[(ContentPart, ContentRecord)],
+    part_number: u32,
+    accepted: &[Encoding],
+) -> Result<PartOfVersion> {
+    if !(1..=PART_NUMBER_MAX).contains(&part_number) {
+        return Err(StoreError::InvalidArgument(format!(
+            "part number {part_number} must be between 1 and {PART_NUMBER_MAX}"
+        )));
+    }
+    let not_satisfiable = |count: usize| {
+        StoreError::InvalidPartNumber(format!(
+            "{}/{} has {count} part{}, there is no part {part_number}",
+            info.bucket,
+            info.key,
+            if count == 1 { "" } else { "s" }
+        ))
+    };
+    if content.stored_form != StoredForm::Parts {
+        if part_number != 1 {
+            return Err(not_satisfiable(1));
+        }
+        let (total_bytes, encoding) = if info.content_encoding != Encoding::Identity
+            && accepted.contains(&info.content_encoding)
+        {
+            (info.stored_bytes, info.content_encoding)
+        } else {
+            (info.size_bytes, Encoding::Identity)
+        };
+        return Ok(PartOfVersion {
+            part_number,
+            offset: 0,
+            length: total_bytes,
+            total_bytes,
+            parts_count: None,
+            encoding,
+        });
+    }
+    let (part, _) = parts
+        .get(part_number as usize - 1)
+        .ok_or_else(|| not_satisfiable(parts.len()))?;
+    // A pre-compressed upload's parts are pieces of the stream as sent: a part is read in that form.
+    let total_bytes = if content.id.encoding == Encoding::Identity {
+        info.size_bytes
+    } else {
+        parts.iter().map(|(p, _)| p.logical_bytes).sum()
+    };
+    Ok(PartOfVersion {
+        part_number,
+        offset: part.logical_offset,
+        length: part.logical_bytes,
+        total_bytes,
+        parts_count: Some(parts.len() as u32),
+        encoding: content.id.encoding,
+    })
+}
+
+/// Whether the part ETags `parts` lists (hex MD5s, quoted or not) make the multipart ETag `etag`
+/// (`"hex(md5 of the part MD5s)-N"`).
+fn etags_make(parts: &[(u32, String)], etag: &str) -> bool {
+    let mut md5_of_md5s = md5::Md5::new();
+    for (_, part) in parts {
+        let part = unquote(part);
+        let digest: Option<Vec<u8>> = (part.len() == 32)
+            .then(|| {
+                (0..32)
+                    .step_by(2)
+                    .map(|i| u8::from_str_radix(part.get(i..i + 2)?, 16).ok())
+                    .collect()
+            })
+            .flatten();
+        match digest {
+            Some(d) => md5_of_md5s.update(d),
+            None => return false,
+        }
+    }
+    let md5_of_md5s: [u8; 16] = md5_of_md5s.finalize().into();
+    unquote(etag) == format!("{}-{}", hex(&md5_of_md5s), parts.len())
 }
 
 /// The format crate's name of a content encoding.
@@ -248,7 +360,9 @@ impl Store {
         sent: &CompletionChecksums,
         condition: &WriteCondition,
     ) -> Result<ObjectInfo> {
-        let upload = self.upload(upload_id)?;
+        let Some(upload) = self.inner().catalog.get_upload(upload_id)? else {
+            return self.completed_again(upload_id, parts);
+        };
         if parts.is_empty() {
             return Err(StoreError::InvalidPart(
                 "a multipart upload needs at least one part".into(),
@@ -393,6 +507,128 @@ impl Store {
                 checksums: p.checksums,
             })
             .collect())
+    }
+
+    /// A completion of an upload that completed already (S3 answers a retried CompleteMultipartUpload with the
+    /// first result): the version the first completion created, if the catalog remembers the completion
+    /// (`COMPLETED_UPLOADS_KEPT_MS`), the version still exists naming the same part list, and `parts` are the
+    /// part list the first completion listed (same part numbers; ETags whose MD5s give the object's ETag).
+    /// `InvalidPart` for another part list, `NoSuchUpload` otherwise.
+    fn completed_again(&self, upload_id: &str, parts: &[(u32, String)]) -> Result<ObjectInfo> {
+        let inner = self.inner();
+        let no_such_upload = || StoreError::NoSuchUpload(upload_id.to_string());
+        let completed = inner
+            .catalog
+            .completed_upload(upload_id)?
+            .ok_or_else(no_such_upload)?;
+        let found = inner.catalog.get_object_version(
+            &completed.bucket,
+            &completed.key,
+            &completed.version_id,
+        )?;
+        let Some((object, content)) = found.and_then(|(version, content)| {
+            version
+                .object
+                .filter(|o| o.content == completed.content)
+                .zip(content)
+        }) else {
+            return Err(StoreError::NoSuchUpload(format!(
+                "{upload_id} (it was completed as {}/{} version {}, which is gone since)",
+                completed.bucket, completed.key, completed.version_id
+            )));
+        };
+        let numbers: Vec<u32> = parts.iter().map(|(n, _)| *n).collect();
+        if numbers != completed.part_numbers || !etags_make(parts, &object.etag) {
+            return Err(StoreError::InvalidPart(format!(
+                "upload {upload_id} was completed with another part list (parts {:?}, ETag {}); a retried \
+                 completion must list the same parts",
+                completed.part_numbers, object.etag
+            )));
+        }
+        inner.object_info(&object, &content)
+    }
+
+    /// Where part `part_number` of a version lies (catalog only; see [`PartOfVersion`]), with what HEAD says
+    /// of the version. `InvalidPartNumber` beyond its last part; `accepted` as for [`Store::open_version_part`].
+    pub fn head_version_part(
+        &self,
+        bucket: &str,
+        key: &str,
+        version_id: Option<&str>,
+        part_number: u32,
+        accepted: &[Encoding],
+    ) -> Result<(ObjectInfo, PartOfVersion)> {
+        let (object, content) = self.version_records(bucket, key, version_id)?;
+        let parts = self.inner().parts_of(&content)?;
+        let info = ObjectInfo::from_records(&object, &content, &parts);
+        let part = part_of(&info, &content, &parts, part_number, accepted)?;
+        Ok((info, part))
+    }
+
+    /// Open part `part_number` of a version for reading (S3 `GET ?partNumber=N`): a range read of the part's
+    /// bytes, verified as every range read is. The parts are those of the completed upload, numbered 1 to their
+    /// count in order; an object uploaded whole is one part. A pre-compressed multipart object's part is read as
+    /// uploaded (its stored encoding), as is a pre-compressed object uploaded whole when the client takes its
+    /// encoding (one of `accepted`, the stored encodings the client takes). `InvalidPartNumber` beyond the
+    /// last part.
+    pub fn open_version_part(
+        &self,
+        bucket: &str,
+        key: &str,
+        version_id: Option<&str>,
+        part_number: u32,
+        accepted: &[Encoding],
+    ) -> Result<(ObjectInfo, ObjectReader, PartOfVersion)> {
+        let (object, content) = self.version_records(bucket, key, version_id)?;
+        let parts = self.inner().parts_of(&content)?;
+        let info = ObjectInfo::from_records(&object, &content, &parts);
+        let part = part_of(&info, &content, &parts, part_number, accepted)?;
+        let range = (part.length > 0)
+            .then(|| ByteRange::FromTo(part.offset, part.offset + part.length - 1));
+        let accept = (part.encoding != Encoding::Identity).then_some(part.encoding);
+        let (info, reader) = self.open_records(
+            (bucket, key, version_id),
+            &object,
+            &content,
+            parts,
+            range,
+            accept,
+        )?;
+        Ok((info, reader, part))
+    }
+
+    /// The parts of a version's completed multipart upload (empty for an object uploaded whole), with what HEAD
+    /// says of the version (catalog only). A part's checksums are those of the object's checksum algorithm.
+    pub fn version_parts(
+        &self,
+        bucket: &str,
+        key: &str,
+        version_id: Option<&str>,
+    ) -> Result<(ObjectInfo, Vec<CompletedPart>)> {
+        let (object, content) = self.version_records(bucket, key, version_id)?;
+        let inner = self.inner();
+        let parts = inner.parts_of(&content)?;
+        let info = ObjectInfo::from_records(&object, &content, &parts);
+        if content.stored_form != StoredForm::Parts {
+            return Ok((info, Vec::new()));
+        }
+        let mut checksums = inner.catalog.part_checksums(&content.id)?;
+        checksums.resize(parts.len(), Vec::new());
+        let algorithm = object.checksums.first().map(|(name, _)| name.as_str());
+        let listed = parts
+            .iter()
+            .zip(checksums)
+            .enumerate()
+            .map(|(i, ((part, _), checksums))| CompletedPart {
+                part_number: i as u32 + 1,
+                size_bytes: part.logical_bytes,
+                checksums: checksums
+                    .into_iter()
+                    .filter(|(name, _)| Some(name.as_str()) == algorithm)
+                    .collect(),
+            })
+            .collect();
+        Ok((info, listed))
     }
 
     /// Uploads in progress in `bucket` under `prefix` (at most `limit`).
