@@ -6,7 +6,7 @@
 //! every `eq`/`starts-with` condition (the `bucket` condition against the bucket of the URL), that every field
 //! is named by a condition (except `x-amz-signature`, `file`, `policy`, `submit` and `x-ignore-*`), and
 //! `content-length-range` (`EntityTooLarge`/`EntityTooSmall`); it holds the file in memory (at most
-//! `content-length-range`'s maximum, else 5 GiB) and hands the upload over as a PutObject: form fields become
+//! `content-length-range`'s maximum, and never more than [`POST_OBJECT_BYTES_MAX`]) and hands the upload over as a PutObject: form fields become
 //! its headers (`Content-Type`, `x-amz-meta-*` as user metadata, `x-amz-storage-class`, `x-amz-acl`, …).
 //! It answers `success_action_redirect` (or `redirect`) with `303` to that URL plus `bucket`, `key` and `etag`,
 //! `success_action_status` `200`/`204` with an empty body and `201` with the `PostResponse` XML.
@@ -36,6 +36,20 @@ use s3s::stream::ByteStream;
 use s3s::{Body, S3Error, S3ErrorCode, S3Request, S3Response, S3Result, S3};
 
 use crate::service::PermafrostS3;
+
+/// Largest file a form upload may carry: s3s holds the file in memory while it checks the form, so this bounds
+/// the memory of one upload (`EntityTooLarge` beyond it, as a policy's `content-length-range` maximum does).
+/// Larger data goes through PUT or multipart uploads, which stream.
+pub const POST_OBJECT_BYTES_MAX: u64 = 256 * 1024 * 1024;
+
+/// s3s's configuration with [`POST_OBJECT_BYTES_MAX`].
+pub(crate) fn s3s_config() -> std::sync::Arc<s3s::config::StaticConfigProvider> {
+    let mut config = s3s::config::S3Config::default();
+    config.post_object_max_file_size = POST_OBJECT_BYTES_MAX;
+    std::sync::Arc::new(s3s::config::StaticConfigProvider::new(std::sync::Arc::new(
+        config,
+    )))
+}
 
 /// Most bytes of a form read ahead of its file (s3s's limit on all fields together, and room for the
 /// file's part headers). A form with more is left to s3s, which refuses it.

@@ -48,6 +48,7 @@ pub fn s3_service_in(admin: Admin, cluster: Option<Arc<ClusterNode>>) -> S3Servi
     builder.set_access(Authorizer { access });
     builder.set_route(AdminRoute { store, admin });
     builder.set_validation(ReservedNameValidation);
+    builder.set_config(crate::post_object::s3s_config());
     builder.build()
 }
 
