@@ -4,11 +4,9 @@
 //! object store (`permafrost-store`, `docs/store.md`). The protocol (request parsing, XML, AWS Signature V4 in
 //! headers, presigned URLs and `aws-chunked` bodies) is the `s3s` crate's; this crate maps S3 operations to the
 //! store, one module per family of operations: [`bucket`](crate) (ListBuckets, CreateBucket, DeleteBucket,
-//! HeadBucket, GetBucketLocation), `put`, `get` (GetObject with ranges and `partNumber`, HeadObject,
-//! GetObjectAttributes with paged parts; `x-amz-delete-marker` on reads that meet a delete marker), `list`
-//! (ListObjectsV2, ListObjects), `multipart` (a completion retried after success is answered again), `copy`
-//! (CopyObject, UploadPartCopy), `delete` (DeleteObject, DeleteObjects), `versioning` (Get/PutBucketVersioning,
-//! ListObjectVersions), `tagging`, `lock` (Object Lock), `lifecycle`,
+//! HeadBucket, GetBucketLocation), `put`, `get` (GetObject with ranges, HeadObject), `list` (ListObjectsV2,
+//! ListObjects), `multipart`, `copy` (CopyObject, UploadPartCopy), `delete` (DeleteObject, DeleteObjects),
+//! `versioning` (Get/PutBucketVersioning, ListObjectVersions), `tagging`, `lock` (Object Lock), `lifecycle`,
 //! `restore` (RestoreObject), `acl` (ACLs, bucket policies, Block Public Access), `cors` (CORS configurations,
 //! preflights and the CORS headers of answers), `post_object` (HTML form uploads with V4 POST policies); `auth`
 //! checks every signature and decides every operation for its signer (`permafrost-access`, docs/security.md); store errors
