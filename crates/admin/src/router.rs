@@ -168,24 +168,55 @@ impl std::fmt::Display for ApiError {
     }
 }
 
+/// The admin API status of a store error, by variant: not found 404, refused by a rule (Object Lock) 403, a
+/// conflict with the state of the bucket or object 409, a malformed or unfit request 400, a range outside the
+/// object 416, a condition that does not hold 412, busy or the catalog database gone 503 (retry), anything else 500. The code in the JSON answer is
+/// the S3 code of the error (`StoreError::s3_code`).
+pub fn store_error_status(e: &permafrost_store::StoreError) -> StatusCode {
+    use permafrost_store::StoreError as E;
+    match e {
+        E::NoSuchBucket(_) | E::NoSuchKey { .. } | E::NoSuchUpload(_) | E::NoSuchVersion(_) => {
+            StatusCode::NOT_FOUND
+        }
+        E::AccessDenied(_) | E::InvalidObjectState(_) => StatusCode::FORBIDDEN,
+        E::BucketNotEmpty(_)
+        | E::BucketAlreadyOwnedByYou(_)
+        | E::InvalidBucketState(_)
+        | E::RestoreAlreadyInProgress(_) => StatusCode::CONFLICT,
+        E::BadDigest(_)
+        | E::InvalidDigest(_)
+        | E::InvalidPart(_)
+        | E::InvalidPartOrder(_)
+        | E::EntityTooSmall(_)
+        | E::InvalidArgument(_)
+        | E::InvalidRequest(_)
+        | E::InvalidStorageClass(_)
+        | E::InvalidTag(_) => StatusCode::BAD_REQUEST,
+        E::MethodNotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,
+        E::PreconditionFailed(_) => StatusCode::PRECONDITION_FAILED,
+        E::InvalidRange(_) | E::InvalidPartNumber(_) => StatusCode::RANGE_NOT_SATISFIABLE,
+        E::SlowDown(_) | E::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+        E::NotPersisted(_) | E::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+    }
+}
+
 impl From<permafrost_store::StoreError> for ApiError {
     fn from(e: permafrost_store::StoreError) -> ApiError {
-        let status = match e.s3_code() {
-            "NoSuchKey" | "NoSuchBucket" | "NoSuchUpload" => StatusCode::NOT_FOUND,
-            "InvalidArgument" | "InvalidRequest" | "InvalidBucketName" => StatusCode::BAD_REQUEST,
-            "BucketNotEmpty" | "BucketAlreadyOwnedByYou" | "BucketAlreadyExists" => {
-                StatusCode::CONFLICT
-            }
-            "SlowDown" => StatusCode::SERVICE_UNAVAILABLE,
-            _ => return ApiError::internal(e.to_string()),
-        };
-        ApiError::new(status, e.s3_code(), e.to_string())
+        match store_error_status(&e) {
+            StatusCode::INTERNAL_SERVER_ERROR => ApiError::internal(e.to_string()),
+            status => ApiError::new(status, e.s3_code(), e.to_string()),
+        }
     }
 }
 
 impl From<permafrost_catalog::CatalogError> for ApiError {
     fn from(e: permafrost_catalog::CatalogError) -> ApiError {
-        permafrost_store::StoreError::from(e).into()
+        use permafrost_catalog::CatalogError as C;
+        match e {
+            C::NoSuchAccessKey(_) => ApiError::not_found(e.to_string()),
+            C::AccessKeyExists(_) => ApiError::conflict(e.to_string()),
+            other => permafrost_store::StoreError::from(other).into(),
+        }
     }
 }
 
@@ -441,5 +472,105 @@ mod tests {
         assert_eq!(percent_decode("100%"), "100%");
         assert_eq!(percent_decode("%zz"), "%zz");
         assert_eq!(percent_decode("caf%C3%A9"), "café");
+    }
+
+    /// Every store error, with the admin status it must map to. Exhaustive: a new variant does not compile until
+    /// it has its line here.
+    fn expected_status(e: &permafrost_store::StoreError) -> u16 {
+        use permafrost_store::StoreError as E;
+        match e {
+            E::NoSuchBucket(_) | E::NoSuchKey { .. } | E::NoSuchUpload(_) | E::NoSuchVersion(_) => {
+                404
+            }
+            E::AccessDenied(_) | E::InvalidObjectState(_) => 403,
+            E::BucketNotEmpty(_)
+            | E::BucketAlreadyOwnedByYou(_)
+            | E::InvalidBucketState(_)
+            | E::RestoreAlreadyInProgress(_) => 409,
+            E::BadDigest(_)
+            | E::InvalidDigest(_)
+            | E::InvalidPart(_)
+            | E::InvalidPartOrder(_)
+            | E::EntityTooSmall(_)
+            | E::InvalidArgument(_)
+            | E::InvalidRequest(_)
+            | E::InvalidStorageClass(_)
+            | E::InvalidTag(_) => 400,
+            E::MethodNotAllowed(_) => 405,
+            E::PreconditionFailed(_) => 412,
+            E::InvalidRange(_) | E::InvalidPartNumber(_) => 416,
+            E::SlowDown(_) | E::Unavailable(_) => 503,
+            E::NotPersisted(_) | E::Internal(_) => 500,
+        }
+    }
+
+    #[test]
+    fn every_store_error_maps_to_its_admin_status_and_s3_code() {
+        use permafrost_store::StoreError as E;
+        let m = || "what went wrong".to_owned();
+        let errors = vec![
+            E::NoSuchBucket(m()),
+            E::NoSuchKey {
+                bucket: "b".into(),
+                key: "k".into(),
+            },
+            E::BucketNotEmpty(m()),
+            E::BucketAlreadyOwnedByYou(m()),
+            E::BadDigest(m()),
+            E::InvalidDigest(m()),
+            E::SlowDown(m()),
+            E::InvalidRange(m()),
+            E::InvalidPart(m()),
+            E::InvalidPartOrder(m()),
+            E::NoSuchUpload(m()),
+            E::EntityTooSmall(m()),
+            E::InvalidArgument(m()),
+            E::NoSuchVersion(m()),
+            E::AccessDenied(m()),
+            E::InvalidBucketState(m()),
+            E::InvalidRequest(m()),
+            E::InvalidObjectState(m()),
+            E::RestoreAlreadyInProgress(m()),
+            E::InvalidStorageClass(m()),
+            E::MethodNotAllowed(m()),
+            E::InvalidTag(m()),
+            E::InvalidPartNumber(m()),
+            E::PreconditionFailed(m()),
+            E::NotPersisted(m()),
+            E::Unavailable(m()),
+            E::Internal(m()),
+        ];
+        for e in errors {
+            let (status, code, message) = (expected_status(&e), e.s3_code(), e.to_string());
+            let api = ApiError::from(e);
+            assert_eq!(api.status.as_u16(), status, "{message}");
+            let code = if status == 500 { "InternalError" } else { code };
+            assert_eq!(api.code, code, "{message}");
+            assert_eq!(api.message, message);
+        }
+    }
+
+    #[test]
+    fn catalog_errors_keep_their_kind_in_the_admin_api() {
+        use permafrost_catalog::CatalogError as C;
+        let status = |e: C| ApiError::from(e).status.as_u16();
+        assert_eq!(status(C::NoSuchAccessKey("k".into())), 404);
+        assert_eq!(status(C::AccessKeyExists("k".into())), 409);
+        assert_eq!(
+            status(C::NoSuchVersion {
+                bucket: "b".into(),
+                key: "k".into(),
+                version_id: "v".into()
+            }),
+            404
+        );
+        assert_eq!(status(C::Locked("retention until 2030".into())), 403);
+        assert_eq!(
+            status(C::Unreachable(
+                "catalog database postgresql://h/db: cannot connect".into()
+            )),
+            503
+        );
+        assert_eq!(status(C::Corrupt("a row".into())), 500);
     }
 }

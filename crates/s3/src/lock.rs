@@ -48,9 +48,9 @@ pub(crate) async fn put_object_lock_configuration(
                 match n {
                     None => Ok(None),
                     Some(n) if n > 0 => Ok(Some(n as u32)),
-                    Some(n) => Err(s3_error(StoreError::InvalidArgument(format!(
-                        "default retention of {n}: must be positive"
-                    )))),
+                    Some(n) => Err(crate::error::invalid_retention_period(format!(
+                        "a default retention of {n} days or years: the period must be a positive whole number"
+                    ))),
                 }
             };
             Some(permafrost_store::DefaultRetention {

@@ -100,7 +100,7 @@ pub(crate) async fn put_bucket_tagging(
         .map(|t| (t.key.unwrap_or_default(), t.value.unwrap_or_default()))
         .collect();
     if tags.len() > 50 {
-        return Err(s3_error(StoreError::InvalidArgument(format!(
+        return Err(s3_error(StoreError::InvalidTag(format!(
             "{} tags: a bucket can have at most 50",
             tags.len()
         ))));

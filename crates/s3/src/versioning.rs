@@ -102,9 +102,9 @@ pub(crate) async fn put_bucket_versioning(
         Some(BucketVersioningStatus::ENABLED) => Versioning::Enabled,
         Some(BucketVersioningStatus::SUSPENDED) => Versioning::Suspended,
         other => {
-            return Err(s3_error(StoreError::InvalidArgument(format!(
+            return Err(crate::error::malformed_xml(format!(
                 "versioning status {other:?}: expected Enabled or Suspended"
-            ))))
+            )))
         }
     };
     update_archive(store, &input.bucket, move |a| {

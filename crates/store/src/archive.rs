@@ -717,27 +717,28 @@ impl Store {
     }
 }
 
-/// S3's tag limits: at most 10 per object, keys up to 128 and values up to 256 characters, keys unique.
+/// S3's tag limits: at most 10 per object, keys up to 128 and values up to 256 characters, keys unique
+/// (`InvalidTag` otherwise).
 pub fn validate_tags(tags: &[(String, String)]) -> Result<()> {
     if tags.len() > 10 {
-        return Err(StoreError::InvalidArgument(format!(
+        return Err(StoreError::InvalidTag(format!(
             "{} tags: an object can have at most 10",
             tags.len()
         )));
     }
     for (i, (k, v)) in tags.iter().enumerate() {
         if k.is_empty() || k.chars().count() > 128 || v.chars().count() > 256 {
-            return Err(StoreError::InvalidArgument(format!(
+            return Err(StoreError::InvalidTag(format!(
                 "tag {k:?}={v:?}: keys have 1 to 128 characters, values at most 256"
             )));
         }
         if k == crate::store::DATASET_TAG && v.trim_matches('/').is_empty() {
-            return Err(StoreError::InvalidArgument(format!(
+            return Err(StoreError::InvalidTag(format!(
                 "tag {k:?} names the object's dataset and cannot be empty"
             )));
         }
         if tags[..i].iter().any(|(other, _)| other == k) {
-            return Err(StoreError::InvalidArgument(format!(
+            return Err(StoreError::InvalidTag(format!(
                 "tag key {k:?} appears twice"
             )));
         }

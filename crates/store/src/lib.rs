@@ -66,6 +66,7 @@ pub use mount::{CacheReservation, FsError, Residence, Usage};
 pub use multipart::{CompletedPart, CompletionChecksums, PartOfVersion, PART_NUMBER_MAX};
 pub use multipart_checksum::{ChecksumType, UploadChecksum};
 pub use permafrost_catalog::now_ms;
+pub use permafrost_catalog::WriteCondition;
 pub use permafrost_catalog::{
     AttributeChange, BucketArchive, BucketRecord, BucketSettings, Compression, ContentId,
     ContentRecord, ContentState, DefaultRetention, DeleteOutcome, DirAttrs, DirRecord, Encoding,
@@ -74,7 +75,6 @@ pub use permafrost_catalog::{
     RestoreTier, Retention, StorageClass, StoredForm, VersionPage, VersionQuery, VersionRecord,
     Versioning, NULL_VERSION,
 };
-pub use permafrost_catalog::WriteCondition;
 pub use permafrost_engine::WriteMode;
 pub use prefetch::{
     CacheReads, HotChange, KeepHotReport, HOT_PREFIXES_MAX, LIST_SCAN_MAX, QUEUE_MAX,
@@ -90,7 +90,9 @@ pub use store::{
 };
 pub use summary::{DiskCounts, GridBytes, StateCount, StatusSummary, ENERGY_SCOPE};
 
-/// Errors of the store. Each variant maps to one S3 error code (its name) in `crates/s3`.
+/// Errors of the store. Each variant says what happened; `crates/s3` maps each to one S3 error code (its name, see
+/// [`StoreError::s3_code`]) and `crates/admin` to one HTTP status. A message is for people: code decides by the
+/// variant, never by the text.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
     #[error("no such bucket: {0}")]
@@ -137,6 +139,10 @@ pub enum StoreError {
     InvalidStorageClass(String),
     #[error("method not allowed: {0}")]
     MethodNotAllowed(String),
+    /// A tag set that breaks S3's rules: too many tags, an empty or too long key, a too long value, a key twice
+    /// (S3 `InvalidTag`).
+    #[error("invalid tag: {0}")]
+    InvalidTag(String),
     /// A `partNumber` beyond the object's last part (S3 `InvalidPartNumber`, 416).
     #[error("invalid part number: {0}")]
     InvalidPartNumber(String),
@@ -146,6 +152,10 @@ pub enum StoreError {
     /// A persist run ended with referenced contents still not on the grid (named in the message).
     #[error("not persisted: {0}")]
     NotPersisted(String),
+    /// The catalog database cannot be used now (PostgreSQL stopped or unreachable, a statement failed): nothing
+    /// changed, and the request may be retried (S3 `ServiceUnavailable`, 503).
+    #[error("{0}")]
+    Unavailable(String),
     #[error("internal error: {0}")]
     Internal(String),
 }
@@ -175,9 +185,11 @@ impl StoreError {
             StoreError::RestoreAlreadyInProgress(_) => "RestoreAlreadyInProgress",
             StoreError::InvalidStorageClass(_) => "InvalidStorageClass",
             StoreError::MethodNotAllowed(_) => "MethodNotAllowed",
+            StoreError::InvalidTag(_) => "InvalidTag",
             StoreError::InvalidPartNumber(_) => "InvalidPartNumber",
             StoreError::PreconditionFailed(_) => "PreconditionFailed",
             StoreError::NotPersisted(_) => "InternalError",
+            StoreError::Unavailable(_) => "ServiceUnavailable",
             StoreError::Internal(_) => "InternalError",
         }
     }
@@ -201,7 +213,14 @@ impl From<permafrost_catalog::CatalogError> for StoreError {
             C::InvalidBucketState(m) => StoreError::InvalidBucketState(m),
             C::InvalidRequest(m) => StoreError::InvalidRequest(m),
             C::PreconditionFailed(m) => StoreError::PreconditionFailed(m),
-            other => StoreError::Internal(other.to_string()),
+            e @ (C::Database { .. } | C::Unreachable(_)) => StoreError::Unavailable(e.to_string()),
+            e @ (C::NoSuchAccessKey(_)
+            | C::AccessKeyExists(_)
+            | C::NoSuchContent(_)
+            | C::NoRoom { .. }
+            | C::Corrupt(_)
+            | C::Refused { .. }
+            | C::Sync { .. }) => StoreError::Internal(e.to_string()),
         }
     }
 }
@@ -255,5 +274,39 @@ mod io_error_tests {
         );
         let other = io_error("cannot read", std::io::Error::from_raw_os_error(libc::EIO));
         assert!(matches!(other, StoreError::Internal(_)), "{other}");
+    }
+}
+
+#[cfg(test)]
+mod catalog_error_tests {
+    use super::*;
+    use permafrost_catalog::CatalogError as C;
+
+    #[test]
+    fn a_catalog_database_out_of_reach_is_unavailable_not_internal() {
+        let unreachable = StoreError::from(C::Unreachable(
+            "catalog database postgresql://db/pf: cannot connect".into(),
+        ));
+        assert!(matches!(&unreachable, StoreError::Unavailable(m) if m.contains("cannot connect")));
+        let failed = StoreError::from(C::Database {
+            path: "postgresql://db/pf".into(),
+            source: permafrost_catalog::SqlError::NoRows,
+        });
+        assert!(matches!(failed, StoreError::Unavailable(_)), "{failed}");
+        assert_eq!(failed.s3_code(), "ServiceUnavailable");
+    }
+
+    #[test]
+    fn catalog_refusals_keep_their_kind() {
+        let locked = StoreError::from(C::Locked("retention until 2030".into()));
+        assert!(matches!(locked, StoreError::AccessDenied(_)));
+        let version = StoreError::from(C::NoSuchVersion {
+            bucket: "b".into(),
+            key: "k".into(),
+            version_id: "v1".into(),
+        });
+        assert!(matches!(&version, StoreError::NoSuchVersion(m) if m.contains("v1")));
+        let corrupt = StoreError::from(C::Corrupt("a row".into()));
+        assert!(matches!(corrupt, StoreError::Internal(_)));
     }
 }
