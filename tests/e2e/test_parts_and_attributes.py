@@ -12,11 +12,13 @@
   and of a delete marker's version id (`405 MethodNotAllowed` with `Last-Modified`); `x-amz-tagging-count` on GET.
 """
 
+import time
 import uuid
 
 import pytest
 from botocore.exceptions import ClientError
 
+from admin import STATE_HEADER, evict
 from conftest import Server, client
 
 MIB = 1 << 20
@@ -178,6 +180,21 @@ def test_reads_by_part_number_of_a_three_part_object(s3, bucket):
     with pytest.raises(ClientError) as excinfo:
         s3.get_object(Bucket=bucket, Key=key, PartNumber=10001)
     assert error_of(excinfo)[:2] == (400, "InvalidArgument")
+
+
+def test_parts_read_back_from_the_grid_after_eviction(s3, server, bucket):
+    """Part reads of a persisted object whose cache copy is gone: read from the disks, verified as range reads."""
+    key, bodies = multipart_object(s3, bucket, "persisted.bin")
+    deadline = time.time() + 120
+    while s3.head_object(Bucket=bucket, Key=key)["ResponseMetadata"]["HTTPHeaders"].get(STATE_HEADER) != "persisted":
+        assert time.time() < deadline, "not persisted after 120 s"
+        time.sleep(0.2)
+    assert evict(server.endpoint) > 0
+    for n in (3, 1, 2):
+        got = s3.get_object(Bucket=bucket, Key=key, PartNumber=n)
+        assert got["ResponseMetadata"]["HTTPStatusCode"] == 206
+        assert got["Body"].read() == bodies[n - 1]
+        assert got["PartsCount"] == 3
 
 
 def test_part_number_one_of_an_object_uploaded_whole_is_all_of_it(s3, bucket):

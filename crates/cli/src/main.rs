@@ -99,11 +99,15 @@ enum SimCommand {
 }
 
 /// The log filter unless `PERMAFROST_LOG` sets one. Warnings and errors; one info line per failed S3 request
-/// (`permafrost_s3::requests`), per request that changed something (the audit trail, `permafrost_s3::audit`) and
-/// per change to access keys (`permafrost_admin::keys`); s3s's own lines are Debug dumps of whole requests and
-/// responses, so they are off (`PERMAFROST_LOG` overrides all of this).
+/// (`permafrost_s3::requests`; every request at debug), per request that changed something (the audit trail,
+/// `permafrost_s3::audit`), per change to access keys (`permafrost_admin::keys`), per persisted batch
+/// (`permafrost_store::persist`), per completed restore (`permafrost_store::restore`) and per disk spin-up with
+/// its reason (`permafrost_disk::power`); s3s's own lines are Debug dumps of whole requests and responses, so
+/// they are off (`PERMAFROST_LOG` overrides all of this; docs/admin.md "Logs").
 const LOG_FILTER_DEFAULT: &str =
-    "warn,s3s=off,permafrost_s3::requests=info,permafrost_s3::audit=info,permafrost_admin::keys=info";
+    "warn,s3s=off,permafrost_s3::requests=info,permafrost_s3::audit=info,\
+     permafrost_admin::keys=info,permafrost_store::persist=info,permafrost_store::restore=info,\
+     permafrost_disk::power=info";
 
 /// Large buffers (read-ahead chunks, IDR batches, upload pieces) go straight to `mmap` and back to the kernel
 /// when freed. glibc otherwise raises its mmap threshold after the first large free (up to 32 MiB), so later

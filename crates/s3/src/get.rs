@@ -1,10 +1,15 @@
-//! GetObject and HeadObject.
+//! GetObject, HeadObject and GetObjectAttributes.
 //!
 //! GET streams the object from the store (the cache, or the grid: one disk spins up) through a bounded channel
 //! (`bridge::download`). Ranges (`bytes=a-b`, `a-`, `-n`) are on the representation returned: decoded bytes
 //! normally; for an object uploaded pre-compressed (`zstd`/`lz4`) and a client whose `Accept-Encoding` names
 //! that encoding, the stored bytes with `Content-Encoding`. HEAD answers from the catalog only (no disk wakes)
 //! and shows the persistence state in [`crate::STATE_HEADER`].
+//!
+//! `?partNumber=N` reads part `N` of a multipart object as a range (`206`, `x-amz-mp-parts-count`; an object
+//! uploaded whole is its own part 1); GetObjectAttributes pages the parts (`x-amz-max-parts`,
+//! `x-amz-part-number-marker`). A read that meets a delete marker is refused with `x-amz-delete-marker: true`
+//! ([`read_error`]), as AWS documents (docs/archive.md, "Multipart objects").
 
 use std::sync::Arc;
 

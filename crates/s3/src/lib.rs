@@ -4,9 +4,11 @@
 //! object store (`permafrost-store`, `docs/store.md`). The protocol (request parsing, XML, AWS Signature V4 in
 //! headers, presigned URLs and `aws-chunked` bodies) is the `s3s` crate's; this crate maps S3 operations to the
 //! store, one module per family of operations: [`bucket`](crate) (ListBuckets, CreateBucket, DeleteBucket,
-//! HeadBucket, GetBucketLocation), `put`, `get` (GetObject with ranges, HeadObject), `list` (ListObjectsV2,
-//! ListObjects), `multipart`, `copy` (CopyObject, UploadPartCopy), `delete` (DeleteObject, DeleteObjects),
-//! `versioning` (Get/PutBucketVersioning, ListObjectVersions), `tagging`, `lock` (Object Lock), `lifecycle`,
+//! HeadBucket, GetBucketLocation), `put`, `get` (GetObject with ranges and `partNumber`, HeadObject,
+//! GetObjectAttributes with paged parts; `x-amz-delete-marker` on reads that meet a delete marker), `list`
+//! (ListObjectsV2, ListObjects), `multipart` (a completion retried after success is answered again), `copy`
+//! (CopyObject, UploadPartCopy), `delete` (DeleteObject, DeleteObjects), `versioning` (Get/PutBucketVersioning,
+//! ListObjectVersions), `tagging`, `lock` (Object Lock), `lifecycle`,
 //! `restore` (RestoreObject), `acl` (ACLs, bucket policies, Block Public Access), `cors` (CORS configurations,
 //! preflights and the CORS headers of answers), `post_object` (HTML form uploads with V4 POST policies); `auth`
 //! checks every signature and decides every operation for its signer (`permafrost-access`, docs/security.md); store errors
@@ -47,8 +49,13 @@
 //! encoding gets the stored bytes with `Content-Encoding`; any other GET gets the decoded bytes, and ranges
 //! apply to the representation returned.
 //!
-//! - A failed request is logged as one line (method, path, status, S3 code and message; 4xx at info, 5xx at
-//!   error), never with its query string (a presigned URL's signature is there).
+//! - Every answer carries `x-amz-request-id` (16 hex digits, unique per request) and `x-amz-id-2`; S3 error
+//!   bodies carry them as `<RequestId>` and `<HostId>` (`server`). Every request is one log line naming the
+//!   operation, bucket, key, status, S3 code, request id and access key, with the message unescaped, never the
+//!   query string (a presigned URL's signature is there): reads that succeed and probes that find nothing at
+//!   debug, changes at info (the audit trail), failures at info (4xx) or error (5xx) (`docs/admin.md`, "Logs").
+//! - Store errors become S3 errors in one place (`error`), by variant: the catalog database gone is
+//!   `503 ServiceUnavailable`, a retry may succeed.
 //!
 //! - Conditional requests as S3 answers them (`conditional`): GET and HEAD decide `If-Match`, `If-None-Match`,
 //!   `If-Modified-Since` and `If-Unmodified-Since` from the catalog (`304`/`412`; no disk wakes), copies the

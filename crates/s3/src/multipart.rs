@@ -8,7 +8,9 @@
 //! for the whole object and stores the object's composite or full-object value (the store's
 //! `multipart_checksum.rs`). Should completing still take longer than [`COMPLETE_INLINE_MS`], the answer
 //! becomes a `200 OK` whose XML body is preceded by whitespace sent every 100 ms until the result (or the error)
-//! is known, as S3 does, so clients do not time out.
+//! is known, as S3 does, so clients do not time out. A completion retried after it succeeded (the client timed
+//! out before the answer) is answered `200` with the same result while the version it created exists; another
+//! part list is `InvalidPart` (the store's `completed_again`, docs/archive.md "Multipart objects").
 
 use std::sync::Arc;
 use std::time::Duration;

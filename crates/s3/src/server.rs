@@ -80,11 +80,28 @@ fn declares_no_body(headers: &HeaderMap) -> bool {
 ///   `Expect`, never sent), and the client must not reuse a connection whose state it cannot know.
 ///
 /// A fresh connection costs one TCP handshake.
+///
+/// Every answer carries `x-amz-request-id` and `x-amz-id-2` ([`RequestIds`]); S3 error bodies carry them as
+/// `<RequestId>` and `<HostId>`, and the request's log line names the request id.
 async fn handle(
     s3: S3Service,
     admin: Admin,
     cluster: Option<Arc<ClusterNode>>,
     request: Request<Incoming>,
+) -> Result<Response<Body>, HttpError> {
+    let ids = RequestIds::new(cluster.as_deref().map(|c| c.node_name.as_str()));
+    let mut response = answer(s3, admin, cluster, request, &ids).await?;
+    ids.stamp(&mut response);
+    Ok(response)
+}
+
+/// [`handle`] under the request's ids.
+async fn answer(
+    s3: S3Service,
+    admin: Admin,
+    cluster: Option<Arc<ClusterNode>>,
+    request: Request<Incoming>,
+    ids: &RequestIds,
 ) -> Result<Response<Body>, HttpError> {
     let (method, path) = (request.method().clone(), request.uri().path().to_owned());
     // The admin API, metrics and dashboard, unless signed like S3 (then s3s checks the signature and its route
@@ -146,13 +163,22 @@ async fn handle(
     }
     crate::cors::depart(browser, &mut response);
     let status = response.status();
-    // Logged before the metrics wrap the body (the log names the error code read from it).
+    // Stamped and logged before the metrics wrap the body (the log names the error code read from it).
+    ids.stamp(&mut response);
     let signer = admin.access().signer_name(access_key.as_deref());
+    let line = RequestLine {
+        operation,
+        path: &path,
+        response: &response,
+        request_id: &ids.request_id,
+        access_key: access_key.as_deref(),
+        signer: &signer,
+        elapsed: started.elapsed(),
+    };
     if audited(&method, status) {
-        audit(&admin, &method, &path, &response, operation, &signer);
-    } else if !status.is_success() && !status.is_redirection() {
-        log_failure(&method, &path, &response, operation, &signer);
+        audit(&admin, &method, &line);
     }
+    line.log(audited(&method, status));
     if !path.starts_with(crate::RESERVED_PREFIX) {
         response = crate::metrics::timed(
             response,
@@ -204,7 +230,7 @@ fn explain_signature_mismatch(response: &mut Response<Body>, access_key: Option<
         return;
     }
     let message = format!(
-        "The request signature we calculated does not match the signature you provided: the string to sign          differed. Check the secret key of access key {} and your signing method.",
+        "The request signature we calculated does not match the signature you provided: the string to sign differed. Check the secret key of access key {} and your signing method.",
         access_key.unwrap_or("(none given)")
     );
     let xml = format!(
@@ -288,80 +314,326 @@ fn audited(method: &http::Method, status: http::StatusCode) -> bool {
         || status == http::StatusCode::FORBIDDEN
 }
 
+/// The ids of one request, as S3 gives them: `x-amz-request-id` (16 uppercase hex digits, unique per request)
+/// and `x-amz-id-2`, the extended id (base64 of a SHA-256 over the node's name and the request id).
+pub(crate) struct RequestIds {
+    pub(crate) request_id: String,
+    pub(crate) host_id: String,
+}
+
+impl RequestIds {
+    /// Fresh ids for a request to `node` (a cluster node's name; `None` for a single server).
+    pub(crate) fn new(node: Option<&str>) -> RequestIds {
+        let request_id = next_request_id();
+        let digest = <sha2::Sha256 as sha2::Digest>::digest(
+            format!("{}/{request_id}", node.unwrap_or("permafrost")).as_bytes(),
+        );
+        let host_id = base64::Engine::encode(&base64::engine::general_purpose::STANDARD, digest);
+        RequestIds {
+            request_id,
+            host_id,
+        }
+    }
+
+    /// Put the ids on `response`: both headers, and into an S3 XML error body that has no `<RequestId>` yet
+    /// (a body the metrics already wrap is left as it is; its headers still get the ids).
+    pub(crate) fn stamp(&self, response: &mut Response<Body>) {
+        for (name, value) in [
+            ("x-amz-request-id", &self.request_id),
+            ("x-amz-id-2", &self.host_id),
+        ] {
+            if let Ok(value) = HeaderValue::from_str(value) {
+                response.headers_mut().insert(name, value);
+            }
+        }
+        if response.status().is_success() {
+            return;
+        }
+        let Some(bytes) = response.body().bytes() else {
+            return;
+        };
+        let Ok(text) = std::str::from_utf8(&bytes) else {
+            return;
+        };
+        let Some(end) = text.rfind("</Error>") else {
+            return;
+        };
+        if text.contains("<RequestId>") {
+            return;
+        }
+        let xml = format!(
+            "{}<RequestId>{}</RequestId><HostId>{}</HostId>{}",
+            &text[..end],
+            self.request_id,
+            self.host_id,
+            &text[end..]
+        );
+        response
+            .headers_mut()
+            .insert(http::header::CONTENT_LENGTH, HeaderValue::from(xml.len()));
+        *response.body_mut() = Body::from(xml);
+    }
+}
+
+/// A request id: 16 uppercase hex digits, distinct for every request of the process (a bijective mix of a
+/// counter from a per-process seed, so ids do not repeat within 2^64 requests and differ between runs).
+fn next_request_id() -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static SEED: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let seed = *SEED.get_or_init(|| {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(0);
+        nanos ^ (u64::from(std::process::id()) << 40)
+    });
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    format!("{:016X}", splitmix64(seed.wrapping_add(n)))
+}
+
+/// SplitMix64's finaliser: a bijection of `u64` that scatters consecutive inputs.
+fn splitmix64(x: u64) -> u64 {
+    let mut z = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
 /// The audit trail of one request: a `request` event with who signed it, the operation, the bucket and key (as
-/// in the path), the status and the S3 code, and its log line: success at info (target
-/// `permafrost_s3::audit`), a failure as [`log_failure`] says it.
-fn audit(
-    admin: &Admin,
-    method: &http::Method,
-    path: &str,
-    response: &Response<Body>,
-    operation: &str,
-    signer: &str,
-) {
-    let status = response.status();
-    let code = error_code_and_message(response.body())
+/// in the path), the status, the S3 code and the request id. Its log line is the request's [`RequestLine`].
+fn audit(admin: &Admin, method: &http::Method, line: &RequestLine<'_>) {
+    let status = line.response.status();
+    let code = error_code_and_message(line.response.body())
         .map(|(c, _)| c)
         .unwrap_or_default();
-    let (bucket, key) = path
+    let (bucket, key) = line
+        .path
         .trim_start_matches('/')
         .split_once('/')
-        .unwrap_or((path.trim_start_matches('/'), ""));
+        .unwrap_or((line.path.trim_start_matches('/'), ""));
     let outcome = if code.is_empty() {
         status.as_u16().to_string()
     } else {
         format!("{} {code}", status.as_u16())
     };
-    let line = format!("{signer} {operation} {method} {path}: {outcome}");
-    if status.is_success() || status.is_redirection() {
-        tracing::info!(target: "permafrost_s3::audit", "{line}");
-    } else {
-        log_failure(method, path, response, operation, signer);
-    }
+    let text = format!(
+        "{} {} {method} {}: {outcome}",
+        line.signer, line.operation, line.path
+    );
     admin.events().emit(
         "request",
-        line,
+        text,
         serde_json::json!({
-            "key": signer,
-            "operation": operation,
+            "key": line.signer,
+            "operation": line.operation,
             "method": method.as_str(),
             "bucket": bucket,
             "object": key,
             "status": status.as_u16(),
             "code": code,
+            "request_id": line.request_id,
         }),
     );
 }
 
-/// One log line per failed request, in words: method, path (never the query: a presigned URL's signature is
-/// there), status, S3 code and message, the operation and who signed it. Client errors (4xx) at info,
-/// `NotImplemented` at warn, other server errors at error. (s3s's own log lines, Debug dumps of whole
-/// responses, are switched off by the binary.)
-fn log_failure(
-    method: &http::Method,
-    path: &str,
-    response: &Response<Body>,
+/// Error codes that answer a client's probe for an optional configuration (a bucket without a policy, CORS
+/// rules, tags, Object Lock, lifecycle rules, Block Public Access, encryption, …): expected, logged at debug.
+const PROBE_NOT_FOUND_CODES: &[&str] = &[
+    "NoSuchBucketPolicy",
+    "NoSuchCORSConfiguration",
+    "NoSuchTagSet",
+    "ObjectLockConfigurationNotFoundError",
+    "NoSuchObjectLockConfiguration",
+    "NoSuchLifecycleConfiguration",
+    "NoSuchPublicAccessBlockConfiguration",
+    "ServerSideEncryptionConfigurationNotFoundError",
+    "NoSuchWebsiteConfiguration",
+    "ReplicationConfigurationNotFoundError",
+    "OwnershipControlsNotFoundError",
+];
+
+/// The level of a request's log line: a success at debug (one that changed something at info, the audit
+/// trail), an expected "not found" ([`PROBE_NOT_FOUND_CODES`], a `HEAD` of a missing object or bucket) at
+/// debug, another client error (4xx) at info, `NotImplemented` at warn, other server errors at error.
+fn line_level(
     operation: &str,
-    signer: &str,
-) {
-    let status = response.status();
-    let (code, message) = error_code_and_message(response.body()).unwrap_or_default();
-    let detail = match (code.is_empty(), message.is_empty()) {
-        (true, _) => String::new(),
-        (false, true) => format!(" {code}"),
-        (false, false) => format!(" {code}: {message}"),
-    };
-    let line = format!(
-        "{method} {path}: {}{detail} ({operation}, key {signer})",
-        status.as_u16()
-    );
-    if status.is_client_error() {
-        tracing::info!(target: "permafrost_s3::requests", "{line}");
-    } else if code == "NotImplemented" {
-        tracing::warn!(target: "permafrost_s3::requests", "{line}");
-    } else {
-        tracing::error!(target: "permafrost_s3::requests", "{line}");
+    status: http::StatusCode,
+    code: &str,
+    audited: bool,
+) -> tracing::Level {
+    if status.is_success() || status.is_redirection() {
+        return if audited {
+            tracing::Level::INFO
+        } else {
+            tracing::Level::DEBUG
+        };
     }
+    let probe = PROBE_NOT_FOUND_CODES.contains(&code)
+        || (status == http::StatusCode::NOT_FOUND
+            && matches!(operation, "HeadObject" | "HeadBucket"));
+    if probe {
+        tracing::Level::DEBUG
+    } else if status.is_client_error() {
+        tracing::Level::INFO
+    } else if code == "NotImplemented" {
+        tracing::Level::WARN
+    } else {
+        tracing::Level::ERROR
+    }
+}
+
+/// One request as its log line says it.
+struct RequestLine<'a> {
+    operation: &'a str,
+    /// The request's path (never the query: a presigned URL's signature is there).
+    path: &'a str,
+    response: &'a Response<Body>,
+    request_id: &'a str,
+    /// The access key id the request was signed with (`None`: unsigned).
+    access_key: Option<&'a str>,
+    /// The name of that key (`root`, `anonymous`, a key's name, `unknown key ID`).
+    signer: &'a str,
+    elapsed: Duration,
+}
+
+impl RequestLine<'_> {
+    /// The line, `field=value` after the operation, the S3 error message (XML escapes decoded) after a colon:
+    /// `GetObject bucket=runs key=2026/scan.bin status=404 code=NoSuchKey request_id=1F0C… access_key=AKIA…
+    /// signer=root ms=2: no such key: runs/2026/scan.bin`. Values with spaces, quotes or `=` are quoted; an
+    /// empty one is `-`.
+    fn text(&self) -> String {
+        let (code, message) = error_code_and_message(self.response.body()).unwrap_or_default();
+        let (bucket, key) = if self.path.starts_with(crate::RESERVED_PREFIX) {
+            (String::new(), percent_decode(self.path))
+        } else {
+            let path = self.path.trim_start_matches('/');
+            let (bucket, key) = path.split_once('/').unwrap_or((path, ""));
+            (percent_decode(bucket), percent_decode(key))
+        };
+        let mut line = format!(
+            "{} bucket={} key={} status={} code={} request_id={} access_key={} signer={} ms={}",
+            self.operation,
+            field(&bucket),
+            field(&key),
+            self.response.status().as_u16(),
+            field(&code),
+            self.request_id,
+            field(self.access_key.unwrap_or("")),
+            field(self.signer),
+            self.elapsed.as_millis(),
+        );
+        if !message.is_empty() {
+            line.push_str(": ");
+            line.push_str(&xml_unescape(&message));
+        }
+        line
+    }
+
+    /// Log the line at [`line_level`]: target `permafrost_s3::audit` for a request that changed something and
+    /// succeeded, `permafrost_s3::requests` for the others.
+    fn log(&self, audited: bool) {
+        let status = self.response.status();
+        let code = error_code_and_message(self.response.body())
+            .map(|(c, _)| c)
+            .unwrap_or_default();
+        let level = line_level(self.operation, status, &code, audited);
+        let text = self.text();
+        let audit_line = audited && (status.is_success() || status.is_redirection());
+        match (level, audit_line) {
+            (tracing::Level::INFO, true) => {
+                tracing::info!(target: "permafrost_s3::audit", "{text}")
+            }
+            (tracing::Level::DEBUG, _) => {
+                tracing::debug!(target: "permafrost_s3::requests", "{text}")
+            }
+            (tracing::Level::INFO, _) => {
+                tracing::info!(target: "permafrost_s3::requests", "{text}")
+            }
+            (tracing::Level::WARN, _) => {
+                tracing::warn!(target: "permafrost_s3::requests", "{text}")
+            }
+            _ => tracing::error!(target: "permafrost_s3::requests", "{text}"),
+        }
+    }
+}
+
+/// A log field's value: as it is, `-` when empty, quoted (Rust string syntax) when it has spaces, quotes, `=`
+/// or control characters.
+fn field(value: &str) -> std::borrow::Cow<'_, str> {
+    if value.is_empty() {
+        "-".into()
+    } else if value
+        .chars()
+        .any(|c| c.is_whitespace() || c.is_control() || matches!(c, '"' | '=' | '\\'))
+    {
+        format!("{value:?}").into()
+    } else {
+        value.into()
+    }
+}
+
+/// A path segment percent-decoded (kept as it is when the result is not UTF-8).
+fn percent_decode(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = |b: u8| (b as char).to_digit(16);
+        match (bytes[i], bytes.get(i + 1), bytes.get(i + 2)) {
+            (b'%', Some(&h), Some(&l)) if hex(h).is_some() && hex(l).is_some() => {
+                out.push((hex(h).unwrap_or(0) * 16 + hex(l).unwrap_or(0)) as u8);
+                i += 3;
+            }
+            (b, _, _) => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8(out).unwrap_or_else(|_| s.to_owned())
+}
+
+/// Text of an XML element with its escapes decoded: the five named entities and numeric references (an
+/// unknown or malformed one is kept as it is).
+fn xml_unescape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut rest = s;
+    while let Some(at) = rest.find('&') {
+        out.push_str(&rest[..at]);
+        rest = &rest[at..];
+        let decoded = rest.find(';').and_then(|end| {
+            let entity = &rest[1..end];
+            let c = match entity {
+                "quot" => Some('"'),
+                "apos" => Some('\''),
+                "amp" => Some('&'),
+                "lt" => Some('<'),
+                "gt" => Some('>'),
+                _ => {
+                    let number = entity.strip_prefix('#')?;
+                    let value = match number.strip_prefix(['x', 'X']) {
+                        Some(hex) => u32::from_str_radix(hex, 16).ok()?,
+                        None => number.parse().ok()?,
+                    };
+                    char::from_u32(value)
+                }
+            }?;
+            Some((c, end + 1))
+        });
+        match decoded {
+            Some((c, length)) => {
+                out.push(c);
+                rest = &rest[length..];
+            }
+            None => {
+                out.push('&');
+                rest = &rest[1..];
+            }
+        }
+    }
+    out.push_str(rest);
+    out
 }
 
 /// Serve S3 on `listener` until `shutdown` completes; then stop accepting, let requests in flight finish (up to
@@ -492,5 +764,161 @@ mod tests {
             "transfer-encoding",
             "chunked"
         )])));
+    }
+
+    #[test]
+    fn request_ids_are_16_uppercase_hex_digits_and_distinct() {
+        let ids: std::collections::HashSet<String> = (0..10_000)
+            .map(|_| RequestIds::new(None).request_id)
+            .collect();
+        assert_eq!(ids.len(), 10_000);
+        for id in ids.iter().take(50) {
+            assert_eq!(id.len(), 16, "{id}");
+            assert!(
+                id.chars()
+                    .all(|c| c.is_ascii_digit() || c.is_ascii_uppercase()),
+                "{id}"
+            );
+        }
+    }
+
+    fn error_response(status: u16, xml: &str) -> Response<Body> {
+        let mut response = Response::new(Body::from(xml.to_owned()));
+        *response.status_mut() = http::StatusCode::from_u16(status).unwrap();
+        response
+    }
+
+    #[test]
+    fn an_error_body_gets_the_request_id_and_host_id_and_every_answer_the_headers() {
+        let ids = RequestIds::new(Some("n1"));
+        let mut response = error_response(
+            404,
+            "<?xml version=\"1.0\"?><Error><Code>NoSuchKey</Code><Message>m</Message></Error>",
+        );
+        ids.stamp(&mut response);
+        let body = response.body().bytes().unwrap();
+        let text = std::str::from_utf8(&body).unwrap();
+        assert!(
+            text.ends_with(&format!(
+                "<RequestId>{}</RequestId><HostId>{}</HostId></Error>",
+                ids.request_id, ids.host_id
+            )),
+            "{text}"
+        );
+        assert_eq!(
+            response.headers()["content-length"],
+            text.len().to_string().as_str()
+        );
+        assert_eq!(
+            response.headers()["x-amz-request-id"],
+            ids.request_id.as_str()
+        );
+        assert_eq!(response.headers()["x-amz-id-2"], ids.host_id.as_str());
+        // Stamped twice: one RequestId.
+        ids.stamp(&mut response);
+        let body = response.body().bytes().unwrap();
+        assert_eq!(
+            std::str::from_utf8(&body)
+                .unwrap()
+                .matches("<RequestId>")
+                .count(),
+            1
+        );
+        let mut ok = Response::new(Body::from("<Error>is the object</Error>".to_owned()));
+        ids.stamp(&mut ok);
+        assert_eq!(
+            ok.body().bytes().unwrap().as_ref(),
+            b"<Error>is the object</Error>"
+        );
+        assert!(ok.headers().contains_key("x-amz-request-id"));
+    }
+
+    #[test]
+    fn the_log_line_names_operation_bucket_key_status_code_ids_and_an_unescaped_message() {
+        let response = error_response(
+            403,
+            "<Error><Code>AccessDenied</Code><Message>key &quot;w&quot; may not &apos;delete&apos; &amp; &lt;more&gt; &#233;</Message></Error>",
+        );
+        let line = RequestLine {
+            operation: "DeleteObject",
+            path: "/photos/2026/my%20cat.jpg",
+            response: &response,
+            request_id: "0123456789ABCDEF",
+            access_key: Some("AKIAEXAMPLE"),
+            signer: "w",
+            elapsed: Duration::from_millis(3),
+        };
+        assert_eq!(
+            line.text(),
+            "DeleteObject bucket=photos key=\"2026/my cat.jpg\" status=403 code=AccessDenied \
+             request_id=0123456789ABCDEF access_key=AKIAEXAMPLE signer=w ms=3: \
+             key \"w\" may not 'delete' & <more> \u{e9}"
+        );
+        let ok = Response::new(Body::empty());
+        let line = RequestLine {
+            operation: "ListBuckets",
+            path: "/",
+            response: &ok,
+            request_id: "0123456789ABCDEF",
+            access_key: None,
+            signer: "anonymous",
+            elapsed: Duration::ZERO,
+        };
+        assert_eq!(
+            line.text(),
+            "ListBuckets bucket=- key=- status=200 code=- request_id=0123456789ABCDEF access_key=- \
+             signer=anonymous ms=0"
+        );
+    }
+
+    #[test]
+    fn probes_that_find_nothing_and_successes_are_debug_failures_info() {
+        use http::StatusCode as S;
+        use tracing::Level as L;
+        assert_eq!(line_level("GetObject", S::OK, "", false), L::DEBUG);
+        assert_eq!(line_level("PutObject", S::OK, "", true), L::INFO);
+        assert_eq!(
+            line_level("GetBucketPolicy", S::NOT_FOUND, "NoSuchBucketPolicy", false),
+            L::DEBUG
+        );
+        assert_eq!(
+            line_level("GetBucketTagging", S::NOT_FOUND, "NoSuchTagSet", false),
+            L::DEBUG
+        );
+        assert_eq!(
+            line_level("HeadObject", S::NOT_FOUND, "NoSuchKey", false),
+            L::DEBUG
+        );
+        assert_eq!(
+            line_level("GetObject", S::NOT_FOUND, "NoSuchKey", false),
+            L::INFO
+        );
+        assert_eq!(
+            line_level("DeleteObject", S::FORBIDDEN, "AccessDenied", true),
+            L::INFO
+        );
+        assert_eq!(
+            line_level("Other", S::NOT_IMPLEMENTED, "NotImplemented", false),
+            L::WARN
+        );
+        assert_eq!(
+            line_level(
+                "GetObject",
+                S::INTERNAL_SERVER_ERROR,
+                "InternalError",
+                false
+            ),
+            L::ERROR
+        );
+    }
+
+    #[test]
+    fn xml_escapes_are_decoded_and_broken_ones_kept() {
+        assert_eq!(xml_unescape("a &amp;&amp; b"), "a && b");
+        assert_eq!(xml_unescape("&#x41;&#66;"), "AB");
+        assert_eq!(
+            xml_unescape("R&D &nope; &#xZZ; end &"),
+            "R&D &nope; &#xZZ; end &"
+        );
     }
 }

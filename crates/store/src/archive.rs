@@ -912,6 +912,17 @@ fn finish(inner: &Inner, id: &ContentId, records: &[RestoreRecord]) -> Result<()
         inner
             .restores
             .event(RESTORE_COMPLETED_EVENT, r, Some(expiry));
+        // One line per completed restore for operators (target `permafrost_store::restore`, on by default).
+        tracing::info!(
+            target: "permafrost_store::restore",
+            "restore of {}/{} (version {}, {}) completed after {} ms; the copy stays until {}",
+            r.bucket,
+            r.key,
+            r.version_id,
+            r.tier,
+            now.saturating_sub(r.requested_ms),
+            permafrost_catalog::iso8601_utc(expiry, false)
+        );
     }
     Ok(())
 }

@@ -5,7 +5,9 @@
 //! one catalog transaction, so completing a 10 GiB upload costs about one catalog commit. Reads, persistence,
 //! salvage and GC follow the list (docs/store.md "Part-list contents"). The ETag is the MD5 of the part MD5s
 //! with the part count, `"hex-N"`, as S3 clients expect; the content id is the BLAKE3 (derive-key mode) of the
-//! part list.
+//! part list. The catalog remembers each completion for a week, so that a completion retried after success is
+//! answered with the version it created; parts of a completed object are read by number as ranges of it
+//! ([`Store::open_version_part`]) and listed with their sizes and checksums ([`Store::version_parts`]).
 
 use std::sync::Arc;
 

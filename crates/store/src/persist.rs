@@ -684,11 +684,26 @@ fn persist_batch(
         &new_extents,
         &ids,
     )?;
+    let started = std::time::Instant::now();
     match write_units(inner, grid_bucket, ready, &units, &records, in_flight) {
         Ok((written, segments, delayed)) => {
             inner
                 .catalog
                 .finish_extents(&written, &segments, &ids, delayed)?;
+            // One line per batch for operators (target `permafrost_store::persist`, on by default).
+            let logical_bytes: u64 = included
+                .iter()
+                .map(|&i| ready[i].content.logical_bytes)
+                .sum();
+            tracing::info!(
+                target: "permafrost_store::persist",
+                "persisted a batch to grid bucket {grid_bucket}: {} contents, {logical_bytes} bytes in {} extents \
+                 of {batch_bytes} bytes, {} ms{}",
+                ids.len(),
+                written.len(),
+                started.elapsed().as_millis(),
+                if delayed { ", parity delayed" } else { "" }
+            );
             Ok(())
         }
         Err(e) => {

@@ -624,8 +624,26 @@ impl PowerManager {
         if !spun_up.is_empty() {
             let spin_up_ms = inner.clock.now_ms() - granted_ms;
             let mut wakes = inner.wakes.lock();
-            for (&seq, failed) in seqs.iter().zip(controller_failed) {
-                wakes.complete(seq, spin_up_ms, failed);
+            for (&seq, failed) in seqs.iter().zip(&controller_failed) {
+                wakes.complete(seq, spin_up_ms, *failed);
+            }
+            drop(wakes);
+            // One line per spin-up for operators, with its reason (target `permafrost_disk::power`, on by
+            // default).
+            let reason = context.as_ref().map_or_else(
+                || WakeKind::Unattributed.to_string(),
+                |c| c.reason.to_string(),
+            );
+            for (&disk, failed) in spun_up.iter().zip(&controller_failed) {
+                let failed = if *failed {
+                    " (the controller reported a failure)"
+                } else {
+                    ""
+                };
+                tracing::info!(
+                    target: "permafrost_disk::power",
+                    "disk {disk} spun up in {spin_up_ms} ms for {reason}{failed}"
+                );
             }
         }
         if grant.ready_ms > granted_ms || !spun_up.is_empty() {
