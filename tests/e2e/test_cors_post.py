@@ -384,3 +384,14 @@ def test_a_refused_form_upload_from_an_allowed_origin_carries_cors_headers(serve
     r = upload(server.endpoint, cors_bucket, form, headers={"Origin": ORIGIN})
     refused(r, 403, "AccessDenied", "Policy Condition failed")
     assert r.headers["Access-Control-Allow-Origin"] == ORIGIN
+
+
+def test_the_acl_field_is_the_uploads_canned_acl_and_block_public_access_refuses_a_public_one(server, s3, bucket):
+    r = upload(server.endpoint, bucket, post_form(bucket, "forms/public", fields={"acl": "public-read"}))
+    refused(r, 403, "AccessDenied", "public access is blocked")
+    with pytest.raises(ClientError):
+        s3.head_object(Bucket=bucket, Key="forms/public")
+    r = upload(server.endpoint, bucket, post_form(bucket, "forms/private", fields={"acl": "private"}))
+    assert r.status_code == 204, r.text
+    grants = s3.get_object_acl(Bucket=bucket, Key="forms/private")["Grants"]
+    assert [g["Permission"] for g in grants] == ["FULL_CONTROL"], grants

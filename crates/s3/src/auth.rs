@@ -216,7 +216,8 @@ impl S3Access for Authorizer {
             permafrost_access::classify("PostObject").expect("PostObject is classified");
         self.decide_with_object_acl(&principal, operation, &req.input.bucket, Some(&key))
             .await?;
-        self.canned_acl(req, &req.input.bucket, &key, req.input.acl.as_ref())
+        let acl = crate::post_object::canned_acl(req.input.acl.as_ref(), &req.extensions);
+        self.canned_acl(req, &req.input.bucket, &key, acl.as_ref())
     }
 
     async fn copy_object(&self, req: &mut S3Request<CopyObjectInput>) -> S3Result<()> {

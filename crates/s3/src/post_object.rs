@@ -17,6 +17,8 @@
 //!   `403 AccessDenied` "Invalid according to Policy: Policy expired." / "…: Policy Condition failed:
 //!   [\"starts-with\", \"$key\", \"uploads/\"]" / "…: Extra input fields: x-amz-meta-x". Whichever of s3s and
 //!   this module refuses first, the answer says it in AWS's words (`Refusal`).
+//! - **`acl`**: the form field AWS documents for the canned ACL (s3s reads only `x-amz-acl`) is the upload's
+//!   canned ACL ([`canned_acl`]), decided and stored as PutObject's `x-amz-acl`.
 //! - **`${filename}`** in the `key` field becomes the name of the uploaded file ([`final_key`]); conditions
 //!   apply to the field as sent, rights and the object to the final key, and the answer names the final key.
 //! - **Rights**: the upload is decided for its signer as a PutObject on the final key (`auth`'s `post_object`
@@ -62,6 +64,22 @@ const FINAL_KEY_HEADER: &str = "x-permafrost-post-key";
 /// The name of the form's file (`filename=` of its part), for `${filename}`.
 #[derive(Debug, Clone)]
 pub(crate) struct FormFileName(pub(crate) String);
+
+/// The form's `acl` field (AWS's name for the canned ACL of a form upload; s3s reads only `x-amz-acl`).
+#[derive(Debug, Clone)]
+pub(crate) struct FormAcl(pub(crate) String);
+
+/// The canned ACL of a form upload: its `x-amz-acl` field, else its `acl` field.
+pub(crate) fn canned_acl(
+    given: Option<&ObjectCannedACL>,
+    extensions: &http::Extensions,
+) -> Option<ObjectCannedACL> {
+    given.cloned().or_else(|| {
+        extensions
+            .get::<FormAcl>()
+            .map(|FormAcl(acl)| ObjectCannedACL::from(acl.clone()))
+    })
+}
 
 /// A form upload this module refuses, with AWS's code and message.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -438,6 +456,9 @@ pub(crate) async fn inspect(
     if let Some(name) = &form.file_name {
         parts.extensions.insert(FormFileName(name.clone()));
     }
+    if let Some(acl) = form.field("acl") {
+        parts.extensions.insert(FormAcl(acl.to_string()));
+    }
     upload.refusal = check_policy(&form, bucket, permafrost_catalog::now_ms());
     if let Some(refusal) = &upload.refusal {
         parts.extensions.insert(refusal.clone());
@@ -501,6 +522,7 @@ pub(crate) async fn post_object(
         ));
     }
     req.input.key = key.clone();
+    req.input.acl = canned_acl(req.input.acl.as_ref(), &req.extensions);
     let answer = s3.put_object(req.map_input(post_into_put)).await?;
     let mut answer = answer.map_output(put_into_post);
     if let Ok(value) = HeaderValue::from_str(&form_encode(&key)) {
