@@ -469,7 +469,7 @@ def test_a_dataset_tag_keeps_objects_of_any_key_together_on_one_disk(tmp_path):
         s3.copy_object(Bucket=b, Key="copies/k1", CopySource={"Bucket": b, "Key": "scans/s1"})  # tags copied
         s3.put_object(Bucket=b, Key="other/o1", Body=b"o" * 5000)
         assert error_of(s3.put_object, Bucket=b, Key="x", Body=b"x", Tagging="permafrost-dataset=")[:2] == \
-            (400, "InvalidArgument")
+            (400, "InvalidTag")
         datasets = {d["dataset"]: d for d in admin_json(server.endpoint, "GET", f"/_permafrost/api/v1/datasets?bucket={b}")}
         assert sorted(datasets) == [f"{b}/other", f"{b}/run-7"], datasets
         assert datasets[f"{b}/run-7"]["objects"] == 5

@@ -63,6 +63,7 @@ def test_malformed_xml_bodies_are_malformed_xml(server, bucket):
     assert (r.status_code, code_of(r)) == (400, "MalformedXML"), r.text
     r = signed("PUT", url + "?versioning", b"this is not XML at all")
     assert (r.status_code, code_of(r)) == (400, "MalformedXML"), r.text
+    assert "<Message>The XML you provided was not well-formed" in r.text, r.text
     r = signed("PUT", url + "?versioning",
                b'<VersioningConfiguration xmlns="http://s3.amazonaws.com/doc/2006-03-01/">'
                b"<Status>Sometimes</Status></VersioningConfiguration>")

@@ -152,7 +152,7 @@ async fn answer(
             }
         }
     }
-    explain_signature_mismatch(&mut response, access_key.as_deref());
+    explain_bare_error(&mut response, access_key.as_deref());
     if let Some(status) = response
         .headers_mut()
         .remove(STATUS_OVERRIDE_HEADER)
@@ -220,27 +220,56 @@ fn signing_access_key<B>(request: &Request<B>) -> Option<String> {
     })
 }
 
-/// s3s answers a wrong signature with a bare `SignatureDoesNotMatch` (the AWS CLI then prints "Unknown"): say
-/// which access key signed and what differed, as S3 does.
-fn explain_signature_mismatch(response: &mut Response<Body>, access_key: Option<&str>) {
+/// s3s answers some refusals with a bare code and no message (a wrong signature, a body that is not XML): the
+/// AWS CLI then prints "Unknown". Give them AWS's message; for a wrong signature, say which access key signed
+/// and what differed, as S3 does.
+fn explain_bare_error(response: &mut Response<Body>, access_key: Option<&str>) {
     let Some((code, message)) = error_code_and_message(response.body()) else {
         return;
     };
-    if code != "SignatureDoesNotMatch" || !message.is_empty() {
+    if !message.is_empty() {
         return;
     }
-    let message = format!(
-        "The request signature we calculated does not match the signature you provided: the string to sign differed. Check the secret key of access key {} and your signing method.",
-        access_key.unwrap_or("(none given)")
-    );
+    let message = match code.as_str() {
+        "SignatureDoesNotMatch" => format!(
+            "The request signature we calculated does not match the signature you provided: the string to \
+             sign differed. Check the secret key of access key {} and your signing method.",
+            access_key.unwrap_or("(none given)")
+        ),
+        other => match bare_code_message(other) {
+            Some(m) => m.to_owned(),
+            None => return,
+        },
+    };
     let xml = format!(
-        "<?xml version=\"1.0\" encoding=\"UTF-8\"?><Error><Code>SignatureDoesNotMatch</Code><Message>{}</Message></Error>",
+        "<?xml version=\"1.0\" encoding=\"UTF-8\"?><Error><Code>{code}</Code><Message>{}</Message></Error>",
         xml_escape(&message)
     );
     response
         .headers_mut()
         .insert(http::header::CONTENT_LENGTH, HeaderValue::from(xml.len()));
     *response.body_mut() = Body::from(xml);
+}
+
+/// AWS's message for an error code s3s may send without one.
+fn bare_code_message(code: &str) -> Option<&'static str> {
+    Some(match code {
+        "MalformedXML" => {
+            "The XML you provided was not well-formed or did not validate against our published schema."
+        }
+        "AccessDenied" => "Access Denied",
+        "InvalidAccessKeyId" => "The AWS access key ID you provided does not exist in our records.",
+        "MissingContentLength" => "You must provide the Content-Length HTTP header.",
+        "IncompleteBody" => {
+            "You did not provide the number of bytes specified by the Content-Length HTTP header."
+        }
+        "MethodNotAllowed" => "The specified method is not allowed against this resource.",
+        "InvalidDigest" => "The Content-MD5 or checksum value that you specified is not valid.",
+        "BadDigest" => {
+            "The Content-MD5 or checksum value that you specified did not match what the server received."
+        }
+        _ => return None,
+    })
 }
 
 fn xml_escape(s: &str) -> String {
