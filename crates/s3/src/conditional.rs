@@ -221,11 +221,16 @@ impl Preconditions {
 
 /// GetObject and HeadObject: evaluate the request's conditions against the version it reads (catalog only)
 /// before anything else; nothing to do (no catalog read) without conditions. A version that cannot be found is
-/// left to the read itself to answer (`NoSuchKey`, a delete marker's headers, …).
-pub(crate) async fn check_get(store: &Arc<Store>, input: &impl ConditionalRead) -> S3Result<()> {
+/// left to the read itself to answer (`NoSuchKey`, a delete marker's headers, …). Returns the conditions, for
+/// a GET to check them again on the version it opened ([`Preconditions::check_read`]: a write between the two
+/// reads is caught before any byte is sent).
+pub(crate) async fn check_get(
+    store: &Arc<Store>,
+    input: &impl ConditionalRead,
+) -> S3Result<Preconditions> {
     let (bucket, key, version, conditions) = input.conditions();
     if !conditions.any() {
-        return Ok(());
+        return Ok(conditions);
     }
     let store = Arc::clone(store);
     let (bucket, key, version) = (
@@ -235,10 +240,10 @@ pub(crate) async fn check_get(store: &Arc<Store>, input: &impl ConditionalRead) 
     );
     let found =
         blocking(move || Ok(store.head_version(&bucket, &key, version.as_deref()).ok())).await?;
-    match found {
-        Some(info) => conditions.check_read(&info.etag, info.last_modified_ms),
-        None => Ok(()),
+    if let Some(info) = found {
+        conditions.check_read(&info.etag, info.last_modified_ms)?;
     }
+    Ok(conditions)
 }
 
 /// The [`WriteCondition`] of a PutObject or CompleteMultipartUpload from its `If-Match` and `If-None-Match`.

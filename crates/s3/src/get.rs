@@ -176,7 +176,7 @@ pub(crate) async fn get_object(
     store: &Arc<Store>,
     req: S3Request<GetObjectInput>,
 ) -> S3Result<S3Response<GetObjectOutput>> {
-    crate::conditional::check_get(store, &req.input).await?;
+    let conditions = crate::conditional::check_get(store, &req.input).await?;
     let accepted = accepted_encodings(&req.headers);
     // Why its disk wakes, if it must: this read (and whether the request waited, for the metrics).
     let wake = WakeContext {
@@ -237,6 +237,8 @@ pub(crate) async fn get_object(
             return Err(read_error(store, &input.bucket, &input.key, input.version_id, e).await)
         }
     };
+    // Again on the version opened, which a write may have replaced since the check (catalog read) above.
+    conditions.check_read(&info.etag, info.last_modified_ms)?;
     let content_range = reader.range().map(|(offset, length)| {
         format!(
             "bytes {}-{}/{}",
