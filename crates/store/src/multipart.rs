@@ -859,4 +859,100 @@ mod tests {
             assert_eq!(read(&store, "joined", "k", None), whole, "{compression:?}");
         }
     }
+
+    #[test]
+    fn a_completed_upload_is_answered_again_and_read_part_by_part() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = store(dir.path());
+        store
+            .create_bucket("parts", BucketSettings::default())
+            .unwrap();
+        let bodies = mixed_parts();
+        let id = store
+            .create_multipart("parts", "k", PutOptions::default())
+            .unwrap();
+        let mut listed = Vec::new();
+        for (n, body) in bodies.iter().enumerate() {
+            let mut h = store
+                .upload_part(&id, n as u32 + 1, Checksums::default())
+                .unwrap();
+            h.write(body).unwrap();
+            listed.push((n as u32 + 1, h.finish().unwrap().etag));
+        }
+        let first = store.complete_multipart(&id, &listed).unwrap();
+        // Retried: the same version; another list, or another ETag, is InvalidPart.
+        assert_eq!(store.complete_multipart(&id, &listed).unwrap(), first);
+        assert!(matches!(
+            store.complete_multipart(&id, &listed[..2]),
+            Err(StoreError::InvalidPart(_))
+        ));
+        let mut wrong = listed.clone();
+        wrong[1].1 = format!("\"{}\"", "0".repeat(32));
+        assert!(matches!(
+            store.complete_multipart(&id, &wrong),
+            Err(StoreError::InvalidPart(_))
+        ));
+        // Parts by number, from the cache and from the grid, each with the object's part count.
+        let part = |n: u32| {
+            let (_, mut reader, part) =
+                store.open_version_part("parts", "k", None, n, &[]).unwrap();
+            let mut out = Vec::new();
+            reader.read_to_end(&mut out).unwrap();
+            assert_eq!(part.parts_count, Some(3));
+            assert_eq!(part.length, out.len() as u64);
+            out
+        };
+        for (n, body) in bodies.iter().enumerate() {
+            assert_eq!(&part(n as u32 + 1), body);
+        }
+        store.persist_now().unwrap();
+        store.evict_cache().unwrap();
+        for (n, body) in bodies.iter().enumerate().rev() {
+            assert_eq!(&part(n as u32 + 1), body, "part {} from the grid", n + 1);
+        }
+        assert!(matches!(
+            store.open_version_part("parts", "k", None, 4, &[]),
+            Err(StoreError::InvalidPartNumber(_))
+        ));
+        // Listed with sizes and the checksum of the object's algorithm (CRC64NVME by default).
+        let (_, parts) = store.version_parts("parts", "k", None).unwrap();
+        assert_eq!(
+            parts
+                .iter()
+                .map(|p| (p.part_number, p.size_bytes))
+                .collect::<Vec<_>>(),
+            vec![
+                (1, bodies[0].len() as u64),
+                (2, bodies[1].len() as u64),
+                (3, 4)
+            ]
+        );
+        assert!(parts
+            .iter()
+            .all(|p| p.checksums.len() == 1 && p.checksums[0].0 == "crc64nvme"));
+        // An object uploaded whole is its own part 1, and has no parts to list.
+        store
+            .put_object("parts", "whole", PutOptions::default(), b"whole object")
+            .unwrap();
+        let (_, mut reader, whole) = store
+            .open_version_part("parts", "whole", None, 1, &[])
+            .unwrap();
+        let mut out = Vec::new();
+        reader.read_to_end(&mut out).unwrap();
+        assert_eq!(
+            (out.as_slice(), whole.parts_count),
+            (&b"whole object"[..], None)
+        );
+        assert!(store
+            .version_parts("parts", "whole", None)
+            .unwrap()
+            .1
+            .is_empty());
+        // Once its object is deleted, the upload is gone.
+        store.delete_object("parts", "k").unwrap();
+        assert!(matches!(
+            store.complete_multipart(&id, &listed),
+            Err(StoreError::NoSuchUpload(_))
+        ));
+    }
 }
