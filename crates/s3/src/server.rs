@@ -532,7 +532,7 @@ impl RequestLine<'_> {
     /// signer=root ms=2: no such key: runs/2026/scan.bin`. Values with spaces, quotes or `=` are quoted; an
     /// empty one is `-`.
     fn text(&self) -> String {
-        let (code, message) = error_code_and_message(self.response.body()).unwrap_or_default();
+        let (code, message) = self.failure();
         let (bucket, key) = if self.path.starts_with(crate::RESERVED_PREFIX) {
             (String::new(), percent_decode(self.path))
         } else {
@@ -561,29 +561,37 @@ impl RequestLine<'_> {
 
     /// Log the line at [`line_level`]: target `permafrost_s3::audit` for a request that changed something and
     /// succeeded, `permafrost_s3::requests` for the others.
+    ///
+    /// The line is formatted only when its level is on (a success at debug costs nothing by default).
     fn log(&self, audited: bool) {
         let status = self.response.status();
-        let code = error_code_and_message(self.response.body())
-            .map(|(c, _)| c)
-            .unwrap_or_default();
+        let (code, _) = self.failure();
         let level = line_level(self.operation, status, &code, audited);
-        let text = self.text();
         let audit_line = audited && (status.is_success() || status.is_redirection());
         match (level, audit_line) {
             (tracing::Level::INFO, true) => {
-                tracing::info!(target: "permafrost_s3::audit", "{text}")
+                tracing::info!(target: "permafrost_s3::audit", "{}", self.text())
             }
             (tracing::Level::DEBUG, _) => {
-                tracing::debug!(target: "permafrost_s3::requests", "{text}")
+                tracing::debug!(target: "permafrost_s3::requests", "{}", self.text())
             }
             (tracing::Level::INFO, _) => {
-                tracing::info!(target: "permafrost_s3::requests", "{text}")
+                tracing::info!(target: "permafrost_s3::requests", "{}", self.text())
             }
             (tracing::Level::WARN, _) => {
-                tracing::warn!(target: "permafrost_s3::requests", "{text}")
+                tracing::warn!(target: "permafrost_s3::requests", "{}", self.text())
             }
-            _ => tracing::error!(target: "permafrost_s3::requests", "{text}"),
+            _ => tracing::error!(target: "permafrost_s3::requests", "{}", self.text()),
         }
+    }
+
+    /// The S3 code and message of a failed answer; none for a success (its body may be large, or a stream).
+    fn failure(&self) -> (String, String) {
+        let status = self.response.status();
+        if status.is_success() || status.is_redirection() {
+            return Default::default();
+        }
+        error_code_and_message(self.response.body()).unwrap_or_default()
     }
 }
 
