@@ -95,8 +95,9 @@ fi
 # The AWS SDK for Go v2 test (tests/e2e/test_go_sdk.py) builds tests/e2e/go with the machine's Go toolchain; its
 # modules (pinned in go.mod and go.sum) are downloaded here from the Go module proxy, so the test's build needs
 # no network. Without Go the test fails, saying so.
-if command -v go >/dev/null 2>&1; then
-  (cd tests/e2e/go && GOTOOLCHAIN=local GOFLAGS=-mod=readonly go mod download) \
+go_bin=$(command -v go || { [ -x /usr/local/go/bin/go ] && echo /usr/local/go/bin/go; } || true)
+if [ -n "$go_bin" ]; then
+  (cd tests/e2e/go && GOTOOLCHAIN=local GOFLAGS=-mod=readonly "$go_bin" mod download) \
     || echo "setup-deps: downloading the Go SDK test's modules failed" >&2
 else
   echo "setup-deps: go is missing; the Go SDK e2e test (tests/e2e/test_go_sdk.py) will fail" >&2
