@@ -32,12 +32,12 @@ NOT_ALLOWED = ("CORSResponse: This CORS request is not allowed. This is usually 
 
 def post_form(bucket: str, key: str, *, key_prefix: str | None = None, conditions: list = (),
               fields: dict | None = None, expires_in_s: int = 600, access_key: str = ACCESS_KEY,
-              secret_key: str = SECRET_KEY, signed_fields: bool = True) -> dict:
+              secret_key: str = SECRET_KEY, signed_fields: bool = True, signed_ago_s: int = 0) -> dict:
     """The fields of an HTML upload form with a signed V4 POST policy (as a web application's server makes
     them): the policy allows `bucket`, keys starting with `key_prefix` (default: `key` exactly) and each of
     `fields` exactly (unless `signed_fields` is false: they are then sent without a condition), plus
-    `conditions`."""
-    now = datetime.datetime.now(datetime.timezone.utc)
+    `conditions`; signed `signed_ago_s` ago, expiring `expires_in_s` after signing."""
+    now = datetime.datetime.now(datetime.timezone.utc) - datetime.timedelta(seconds=signed_ago_s)
     amz_date = now.strftime("%Y%m%dT%H%M%SZ")
     credential = f"{access_key}/{now:%Y%m%d}/us-east-1/s3/aws4_request"
     fields = dict(fields or {})
@@ -395,3 +395,33 @@ def test_the_acl_field_is_the_uploads_canned_acl_and_block_public_access_refuses
     assert r.status_code == 204, r.text
     grants = s3.get_object_acl(Bucket=bucket, Key="forms/private")["Grants"]
     assert [g["Permission"] for g in grants] == ["FULL_CONTROL"], grants
+
+
+def test_a_form_signed_an_hour_ago_uploads_until_its_policy_expires(server, s3, bucket):
+    """AWS bounds a form by its policy's expiration, not by how old its x-amz-date is (a page may show its upload
+    form for an hour): the signature is checked all the same, and the signer's rights decide."""
+    e = server.endpoint
+    form = post_form(bucket, "forms/late", signed_ago_s=3600, expires_in_s=7200,
+                     fields={"x-amz-meta-late": "yes"})
+    r = upload(e, bucket, form, b"late but valid")
+    assert r.status_code == 204, r.text
+    got = s3.get_object(Bucket=bucket, Key="forms/late")
+    assert got["Body"].read() == b"late but valid" and got["Metadata"] == {"late": "yes"}
+    # Its signature still has to be right, and its policy still holds.
+    form = post_form(bucket, "forms/forged", signed_ago_s=3600, expires_in_s=7200, secret_key="not-the-secret")
+    refused(upload(e, bucket, form), 403, "SignatureDoesNotMatch")
+    form = post_form(bucket, "forms/late2", signed_ago_s=3600, expires_in_s=7200)
+    form["x-amz-signature"] = "0" * 64
+    refused(upload(e, bucket, form), 403, "SignatureDoesNotMatch")
+    form = post_form(bucket, "forms/x", key_prefix="up/", signed_ago_s=3600, expires_in_s=7200)
+    refused(upload(e, bucket, form), 403, "AccessDenied", "Policy Condition failed")
+    refused(upload(e, bucket, post_form(bucket, "forms/old", signed_ago_s=3600, expires_in_s=1800)), 403,
+            "AccessDenied", "Policy expired")
+    # With the rights of its signer.
+    reader = create_key(server.endpoint, f"late-reader-{uuid.uuid4().hex[:8]}")
+    allow(server.endpoint, reader["name"], bucket, "read")
+    form = post_form(bucket, "forms/by-reader", signed_ago_s=3600, expires_in_s=7200,
+                     access_key=reader["access_key"], secret_key=reader["secret_key"])
+    refused(upload(e, bucket, form), 403, "AccessDenied", reader["name"])
+    names = sorted(o["Key"] for o in s3.list_objects_v2(Bucket=bucket).get("Contents", []))
+    assert names == ["forms/late"], names

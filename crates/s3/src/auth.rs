@@ -162,9 +162,20 @@ impl Authorizer {
 #[async_trait::async_trait]
 impl S3Access for Authorizer {
     async fn check(&self, cx: &mut S3AccessContext<'_>) -> S3Result<()> {
-        let principal = self
-            .access
-            .principal(cx.credentials().map(|c| c.access_key.as_str()));
+        // A form whose signature `post_object` checked (s3s would refuse its old x-amz-date) comes unsigned.
+        let posted = cx.s3_op().name() == "PostObject";
+        let form_signer = if posted && cx.credentials().is_none() {
+            cx.extensions_mut()
+                .get::<crate::post_object::VerifiedFormSigner>()
+                .map(|s| s.0.clone())
+        } else {
+            None
+        };
+        let principal = self.access.principal(
+            cx.credentials()
+                .map(|c| c.access_key.as_str())
+                .or(form_signer.as_deref()),
+        );
         let name = cx.s3_op().name();
         if name == "PostObject" {
             // The key is a form field: decided in `post_object` once the form is read.

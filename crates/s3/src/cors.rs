@@ -363,7 +363,7 @@ pub(crate) async fn arrive(
             }
         }
     }
-    let (request, form_upload) = crate::post_object::inspect(&path, request).await;
+    let (request, form_upload) = crate::post_object::inspect(access, &path, request).await;
     browser.form_upload = form_upload;
     Ok((request, browser))
 }

@@ -11,7 +11,14 @@
 //! It answers `success_action_redirect` (or `redirect`) with `303` to that URL plus `bucket`, `key` and `etag`,
 //! `success_action_status` `200`/`204` with an empty body and `201` with the `PostResponse` XML.
 //!
-//! This module adds what s3s leaves to the service:
+//! This module adds what s3s leaves to the service, or does otherwise than AWS:
+//! - **Forms signed long ago**: s3s refuses a V4 form whose `x-amz-date` is more than 15 minutes from the
+//!   server's clock (`RequestTimeTooSkewed`, as for signed requests); AWS bounds a form only by its policy's
+//!   expiration (a page may show its form for an hour). For such a form [`inspect`] checks the signature itself
+//!   (the policy signed with the key derived from the signer's secret and the credential scope, compared in
+//!   constant time), hands s3s the form without its `x-amz-signature` part, and `auth` decides the upload for
+//!   that signer ([`VerifiedFormSigner`]); s3s still checks the expiration and every condition. A wrong
+//!   signature is `403 SignatureDoesNotMatch`.
 //! - **Refusals as AWS words them**: before s3s reads the form, [`inspect`] reads the form's fields (up to
 //!   the file) and checks the policy's expiration, conditions and fields itself; a refusal is
 //!   `403 AccessDenied` "Invalid according to Policy: Policy expired." / "…: Policy Condition failed:
@@ -36,6 +43,8 @@ use http::{HeaderValue, Method, Request, Response, StatusCode};
 use s3s::dto::*;
 use s3s::stream::ByteStream;
 use s3s::{Body, S3Error, S3ErrorCode, S3Request, S3Response, S3Result, S3};
+
+use permafrost_access::Access;
 
 use crate::service::PermafrostS3;
 
@@ -84,18 +93,21 @@ pub(crate) fn canned_acl(
 /// A form upload this module refuses, with AWS's code and message.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Refusal {
+    /// `AccessDenied` (the policy) or `SignatureDoesNotMatch`; both `403`.
+    pub(crate) code: S3ErrorCode,
     pub(crate) message: String,
 }
 
 impl Refusal {
     fn policy(what: impl std::fmt::Display) -> Refusal {
         Refusal {
+            code: S3ErrorCode::AccessDenied,
             message: format!("Invalid according to Policy: {what}"),
         }
     }
 
     fn to_error(&self) -> S3Error {
-        S3Error::with_message(S3ErrorCode::AccessDenied, self.message.clone())
+        S3Error::with_message(self.code.clone(), self.message.clone())
     }
 
     /// Say a refusal of the policy as AWS does when s3s refused first (its `InvalidPolicyDocument` or
@@ -108,10 +120,14 @@ impl Refusal {
             let text = String::from_utf8_lossy(&b);
             text.contains("<Code>InvalidPolicyDocument</Code>")
                 || text.contains("<Code>AccessDenied</Code>")
+                || text.contains("<Code>RequestTimeTooSkewed</Code>")
         });
         if refused_policy {
-            let answer =
-                crate::cors::error_response(StatusCode::FORBIDDEN, "AccessDenied", &self.message);
+            let answer = crate::cors::error_response(
+                StatusCode::FORBIDDEN,
+                self.code.as_str(),
+                &self.message,
+            );
             let (parts, body) = answer.into_parts();
             *response.status_mut() = parts.status;
             for name in [http::header::CONTENT_TYPE, http::header::CONTENT_LENGTH] {
@@ -129,6 +145,8 @@ impl Refusal {
 struct Form {
     /// `(name in lower case, value)`, in form order.
     fields: Vec<(String, String)>,
+    /// Where each field's part is in the body: from its delimiter to the next one.
+    spans: Vec<std::ops::Range<usize>>,
     file_name: Option<String>,
 }
 
@@ -228,6 +246,7 @@ fn scan(bytes: &[u8], boundary: &str) -> Scan {
         };
         form.fields
             .push((name.to_ascii_lowercase(), value.to_string()));
+        form.spans.push(at..value_end + 2);
         at = value_end + 2;
     }
 }
@@ -319,6 +338,142 @@ fn check_policy(form: &Form, bucket: &str, now_ms: u64) -> Option<Refusal> {
     None
 }
 
+/// How far the `x-amz-date` of a V4 form may be from the server's clock before s3s refuses it
+/// (`RequestTimeTooSkewed`, its default for signed requests).
+const SKEW_SECS_MAX: i64 = 900;
+
+/// The signer of a V4 form whose signature this module checked itself (its `x-amz-date` is older than s3s
+/// accepts); `auth` decides the upload for it.
+#[derive(Debug, Clone)]
+pub(crate) struct VerifiedFormSigner(pub(crate) String);
+
+/// The current time in seconds since the epoch (a parameter, for tests).
+#[derive(Clone, Copy)]
+struct OffsetNow(i64);
+
+impl OffsetNow {
+    fn now() -> OffsetNow {
+        OffsetNow((permafrost_catalog::now_ms() / 1000) as i64)
+    }
+}
+
+/// What [`signed_long_ago`] found.
+#[derive(Debug, PartialEq, Eq)]
+enum Stale {
+    /// Not a V4 form signed long ago: s3s checks it.
+    No,
+    /// Signed long ago, and its signature is right: by this access key.
+    Verified(String),
+    /// Signed long ago, and its signature is wrong.
+    BadSignature,
+}
+
+/// Seconds since the epoch of an `x-amz-date` (`20260102T030405Z`).
+fn amz_date_secs(text: &str) -> Option<i64> {
+    if text.len() != 16 || !text.is_ascii() || &text[8..9] != "T" || !text.ends_with('Z') {
+        return None;
+    }
+    let iso = format!(
+        "{}-{}-{}T{}:{}:{}Z",
+        &text[0..4],
+        &text[4..6],
+        &text[6..8],
+        &text[9..11],
+        &text[11..13],
+        &text[13..15]
+    );
+    let t = Timestamp::parse(TimestampFormat::DateTime, &iso).ok()?;
+    Some((crate::common::timestamp_ms(&t) / 1000) as i64)
+}
+
+fn hmac_sha256(key: &[u8], data: &[u8]) -> Vec<u8> {
+    use hmac::Mac as _;
+    let mut mac =
+        hmac::Hmac::<sha2::Sha256>::new_from_slice(key).expect("HMAC takes any key length");
+    mac.update(data);
+    mac.finalize().into_bytes().to_vec()
+}
+
+/// AWS Signature V4 of a POST policy: the policy (base64, as sent) signed with the key derived from `secret`,
+/// the credential scope's date, region and service.
+fn policy_signature(policy: &str, secret: &str, date: &str, region: &str, service: &str) -> String {
+    let mut key = hmac_sha256(format!("AWS4{secret}").as_bytes(), date.as_bytes());
+    for part in [region, service, "aws4_request"] {
+        key = hmac_sha256(&key, part.as_bytes());
+    }
+    hmac_sha256(&key, policy.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// A V4 form whose `x-amz-date` is further from now than s3s accepts: AWS bounds a form by its policy's
+/// expiration only (a page may show an upload form for an hour). Its signature is checked here, as s3s would
+/// check it.
+fn signed_long_ago(access: &Access, form: &Form, now: OffsetNow) -> Stale {
+    let (Some(policy), Some(signature), Some(credential), Some(date)) = (
+        form.field("policy"),
+        form.field("x-amz-signature"),
+        form.field("x-amz-credential"),
+        form.field("x-amz-date"),
+    ) else {
+        return Stale::No;
+    };
+    if form.field("x-amz-algorithm") != Some("AWS4-HMAC-SHA256")
+        || form.field("signature").is_some()
+        || form
+            .fields
+            .iter()
+            .filter(|(n, _)| n == "x-amz-signature")
+            .count()
+            != 1
+    {
+        return Stale::No;
+    }
+    let Some(signed_at) = amz_date_secs(date) else {
+        return Stale::No;
+    };
+    if (now.0 - signed_at).abs() <= SKEW_SECS_MAX {
+        return Stale::No;
+    }
+    let scope: Vec<&str> = credential.split('/').collect();
+    let [access_key, scope_date, region, service, "aws4_request"] = scope.as_slice() else {
+        return Stale::BadSignature;
+    };
+    if *scope_date != &date[..8] || !matches!(*service, "s3") {
+        return Stale::BadSignature;
+    }
+    let Ok((_, secret)) = access.secret_of(access_key) else {
+        return Stale::No; // s3s says why the key cannot sign
+    };
+    let expected = policy_signature(policy, &secret, scope_date, region, service);
+    let matches = expected.len() == signature.len()
+        && expected
+            .bytes()
+            .zip(signature.bytes())
+            .fold(0u8, |acc, (a, b)| acc | (a ^ b))
+            == 0;
+    if matches {
+        Stale::Verified((*access_key).to_string())
+    } else {
+        Stale::BadSignature
+    }
+}
+
+/// The form's first bytes without its `x-amz-signature` part.
+fn without_signature(read: &Bytes, form: &Form) -> Bytes {
+    let mut kept = BytesMut::with_capacity(read.len());
+    let mut from = 0;
+    for ((name, _), span) in form.fields.iter().zip(&form.spans) {
+        if name == "x-amz-signature" {
+            kept.extend_from_slice(&read[from..span.start]);
+            from = span.end;
+        }
+    }
+    kept.extend_from_slice(&read[from..]);
+    kept.freeze()
+}
+
 /// A body that gives bytes already read, then the rest.
 struct Replay {
     read: Option<Bytes>,
@@ -405,6 +560,7 @@ fn form_decode(text: &str) -> Option<String> {
 /// are given to s3s again unchanged), note the file's name for `${filename}` and check the policy as AWS
 /// words its refusals. A refusal is also put in the request's extensions: the upload stores nothing.
 pub(crate) async fn inspect(
+    access: &Access,
     path: &str,
     request: Request<Body>,
 ) -> (Request<Body>, Option<FormUpload>) {
@@ -440,8 +596,36 @@ pub(crate) async fn inspect(
             _ => break None,
         }
     };
+    let mut read = read.freeze();
+    if let Some(form) = &form {
+        match signed_long_ago(access, form, OffsetNow::now()) {
+            Stale::No => {}
+            Stale::Verified(access_key) => {
+                // s3s would refuse it (`RequestTimeTooSkewed`): give it the form without the signature, which
+                // was checked here, and the signer with it (`auth`).
+                let kept = without_signature(&read, form);
+                if let Some(length) = parts.headers.get_mut(http::header::CONTENT_LENGTH) {
+                    let old = length.to_str().ok().and_then(|v| v.parse::<usize>().ok());
+                    if let Some(old) = old {
+                        *length = HeaderValue::from(old.saturating_sub(read.len() - kept.len()));
+                    }
+                }
+                read = kept;
+                parts.extensions.insert(VerifiedFormSigner(access_key));
+            }
+            Stale::BadSignature => {
+                upload.refusal = Some(Refusal {
+                    code: S3ErrorCode::SignatureDoesNotMatch,
+                    message:
+                        "The request signature we calculated does not match the signature you \
+                              provided. Check your key and signing method."
+                            .to_string(),
+                });
+            }
+        }
+    }
     let replay = Replay {
-        read: Some(read.freeze()),
+        read: Some(read),
         rest: body,
     };
     let body = Body::from(Box::pin(replay) as s3s::stream::DynByteStream);
@@ -459,7 +643,9 @@ pub(crate) async fn inspect(
     if let Some(acl) = form.field("acl") {
         parts.extensions.insert(FormAcl(acl.to_string()));
     }
-    upload.refusal = check_policy(&form, bucket, permafrost_catalog::now_ms());
+    if upload.refusal.is_none() {
+        upload.refusal = check_policy(&form, bucket, permafrost_catalog::now_ms());
+    }
     if let Some(refusal) = &upload.refusal {
         parts.extensions.insert(refusal.clone());
     }
@@ -732,6 +918,7 @@ mod tests {
             check_policy(
                 &Form {
                     fields,
+                    spans: Vec::new(),
                     file_name: None,
                 },
                 "b",
@@ -770,6 +957,45 @@ mod tests {
             check(vec![("policy".into(), expired)]).as_deref(),
             Some("Invalid according to Policy: Policy expired.")
         );
+    }
+
+    #[test]
+    fn a_policy_is_signed_as_aws_signs_a_string() {
+        // AWS's GET Object example (Signature V4 documentation): its string to sign and signature.
+        let string_to_sign =
+            "AWS4-HMAC-SHA256\n20130524T000000Z\n20130524/us-east-1/s3/aws4_request\n\
+                              7344ae5b7ee6c3e7e6b0fe0640412a37625d1fbfff95c48bbb2dc43964946972";
+        assert_eq!(
+            policy_signature(
+                string_to_sign,
+                "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
+                "20130524",
+                "us-east-1",
+                "s3"
+            ),
+            "f0e8bdb87c964420e857bd35b5d6ed310bd44f0170aba48dd91039c6036bdb41"
+        );
+        assert_eq!(amz_date_secs("20130524T000000Z"), Some(1_369_353_600));
+        assert_eq!(amz_date_secs("2013-05-24"), None);
+    }
+
+    #[test]
+    fn the_signature_part_is_cut_out_of_the_form() {
+        let body = form(
+            &[("key", "a"), ("x-amz-signature", "abc"), ("policy", "p")],
+            "f",
+        );
+        let Scan::Complete(f) = scan(&body, BOUNDARY) else {
+            panic!("the form is complete");
+        };
+        let kept = without_signature(&Bytes::from(body.clone()), &f);
+        let Scan::Complete(k) = scan(&kept, BOUNDARY) else {
+            panic!("still a form");
+        };
+        assert_eq!(k.field("x-amz-signature"), None);
+        assert_eq!((k.field("key"), k.field("policy")), (Some("a"), Some("p")));
+        assert_eq!(k.file_name.as_deref(), Some("f"));
+        assert!(kept.ends_with(format!("hello\r\n--{BOUNDARY}--\r\n").as_bytes()));
     }
 
     #[test]
