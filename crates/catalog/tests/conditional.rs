@@ -227,10 +227,16 @@ fn a_copy_under_a_condition_checks_the_target_key(b: Backend) {
 /// Rounds of two writers (threads) creating the same key under `If-None-Match: *`: exactly one wins each
 /// round, and the key holds the winner's version.
 fn of_two_racing_creates_exactly_one_wins(b: Backend) {
+    for versioning in [Versioning::Unversioned, Versioning::Enabled] {
+        race_rounds(b, versioning);
+    }
+}
+
+fn race_rounds(b: Backend, versioning: Versioning) {
     let (_d, c) = common::open(b);
-    bucket(&c, Versioning::Enabled);
+    bucket(&c, versioning);
     let c = Arc::new(c);
-    for round in 0..20u8 {
+    for round in 0..30u8 {
         let key = format!("lock-{round}");
         let barrier = Arc::new(Barrier::new(2));
         let writers: Vec<_> = [2 * round + 10, 2 * round + 11]
@@ -249,7 +255,11 @@ fn of_two_racing_creates_exactly_one_wins(b: Backend) {
             .filter(|(_, r)| r.is_ok())
             .map(|(n, _)| *n)
             .collect();
-        assert_eq!(winners.len(), 1, "round {round}: {results:?}");
+        assert_eq!(
+            winners.len(),
+            1,
+            "{versioning:?} round {round}: {results:?}"
+        );
         for (_, r) in &results {
             if let Err(e) = r {
                 assert!(
@@ -265,6 +275,9 @@ fn of_two_racing_creates_exactly_one_wins(b: Backend) {
         );
     }
     assert!(c.check().unwrap().is_empty(), "{:?}", c.check());
+    if b == Backend::Postgres {
+        eprintln!("{versioning:?}: {} serialization retries", c.retries());
+    }
 }
 
 #[test]
