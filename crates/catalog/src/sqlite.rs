@@ -55,8 +55,8 @@ mod access;
 pub(crate) use access::PG_ACCESS_MIGRATION;
 mod archive;
 mod completed;
-pub(crate) use completed::PG_COMPLETED_UPLOADS_MIGRATION;
 use crate::*;
+pub(crate) use completed::PG_COMPLETED_UPLOADS_MIGRATION;
 
 mod growing;
 mod namespace;
