@@ -83,13 +83,16 @@ def test_tags_that_break_the_rules_are_invalid_tag(s3, bucket):
     assert error_of(s3.put_bucket_tagging, Bucket=bucket, Tagging=many)[:2] == (400, "InvalidTag")
 
 
-def test_a_non_positive_default_retention_is_invalid_retention_period(s3):
+def test_a_non_positive_default_retention_is_invalid_retention_period_and_an_unknown_mode_malformed_xml(s3):
     b = f"t-{uuid.uuid4().hex[:12]}"
     s3.create_bucket(Bucket=b, ObjectLockEnabledForBucket=True)
     config = {"ObjectLockEnabled": "Enabled",
               "Rule": {"DefaultRetention": {"Mode": "GOVERNANCE", "Days": 0}}}
     st, code, msg, _ = error_of(s3.put_object_lock_configuration, Bucket=b, ObjectLockConfiguration=config)
     assert (st, code) == (400, "InvalidRetentionPeriod"), msg
+    config["Rule"]["DefaultRetention"] = {"Mode": "FOREVER", "Days": 1}
+    st, code, msg, _ = error_of(s3.put_object_lock_configuration, Bucket=b, ObjectLockConfiguration=config)
+    assert (st, code) == (400, "MalformedXML"), msg
 
 
 def test_a_wrong_content_md5_is_bad_digest_and_a_malformed_one_invalid_digest(s3, bucket):

@@ -14,10 +14,11 @@ use crate::common::{timestamp, timestamp_ms};
 use crate::error::s3_error;
 use crate::versioning::{bucket_archive, update_archive};
 
+/// The mode of a retention in a request body: `GOVERNANCE` or `COMPLIANCE` (anything else does not follow the
+/// schema: `MalformedXML`, as AWS answers).
 fn mode(m: Option<&ObjectLockRetentionMode>) -> S3Result<LockMode> {
     let name = m.map(|m| m.as_str()).unwrap_or("");
-    name.parse()
-        .map_err(|e: String| s3_error(StoreError::InvalidArgument(e)))
+    name.parse().map_err(crate::error::malformed_xml)
 }
 
 pub(crate) async fn put_object_lock_configuration(
@@ -31,9 +32,9 @@ pub(crate) async fn put_object_lock_configuration(
         .as_ref()
         .is_none_or(|e| e.as_str() != ObjectLockEnabled::ENABLED)
     {
-        return Err(s3_error(StoreError::InvalidArgument(
-            "ObjectLockEnabled must be Enabled (Object Lock cannot be disabled)".into(),
-        )));
+        return Err(crate::error::malformed_xml(
+            "ObjectLockEnabled must be Enabled (Object Lock cannot be disabled)",
+        ));
     }
     let default_retention = match config.rule.and_then(|r| r.default_retention) {
         None => None,
