@@ -214,6 +214,12 @@ pub(crate) async fn upload_part_copy(
     let upload_id = input.upload_id;
     let version_for_copy = source_version.clone();
     let (source, part) = blocking(move || {
+        // From the catalog first, so that a refused copy wakes no disk; then on the version opened.
+        if conditions.any() {
+            let source =
+                store.head_version(&source_bucket, &source_key, version_for_copy.as_deref())?;
+            conditions.check_copy_source(&source.etag, source.last_modified_ms)?;
+        }
         let (source, mut reader) = store.open_version(
             &source_bucket,
             &source_key,
