@@ -12,7 +12,8 @@ import pytest
 import requests
 from botocore.exceptions import ClientError
 
-from conftest import client
+from admin import evict, spun_up_since, status, wait_all_off, wait_persisted
+from conftest import Server, client
 
 DAY = datetime.timedelta(days=1)
 
@@ -305,3 +306,43 @@ def test_copy_object_if_none_match_and_if_match_are_conditions_on_the_target(s3,
     s3.copy_object(Bucket=bucket, Key="target", CopySource=source, IfMatch=etag, MetadataDirective="REPLACE",
                    Metadata={"second": "copy"})
     assert s3.head_object(Bucket=bucket, Key="target")["Metadata"] == {"second": "copy"}
+
+
+def test_a_refused_or_not_modified_read_of_a_sleeping_object_wakes_no_disk(tmp_path):
+    """304 and 412 answers (GET, HEAD, CopyObject and UploadPartCopy sources) are decided from the catalog."""
+    server = Server(tmp_path / "data")
+    server.start()
+    try:
+        s3 = client(server.endpoint)
+        s3.create_bucket(Bucket="sleepy")
+        data = body(3_000_000, 7)
+        etag = s3.put_object(Bucket="sleepy", Key="cold", Body=data)["ETag"]
+        modified = s3.head_object(Bucket="sleepy", Key="cold")["LastModified"]
+        wait_persisted(server.endpoint, expect_contents=1)
+        evict(server.endpoint)
+        before = wait_all_off(server.endpoint)
+        upload = s3.create_multipart_upload(Bucket="sleepy", Key="parts")["UploadId"]
+        source = {"Bucket": "sleepy", "Key": "cold"}
+        refusals = [
+            (s3.get_object, {"Bucket": "sleepy", "Key": "cold", "IfNoneMatch": etag}, 304),
+            (s3.get_object, {"Bucket": "sleepy", "Key": "cold", "IfMatch": '"0000"'}, 412),
+            (s3.get_object, {"Bucket": "sleepy", "Key": "cold", "IfModifiedSince": modified}, 304),
+            (s3.get_object, {"Bucket": "sleepy", "Key": "cold", "IfUnmodifiedSince": modified - DAY}, 412),
+            (s3.head_object, {"Bucket": "sleepy", "Key": "cold", "IfNoneMatch": etag}, 304),
+            (s3.copy_object, {"Bucket": "sleepy", "Key": "copy", "CopySource": source,
+                              "CopySourceIfNoneMatch": etag}, 412),
+            (s3.upload_part_copy, {"Bucket": "sleepy", "Key": "parts", "UploadId": upload, "PartNumber": 1,
+                                   "CopySource": source, "CopySourceIfMatch": '"0000"'}, 412),
+        ]
+        for call, kwargs, expected in refusals:
+            status_, code, _, _ = answer(call, **kwargs)
+            assert status_ == expected, f"{call.__name__} {kwargs}: {status_} {code}"
+        woken = spun_up_since(before, status(server.endpoint))
+        assert woken == {}, f"304/412 answers spun up disks {woken}"
+        # The condition that holds reads the object from its disk (which the counters see).
+        after = status(server.endpoint)
+        got = s3.get_object(Bucket="sleepy", Key="cold", IfMatch=etag, IfModifiedSince=modified - DAY)
+        assert got["Body"].read() == data
+        assert spun_up_since(after, status(server.endpoint)), "the read woke no disk: the counters see nothing"
+    finally:
+        server.stop()
