@@ -227,3 +227,15 @@ def test_debug_has_one_line_per_request_and_info_names_persistence_spin_ups_and_
     finally:
         code = server.stop()
     assert code == 0, server.log_tail()
+
+
+def test_rclone_names_the_request_id_and_host_id_of_an_error(tool_env, bucket):
+    import subprocess
+    from conftest import tool
+    env = dict(tool_env, RCLONE_CONFIG_PF_SECRET_ACCESS_KEY="not-the-secret")
+    run = subprocess.run([tool("rclone"), "--retries", "1", "--low-level-retries", "1", "lsf", f"pf:{bucket}"],
+                         env=env, capture_output=True, text=True, timeout=120)
+    assert run.returncode != 0, run
+    # "request id: ID, host id: HOST" (older rclone: "RequestID: ID, HostID: HOST"); both were empty before.
+    ids = re.findall(r"(?:RequestID|request id): ([0-9A-F]*), (?:HostID|host id): (\S*)", run.stderr)
+    assert ids and all(REQUEST_ID.match(r) and h.strip(",") for r, h in ids), run.stderr[-3000:]
