@@ -160,6 +160,7 @@ def test_probes_that_find_nothing_are_not_logged_at_info(server, s3, bucket):
         (s3.get_bucket_tagging, "NoSuchTagSet"),
         (s3.get_object_lock_configuration, "ObjectLockConfigurationNotFoundError"),
         (s3.get_bucket_lifecycle_configuration, "NoSuchLifecycleConfiguration"),
+        (s3.get_bucket_cors, "NoSuchCORSConfiguration"),
     ]
     ids = []
     for call, code in probes:
