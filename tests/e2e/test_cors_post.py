@@ -290,7 +290,7 @@ def test_success_action_status_201_answers_with_the_post_response(server, bucket
     assert root.findtext("Bucket") == bucket
     assert root.findtext("Key") == "forms/scan 1.tif"
     assert root.findtext("ETag") == f'"{hashlib.md5(b"abc").hexdigest()}"'
-    assert root.findtext("Location").endswith(f"/{bucket}/forms/scan+1.tif")
+    assert root.findtext("Location") == f"{server.endpoint}/{bucket}/forms/scan%201.tif"
 
 
 def test_success_action_redirect_answers_303_with_bucket_key_and_etag(server, s3, bucket):

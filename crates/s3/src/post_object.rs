@@ -6,8 +6,10 @@
 //! every `eq`/`starts-with` condition (the `bucket` condition against the bucket of the URL), that every field
 //! is named by a condition (except `x-amz-signature`, `file`, `policy`, `submit` and `x-ignore-*`), and
 //! `content-length-range` (`EntityTooLarge`/`EntityTooSmall`); it holds the file in memory (at most
-//! `content-length-range`'s maximum, and never more than [`POST_OBJECT_BYTES_MAX`]) and hands the upload over as a PutObject: form fields become
-//! its headers (`Content-Type`, `x-amz-meta-*` as user metadata, `x-amz-storage-class`, `x-amz-acl`, …).
+//! `content-length-range`'s maximum, and never more than [`POST_OBJECT_BYTES_MAX`]) and hands the upload over
+//! as a PutObject: form fields become its headers (`Content-Type`, `x-amz-meta-*` as user metadata,
+//! `x-amz-storage-class`, `x-amz-acl`, …). Forms signed with Signature V2 (`AWSAccessKeyId`, `signature`) are
+//! checked by s3s too.
 //! It answers `success_action_redirect` (or `redirect`) with `303` to that URL plus `bucket`, `key` and `etag`,
 //! `success_action_status` `200`/`204` with an empty body and `201` with the `PostResponse` XML.
 //!
@@ -536,6 +538,20 @@ fn form_encode(text: &str) -> String {
     out
 }
 
+/// A key as a URL path: every byte but unreserved characters and `/` percent-encoded.
+fn path_encode(key: &str) -> String {
+    let mut out = String::with_capacity(key.len());
+    for b in key.bytes() {
+        match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'~' | b'-' | b'.' | b'_' | b'/' => {
+                out.push(b as char)
+            }
+            _ => out.push_str(&format!("%{b:02X}")),
+        }
+    }
+    out
+}
+
 /// The inverse of [`form_encode`] (`None` for text that is not UTF-8 once decoded).
 fn form_decode(text: &str) -> Option<String> {
     let bytes = text.as_bytes();
@@ -807,11 +823,7 @@ fn finish(bucket: &str, host: Option<&str>, response: &mut Response<Body>) {
         .and_then(|v| v.to_str().ok())
         .unwrap_or_default()
         .to_string();
-    let key_path: String = key
-        .split('/')
-        .map(form_encode)
-        .collect::<Vec<_>>()
-        .join("/");
+    let key_path = path_encode(&key);
     let location = match host {
         Some(host) => format!("http://{host}/{bucket}/{key_path}"),
         None => format!("/{bucket}/{key_path}"),
@@ -1004,6 +1016,7 @@ mod tests {
             assert_eq!(form_decode(&form_encode(key)).as_deref(), Some(key));
         }
         assert_eq!(form_decode("%4"), None);
+        assert_eq!(path_encode("up/scan 1+ü.tif"), "up/scan%201%2B%C3%BC.tif");
     }
 
     #[test]
