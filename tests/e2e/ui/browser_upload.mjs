@@ -80,7 +80,8 @@ try {
   // The preflight decides: a header the rule does not allow (x-other; the rule allows x-app-*) fails the fetch,
   // though the GET itself would be answered with the CORS headers.
   got = await readBack({ "x-other": "1" });
-  check(got.error !== undefined, `a GET with a header no rule allows fails at the preflight (${got.error ?? got.status})`);
+  check(got.error !== undefined,
+    `a GET with a header no rule allows fails at the preflight (${got.error ?? got.status})`);
 
   // 3. A page of another origin: the preflight is refused and the fetch fails; a simple GET's answer is withheld.
   await page.goto(env.DENIED_PAGE_URL);
