@@ -70,6 +70,11 @@ def test_malformed_xml_bodies_are_malformed_xml(server, bucket):
     assert (r.status_code, code_of(r)) == (400, "MalformedXML"), r.text
 
 
+def test_errors_s3s_sends_bare_carry_aws_messages(s3, bucket):
+    st, code, msg, _ = error_of(s3.put_object, Bucket=bucket, Key="k" * 1025, Body=b"x")
+    assert (st, code) == (400, "KeyTooLongError") and "too long" in msg, msg
+
+
 def test_tags_that_break_the_rules_are_invalid_tag(s3, bucket):
     s3.put_object(Bucket=bucket, Key="k", Body=b"x")
     eleven = {"TagSet": [{"Key": f"k{i}", "Value": "v"} for i in range(11)]}

@@ -264,6 +264,8 @@ fn bare_code_message(code: &str) -> Option<&'static str> {
             "You did not provide the number of bytes specified by the Content-Length HTTP header."
         }
         "MethodNotAllowed" => "The specified method is not allowed against this resource.",
+        "KeyTooLongError" => "Your key is too long (at most 1024 bytes).",
+        "InvalidBucketName" => "The specified bucket is not valid.",
         "InvalidDigest" => "The Content-MD5 or checksum value that you specified is not valid.",
         "BadDigest" => {
             "The Content-MD5 or checksum value that you specified did not match what the server received."
