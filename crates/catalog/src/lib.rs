@@ -111,7 +111,7 @@ pub enum CatalogError {
     },
     /// The database failed a statement (`path`: the SQLite file, or the PostgreSQL URL without its password).
     /// Like [`CatalogError::Unreachable`], the store reports it as `StoreError::Unavailable` (S3 `503
-    /// ServiceUnavailable`): nothing changed, a retry may succeed.
+    /// ServiceUnavailable`): a retry may succeed.
     #[error("catalog database {path}: {source}")]
     Database { path: String, source: SqlError },
     #[error("catalog: {0}")]

@@ -152,8 +152,8 @@ pub enum StoreError {
     /// A persist run ended with referenced contents still not on the grid (named in the message).
     #[error("not persisted: {0}")]
     NotPersisted(String),
-    /// The catalog database cannot be used now (PostgreSQL stopped or unreachable, a statement failed): nothing
-    /// changed, and the request may be retried (S3 `ServiceUnavailable`, 503).
+    /// The catalog database cannot be used now (PostgreSQL stopped or unreachable, a statement failed): the
+    /// request may be retried (S3 `ServiceUnavailable`, 503). A commit whose answer was lost may have taken place.
     #[error("{0}")]
     Unavailable(String),
     #[error("internal error: {0}")]
