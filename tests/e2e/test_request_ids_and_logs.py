@@ -110,6 +110,10 @@ def test_a_wrong_content_md5_is_bad_digest_and_a_malformed_one_invalid_digest(s3
                                 ContentMD5=base64.b64encode(b"short").decode())
     assert (st, code) == (400, "InvalidDigest"), msg
     assert error_of(s3.head_object, Bucket=bucket, Key="md5")[0] == 404
+    up = s3.create_multipart_upload(Bucket=bucket, Key="parts")["UploadId"]
+    st, code, msg, _ = error_of(s3.upload_part, Bucket=bucket, Key="parts", UploadId=up, PartNumber=1,
+                                Body=b"the bytes", ContentMD5=other)
+    assert (st, code) == (400, "BadDigest"), msg
 
 
 def test_signature_does_not_match_says_what_differed_in_one_sentence(server):
