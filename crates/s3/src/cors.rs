@@ -390,8 +390,14 @@ pub(crate) fn depart(browser: Browser, response: &mut Response<Body>) {
         upload.finish(response);
     }
     if let Some(cors) = browser.cors {
+        // Inserted, not appended: an answer forwarded from another node of a cluster may carry them already.
+        let headers = response.headers_mut();
         for (name, value) in &cors {
-            response.headers_mut().append(name.clone(), value.clone());
+            if name != http::header::VARY {
+                headers.insert(name.clone(), value.clone());
+            } else if !headers.get_all(name).iter().any(|v| v == value) {
+                headers.append(name.clone(), value.clone());
+            }
         }
     }
 }
@@ -551,6 +557,28 @@ mod tests {
         );
         let rules = rules_of(&config(vec![dto(&["https://*.example"], &["GET", "HEAD"])])).unwrap();
         assert_eq!(rules[0].methods, vec!["GET", "HEAD"]);
+    }
+
+    #[test]
+    fn cors_headers_are_never_doubled() {
+        let rule = rule(&["http://a.example"], &["GET"], &[]);
+        let mut response = Response::new(Body::empty());
+        for _ in 0..2 {
+            let browser = Browser {
+                cors: Some(allow_headers(&rule, "http://a.example")),
+                form_upload: None,
+            };
+            depart(browser, &mut response);
+        }
+        let headers = response.headers();
+        assert_eq!(
+            headers
+                .get_all("access-control-allow-origin")
+                .iter()
+                .count(),
+            1
+        );
+        assert_eq!(headers.get_all(http::header::VARY).iter().count(), 1);
     }
 
     #[test]
