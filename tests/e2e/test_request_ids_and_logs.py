@@ -215,6 +215,10 @@ def test_debug_has_one_line_per_request_and_info_names_persistence_spin_ups_and_
         assert " DEBUG " in line and f"ListObjectsV2 bucket={b} key=- status=200 code=-" in line, line
         probe = error_of(s3.get_bucket_policy, Bucket=b)[3]
         assert " DEBUG " in log_line(server, probe)
+        preflight = requests.options(f"{server.endpoint}/{b}/cold", headers={
+            "Origin": "https://example.org", "Access-Control-Request-Method": "GET"})
+        line = log_line(server, preflight.headers["x-amz-request-id"])
+        assert " DEBUG " in line and f"PreflightRequest bucket={b} key=cold status={preflight.status_code}" in line, line
         wait_persisted(server.endpoint)
         s3.restore_object(Bucket=b, Key="cold", RestoreRequest={"Days": 1, "GlacierJobParameters": {"Tier": "Expedited"}})
         deadline = time.time() + 60

@@ -90,8 +90,30 @@ async fn handle(
     request: Request<Incoming>,
 ) -> Result<Response<Body>, HttpError> {
     let ids = RequestIds::new(cluster.as_deref().map(|c| c.node_name.as_str()));
+    let (method, path, started) = (
+        request.method().clone(),
+        request.uri().path().to_owned(),
+        Instant::now(),
+    );
     let mut response = answer(s3, admin, cluster, request, &ids).await?;
     ids.stamp(&mut response);
+    if !ids.logged.load(std::sync::atomic::Ordering::Relaxed) {
+        // Answered before s3s (a CORS preflight, the admin API with a token): its line at debug.
+        let line = RequestLine {
+            operation: if method == http::Method::OPTIONS {
+                "PreflightRequest"
+            } else {
+                "AdminAPI"
+            },
+            path: &path,
+            response: &response,
+            request_id: &ids.request_id,
+            access_key: None,
+            signer: "",
+            elapsed: started.elapsed(),
+        };
+        tracing::debug!(target: "permafrost_s3::requests", "{}", line.text());
+    }
     Ok(response)
 }
 
@@ -179,6 +201,7 @@ async fn answer(
         audit(&admin, &method, &line);
     }
     line.log(audited(&method, status));
+    ids.logged.store(true, std::sync::atomic::Ordering::Relaxed);
     if !path.starts_with(crate::RESERVED_PREFIX) {
         response = crate::metrics::timed(
             response,
@@ -350,6 +373,8 @@ fn audited(method: &http::Method, status: http::StatusCode) -> bool {
 pub(crate) struct RequestIds {
     pub(crate) request_id: String,
     pub(crate) host_id: String,
+    /// Whether the request's line was logged ([`RequestLine::log`]).
+    logged: std::sync::atomic::AtomicBool,
 }
 
 impl RequestIds {
@@ -363,6 +388,7 @@ impl RequestIds {
         RequestIds {
             request_id,
             host_id,
+            logged: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
