@@ -293,10 +293,10 @@ def test_success_action_status_201_answers_with_the_post_response(server, bucket
     assert root.findtext("Location") == f"{server.endpoint}/{bucket}/forms/scan%201.tif"
 
 
-def test_success_action_redirect_answers_303_with_bucket_key_and_etag(server, s3, bucket):
+@pytest.mark.parametrize("field", ["success_action_redirect", "redirect"])
+def test_success_action_redirect_answers_303_with_bucket_key_and_etag(server, s3, bucket, field):
     target = "https://app.example.test/done?upload=1"
-    form = post_form(bucket, "forms/${filename}", key_prefix="forms/",
-                     fields={"success_action_redirect": target})
+    form = post_form(bucket, "forms/${filename}", key_prefix="forms/", fields={field: target})
     r = upload(server.endpoint, bucket, form, b"redirected", filename="r.txt")
     assert r.status_code == 303, r.text
     location = urllib.parse.urlparse(r.headers["Location"])
