@@ -349,23 +349,8 @@ pub(crate) async fn arrive(
         return Ok((request, Browser::default()));
     };
     if request.method() == Method::OPTIONS {
-        let answer = preflight(access, bucket, request.headers());
-        let header = |name: &str| {
-            request
-                .headers()
-                .get(name)
-                .and_then(|v| v.to_str().ok())
-                .unwrap_or("-")
-                .to_string()
-        };
-        tracing::debug!(
-            target: "permafrost_s3::requests",
-            "Preflight bucket={bucket} path={path} status={} origin={} method={}",
-            answer.status().as_u16(),
-            header("origin"),
-            header("access-control-request-method")
-        );
-        return Err(Box::new(answer));
+        // Its log line is `server::handle`'s (at debug, as `PreflightRequest`).
+        return Err(Box::new(preflight(access, bucket, request.headers())));
     }
     let mut browser = Browser::default();
     if let Some(origin) = request
