@@ -78,6 +78,10 @@ OUT="${OUT:-$ROOT/bench/out/cluster-$(date -u +%Y%m%dT%H%M%SZ)}"
 mkdir -p "$OUT"
 SCRATCH="${SCRATCH:-$(mktemp -d /tmp/permafrost-cluster.XXXXXX)}"
 mkdir -p "$SCRATCH"
+# The cluster secret every relay connection proves (docs/security.md "Cluster traffic"), one per run.
+SECRET="$SCRATCH/cluster.secret"
+(umask 077 && python3 -c 'import secrets; print(secrets.token_hex(32))' >"$SECRET")
+SECRET_ARGS=(--secret-file "$SECRET")
 SUMMARY="$OUT/summary.txt"
 RESULTS="$OUT/results.json"
 : >"$SUMMARY"
@@ -205,7 +209,7 @@ start_node() {
     local n=$1
     case ${ROLE[$n]} in
         relay)
-            ip netns exec "$TAG-$n" nice -n -10 "$BIN" relay serve --name "$n" --listen "${ADDR[$n]}:$PORT" \
+            ip netns exec "$TAG-$n" nice -n -10 "$BIN" relay serve --name "$n" --listen "${ADDR[$n]}:$PORT" "${SECRET_ARGS[@]}" \
                 2>>"$OUT/$n.log" &
             ;;
         node)
@@ -217,7 +221,7 @@ cache_bytes_max = 4294967296
 [store.grid]
 disk_capacity_bytes = 1073741824
 EOF
-            ip netns exec "$TAG-$n" nice -n -10 "$BIN" relay node --name "$n" --listen "${ADDR[$n]}:$PORT" \
+            ip netns exec "$TAG-$n" nice -n -10 "$BIN" relay node --name "$n" --listen "${ADDR[$n]}:$PORT" "${SECRET_ARGS[@]}" \
                 --data-dir "$SCRATCH/$n" 2>>"$OUT/$n.log" &
             ;;
         *) return 0 ;;
@@ -267,7 +271,7 @@ write_once() {   # round, k, mode (tree|fan-out)
     local tx0 rx0 t0 t1 tx1 json
     tx0=$(counter "$CLIENT" "d-$FIRST_CHILD" tx_bytes)
     t0=$(now)
-    json=$(in_ns "$CLIENT" nice -n -10 "$BIN" relay send --topology "$TOPOLOGY" "${ADDR_ARGS[@]}" --copies "$k" \
+    json=$(in_ns "$CLIENT" nice -n -10 "$BIN" relay send --topology "$TOPOLOGY" "${ADDR_ARGS[@]}" "${SECRET_ARGS[@]}" --copies "$k" \
         "${extra[@]}" --key "$key" --json "$SCRATCH/object" 2>>"$OUT/client.log") || FAILED=1
     t1=$(now)
     tx1=$(counter "$CLIENT" "d-$FIRST_CHILD" tx_bytes)
@@ -302,7 +306,7 @@ rebuild_once() {   # round, group n, mode (tree|naive)
     local rx0 rx1 t0 t1 json out="$SCRATCH/rebuilt-$round-$group-$mode"
     rx0=$(counter "$REBUILD_ONTO" uplink rx_bytes)
     t0=$(now)
-    json=$(in_ns "$REBUILD_ONTO" nice -n -10 "$BIN" relay rebuild --topology "$TOPOLOGY" "${ADDR_ARGS[@]}" \
+    json=$(in_ns "$REBUILD_ONTO" nice -n -10 "$BIN" relay rebuild --topology "$TOPOLOGY" "${ADDR_ARGS[@]}" "${SECRET_ARGS[@]}" \
         --onto "$REBUILD_ONTO" --from "$csv" --key piece --bytes "$OBJECT_BYTES" "${extra[@]}" --out "$out" \
         --json 2>>"$OUT/rebuild.log") || FAILED=1
     t1=$(now)
@@ -333,7 +337,7 @@ EOF
 head -c 4096 /dev/urandom >"$SCRATCH/warm-up"
 DATA_NODES=0
 for n in "${NODES[@]}"; do [[ ${ROLE[$n]} == node ]] && DATA_NODES=$((DATA_NODES + 1)); done
-in_ns "$CLIENT" "$BIN" relay send --topology "$TOPOLOGY" "${ADDR_ARGS[@]}" --copies "$DATA_NODES" --key warm-up \
+in_ns "$CLIENT" "$BIN" relay send --topology "$TOPOLOGY" "${ADDR_ARGS[@]}" "${SECRET_ARGS[@]}" --copies "$DATA_NODES" --key warm-up \
     "$SCRATCH/warm-up" >>"$OUT/client.log" 2>&1 || { say "# FAILED: the warm-up write to every data node"; exit 1; }
 
 for round in $(seq "$ROUNDS"); do
@@ -347,7 +351,7 @@ if [[ -n $GROUP_SIZES ]]; then
     # Every survivor holds its own piece (different bytes) under the key "piece", written through the tree.
     for n in "${SURVIVORS[@]}"; do
         head -c "$OBJECT_BYTES" /dev/urandom >"$SCRATCH/piece-$n"
-        in_ns "$CLIENT" "$BIN" relay send --topology "$TOPOLOGY" "${ADDR_ARGS[@]}" --to "$n" --key piece \
+        in_ns "$CLIENT" "$BIN" relay send --topology "$TOPOLOGY" "${ADDR_ARGS[@]}" "${SECRET_ARGS[@]}" --to "$n" --key piece \
             "$SCRATCH/piece-$n" >/dev/null 2>>"$OUT/client.log" || FAILED=1
     done
     for round in $(seq "$ROUNDS"); do
@@ -406,7 +410,7 @@ fail_once() {   # scenario (relay|node|node-exact)
     tx0=$(counter "$CLIENT" "d-$FIRST_CHILD" tx_bytes)
     rx0=$(counter "$victim" uplink rx_bytes)
     t0=$(now)
-    in_ns "$CLIENT" nice -n -10 "$BIN" relay send --topology "$TOPOLOGY" "${ADDR_ARGS[@]}" "${target_args[@]}" \
+    in_ns "$CLIENT" nice -n -10 "$BIN" relay send --topology "$TOPOLOGY" "${ADDR_ARGS[@]}" "${SECRET_ARGS[@]}" "${target_args[@]}" \
         --key "$key" --json "$SCRATCH/fail-object" >"$SCRATCH/fail.json" 2>>"$OUT/client.log" &
     spid=$!
     got=$(kill_when "$victim" $((FAIL_BYTES / 4)) "$spid" "$rx0")

@@ -314,6 +314,27 @@ impl ClusterDb {
         Ok(id)
     }
 
+    /// The cluster secret the relays prove on every node-to-node connection (`permafrost_relay::auth`), kept in
+    /// `meta` under `relay_secret`: made by the first caller (`fresh`, 64 hex digits from the operating
+    /// system's generator), the same text for every caller after. Anyone who can read the shared tables can
+    /// read it: the database URL with its password is the cluster's credential (docs/security.md).
+    pub fn relay_secret(&self, fresh: &str) -> Result<String> {
+        self.write(|c| {
+            c.execute(
+                "INSERT INTO permafrost_cluster.meta (key, value) VALUES ('relay_secret', ?1) \
+                 ON CONFLICT (key) DO NOTHING",
+                params![fresh],
+            )
+            .map_err(sql_err)?;
+            c.query_row(
+                "SELECT value FROM permafrost_cluster.meta WHERE key = 'relay_secret'",
+                params![],
+                |r| r.get(0),
+            )
+            .map_err(sql_err)
+        })
+    }
+
     /// Make the schema of a node's own store catalog.
     pub fn make_node_schema(&self, node_name: &str) -> Result<()> {
         if !valid_node_name(node_name) {

@@ -16,7 +16,8 @@
 //! lost_after_ms = 600000    # … and, older than this (≥ timeout_ms), is lost: its copies are made again elsewhere
 //! topology = "topology.toml" # optional: the network (docs/cluster.md "Topology file")
 //! copies = 2                # nodes holding each object (the cluster default; a bucket may set its own) [1]
-//! relay_address = "0.0.0.0:9400" # where this node's in-process relay listens [an ephemeral port]
+//! relay_address = "10.0.0.11:9400" # where this node's in-process relay listens [address's host, any port]
+//! secret_file = "cluster.secret" # the cluster secret the relays prove [the one kept in the catalog]
 //! [cluster.relays]          # with a topology: where its `permafrost relay serve` processes listen
 //! core = "10.0.0.2:7400"
 //! ```
@@ -33,7 +34,12 @@
 //! missing copies of under-replicated objects it holds (`permafrost_s3::ClusterNode::catch_up`; it first retires
 //! the copies of nodes lost for `lost_after_ms`, so they are made again elsewhere). The node's
 //! relay (`permafrost_relay::serve`, storing copies into this node's store) listens on `relay_address`, which is
-//! published in the nodes table.
+//! published in the nodes table; without it, on the host of `address` (never on every interface by default),
+//! and a node that knows neither refuses to start.
+//!
+//! **The cluster secret** (docs/security.md "Cluster traffic"): every relay connection, in and out, proves it
+//! before anything else moves. It is `secret_file` (relative to the data directory) when set, else the secret the
+//! catalog keeps (`ClusterDb::relay_secret`, made by the first node of a build that knows it).
 
 use std::collections::{BTreeMap, VecDeque};
 use std::path::{Path, PathBuf};
@@ -77,12 +83,17 @@ pub struct ClusterSection {
     /// Nodes holding each object, the cluster default (a bucket may set its own: `cluster bucket`).
     #[serde(default = "copies_default")]
     pub copies: u32,
-    /// Where this node's relay listens (`host:port`; port 0 = any free port) [`0.0.0.0:0`].
+    /// Where this node's relay listens (`host:port`; port 0 = any free port) [the host of `address`, any
+    /// free port].
     #[serde(default)]
     pub relay_address: Option<String>,
     /// With a topology: the `permafrost relay serve` processes it names, `name = "host:port"`.
     #[serde(default)]
     pub relays: std::collections::BTreeMap<String, String>,
+    /// A file holding the cluster secret the relays prove (relative to the data directory) [the secret kept in
+    /// the catalog].
+    #[serde(default)]
+    pub secret_file: Option<PathBuf>,
 }
 
 fn copies_default() -> u32 {
@@ -183,6 +194,17 @@ pub struct Membership {
     pub address: String,
     /// `[cluster] topology`, checked.
     pub topology: Option<Arc<permafrost_topology::Topology>>,
+    /// The cluster secret every relay connection proves.
+    pub secret: permafrost_relay::Secret,
+}
+
+/// The cluster secret kept in the catalog (made there by the first caller).
+pub fn catalog_secret(db: &ClusterDb) -> Result<permafrost_relay::Secret> {
+    let text = db
+        .relay_secret(&permafrost_relay::Secret::generate_hex())
+        .map_err(|e| anyhow::anyhow!("reading the cluster secret: {e}"))?;
+    permafrost_relay::Secret::new(text.as_bytes())
+        .map_err(|e| anyhow::anyhow!("the catalog {}: {e}", db.shown_url()))
 }
 
 /// Check everything about the cluster and register this node (before the store opens: a refused start changes
@@ -204,6 +226,12 @@ pub fn join(
     let cluster_id = db
         .cluster(&section.name)
         .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let secret = match &section.secret_file {
+        Some(path) => permafrost_relay::Secret::from_file(&data_dir.join(path))
+            .map_err(|e| anyhow::anyhow!("[cluster] secret_file: {e}"))?,
+        None => catalog_secret(&db)?,
+    };
+    relay_listen_address(&section, &address)?;
     let id_path = data_dir.join(CLUSTER_ID_FILE);
     let instance = match std::fs::read_to_string(&id_path) {
         Ok(text) => {
@@ -283,6 +311,7 @@ pub fn join(
         node_id: joined.node_id,
         address,
         topology,
+        secret,
     })
 }
 
@@ -633,6 +662,10 @@ pub fn start(store: &Arc<Store>, m: &Membership) -> Result<(Arc<ClusterNode>, He
             lost_after_ms: m.section.lost_after_ms,
             topology: m.topology.clone(),
             relays: m.section.relays.clone(),
+            credentials: permafrost_relay::Credentials {
+                name: m.section.node.clone(),
+                secret: m.secret.clone(),
+            },
             ..Default::default()
         },
         copying: Default::default(),
@@ -781,19 +814,39 @@ fn rebuild_lost_nodes(me: &ClusterNode, store: &Store, lost_after_ms: u64) -> Re
     Ok(())
 }
 
-/// Listen on `[cluster] relay_address` and serve the relay node role in-process: copies that arrive are
-/// stored into this node's store (`permafrost_s3::cluster::copy_sink`). Publishes the address other nodes
-/// reach it at (the advertised S3 host with the bound port when the listen host is unspecified).
+/// Where the in-process relay listens: `[cluster] relay_address`, else the host of the node's own address
+/// (`[cluster] address`, or the S3 listen address) with any free port. Never every interface by default: an
+/// address whose host is unspecified (`0.0.0.0`, `[::]`) is refused unless `relay_address` names one.
+fn relay_listen_address(section: &ClusterSection, address: &str) -> Result<String> {
+    if let Some(configured) = &section.relay_address {
+        return Ok(configured.clone());
+    }
+    let host = address.rsplit_once(':').map_or(address, |(h, _)| h);
+    let unspecified = host
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .parse::<std::net::IpAddr>()
+        .is_ok_and(|ip| ip.is_unspecified());
+    if host.is_empty() || unspecified {
+        bail!(
+            "[cluster] relay_address is not set and the node's address {address} names no host to listen on: \
+             set [cluster] relay_address = \"HOST:PORT\" (the cluster network's address of this node) or \
+             [cluster] address"
+        );
+    }
+    Ok(format!("{host}:0"))
+}
+
+/// Listen on `[cluster] relay_address` (or the node's own host, [`relay_listen_address`]) and serve the relay
+/// node role in-process: copies that arrive are stored into this node's store
+/// (`permafrost_s3::cluster::copy_sink`), from peers that prove the cluster secret. Publishes the address other
+/// nodes reach it at (the advertised S3 host with the bound port when the listen host is unspecified).
 fn start_relay(
     m: &Membership,
     node: &Arc<ClusterNode>,
     store: &Arc<std::sync::Mutex<Option<Arc<Store>>>>,
 ) -> Result<String> {
-    let listen = m
-        .section
-        .relay_address
-        .clone()
-        .unwrap_or_else(|| "0.0.0.0:0".to_owned());
+    let listen = relay_listen_address(&m.section, &m.address)?;
     let listener = std::net::TcpListener::bind(&listen)
         .with_context(|| format!("[cluster] relay_address {listen}: cannot listen"))?;
     let bound = listener.local_addr()?;
@@ -817,6 +870,7 @@ fn start_relay(
             sink: Some(sink),
             source: Some(permafrost_s3::fragment_source(Arc::clone(store))),
             stats: Arc::clone(&node.replication.stats),
+            secret: m.secret.clone(),
         }),
     );
     Ok(published)

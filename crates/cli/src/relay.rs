@@ -17,6 +17,11 @@
 //! Names are the topology's; `--addr NAME=HOST:PORT` says where each relay or data node listens. Bad input (a
 //! topology naming unknown nodes, an unknown node, a missing address, no tree within the limits) fails before
 //! anything is sent; an unreachable relay or node fails the copies below it, named, and the command exits 1.
+//!
+//! Every connection proves the cluster secret first (`permafrost_relay::auth`): `--secret-file FILE`, else the
+//! secret kept in the catalog of `--catalog` (the one the cluster's `permafrost serve` nodes use); without
+//! either a command refuses to start. A relay or data node refuses a peer without the secret before reading
+//! anything from it and logs one line naming the peer's address and the reason.
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -31,8 +36,8 @@ use clap::{Args, Subcommand};
 use serde::Serialize;
 
 use permafrost_relay::{
-    hops, pipe_sink, pipe_source, rebuild, send, serve, write_copies, Attempt, Copies, Header, Hop,
-    LeafAck, NodeStats, RelayNode, Sink, SinkFactory, SourceFactory,
+    hops, pipe_sink, pipe_source, rebuild, send, serve, write_copies, Attempt, Copies, Credentials,
+    Header, Hop, LeafAck, NodeStats, RelayNode, Secret, Sink, SinkFactory, SourceFactory,
 };
 use permafrost_topology::{parity_tree, replication_tree, Demand, NodeId, Role, Topology, Tree};
 
@@ -62,7 +67,42 @@ pub struct ServeArgs {
     #[arg(long)]
     listen: String,
     #[command(flatten)]
+    secret: SecretArgs,
+    #[command(flatten)]
     report: Report,
+}
+
+/// The cluster secret every relay connection proves (docs/security.md "Cluster traffic").
+#[derive(Args)]
+pub struct SecretArgs {
+    /// File holding the cluster secret (at least 16 bytes, e.g. `openssl rand -hex 32`), the same for every
+    /// relay, data node and sender [default: the catalog's secret, with --catalog].
+    #[arg(long, value_name = "FILE")]
+    secret_file: Option<PathBuf>,
+}
+
+impl SecretArgs {
+    /// The secret of `--secret-file`, else the one kept in the catalog `catalog` (made there if it has none).
+    fn secret(&self, catalog: Option<&permafrost_catalog::cluster::ClusterDb>) -> Result<Secret> {
+        if let Some(path) = &self.secret_file {
+            return Secret::from_file(path).map_err(anyhow::Error::msg);
+        }
+        match catalog {
+            Some(db) => crate::cluster::catalog_secret(db),
+            None => bail!(
+                "no cluster secret: pass --secret-file FILE (the same file for every relay, data node and sender; \
+                 make one with `openssl rand -hex 32 > FILE`) or --catalog URL (the secret the cluster's nodes use)"
+            ),
+        }
+    }
+
+    /// The secret for a relay or data node: `--secret-file`, else the catalog's at `url`.
+    fn for_listener(&self, url: Option<&str>) -> Result<Secret> {
+        match (&self.secret_file, url) {
+            (None, Some(url)) => self.secret(Some(&crate::cluster::connect_catalog(url)?)),
+            _ => self.secret(None),
+        }
+    }
 }
 
 /// Reporting link use to the cluster's catalog (docs/cluster.md "Live utilisation").
@@ -113,6 +153,8 @@ pub struct NodeArgs {
     #[command(flatten)]
     target: Target,
     #[command(flatten)]
+    secret: SecretArgs,
+    #[command(flatten)]
     report: Report,
 }
 
@@ -129,6 +171,8 @@ pub struct Network {
     /// Where node NAME's relay or data node listens (repeatable; every node of the tree needs one).
     #[arg(long = "addr", value_name = "NAME=HOST:PORT")]
     addrs: Vec<String>,
+    #[command(flatten)]
+    secret: SecretArgs,
 }
 
 #[derive(Args)]
@@ -204,6 +248,7 @@ fn listen(addr: &str) -> Result<TcpListener> {
 }
 
 fn run_relay(args: ServeArgs) -> Result<()> {
+    let secret = args.secret.for_listener(args.report.catalog.as_deref())?;
     let listener = listen(&args.listen)?;
     eprintln!(
         "permafrost relay {}: listening on {}",
@@ -216,6 +261,7 @@ fn run_relay(args: ServeArgs) -> Result<()> {
         sink: None,
         source: None,
         stats,
+        secret,
     };
     serve(listener, Arc::new(node))
         .join()
@@ -346,6 +392,7 @@ fn run_node(args: NodeArgs) -> Result<()> {
     if let Some(dir) = data_dir_of(&args.target) {
         std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     }
+    let secret = args.secret.for_listener(args.report.catalog.as_deref())?;
     let listener = listen(&args.listen)?;
     let node = Arc::new(DataNode {
         name: args.name.clone(),
@@ -374,6 +421,7 @@ fn run_node(args: NodeArgs) -> Result<()> {
         sink: Some(sink),
         source: Some(source),
         stats,
+        secret,
     };
     serve(listener, Arc::new(relay))
         .join()
@@ -649,6 +697,10 @@ fn run_send(args: SendArgs) -> Result<()> {
         // Fails before sending when the first tree lacks an address; retries check theirs.
         cluster.tree_hops(&tree)?;
     }
+    let credentials = Credentials {
+        name: t.name(root).to_string(),
+        secret: args.network.secret.secret(cluster.catalog.as_deref())?,
+    };
     let stats = Arc::new(NodeStats::default());
     let recorded = cluster.record(
         permafrost_catalog::cluster::TransferStart {
@@ -682,6 +734,7 @@ fn run_send(args: SendArgs) -> Result<()> {
             object_bytes,
             args.piece_bytes,
             &stats,
+            &credentials,
         )
         .with_context(|| format!("reading {}", args.file.display()))?;
         let attempt = Attempt {
@@ -704,6 +757,7 @@ fn run_send(args: SendArgs) -> Result<()> {
             object_bytes,
             args.piece_bytes,
             &stats,
+            &credentials,
         )
         .with_context(|| format!("writing {}", args.file.display()))?;
         ("tree", tree.render(t), written.attempts, written.gave_up)
@@ -844,6 +898,10 @@ fn run_rebuild(args: RebuildArgs) -> Result<()> {
     let out =
         File::create(&args.out).with_context(|| format!("cannot create {}", args.out.display()))?;
     let mut out = io::BufWriter::with_capacity(1 << 20, out);
+    let credentials = Credentials {
+        name: args.onto.clone(),
+        secret: args.network.secret.secret(cluster.catalog.as_deref())?,
+    };
     let stats = Arc::new(NodeStats::default());
     let recorded = cluster.record(
         permafrost_catalog::cluster::TransferStart {
@@ -864,6 +922,7 @@ fn run_rebuild(args: RebuildArgs) -> Result<()> {
         args.piece_bytes,
         &mut out,
         &stats,
+        &credentials,
     );
     if let Some(recorded) = recorded {
         match &rebuilt {

@@ -33,6 +33,7 @@ fn main() {
     let bytes = mib << 20;
     let piece_bytes = 1 << 20;
     let t = Topology::from_toml_str(include_str!("../../../docs/cluster-topology.toml")).unwrap();
+    let secret = permafrost_relay::Secret::new(b"the example cluster secret").unwrap();
     let mut addrs = HashMap::new();
     for node in t.nodes() {
         if node.role == Role::Client {
@@ -48,9 +49,14 @@ fn main() {
                 sink: Some(sink),
                 source: None,
                 stats: Arc::default(),
+                secret: secret.clone(),
             }),
         );
     }
+    let credentials = permafrost_relay::Credentials {
+        name: "client".into(),
+        secret: secret.clone(),
+    };
     let client = t.node_id("client").unwrap();
     let data = t.with_role(Role::Node);
     println!("object {mib} MiB, pieces 1 MiB, best of {rounds} rounds; loopback, one process");
@@ -84,6 +90,7 @@ fn main() {
                     bytes,
                     piece_bytes,
                     &stats,
+                    &credentials,
                 )
                 .unwrap();
                 let s = start.elapsed().as_secs_f64();

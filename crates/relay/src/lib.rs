@@ -18,6 +18,11 @@
 //! - Bounded memory: a relay holds at most `QUEUE_PIECES + 2` pieces per child (each at most
 //!   [`wire::PIECE_BYTES_MAX`]); a slow child slows its parent's stream instead of growing a buffer.
 //! - A stream is served only by the node it is addressed to (the header names it).
+//! - Every connection starts with a mutual proof of the cluster secret ([`auth`], HMAC-SHA256 over both
+//!   nonces, both names and the wire version): a listener reads nothing but the handshake from a peer that
+//!   does not prove it (no header, no piece, no sink opened) and logs one line naming the peer's address and
+//!   the reason (at most one a minute per address); a sender sends nothing to a listener that does not prove
+//!   it back.
 //!
 //! - Parity streams are checked at every hop (each sender hashes the pieces it sends, since relays
 //!   change the data); the root returns the BLAKE3 of the rebuilt object for comparison with the
@@ -30,8 +35,12 @@
 //! - [`write_copies`] retries on another tree that avoids every node that failed, sending only to the
 //!   copies still missing; a write is complete only when every wanted copy was acknowledged.
 //!
-//! **Not here.** Choosing the tree (`permafrost-topology`), TLS and authentication of peers.
+//! **Not here.** Choosing the tree (`permafrost-topology`); confidentiality of the streams and their
+//! integrity against an attacker on the path after the handshake (no TLS: run the cluster network on a
+//! private network or a WireGuard tunnel, docs/security.md "Cluster traffic"); where the secret comes from
+//! (the cluster's catalog or a file: `permafrost-cli`).
 
+pub mod auth;
 pub mod wire;
 
 mod node;
@@ -39,6 +48,7 @@ mod parity;
 mod pipe;
 mod retry;
 
+pub use auth::{Credentials, Secret};
 pub use node::{
     send, serve, NodeStats, PeerBytes, RelayNode, Sink, SinkFactory, QUEUE_PIECES, STREAMS_MAX,
 };

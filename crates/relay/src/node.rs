@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
+use crate::auth::{self, Credentials, Secret, HANDSHAKE_TIMEOUT};
 use crate::parity::{self, SourceFactory};
 use crate::wire::{self, piece_hash, Header, Hop, LeafAck, Op, Piece};
 
@@ -62,8 +63,10 @@ pub struct NodeStats {
     pub pieces_held_max: AtomicU64,
     /// Streams accepted.
     pub streams: AtomicU64,
-    /// Streams being served now.
+    /// Streams being served now (and connections in their handshake).
     pub streams_open: AtomicU64,
+    /// Connections refused before their header: the peer did not prove the cluster secret.
+    pub refused: AtomicU64,
     /// Bytes per peer this node opened connections to (its children in a tree, by topology name). Each
     /// connection is counted by the end that opened it (the parent), never by both, so the counts of all
     /// processes add up per link direction (what `permafrost_catalog::cluster::LinkUse` sums).
@@ -104,6 +107,19 @@ pub struct RelayNode {
     pub source: Option<SourceFactory>,
     /// Its counters.
     pub stats: Arc<NodeStats>,
+    /// The cluster secret: a peer that does not prove it is refused before anything is read from it, and
+    /// this node proves it to the children it connects to.
+    pub secret: Secret,
+}
+
+impl RelayNode {
+    /// How this node introduces itself to the children it connects to.
+    pub(crate) fn credentials(&self) -> Credentials {
+        Credentials {
+            name: self.name.clone(),
+            secret: self.secret.clone(),
+        }
+    }
 }
 
 pub(crate) struct Counting<T> {
@@ -193,17 +209,22 @@ fn failed(hop: &Hop, message: &str) -> Vec<LeafAck> {
     failed_by(hop, message, Some(&hop.name))
 }
 
-pub(crate) fn connect(addr: &str) -> io::Result<TcpStream> {
+/// Connect to the relay listener at `addr` and prove membership (`auth`): nothing is sent on a connection
+/// whose server did not prove the cluster secret back.
+pub(crate) fn connect(addr: &str, credentials: &Credentials) -> io::Result<TcpStream> {
     let mut last = io::Error::new(
         io::ErrorKind::NotFound,
         format!("{addr} resolves to nothing"),
     );
     for a in addr.to_socket_addrs()? {
         match TcpStream::connect_timeout(&a, IO_TIMEOUT) {
-            Ok(s) => {
+            Ok(mut s) => {
+                s.set_read_timeout(Some(HANDSHAKE_TIMEOUT))?;
+                s.set_write_timeout(Some(HANDSHAKE_TIMEOUT))?;
+                s.set_nodelay(true)?;
+                auth::connect(&mut s, credentials)?;
                 s.set_read_timeout(Some(IO_TIMEOUT))?;
                 s.set_write_timeout(Some(IO_TIMEOUT))?;
-                s.set_nodelay(true)?;
                 return Ok(s);
             }
             Err(e) => last = e,
@@ -266,15 +287,21 @@ impl<R: Read> Read for Patient<R> {
 /// The ack is read by a second thread while the pieces go out: a child whose whole subtree failed
 /// answers at once (see [`handle`]), and then this stops sending to it and drops `rx`, so that a
 /// parent none of whose children is left stops too (and answers its own parent early).
-fn child_stream(header: Header, rx: Receiver<Arc<Held>>, stats: Arc<NodeStats>) -> Vec<LeafAck> {
+fn child_stream(
+    header: Header,
+    rx: Receiver<Arc<Held>>,
+    stats: Arc<NodeStats>,
+    credentials: Credentials,
+) -> Vec<LeafAck> {
     let hop = header.hop.clone();
     let fail = |rx: Receiver<Arc<Held>>, what: String| {
         // Dropping the queue tells the parent this child takes no more pieces.
         drop(rx);
         failed(&hop, &format!("{} ({}): {what}", hop.name, hop.addr))
     };
-    let conn = match connect(&hop.addr) {
+    let conn = match connect(&hop.addr, &credentials) {
         Ok(c) => c,
+        Err(e) if e.kind() == io::ErrorKind::PermissionDenied => return fail(rx, e.to_string()),
         Err(e) => return fail(rx, format!("cannot connect: {e}")),
     };
     let (writer, reader) = match (conn.try_clone(), conn.try_clone()) {
@@ -415,6 +442,7 @@ fn forward(
     children: &[Hop],
     next_piece: &mut dyn FnMut(u64) -> io::Result<Piece>,
     stats: &Arc<NodeStats>,
+    credentials: &Credentials,
 ) -> io::Result<(Vec<LeafAck>, bool)> {
     let mut senders = Vec::with_capacity(children.len());
     let mut threads: Vec<JoinHandle<Vec<LeafAck>>> = Vec::with_capacity(children.len());
@@ -425,7 +453,10 @@ fn forward(
             ..base.clone()
         };
         let stats = Arc::clone(stats);
-        threads.push(thread::spawn(move || child_stream(header, rx, stats)));
+        let credentials = credentials.clone();
+        threads.push(thread::spawn(move || {
+            child_stream(header, rx, stats, credentials)
+        }));
         senders.push(tx);
     }
     let mut source_error = None;
@@ -469,8 +500,10 @@ fn forward(
 }
 
 /// At the root: send `object_bytes` bytes from `object` along the tree below the root (`children`),
-/// in pieces of `piece_bytes`; `object_meta` travels in every header (a cluster copy's metadata). Returns one ack per data node of the tree; `Err` only when reading
-/// `object` fails (then nothing is acknowledged: the children see the stream end early).
+/// in pieces of `piece_bytes`; `object_meta` travels in every header (a cluster copy's metadata). Every
+/// connection proves `credentials` first. Returns one ack per data node of the tree; `Err` only when
+/// reading `object` fails (then nothing is acknowledged: the children see the stream end early).
+#[allow(clippy::too_many_arguments)]
 pub fn send(
     transfer: &str,
     object_meta: Option<&wire::ObjectMeta>,
@@ -479,6 +512,7 @@ pub fn send(
     object_bytes: u64,
     piece_bytes: u32,
     stats: &Arc<NodeStats>,
+    credentials: &Credentials,
 ) -> io::Result<Vec<LeafAck>> {
     let base = Header {
         version: wire::VERSION,
@@ -510,14 +544,16 @@ pub fn send(
             payload,
         })
     };
-    forward(&base, children, &mut next, stats).map(|(acks, _)| acks)
+    forward(&base, children, &mut next, stats, credentials).map(|(acks, _)| acks)
 }
 
 /// Most streams one node serves at once; more are refused (closed), and their senders report the
 /// subtree failed.
 pub const STREAMS_MAX: u64 = 512;
 
-/// Accept streams on `listener` until it fails; one thread per connection, at most [`STREAMS_MAX`].
+/// Accept streams on `listener` until it fails; one thread per connection, at most [`STREAMS_MAX`]. Each
+/// connection first proves the cluster secret ([`RelayNode::secret`]); a peer that does not is refused
+/// before anything is read from it beyond the handshake, and one line names its address and the reason.
 pub fn serve(listener: TcpListener, node: Arc<RelayNode>) -> JoinHandle<()> {
     thread::spawn(move || {
         for conn in listener.incoming() {
@@ -536,10 +572,17 @@ pub fn serve(listener: TcpListener, node: Arc<RelayNode>) -> JoinHandle<()> {
     })
 }
 
-fn handle(conn: TcpStream, node: &RelayNode) -> io::Result<()> {
+fn handle(mut conn: TcpStream, node: &RelayNode) -> io::Result<()> {
+    conn.set_read_timeout(Some(HANDSHAKE_TIMEOUT))?;
+    conn.set_write_timeout(Some(HANDSHAKE_TIMEOUT))?;
+    conn.set_nodelay(true)?;
+    if let Err(refusal) = auth::accept(&mut conn, &node.name, &node.secret) {
+        node.stats.refused.fetch_add(1, Ordering::Relaxed);
+        auth::log_refusal(&node.name, conn.peer_addr().ok(), &refusal.0);
+        return Ok(());
+    }
     conn.set_read_timeout(Some(IO_TIMEOUT))?;
     conn.set_write_timeout(Some(IO_TIMEOUT))?;
-    conn.set_nodelay(true)?;
     node.stats.streams.fetch_add(1, Ordering::Relaxed);
     let mut reader = BufReader::with_capacity(
         BUFFER_BYTES,
@@ -583,7 +626,13 @@ fn handle(conn: TcpStream, node: &RelayNode) -> io::Result<()> {
         return wire::write_json(&mut writer, &acks);
     }
     let mut next = |index: u64| wire::read_piece(&mut reader, header.piece_len(index));
-    let (acks, complete) = forward(&header, &header.hop.children, &mut next, &node.stats)?;
+    let (acks, complete) = forward(
+        &header,
+        &header.hop.children,
+        &mut next,
+        &node.stats,
+        &node.credentials(),
+    )?;
     wire::write_json(&mut writer, &acks)?;
     if !complete {
         // Every child failed: the parent has the answer now and stops sending; take what is still on

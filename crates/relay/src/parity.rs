@@ -11,6 +11,7 @@ use std::sync::mpsc::{sync_channel, SyncSender};
 use std::sync::Arc;
 use std::thread;
 
+use crate::auth::Credentials;
 use crate::node::{connect, Counting, NodeStats, RelayNode, BUFFER_BYTES, QUEUE_PIECES};
 use crate::wire::{self, piece_hash, Header, Hop, Op, Piece};
 
@@ -43,11 +44,20 @@ fn read_up(r: &mut impl Read, len: u32) -> Result<Piece, String> {
 }
 
 /// Connect to one child, send it the header, and pass its checked pieces (or its error) on.
-fn child_up(header: Header, tx: SyncSender<Result<Vec<u8>, String>>, stats: Arc<NodeStats>) {
+fn child_up(
+    header: Header,
+    tx: SyncSender<Result<Vec<u8>, String>>,
+    stats: Arc<NodeStats>,
+    credentials: Credentials,
+) {
     let hop = header.hop.clone();
     let context = |what: String| format!("{} ({}): {what}", hop.name, hop.addr);
-    let conn = match connect(&hop.addr) {
+    let conn = match connect(&hop.addr, &credentials) {
         Ok(c) => c,
+        Err(e) if e.kind() == io::ErrorKind::PermissionDenied => {
+            let _ = tx.send(Err(context(e.to_string())));
+            return;
+        }
         Err(e) => {
             let _ = tx.send(Err(context(format!("cannot connect: {e}"))));
             return;
@@ -94,6 +104,7 @@ fn gather(
     base: &Header,
     children: &[Hop],
     stats: &Arc<NodeStats>,
+    credentials: &Credentials,
     emit: &mut dyn FnMut(u64, Vec<u8>) -> Result<(), String>,
 ) -> Result<(), String> {
     let receivers: Vec<_> = children
@@ -105,7 +116,8 @@ fn gather(
                 ..base.clone()
             };
             let stats = Arc::clone(stats);
-            thread::spawn(move || child_up(header, tx, stats));
+            let credentials = credentials.clone();
+            thread::spawn(move || child_up(header, tx, stats, credentials));
             rx
         })
         .collect();
@@ -146,7 +158,13 @@ pub(crate) fn serve_xor(header: &Header, w: TcpStream, node: &RelayNode) -> io::
             };
             wire::write_piece(&mut w, &piece).map_err(|e| format!("sending up: {e}"))
         };
-        gather(header, &header.hop.children, &node.stats, &mut emit)
+        gather(
+            header,
+            &header.hop.children,
+            &node.stats,
+            &node.credentials(),
+            &mut emit,
+        )
     };
     if let Err(message) = outcome {
         write_error(&mut w, &format!("{}: {message}", node.name))?;
@@ -177,7 +195,8 @@ fn send_own(header: &Header, w: &mut impl Write, node: &RelayNode) -> Result<(),
 
 /// At the rebuilding root: receive the XOR of the pieces held below it (`children`: the parity tree
 /// below the root) and write it to `out`. Returns the BLAKE3 of the rebuilt object (compare it with
-/// the catalog's before using it); `Err` names the node and piece that failed.
+/// the catalog's before using it); `Err` names the node and piece that failed. Every connection proves
+/// `credentials` first.
 pub fn rebuild(
     transfer: &str,
     children: &[Hop],
@@ -185,6 +204,7 @@ pub fn rebuild(
     piece_bytes: u32,
     out: &mut dyn Write,
     stats: &Arc<NodeStats>,
+    credentials: &Credentials,
 ) -> io::Result<[u8; 32]> {
     if piece_bytes == 0 || piece_bytes > wire::PIECE_BYTES_MAX || children.is_empty() {
         return Err(io::Error::new(
@@ -214,6 +234,6 @@ pub fn rebuild(
         out.write_all(&payload)
             .map_err(|e| format!("writing the rebuilt object: {e}"))
     };
-    gather(&base, children, stats, &mut emit).map_err(io::Error::other)?;
+    gather(&base, children, stats, credentials, &mut emit).map_err(io::Error::other)?;
     Ok(*whole.finalize().as_bytes())
 }

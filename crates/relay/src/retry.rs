@@ -98,6 +98,7 @@ pub fn write_copies(
     object_bytes: u64,
     piece_bytes: u32,
     stats: &Arc<NodeStats>,
+    credentials: &crate::Credentials,
 ) -> io::Result<Written> {
     let wanted = copies.wanted();
     let mut stored: Vec<NodeId> = Vec::new();
@@ -173,6 +174,7 @@ pub fn write_copies(
             object_bytes,
             piece_bytes,
             stats,
+            credentials,
         )?;
         for ack in &acks {
             let Some(node) = topology.node_id(&ack.node) else {

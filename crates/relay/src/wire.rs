@@ -1,7 +1,8 @@
-//! The relay wire format, version 1 (all integers little-endian).
+//! The relay wire format, version 2 (all integers little-endian).
 //!
 //! ```text
-//! connection  = header piece* ← ack          (the receiver answers with one ack after the last piece)
+//! connection  = handshake header piece* ← ack (the receiver answers with one ack after the last piece)
+//! handshake   = the mutual proof of the cluster secret (`auth`); version 1 had none
 //! header      = u32 length, JSON Header      (length ≤ HEADER_BYTES_MAX)
 //! piece       = u32 length, [32] BLAKE3(u64 index ‖ payload), payload
 //!               pieces 0..n in order, n = ceil(object_bytes / piece_bytes), each piece_bytes long but
@@ -22,8 +23,8 @@ use std::io::{self, Read, Write};
 
 use serde::{Deserialize, Serialize};
 
-/// Wire format version.
-pub const VERSION: u32 = 1;
+/// Wire format version (the handshake's too: version 1 had no handshake).
+pub const VERSION: u32 = crate::auth::AUTH_VERSION;
 /// Largest header or ack accepted, bytes.
 pub const HEADER_BYTES_MAX: u32 = 1 << 20;
 /// Largest piece accepted, bytes (bounds a relay's memory per queued piece).

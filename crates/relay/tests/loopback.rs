@@ -11,8 +11,8 @@ use std::thread;
 use std::time::Duration;
 
 use permafrost_relay::{
-    hops, rebuild, send, serve, write_copies, Copies, Header, LeafAck, NodeStats, RelayNode, Sink,
-    SinkFactory, SourceFactory, Written, QUEUE_PIECES,
+    hops, rebuild, send, serve, write_copies, Copies, Credentials, Header, LeafAck, NodeStats,
+    RelayNode, Secret, Sink, SinkFactory, SourceFactory, Written, QUEUE_PIECES,
 };
 use permafrost_topology::{parity_tree, replication_tree, Demand, NodeId, Role, Topology};
 
@@ -102,10 +102,24 @@ fn start(slow: &str) -> Cluster {
                 sink,
                 source,
                 stats,
+                secret: secret(),
             }),
         );
     }
     c
+}
+
+/// The cluster secret of the test cluster.
+fn secret() -> Secret {
+    Secret::new(b"the loopback cluster's secret").unwrap()
+}
+
+/// How the test's sender introduces itself.
+fn creds() -> Credentials {
+    Credentials {
+        name: "client".into(),
+        secret: secret(),
+    }
 }
 
 /// The piece data node `name` holds for parity rebuilds.
@@ -199,6 +213,7 @@ fn a_replication_tree_delivers_byte_exact_copies_and_the_client_sends_once() {
         body.len() as u64,
         PIECE_BYTES,
         &client_stats,
+        &creds(),
     )
     .unwrap();
     assert_eq!(acks.len(), 5, "{acks:?}");
@@ -284,6 +299,7 @@ fn a_corrupted_byte_on_the_uplink_is_caught_at_every_leaf_and_nothing_is_acknowl
         body.len() as u64,
         PIECE_BYTES,
         &Arc::new(NodeStats::default()),
+        &creds(),
     )
     .unwrap();
     assert_eq!(acks.len(), 3);
@@ -328,6 +344,7 @@ fn a_data_node_that_is_down_is_reported_and_the_others_still_get_their_copy() {
         body.len() as u64,
         PIECE_BYTES,
         &Arc::new(NodeStats::default()),
+        &creds(),
     )
     .unwrap();
     assert_eq!(acks.len(), 4);
@@ -360,6 +377,7 @@ fn a_stream_sent_to_the_wrong_node_is_refused_and_an_empty_object_is_fine() {
         0,
         PIECE_BYTES,
         &Arc::default(),
+        &creds(),
     )
     .unwrap();
     assert!(
@@ -379,6 +397,7 @@ fn a_stream_sent_to_the_wrong_node_is_refused_and_an_empty_object_is_fine() {
         0,
         PIECE_BYTES,
         &Arc::default(),
+        &creds(),
     )
     .unwrap();
     assert!(all_ok(&acks), "{acks:?}");
@@ -410,7 +429,16 @@ fn a_parity_tree_rebuilds_the_xor_and_the_root_receives_one_stream_whatever_the_
         let children = hops(&c.topology, &tree, &|n| c.addrs[n].clone());
         let stats = Arc::new(NodeStats::default());
         let mut out = Vec::new();
-        let hash = rebuild("p1", &children, bytes as u64, PIECE_BYTES, &mut out, &stats).unwrap();
+        let hash = rebuild(
+            "p1",
+            &children,
+            bytes as u64,
+            PIECE_BYTES,
+            &mut out,
+            &stats,
+            &creds(),
+        )
+        .unwrap();
         let names: Vec<&str> = survivors.iter().map(String::as_str).collect();
         let expected = xor_of(&names, bytes);
         assert!(
@@ -454,6 +482,7 @@ fn a_corrupted_piece_below_a_relay_fails_the_rebuild_naming_the_node() {
         PIECE_BYTES,
         &mut out,
         &Arc::default(),
+        &creds(),
     )
     .unwrap_err();
     let text = e.to_string();
@@ -523,6 +552,7 @@ fn when_a_relay_dies_mid_write_the_missing_copies_go_out_on_a_tree_around_it() {
         body.len() as u64,
         PIECE_BYTES,
         &Arc::default(),
+        &creds(),
     )
     .unwrap();
     let done: Vec<NodeId> = first
@@ -557,6 +587,7 @@ fn when_a_relay_dies_mid_write_the_missing_copies_go_out_on_a_tree_around_it() {
         body.len() as u64,
         PIECE_BYTES,
         &Arc::default(),
+        &creds(),
     )
     .unwrap();
     assert!(all_ok(&second), "{second:?}");
@@ -614,6 +645,7 @@ fn write_through(
         len,
         PIECE_BYTES,
         stats,
+        &creds(),
     )
     .unwrap()
 }

@@ -35,6 +35,10 @@
 //!   that removes every holder's row and leaves each other holder a tombstone ([`ClusterDb::delete_everywhere`]);
 //!   a holder deletes its copy when it sees its tombstone — on its next heartbeat when up, at start before
 //!   its reconcile when it was down — so a holder that was down never brings the object back.
+//! - **Node-to-node data.** Copies and parity fragments move only over relay connections, each opened by a
+//!   mutual proof of the cluster secret ([`Replication::credentials`], `permafrost_relay::auth`): a peer
+//!   without it is refused before any fragment is read. The GET forwarding below is the one other
+//!   node-to-node connection: it is S3, authenticated by the client's own signature.
 //! - **Forwarding and authentication.** The forwarded GET carries the client's own request: method, path,
 //!   query and every header, `Host` and `Authorization` included, plus [`FORWARDED_HEADER`]. The holder checks
 //!   the client's SigV4 signature itself (the signature covers `Host`, which is kept as the client sent it), so
@@ -54,7 +58,9 @@ use permafrost_catalog::cluster::{
     ClusterDb, DirEntry, Health, NodeInfo, TransferKind, TransferStart, UnderReplicated,
 };
 use permafrost_catalog::CatalogError;
-use permafrost_relay::{write_copies, Copies, NodeStats, ObjectMeta, Sink, SinkFactory};
+use permafrost_relay::{
+    write_copies, Copies, Credentials, NodeStats, ObjectMeta, Sink, SinkFactory,
+};
 use permafrost_store::{
     BucketSettings, ObjectInfo, PutHandle, PutOptions, ReplicaOf, Store, StoreError,
 };
@@ -141,6 +147,9 @@ pub struct Replication {
     pub stats: Arc<NodeStats>,
     /// `[cluster] lost_after_ms`: a node silent this long is lost; its copies are made again elsewhere.
     pub lost_after_ms: u64,
+    /// This node's name and the cluster secret, proved on every connection it opens to another node's relay
+    /// (`permafrost_relay::auth`; docs/security.md "Cluster traffic").
+    pub credentials: Credentials,
 }
 
 impl Default for Replication {
@@ -151,6 +160,14 @@ impl Default for Replication {
             relays: BTreeMap::new(),
             stats: Arc::new(NodeStats::default()),
             lost_after_ms: 600_000,
+            // A secret no other process knows: a node made without the cluster's secret reaches no relay.
+            credentials: Credentials {
+                name: String::new(),
+                secret: permafrost_relay::Secret::new(
+                    permafrost_relay::Secret::generate_hex().as_bytes(),
+                )
+                .expect("64 hex digits"),
+            },
         }
     }
 }
@@ -601,6 +618,7 @@ impl ClusterNode {
                     info.size_bytes,
                     COPY_PIECE_BYTES,
                     &self.replication.stats,
+                    &self.replication.credentials,
                 )
                 .map_err(|e| e.to_string())
             }

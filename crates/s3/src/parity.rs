@@ -264,6 +264,7 @@ pub(crate) fn place(
             h,
             COPY_PIECE_BYTES,
             &node.replication.stats,
+            &node.replication.credentials,
         )
         .map_err(|e| e.to_string())?;
         match acks.into_iter().find(|a| a.node == target.1) {
@@ -497,6 +498,7 @@ pub(crate) fn fetch_fragment(
             COPY_PIECE_BYTES,
             &mut counted,
             &node.replication.stats,
+            &node.replication.credentials,
         ) {
             Ok(hash) => {
                 if way.len() > 1 {
