@@ -4,8 +4,9 @@
 //! the status of that code in the S3 error table (`s3s`): `NoSuchBucket`/`NoSuchKey`/`NoSuchUpload`/
 //! `NoSuchVersion` 404, `BucketNotEmpty`/`BucketAlreadyOwnedByYou`/`InvalidBucketState`/
 //! `RestoreAlreadyInProgress` 409, `AccessDenied` 403, `InvalidObjectState` 403, `MethodNotAllowed` 405,
-//! `InvalidRange` 416, `PreconditionFailed` 412, `SlowDown` and `ServiceUnavailable` (the catalog database gone) 503, `InternalError` 500,
-//! the rest 400. The decision is by variant, never by message text.
+//! `PreconditionFailed` 412, `InvalidRange`/`InvalidPartNumber` 416, `SlowDown` and `ServiceUnavailable` (the
+//! catalog database gone) 503, `InternalError` 500, the rest 400 (`InvalidTag`, `InvalidDigest`, `BadDigest`, …).
+//! The decision is by variant, never by message text.
 
 use permafrost_store::StoreError;
 use s3s::{S3Error, S3ErrorCode};
@@ -55,12 +56,6 @@ pub(crate) fn invalid_argument(message: impl Into<String>) -> S3Error {
 /// A request body that is not well-formed XML or does not follow the operation's schema (`MalformedXML`, 400).
 pub(crate) fn malformed_xml(message: impl Into<String>) -> S3Error {
     S3Error::with_message(S3ErrorCode::MalformedXML, message.into())
-}
-
-/// A tag set that breaks S3's rules: too many tags, a key or value too long, a duplicate key (`InvalidTag`,
-/// 400).
-pub(crate) fn invalid_tag(message: impl Into<String>) -> S3Error {
-    S3Error::with_message(S3ErrorCode::InvalidTag, message.into())
 }
 
 /// A retention or lifecycle period that is not a positive whole number of days or years, or is out of range
@@ -167,7 +162,6 @@ mod tests {
         let e = invalid_retention_period("Days must be a positive whole number");
         assert_eq!(e.code().as_str(), "InvalidRetentionPeriod");
         assert_eq!(e.status_code().map(|s| s.as_u16()), Some(400));
-        assert_eq!(invalid_tag("x").code().as_str(), "InvalidTag");
         assert_eq!(malformed_xml("x").code().as_str(), "MalformedXML");
     }
 }
