@@ -169,9 +169,9 @@ impl std::fmt::Display for ApiError {
 }
 
 /// The admin API status of a store error, by variant: not found 404, refused by a rule (Object Lock) 403, a
-/// conflict with the state of the bucket or object 409, a malformed or unfit request 400, a range outside the
-/// object 416, a condition that does not hold 412, busy or the catalog database gone 503 (retry), anything else 500. The code in the JSON answer is
-/// the S3 code of the error (`StoreError::s3_code`).
+/// conflict with the state of the bucket or object 409, a malformed or unfit request 400, a range or part number
+/// outside the object 416, a condition that does not hold 412, busy or the catalog database gone 503 (retry),
+/// anything else 500. The code in the JSON answer is the S3 code of the error (`StoreError::s3_code`).
 pub fn store_error_status(e: &permafrost_store::StoreError) -> StatusCode {
     use permafrost_store::StoreError as E;
     match e {
