@@ -547,6 +547,11 @@ pub fn send(
     forward(&base, children, &mut next, stats, credentials).map(|(acks, _)| acks)
 }
 
+/// After refusing a peer, at most this much of what it still sends is read and dropped, bytes…
+const REFUSED_DRAIN_BYTES_MAX: u64 = 64 << 10;
+/// … for at most this long (so that closing does not reset the connection before the refusal arrives).
+const REFUSED_DRAIN_TIME: Duration = Duration::from_secs(1);
+
 /// Most streams one node serves at once; more are refused (closed), and their senders report the
 /// subtree failed.
 pub const STREAMS_MAX: u64 = 512;
@@ -579,6 +584,11 @@ fn handle(mut conn: TcpStream, node: &RelayNode) -> io::Result<()> {
     if let Err(refusal) = auth::accept(&mut conn, &node.name, &node.secret) {
         node.stats.refused.fetch_add(1, Ordering::Relaxed);
         auth::log_refusal(&node.name, conn.peer_addr().ok(), &refusal.0);
+        // Closing with unread bytes (an old sender's header) would reset the connection and lose the
+        // refusal on its way: end the write side, then drop a bounded amount of what still arrives.
+        let _ = conn.shutdown(Shutdown::Write);
+        let _ = conn.set_read_timeout(Some(REFUSED_DRAIN_TIME));
+        let _ = io::copy(&mut (&conn).take(REFUSED_DRAIN_BYTES_MAX), &mut io::sink());
         return Ok(());
     }
     conn.set_read_timeout(Some(IO_TIMEOUT))?;
