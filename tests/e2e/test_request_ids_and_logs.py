@@ -200,16 +200,14 @@ def test_no_xml_escape_and_no_ansi_code_reaches_the_log_file(server, bucket):
     assert "\x1b[" not in log, "ANSI colour codes in a log file"
 
 
-def test_debug_has_one_line_per_request_and_info_names_persistence_spin_ups_and_restores(tmp_path, monkeypatch):
-    monkeypatch.setenv("PERMAFROST_LOG", "warn,s3s=off,permafrost_s3=debug,permafrost_store::persist=info,"
-                                         "permafrost_store::restore=info,permafrost_disk::power=info")
+def test_at_debug_every_request_has_its_line(tmp_path, monkeypatch):
+    monkeypatch.setenv("PERMAFROST_LOG", "warn,s3s=off,permafrost_s3=debug")
     server = Server(tmp_path / "data")
     server.start()
     try:
         s3 = client(server.endpoint)
         b = f"t-{uuid.uuid4().hex[:12]}"
         s3.create_bucket(Bucket=b)
-        s3.put_object(Bucket=b, Key="cold", Body=b"c" * 100_000, StorageClass="GLACIER")
         listed = s3.list_objects_v2(Bucket=b)["ResponseMetadata"]
         line = log_line(server, listed["RequestId"])
         assert " DEBUG " in line and f"ListObjectsV2 bucket={b} key=- status=200 code=-" in line, line
@@ -219,6 +217,20 @@ def test_debug_has_one_line_per_request_and_info_names_persistence_spin_ups_and_
             "Origin": "https://example.org", "Access-Control-Request-Method": "GET"})
         line = log_line(server, preflight.headers["x-amz-request-id"])
         assert " DEBUG " in line and f"PreflightRequest bucket={b} key=cold status={preflight.status_code}" in line, line
+    finally:
+        code = server.stop()
+    assert code == 0, server.log_tail()
+
+
+def test_by_default_persistence_spin_ups_and_restores_have_an_info_line(tmp_path, monkeypatch):
+    monkeypatch.delenv("PERMAFROST_LOG", raising=False)
+    server = Server(tmp_path / "data")
+    server.start()
+    try:
+        s3 = client(server.endpoint)
+        b = f"t-{uuid.uuid4().hex[:12]}"
+        s3.create_bucket(Bucket=b)
+        s3.put_object(Bucket=b, Key="cold", Body=b"c" * 100_000, StorageClass="GLACIER")
         wait_persisted(server.endpoint)
         s3.restore_object(Bucket=b, Key="cold", RestoreRequest={"Days": 1, "GlacierJobParameters": {"Tier": "Expedited"}})
         deadline = time.time() + 60
@@ -238,6 +250,7 @@ def test_debug_has_one_line_per_request_and_info_names_persistence_spin_ups_and_
                          log), log[-3000:]
         assert re.search(rf"INFO permafrost_store::restore: restore of {b}/cold \(version null, Expedited\) "
                          r"completed after \d+ ms", log), log[-3000:]
+        assert " DEBUG " not in log
     finally:
         code = server.stop()
     assert code == 0, server.log_tail()

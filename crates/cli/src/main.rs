@@ -100,14 +100,19 @@ enum SimCommand {
 
 /// The log filter unless `PERMAFROST_LOG` sets one. Warnings and errors; one info line per failed S3 request
 /// (`permafrost_s3::requests`; every request at debug), per request that changed something (the audit trail,
-/// `permafrost_s3::audit`), per change to access keys (`permafrost_admin::keys`), per persisted batch
-/// (`permafrost_store::persist`), per completed restore (`permafrost_store::restore`) and per disk spin-up with
-/// its reason (`permafrost_disk::power`); s3s's own lines are Debug dumps of whole requests and responses, so
-/// they are off (`PERMAFROST_LOG` overrides all of this; docs/admin.md "Logs").
+/// `permafrost_s3::audit`) and per change to access keys (`permafrost_admin::keys`); s3s's own lines are Debug
+/// dumps of whole requests and responses, so they are off (`PERMAFROST_LOG` overrides all of this; docs/admin.md
+/// "Logs").
 const LOG_FILTER_DEFAULT: &str =
-    "warn,s3s=off,permafrost_s3::requests=info,permafrost_s3::audit=info,\
-     permafrost_admin::keys=info,permafrost_store::persist=info,permafrost_store::restore=info,\
-     permafrost_disk::power=info";
+    "warn,s3s=off,permafrost_s3::requests=info,permafrost_s3::audit=info,permafrost_admin::keys=info";
+
+/// [`LOG_FILTER_DEFAULT`] of the long-running services (`serve`, `record`), for their operators: also one info
+/// line per persisted batch (`permafrost_store::persist`), per completed restore (`permafrost_store::restore`)
+/// and per disk spin-up with its reason (`permafrost_disk::power`). One-shot commands keep stderr for their
+/// own output (`grid read` to stdout writes its JSON report there).
+const LOG_FILTER_SERVICE: &str =
+    "warn,s3s=off,permafrost_s3::requests=info,permafrost_s3::audit=info,permafrost_admin::keys=info,\
+     permafrost_store::persist=info,permafrost_store::restore=info,permafrost_disk::power=info";
 
 /// Large buffers (read-ahead chunks, IDR batches, upload pieces) go straight to `mmap` and back to the kernel
 /// when freed. glibc otherwise raises its mmap threshold after the first large free (up to 32 MiB), so later
@@ -123,14 +128,18 @@ fn bound_allocator_retention() {
 
 fn main() {
     bound_allocator_retention();
+    let cli = Cli::parse();
+    let default_filter = match cli.command {
+        Command::Serve(_) | Command::Record(_) => LOG_FILTER_SERVICE,
+        _ => LOG_FILTER_DEFAULT,
+    };
     let filter = tracing_subscriber::EnvFilter::try_from_env("PERMAFROST_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(LOG_FILTER_DEFAULT));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_filter));
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
-    let cli = Cli::parse();
     let result = match cli.command {
         Command::Serve(args) => serve::run(args),
         Command::Grid(command) => grid::run(command),
