@@ -416,8 +416,7 @@ fn part_number_of(part_number: Option<i32>, with_range: bool) -> S3Result<Option
 
 /// The error of a read (GET, HEAD, GetObjectAttributes) as S3 answers it: one that ran into a delete marker
 /// (`404 NoSuchKey`: the newest version is one; `405 MethodNotAllowed`: the version asked for is one) carries
-/// `x-amz-delete-marker: true` and the marker's `x-amz-version-id` (405: and its `Last-Modified`);
-/// `InvalidPartNumber` is `416`.
+/// `x-amz-delete-marker: true` and the marker's `x-amz-version-id` (405: and its `Last-Modified`).
 pub(crate) async fn read_error(
     store: &Arc<Store>,
     bucket: &str,
@@ -427,10 +426,6 @@ pub(crate) async fn read_error(
 ) -> s3s::S3Error {
     match e.code() {
         s3s::S3ErrorCode::NoSuchKey | s3s::S3ErrorCode::MethodNotAllowed => {}
-        code if code.as_str() == "InvalidPartNumber" => {
-            e.set_status_code(http::StatusCode::RANGE_NOT_SATISFIABLE);
-            return e;
-        }
         _ => return e,
     }
     let named = version_id.is_some();

@@ -26,11 +26,6 @@
 //!   blocking call each, no thread or channel per request.
 //! - A GET never delivers the complete length of bytes that fail verification: a small body is read and
 //!   verified before the answer (a failure is a `500`); a streamed body withholds its last piece until the
-//!   reader's end checks (the object's BLAKE3) passed, so a failure leaves the client with a short body. Bodies up to
-//!   [`SMALL_UPLOAD_BYTES`] (PUT, known length) and [`SMALL_BODY_BYTES`] (GET) are held whole instead: one
-//!   blocking call each, no thread or channel per request.
-//! - A GET never delivers the complete length of bytes that fail verification: a small body is read and
-//!   verified before the answer (a failure is a `500`); a streamed body withholds its last piece until the
 //!   reader's end checks (the object's BLAKE3) passed, so a failure leaves the client with a short body.
 //! - `503 SlowDown` when the write-back cache stays full for the store's `cache_wait_ms_max`.
 //! - HEAD, LIST, DELETE and COPY touch only the catalog (no disk spins up).
@@ -43,12 +38,6 @@
 //! - Paths under [`RESERVED_PREFIX`] (`/_permafrost/`) are the service's own admin API (`admin`: status,
 //!   persist, cache eviction, garbage collection, bucket settings), signed like S3 requests; `GET /_permafrost/health`
 //!   answers `200 {"status":"ok"}` without authentication. No bucket can be named `_permafrost`.
-//!
-//! **Pre-compressed objects.** A PUT with `Content-Encoding: zstd` (or `lz4`) and
-//! `x-amz-meta-permafrost-decoded-length: N` is stored as sent. A GET whose `Accept-Encoding` names that
-//! encoding gets the stored bytes with `Content-Encoding`; any other GET gets the decoded bytes, and ranges
-//! apply to the representation returned.
-//!
 //! - Every answer carries `x-amz-request-id` (16 hex digits, unique per request) and `x-amz-id-2`; S3 error
 //!   bodies carry them as `<RequestId>` and `<HostId>` (`server`). Every request is one log line naming the
 //!   operation, bucket, key, status, S3 code, request id and access key, with the message unescaped, never the
@@ -56,15 +45,20 @@
 //!   debug, changes at info (the audit trail), failures at info (4xx) or error (5xx) (`docs/admin.md`, "Logs").
 //! - Store errors become S3 errors in one place (`error`), by variant: the catalog database gone is
 //!   `503 ServiceUnavailable`, a retry may succeed.
-//!
 //! - Conditional requests as S3 answers them (`conditional`): GET and HEAD decide `If-Match`, `If-None-Match`,
 //!   `If-Modified-Since` and `If-Unmodified-Since` from the catalog (`304`/`412`; no disk wakes), copies the
 //!   `x-amz-copy-source-if-*` headers; `If-None-Match: *` and `If-Match` on PutObject, CompleteMultipartUpload
 //!   and CopyObject are checked in the catalog transaction that makes the version current, so of two racing
 //!   creates exactly one succeeds.
-//!
 //! - Every request that may change something, and every refusal, is one audit line and one `request` event
 //!   naming its signer (`server`).
+//! - Conditional writes are atomic per catalog: in a cluster, two nodes each check their own catalog, so two
+//!   conditional creates of one key through different nodes can both succeed.
+//!
+//! **Pre-compressed objects.** A PUT with `Content-Encoding: zstd` (or `lz4`) and
+//! `x-amz-meta-permafrost-decoded-length: N` is stored as sent. A GET whose `Accept-Encoding` names that
+//! encoding gets the stored bytes with `Content-Encoding`; any other GET gets the decoded bytes, and ranges
+//! apply to the representation returned.
 //!
 //! **Browsers.** A CORS preflight (`OPTIONS`) is answered from the bucket's CORS rules without a signature,
 //! and answers to allowed origins carry the CORS headers (`cors`); an HTML form upload's V4 POST policy is
@@ -72,7 +66,8 @@
 //! docs/archive.md).
 //!
 //! **Not here.** Virtual-hosted-style addressing (path style only), who may do what (`permafrost-access`
-//! decides; this crate asks), SigV2, storage-class transitions, SELECT.
+//! decides; this crate asks), storage-class transitions, SELECT. Signature V2 (headers, presigned URLs, forms
+//! as boto3 signs them) is checked by s3s like V4.
 
 mod acl;
 mod admin;
