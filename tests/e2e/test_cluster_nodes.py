@@ -15,6 +15,8 @@ import os
 import re
 import subprocess
 import time
+import urllib.error
+import urllib.request
 import uuid
 from pathlib import Path
 
@@ -269,6 +271,15 @@ def test_bad_input_at_start(pg, tmp_path):
         two.kill()
 
 
+def probe(endpoint, path):
+    """Status and JSON body of an unsigned GET of a probe path (`/_permafrost/health`, `/_permafrost/ready`)."""
+    try:
+        with urllib.request.urlopen(endpoint + path, timeout=10) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
+
+
 def test_database_outage_answers_503_then_recovers(pg, tmp_path):
     url = pg.database()
     nodes = start_nodes(tmp_path, url, ["p", "q"])
@@ -278,9 +289,15 @@ def test_database_outage_answers_503_then_recovers(pg, tmp_path):
         body = os.urandom(200_000)
         p.put_object(Bucket="outage", Key="k", Body=body)
         assert q.get_object(Bucket="outage", Key="k")["Body"].read() == body
+        assert probe(nodes["q"].endpoint, "/_permafrost/ready") == (200, {"status": "ready"})
 
         pg.stop()
         try:
+            # Readiness says the node cannot serve, and why; liveness still answers (the process is fine).
+            status, answer = probe(nodes["q"].endpoint, "/_permafrost/ready")
+            assert status == 503 and answer["status"] == "unavailable", answer
+            assert answer["reason"].startswith("catalog database unreachable"), answer
+            assert probe(nodes["q"].endpoint, "/_permafrost/health") == (200, {"status": "ok"})
             for call in (lambda: q.get_object(Bucket="outage", Key="k"),
                          lambda: p.get_object(Bucket="outage", Key="k"),
                          lambda: q.head_object(Bucket="outage", Key="k"),
@@ -302,6 +319,8 @@ def test_database_outage_answers_503_then_recovers(pg, tmp_path):
         wait_for("listing after the database came back",
                  lambda: [o["Key"] for o in q.list_objects_v2(Bucket="outage")["Contents"]] == ["after", "k"])
         assert q.get_object(Bucket="outage", Key="after")["Body"].read() == b"after"
+        for name in ("p", "q"):
+            assert probe(nodes[name].endpoint, "/_permafrost/ready") == (200, {"status": "ready"})
         wait_for("both nodes up", lambda: set(health(tmp_path / "q").values()) == {"up"})
     finally:
         for s in nodes.values():

@@ -111,6 +111,8 @@ struct Inner {
     /// History samples and webhook deliveries (holds only a weak reference to this).
     background: parking_lot::Mutex<Option<std::thread::JoinHandle<()>>>,
     stopping: std::sync::atomic::AtomicBool,
+    /// The server stopped accepting connections and drains the requests in flight ([`Admin::begin_drain`]).
+    draining: std::sync::atomic::AtomicBool,
 }
 
 impl Admin {
@@ -141,6 +143,7 @@ impl Admin {
                 monitor,
                 background: parking_lot::Mutex::new(None),
                 stopping: std::sync::atomic::AtomicBool::new(false),
+                draining: std::sync::atomic::AtomicBool::new(false),
             }),
         };
         api::add_routes(&admin);
@@ -193,6 +196,22 @@ impl Admin {
     /// End the event streams (the server is shutting down; a draining server must not wait for them).
     pub fn close_streams(&self) {
         self.inner.events.close();
+    }
+
+    /// The server is shutting down: it accepts no more connections and finishes the requests in flight. From
+    /// now on the readiness probe answers `503` ("shutting down") and event streams end.
+    pub fn begin_drain(&self) {
+        self.inner
+            .draining
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        self.close_streams();
+    }
+
+    /// Whether [`Admin::begin_drain`] was called.
+    pub fn is_draining(&self) -> bool {
+        self.inner
+            .draining
+            .load(std::sync::atomic::Ordering::SeqCst)
     }
 
     /// Stop the monitor, the background and the task threads (after the tasks running now).

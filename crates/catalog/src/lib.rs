@@ -1271,6 +1271,8 @@ pub trait Catalog: Send + Sync {
     ) -> Result<bool>;
 
     // ---- whole catalog
+    /// One trivial query: `Ok` while the database answers (the readiness probe, `/_permafrost/ready`).
+    fn ping(&self) -> Result<()>;
     fn stats(&self) -> Result<CatalogStats>;
     /// Every cache file the catalog references (contents and parts), for the restart sweep.
     fn cache_files(&self) -> Result<Vec<String>>;

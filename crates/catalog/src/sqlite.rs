@@ -2649,6 +2649,13 @@ impl Catalog for SqlCatalog {
         })
     }
 
+    fn ping(&self) -> Result<()> {
+        self.read(|c| {
+            c.query_row("SELECT 1", params![], |r| r.get::<_, i64>(0))
+                .map(|_| ())
+        })
+    }
+
     fn stats(&self) -> Result<CatalogStats> {
         self.read(|c| {
             let count = |sql: &str| -> sql::Result<u64> { c.query_row(sql, params![], |r| r.get::<_, i64>(0)).map(|v| v as u64) };

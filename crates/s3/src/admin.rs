@@ -40,6 +40,10 @@ pub const RESERVED_PREFIX: &str = "/_permafrost/";
 pub(crate) const RESERVED_BUCKET: &str = "_permafrost";
 /// `GET` answers `200 {"status":"ok"}` while the server accepts requests (no authentication).
 pub const HEALTH_PATH: &str = "/_permafrost/health";
+/// `GET` (no authentication): the readiness probe for load balancers. `200 {"status":"ready"}` while this
+/// server can serve requests; `503 {"status":"unavailable","reason":…}` while its catalog's database does not
+/// answer or once it is shutting down. [`HEALTH_PATH`] stays the liveness probe (the process answers).
+pub const READY_PATH: &str = "/_permafrost/ready";
 /// `GET`: the store's [`StatusSummary`] (what `permafrost status --json` prints).
 pub const STATUS_PATH: &str = "/_permafrost/status";
 /// `POST`: persist everything waiting in the cache now, and wait until it is persisted.
@@ -53,7 +57,14 @@ pub const GC_PATH: &str = "/_permafrost/gc";
 pub const BUCKETS_PREFIX: &str = "/_permafrost/buckets/";
 
 /// Every admin endpoint with a fixed path (the bucket settings are under [`BUCKETS_PREFIX`]).
-const ENDPOINTS: [&str; 5] = [HEALTH_PATH, STATUS_PATH, PERSIST_PATH, EVICT_PATH, GC_PATH];
+const ENDPOINTS: [&str; 6] = [
+    HEALTH_PATH,
+    READY_PATH,
+    STATUS_PATH,
+    PERSIST_PATH,
+    EVICT_PATH,
+    GC_PATH,
+];
 
 /// Largest settings body accepted.
 const SETTINGS_BODY_BYTES_MAX: usize = 64 << 10;
@@ -188,7 +199,7 @@ impl S3Route for AdminRoute {
         let endpoint = ENDPOINTS.contains(&path)
             || settings_bucket(path).is_some()
             || permafrost_admin::Admin::owns_path(path);
-        let public = path == HEALTH_PATH || !endpoint;
+        let public = path == HEALTH_PATH || path == READY_PATH || !endpoint;
         let principal = self
             .admin
             .access()
@@ -233,7 +244,7 @@ impl S3Route for AdminRoute {
         let method = &req.method;
         let store = Arc::clone(&self.store);
         let allowed = match path {
-            HEALTH_PATH | STATUS_PATH => "GET, HEAD",
+            HEALTH_PATH | READY_PATH | STATUS_PATH => "GET, HEAD",
             PERSIST_PATH | EVICT_PATH | GC_PATH => "POST",
             _ => {
                 return Ok(json_error(
@@ -246,6 +257,7 @@ impl S3Route for AdminRoute {
             (&Method::GET | &Method::HEAD, HEALTH_PATH) => {
                 json_response(StatusCode::OK, &serde_json::json!({ "status": "ok" }))
             }
+            (&Method::GET | &Method::HEAD, READY_PATH) => readiness(&self.admin, store).await,
             (&Method::GET | &Method::HEAD, STATUS_PATH) => {
                 run(move || -> Result<StatusSummary, StoreError> { store.summary() }).await
             }
@@ -267,6 +279,28 @@ impl S3Route for AdminRoute {
             _ => method_not_allowed(method, path, allowed),
         };
         Ok(response)
+    }
+}
+
+/// The readiness probe's answer ([`READY_PATH`]): `200` while the server can serve, `503` with the reason
+/// (shutting down; the catalog's database unreachable) while it cannot.
+async fn readiness(admin: &permafrost_admin::Admin, store: Arc<Store>) -> S3Response<Body> {
+    let unavailable = |reason: String| {
+        json_response(
+            StatusCode::SERVICE_UNAVAILABLE,
+            &serde_json::json!({ "status": "unavailable", "reason": reason }),
+        )
+    };
+    if admin.is_draining() {
+        return unavailable("shutting down".to_owned());
+    }
+    match tokio::task::spawn_blocking(move || store.ready()).await {
+        Ok(Ok(())) => json_response(StatusCode::OK, &serde_json::json!({ "status": "ready" })),
+        Ok(Err(StoreError::Unavailable(message))) => {
+            unavailable(format!("catalog database unreachable: {message}"))
+        }
+        Ok(Err(e)) => unavailable(format!("the catalog does not answer: {e}")),
+        Err(e) => unavailable(format!("the readiness check failed: {e}")),
     }
 }
 

@@ -99,7 +99,8 @@ mod tagging;
 mod versioning;
 
 pub use admin::{
-    BUCKETS_PREFIX, EVICT_PATH, GC_PATH, HEALTH_PATH, PERSIST_PATH, RESERVED_PREFIX, STATUS_PATH,
+    BUCKETS_PREFIX, EVICT_PATH, GC_PATH, HEALTH_PATH, PERSIST_PATH, READY_PATH, RESERVED_PREFIX,
+    STATUS_PATH,
 };
 pub use archive_api::{add_archive_endpoints, DATASETS_PATH, RESTORES_PATH};
 pub use auth::Credentials;

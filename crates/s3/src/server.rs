@@ -132,7 +132,9 @@ async fn answer(
         return Ok(admin.handle(request.map(Body::from), None).await);
     }
     let started = Instant::now();
-    let operation = if crate::admin::is_admin_path(&path) {
+    let operation = if path == crate::admin::READY_PATH || path == crate::admin::HEALTH_PATH {
+        PROBE_OPERATION
+    } else if crate::admin::is_admin_path(&path) {
         "AdminAPI"
     } else {
         crate::metrics::operation(&method, request.uri(), request.headers())
@@ -510,15 +512,24 @@ const PROBE_NOT_FOUND_CODES: &[&str] = &[
     "OwnershipControlsNotFoundError",
 ];
 
+/// The operation name of the liveness and readiness probes' requests (`/_permafrost/health`, `/_permafrost/ready`):
+/// a load balancer asks every few seconds, so their lines are at debug whatever the answer (a `503` of the
+/// readiness probe says what the server's own lines already say: the database is away, or it shuts down).
+const PROBE_OPERATION: &str = "HealthProbe";
+
 /// The level of a request's log line: a success at debug (one that changed something at info, the audit
 /// trail), an expected "not found" ([`PROBE_NOT_FOUND_CODES`], a `HEAD` of a missing object or bucket) at
-/// debug, another client error (4xx) at info, `NotImplemented` at warn, other server errors at error.
+/// debug, a load balancer's probe ([`PROBE_OPERATION`]) at debug, another client error (4xx) at info,
+/// `NotImplemented` at warn, other server errors at error.
 fn line_level(
     operation: &str,
     status: http::StatusCode,
     code: &str,
     audited: bool,
 ) -> tracing::Level {
+    if operation == PROBE_OPERATION {
+        return tracing::Level::DEBUG;
+    }
     if status.is_success() || status.is_redirection() {
         return if audited {
             tracing::Level::INFO
@@ -779,7 +790,7 @@ pub async fn serve_node(
         }
     }
     drop(listener);
-    admin.close_streams(); // event streams never end on their own
+    admin.begin_drain(); // readiness answers 503 from now on; event streams never end on their own
     tokio::select! {
         () = graceful.shutdown() => {}
         () = tokio::time::sleep(Duration::from_millis(DRAIN_TIMEOUT_MS)) => {

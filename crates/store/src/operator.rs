@@ -15,6 +15,12 @@ impl Store {
         Ok(self.inner().catalog.outstanding()?)
     }
 
+    /// Whether the store can serve: its catalog's database answers (`StoreError::Unavailable` when it does not).
+    /// The readiness probe asks this (`/_permafrost/ready`); nothing on disk is touched.
+    pub fn ready(&self) -> Result<()> {
+        Ok(self.inner().catalog.ping()?)
+    }
+
     /// The catalog, for the operator's own tables (history, webhooks).
     pub fn catalog(&self) -> &dyn Catalog {
         self.inner().catalog.as_ref()
