@@ -227,3 +227,16 @@ def test_a_node_that_knows_no_host_for_its_relay_refuses_to_start(pg, tmp_path):
                                                                            PERMAFROST_ROOT_PASSWORD="y" * 16))
     assert r.returncode != 0
     assert "[cluster] relay_address is not set" in r.stderr and "names no host" in r.stderr, r.stderr
+
+
+def test_relay_commands_without_a_secret_refuse_to_start(tmp_path):
+    for cmd in (["relay", "serve", "--name", "core"], ["relay", "node", "--name", "n1", "--data-dir", tmp_path]):
+        r = subprocess.run([str(binary()), *map(str, cmd), "--listen", f"127.0.0.1:{free_port()}"],
+                           capture_output=True, text=True, timeout=60)
+        assert r.returncode != 0, r.stderr
+        assert "no cluster secret: pass --secret-file FILE" in r.stderr, r.stderr
+    short = tmp_path / "short.secret"
+    short.write_text("tiny\n")
+    r = subprocess.run([str(binary()), "relay", "serve", "--name", "core", "--listen", f"127.0.0.1:{free_port()}",
+                        "--secret-file", str(short)], capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0 and "needs at least 16" in r.stderr, r.stderr

@@ -1443,6 +1443,44 @@ mod tests {
     }
 
     #[test]
+    fn the_relay_listens_where_configured_else_on_the_node_s_own_host_never_everywhere() {
+        let section = |extra: &str| {
+            let text = format!("[cluster]\nname = \"c\"\nnode = \"n1\"\n{extra}");
+            let table: toml::Table = toml::from_str(&text).unwrap();
+            section_of(&table, Path::new("D/permafrost.toml"))
+                .unwrap()
+                .unwrap()
+        };
+        let configured = section("relay_address = \"10.1.0.5:9400\"\n");
+        assert_eq!(
+            relay_listen_address(&configured, "0.0.0.0:9000").unwrap(),
+            "10.1.0.5:9400"
+        );
+        let default = section("");
+        assert_eq!(
+            relay_listen_address(&default, "10.0.0.11:9000").unwrap(),
+            "10.0.0.11:0"
+        );
+        assert_eq!(
+            relay_listen_address(&default, "[fd00::11]:9000").unwrap(),
+            "[fd00::11]:0"
+        );
+        assert_eq!(
+            relay_listen_address(&default, "node1.example:9000").unwrap(),
+            "node1.example:0"
+        );
+        for nowhere in ["0.0.0.0:9000", "[::]:9000", ":9000"] {
+            let e = relay_listen_address(&default, nowhere)
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.contains("[cluster] relay_address is not set") && e.contains("names no host"),
+                "{nowhere}: {e}"
+            );
+        }
+    }
+
+    #[test]
     fn a_link_meter_reports_both_directions_of_each_peer_with_rates_over_its_window() {
         let stats = Arc::new(NodeStats::default());
         let mut meter = LinkMeter::new("core", "relay", Arc::clone(&stats));
