@@ -199,6 +199,8 @@ pub const DATASETS_SHOWN: usize = 8;
 #[derive(Debug, Clone, Serialize)]
 pub struct State {
     pub at_unix_ms: u64,
+    /// The server is a node of a cluster: `GET /cluster` answers (the dashboard shows its Cluster section).
+    pub cluster_node: bool,
     pub grid_id: String,
     pub layout: String,
     pub columns: usize,
@@ -377,6 +379,7 @@ pub fn state(admin: &Admin) -> Result<State, ApiError> {
     let oldest = outstanding.iter().map(|o| o.oldest_ms).min();
     Ok(State {
         at_unix_ms: now,
+        cluster_node: admin.cluster_source().is_some(),
         grid_id: report.engine.grid_id.clone(),
         layout: report.engine.layout.clone(),
         columns: layout.x,

@@ -28,6 +28,7 @@
 
 pub mod api;
 pub mod auth;
+pub mod cluster;
 pub mod config;
 pub mod events;
 pub mod history;
@@ -49,6 +50,7 @@ use permafrost_store::Store;
 use s3s::Body;
 
 pub use auth::{api_token, is_sigv4, Caller};
+pub use cluster::{ClusterFigures, ClusterSource};
 pub use events::{Event, EventBus};
 pub use metrics::Metrics;
 pub use router::{blocking, handler, json, json_status, ApiError, ApiRequest, ApiResult, Handler};
@@ -113,6 +115,8 @@ struct Inner {
     stopping: std::sync::atomic::AtomicBool,
     /// The server stopped accepting connections and drains the requests in flight ([`Admin::begin_drain`]).
     draining: std::sync::atomic::AtomicBool,
+    /// The cluster's figures for the metrics, when the server is a node of a cluster.
+    cluster: RwLock<Option<cluster::ClusterSource>>,
 }
 
 impl Admin {
@@ -144,6 +148,7 @@ impl Admin {
                 background: parking_lot::Mutex::new(None),
                 stopping: std::sync::atomic::AtomicBool::new(false),
                 draining: std::sync::atomic::AtomicBool::new(false),
+                cluster: RwLock::new(None),
             }),
         };
         api::add_routes(&admin);
@@ -163,6 +168,16 @@ impl Admin {
     /// If the same method and pattern were added before.
     pub fn route(&self, method: Method, pattern: &str, handler: Handler) {
         self.inner.router.write().add(method, pattern, handler);
+    }
+
+    /// The server is a node of a cluster: its figures join the metrics (read at each scrape).
+    pub fn set_cluster_source(&self, source: cluster::ClusterSource) {
+        *self.inner.cluster.write() = Some(source);
+    }
+
+    /// The cluster's figures source, when the server is a node of a cluster.
+    pub fn cluster_source(&self) -> Option<cluster::ClusterSource> {
+        self.inner.cluster.read().clone()
     }
 
     pub fn store(&self) -> &Arc<Store> {

@@ -224,6 +224,12 @@ impl Metrics {
             self.requests.clone(),
         );
         registry.register_collector(Box::new(snapshot));
+        if let Some(source) = admin.cluster_source() {
+            match source() {
+                Ok(figures) => registry.register_collector(Box::new(figures)),
+                Err(e) => tracing::debug!("metrics: the cluster's figures are unavailable: {e}"),
+            }
+        }
         let mut text = String::new();
         prometheus_client::encoding::prometheus_text::encode(&mut text, &registry)
             .map_err(|e| crate::ApiError::internal(format!("encoding the metrics: {e}")))?;
@@ -258,9 +264,9 @@ struct Snapshot {
     histogram: permafrost_disk::power::SpinUpHistogram,
 }
 
-type Labels = Vec<(&'static str, String)>;
+pub(crate) type Labels = Vec<(&'static str, String)>;
 
-fn gauge(
+pub(crate) fn gauge(
     encoder: &mut DescriptorEncoder,
     name: &str,
     help: &str,

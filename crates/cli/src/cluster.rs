@@ -50,8 +50,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
 use permafrost_catalog::cluster::{
-    self, ClusterDb, DirEntry, LinkReport, LinkSample, NodeInfo, ReporterInfo, TransferInfo,
-    LINK_FRESH_MS,
+    self, ClusterDb, DirEntry, LinkReport, LinkSample, ReporterInfo, TransferInfo, LINK_FRESH_MS,
 };
 use permafrost_relay::NodeStats;
 use permafrost_s3::ClusterNode;
@@ -884,9 +883,25 @@ pub const STATUS_TRANSFERS: usize = 20;
 pub struct Status {
     pub cluster: String,
     pub cluster_id: String,
+    /// The catalog database, `user@host:port/dbname` (no password, no connection options: every node's store
+    /// catalog is a schema of this one database).
     pub database: String,
+    /// A node whose last heartbeat is older shows as down, ms.
     pub timeout_ms: u64,
+    /// … and, older than this, as lost (its copies are made again elsewhere), ms: `[cluster] lost_after_ms` of the
+    /// node answering (of the data directory given; the default with `--catalog`).
+    pub lost_after_ms: u64,
+    /// The database server's clock when this was read, ms since the epoch (the clock of every heartbeat).
+    pub now_unix_ms: u64,
     pub nodes: Vec<NodeStatus>,
+    /// Nodes per state.
+    pub nodes_up: usize,
+    pub nodes_down: usize,
+    pub nodes_lost: usize,
+    /// Objects recorded with fewer copies than wanted (`permafrost_cluster.under_replicated`), per bucket.
+    pub under_replicated: UnderReplicatedStatus,
+    /// How fast the under-replicated record shrinks ([`RecoveryTracker`]).
+    pub recovery: Recovery,
     /// The catalog's topology (none until a node with `[cluster] topology` started).
     pub topology: Option<TopologyStatus>,
     /// The topology's relays, each with the last report of a process running it.
@@ -905,23 +920,180 @@ pub struct Status {
 pub struct NodeStatus {
     pub name: String,
     pub address: String,
+    /// `up` or `down` (a lost node is down too): what requests act on.
     pub health: &'static str,
+    /// `up`, `down` or `lost` ([`node_state`]).
+    pub state: &'static str,
+    /// How long the node has been down or lost (since its last heartbeat + the timeout, or + `lost_after_ms`),
+    /// ms; none while up (the catalog does not record when a node came back).
+    pub state_for_ms: Option<u64>,
+    /// When it went down or lost, ms since the epoch on the database's clock; none while up.
+    pub state_since_unix_ms: Option<u64>,
     pub heartbeat_age_ms: u64,
+    /// Its last heartbeat, ms since the epoch on the database's clock.
+    pub heartbeat_unix_ms: u64,
     pub capacity_bytes: u64,
     pub used_bytes: u64,
+    /// Objects (copies) and bytes the directory names it as holding.
+    pub objects_held: u64,
+    pub bytes_held: u64,
 }
 
-impl From<NodeInfo> for NodeStatus {
-    fn from(n: NodeInfo) -> Self {
-        NodeStatus {
-            name: n.name,
-            address: n.address,
-            health: n.health.as_str(),
-            heartbeat_age_ms: n.heartbeat_age_ms,
-            capacity_bytes: n.capacity_bytes,
-            used_bytes: n.used_bytes,
+/// A node's state from the age of its last heartbeat: `up` while it is at most `timeout_ms`, `lost` once it is
+/// older than `lost_after_ms`, `down` between (the same comparisons as `ClusterDb::nodes` and
+/// `ClusterDb::lost_nodes`), with how long it has been in that state (none while up).
+pub fn node_state(
+    heartbeat_age_ms: u64,
+    timeout_ms: u64,
+    lost_after_ms: u64,
+) -> (&'static str, Option<u64>) {
+    if heartbeat_age_ms > lost_after_ms.max(timeout_ms) {
+        (
+            "lost",
+            Some(heartbeat_age_ms - lost_after_ms.max(timeout_ms)),
+        )
+    } else if heartbeat_age_ms > timeout_ms {
+        ("down", Some(heartbeat_age_ms - timeout_ms))
+    } else {
+        ("up", None)
+    }
+}
+
+/// Objects short of copies, in total and per bucket.
+#[derive(serde::Serialize, Default, Clone)]
+pub struct UnderReplicatedStatus {
+    pub objects: u64,
+    pub bytes: u64,
+    pub missing_copies: u64,
+    pub buckets: Vec<cluster::BucketShort>,
+}
+
+/// Samples of the under-replicated record kept for [`RECOVERY_WINDOW_MS`].
+pub const RECOVERY_WINDOW_MS: u64 = 5 * 60_000;
+
+/// Recovery progress from samples of the under-replicated record (objects and bytes recorded short of copies)
+/// taken by this process over time: each drop of the count between two samples is objects healed (a copy or
+/// fragment made, or a record dropped); rises (new objects recorded short) are not subtracted. The rate is what
+/// was healed over the time the samples span (at most [`RECOVERY_WINDOW_MS`]), the estimated finish what is left
+/// at that rate. Times are the caller's clock in ms (a manual one in tests).
+#[derive(Default, Debug)]
+pub struct RecoveryTracker {
+    samples: VecDeque<(u64, u64, u64)>,
+}
+
+/// What [`RecoveryTracker::progress`] says.
+#[derive(serde::Serialize, Default, Debug, Clone, PartialEq)]
+pub struct Recovery {
+    /// Objects still recorded short of copies (the newest sample).
+    pub remaining_objects: u64,
+    pub remaining_bytes: u64,
+    /// Something is left to heal.
+    pub in_progress: bool,
+    /// The time the samples span, ms (0: one sample, no rate yet).
+    pub window_ms: u64,
+    /// Samples taken in that time.
+    pub samples: usize,
+    /// Objects and bytes healed in that time.
+    pub healed_objects: u64,
+    pub healed_bytes: u64,
+    pub objects_per_minute: f64,
+    pub bytes_per_second: f64,
+    /// Estimated time to finish at that rate, ms (none when nothing is left or nothing was healed yet).
+    pub eta_ms: Option<u64>,
+    /// How this was computed.
+    pub basis: String,
+}
+
+impl RecoveryTracker {
+    /// Record the under-replicated totals seen at `at_ms`; samples older than the window are dropped.
+    pub fn record(&mut self, at_ms: u64, objects: u64, bytes: u64) {
+        if self.samples.back().is_some_and(|&(t, _, _)| at_ms < t) {
+            self.samples.clear(); // a clock that went back: start over
+        }
+        self.samples.push_back((at_ms, objects, bytes));
+        while self
+            .samples
+            .front()
+            .is_some_and(|&(t, _, _)| t + RECOVERY_WINDOW_MS < at_ms)
+        {
+            self.samples.pop_front();
         }
     }
+
+    /// The progress over the samples kept.
+    pub fn progress(&self) -> Recovery {
+        let Some(&(last_at, objects, bytes)) = self.samples.back() else {
+            return Recovery {
+                basis: "no sample of the under-replicated record yet".to_owned(),
+                ..Default::default()
+            };
+        };
+        let first_at = self.samples.front().map_or(last_at, |s| s.0);
+        let (mut healed_objects, mut healed_bytes) = (0u64, 0u64);
+        for (a, b) in self.samples.iter().zip(self.samples.iter().skip(1)) {
+            healed_objects += a.1.saturating_sub(b.1);
+            healed_bytes += a.2.saturating_sub(b.2);
+        }
+        let window_ms = last_at - first_at;
+        let seconds = window_ms as f64 / 1000.0;
+        let (objects_per_minute, bytes_per_second) = if window_ms > 0 {
+            (
+                healed_objects as f64 * 60.0 / seconds,
+                healed_bytes as f64 / seconds,
+            )
+        } else {
+            (0.0, 0.0)
+        };
+        let eta_ms = (objects > 0 && healed_objects > 0)
+            .then(|| (objects as f64 * window_ms as f64 / healed_objects as f64).ceil() as u64);
+        Recovery {
+            remaining_objects: objects,
+            remaining_bytes: bytes,
+            in_progress: objects > 0,
+            window_ms,
+            samples: self.samples.len(),
+            healed_objects,
+            healed_bytes,
+            objects_per_minute,
+            bytes_per_second,
+            eta_ms,
+            basis: format!(
+                "{} sample(s) of the under-replicated record over {:.1} s: drops of its count are objects healed; \
+                 the estimated finish is what is left at that rate",
+                self.samples.len(),
+                seconds
+            ),
+        }
+    }
+}
+
+/// The under-replicated record per bucket, with totals.
+pub fn under_replicated_status(
+    db: &ClusterDb,
+) -> std::result::Result<UnderReplicatedStatus, String> {
+    let buckets = db.under_replicated_by_bucket().map_err(|e| e.to_string())?;
+    Ok(UnderReplicatedStatus {
+        objects: buckets.iter().map(|b| b.objects).sum(),
+        bytes: buckets.iter().map(|b| b.bytes).sum(),
+        missing_copies: buckets.iter().map(|b| b.missing_copies).sum(),
+        buckets,
+    })
+}
+
+/// The database endpoint of a (password-free) URL: `user@host:port/dbname`, without scheme and options.
+pub fn database_endpoint(url: &str) -> String {
+    let rest = url.split_once("://").map_or(url, |(_, r)| r);
+    let rest = rest.split(['?', '#']).next().unwrap_or(rest);
+    match rest.split_once('@') {
+        Some((user, host)) => format!("{}@{host}", user.split(':').next().unwrap_or(user)),
+        None => rest.to_owned(),
+    }
+}
+
+/// Milliseconds of this process's monotonic clock (the recovery samples' clock).
+fn process_ms() -> u64 {
+    static START: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    START.get_or_init(Instant::now).elapsed().as_millis() as u64
 }
 
 #[derive(serde::Serialize)]
@@ -970,9 +1142,20 @@ pub fn status(
     db: &ClusterDb,
     cluster_name: &str,
     cluster_id: &str,
+    lost_after_ms: u64,
+    tracker: &mut RecoveryTracker,
 ) -> std::result::Result<Status, String> {
     let e = |e: permafrost_catalog::CatalogError| e.to_string();
+    let now_unix_ms = db.now_ms().map_err(e)?;
     let nodes = db.nodes().map_err(e)?;
+    let held = db.held_by_node().map_err(e)?;
+    let under_replicated = under_replicated_status(db)?;
+    tracker.record(
+        process_ms(),
+        under_replicated.objects,
+        under_replicated.bytes,
+    );
+    let recovery = tracker.progress();
     let stored = db.topology().map_err(e)?;
     let uses = db.link_use(LINK_FRESH_MS).map_err(e)?;
     let reporters = db.reporters().map_err(e)?;
@@ -1024,12 +1207,42 @@ pub fn status(
                 .collect(),
         });
     }
+    let timeout_ms = db.timeout_ms();
+    let nodes: Vec<NodeStatus> = nodes
+        .into_iter()
+        .map(|n| {
+            let (state, state_for_ms) = node_state(n.heartbeat_age_ms, timeout_ms, lost_after_ms);
+            let mine = held.iter().find(|h| h.node_id == n.id);
+            NodeStatus {
+                address: n.address,
+                health: n.health.as_str(),
+                state,
+                state_for_ms,
+                state_since_unix_ms: state_for_ms.map(|f| now_unix_ms.saturating_sub(f)),
+                heartbeat_age_ms: n.heartbeat_age_ms,
+                heartbeat_unix_ms: n.heartbeat_ms,
+                capacity_bytes: n.capacity_bytes,
+                used_bytes: n.used_bytes,
+                objects_held: mine.map_or(0, |h| h.objects),
+                bytes_held: mine.map_or(0, |h| h.bytes),
+                name: n.name,
+            }
+        })
+        .collect();
+    let count = |state: &str| nodes.iter().filter(|n| n.state == state).count();
     Ok(Status {
         cluster: cluster_name.to_owned(),
         cluster_id: cluster_id.to_owned(),
-        database: db.shown_url().to_owned(),
-        timeout_ms: db.timeout_ms(),
-        nodes: nodes.into_iter().map(NodeStatus::from).collect(),
+        database: database_endpoint(db.shown_url()),
+        timeout_ms,
+        lost_after_ms,
+        now_unix_ms,
+        nodes_up: count("up"),
+        nodes_down: count("down"),
+        nodes_lost: count("lost"),
+        nodes,
+        under_replicated,
+        recovery,
         topology,
         relays,
         links,
@@ -1039,7 +1252,9 @@ pub fn status(
     })
 }
 
-/// Add `GET /_permafrost/api/v1/cluster` (the same JSON as `permafrost cluster status --json`).
+/// Add `GET /_permafrost/api/v1/cluster` (the same JSON as `permafrost cluster status --json`) and the cluster's
+/// series in the metrics. A thread samples the under-replicated record every `max(heartbeat_ms, 1 s)` for the
+/// recovery rate (each answer samples it too), until the admin drops the endpoint.
 pub fn add_endpoint(
     admin: &permafrost_admin::Admin,
     db: Arc<ClusterDb>,
@@ -1049,7 +1264,38 @@ pub fn add_endpoint(
 ) {
     use permafrost_admin::{handler, json, ApiError};
     let _ = data_dir;
-    let context = Arc::new((db, section, cluster_id));
+    let tracker = Arc::new(std::sync::Mutex::new(RecoveryTracker::default()));
+    let every = Duration::from_millis(section.heartbeat_ms.max(1000));
+    let context = Arc::new((db, section, cluster_id, Arc::clone(&tracker)));
+    {
+        let weak = Arc::downgrade(&context);
+        let _ = std::thread::Builder::new()
+            .name("permafrost-cluster-sampler".into())
+            .spawn(move || loop {
+                std::thread::sleep(every);
+                let Some(context) = weak.upgrade() else {
+                    return;
+                };
+                if let Ok(u) = under_replicated_status(&context.0) {
+                    lock(&context.3).record(process_ms(), u.objects, u.bytes);
+                }
+            });
+    }
+    let figures_context = Arc::downgrade(&context);
+    admin.set_cluster_source(Arc::new(move || {
+        let context = figures_context
+            .upgrade()
+            .ok_or_else(|| "the cluster endpoint is gone".to_owned())?;
+        let (db, section, id, tracker) = &*context;
+        let s = status(
+            db,
+            &section.name,
+            id,
+            section.lost_after_ms,
+            &mut lock(tracker),
+        )?;
+        Ok(figures(&s))
+    }));
     admin.route(
         http::Method::GET,
         "/cluster",
@@ -1057,8 +1303,14 @@ pub fn add_endpoint(
             let context = Arc::clone(&context);
             async move {
                 let answer = tokio::task::spawn_blocking(move || {
-                    let (db, section, id) = &*context;
-                    status(db, &section.name, id)
+                    let (db, section, id, tracker) = &*context;
+                    status(
+                        db,
+                        &section.name,
+                        id,
+                        section.lost_after_ms,
+                        &mut lock(tracker),
+                    )
                 })
                 .await
                 .map_err(|e| ApiError::internal(e.to_string()))?
@@ -1073,6 +1325,33 @@ pub fn add_endpoint(
             }
         }),
     );
+}
+
+fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The metrics' view of a status.
+pub fn figures(s: &Status) -> permafrost_admin::ClusterFigures {
+    permafrost_admin::ClusterFigures {
+        nodes: s
+            .nodes
+            .iter()
+            .map(|n| (n.name.clone(), n.state, n.heartbeat_age_ms as f64 / 1000.0))
+            .collect(),
+        timeout_seconds: s.timeout_ms as f64 / 1000.0,
+        lost_after_seconds: s.lost_after_ms as f64 / 1000.0,
+        under_replicated: s
+            .under_replicated
+            .buckets
+            .iter()
+            .map(|b| (b.bucket.clone(), b.objects, b.bytes, b.missing_copies))
+            .collect(),
+        recovery_remaining_objects: s.recovery.remaining_objects,
+        recovery_objects_per_second: s.recovery.objects_per_minute / 60.0,
+        recovery_bytes_per_second: s.recovery.bytes_per_second,
+        recovery_eta_seconds: s.recovery.eta_ms.map(|ms| ms as f64 / 1000.0),
+    }
 }
 
 #[derive(Subcommand)]
@@ -1125,6 +1404,10 @@ pub struct StatusArgs {
     /// Print JSON.
     #[arg(long)]
     json: bool,
+    /// While objects are under-replicated, sample the record twice this far apart for the recovery rate and
+    /// estimated finish (0: one look, no rate).
+    #[arg(long, value_name = "MS", default_value_t = 2000)]
+    sample_ms: u64,
 }
 
 pub fn run(command: ClusterCommand) -> Result<()> {
@@ -1273,27 +1556,47 @@ pub fn connect_catalog(url: &str) -> Result<ClusterDb> {
 }
 
 fn run_status(args: StatusArgs) -> Result<()> {
-    let (db, name, cluster_id) = match &args.catalog {
+    let (db, name, cluster_id, lost_after_ms) = match &args.catalog {
         Some(url) => {
             let db = connect_catalog(url)?;
             let (id, name) = db
                 .cluster_identity()
                 .map_err(|e| anyhow::anyhow!("{e}"))?
                 .unwrap_or_else(|| ("(none yet)".to_owned(), "(no node joined yet)".to_owned()));
-            (db, name, id)
+            (db, name, id, lost_after_default())
         }
         None => {
             let (section, db, cluster_id) = open_from_data_dir(&args.data_dir)?;
-            (db, section.name, cluster_id)
+            (db, section.name, cluster_id, section.lost_after_ms)
         }
     };
-    let status = status(&db, &name, &cluster_id).map_err(|e| anyhow::anyhow!("{e}"))?;
+    // One process, one look: a rate needs a second sample a moment later.
+    let mut tracker = RecoveryTracker::default();
+    if args.sample_ms > 0 {
+        let first = under_replicated_status(&db).map_err(|e| anyhow::anyhow!("{e}"))?;
+        if first.objects > 0 {
+            tracker.record(process_ms(), first.objects, first.bytes);
+            std::thread::sleep(Duration::from_millis(args.sample_ms));
+        }
+    }
+    let status = status(&db, &name, &cluster_id, lost_after_ms, &mut tracker)
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&status)?);
         return Ok(());
     }
     print!("{}", status_text(&status));
     Ok(())
+}
+
+/// `850 ms`, `4.2 s`, `3 min 20 s`, `2 h 5 min`.
+pub fn duration_text(ms: u64) -> String {
+    match ms {
+        0..=999 => format!("{ms} ms"),
+        1_000..=59_999 => format!("{:.1} s", ms as f64 / 1000.0),
+        60_000..=3_599_999 => format!("{} min {} s", ms / 60_000, ms % 60_000 / 1000),
+        _ => format!("{} h {} min", ms / 3_600_000, ms % 3_600_000 / 60_000),
+    }
 }
 
 fn seconds(ms: u64) -> String {
@@ -1307,28 +1610,94 @@ pub fn status_text(status: &Status) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "cluster {} (id {}), database {}; a node is down after {} s without a heartbeat",
-        status.cluster,
-        status.cluster_id,
-        status.database,
-        status.timeout_ms as f64 / 1000.0
+        "cluster {} (id {}), database {}",
+        status.cluster, status.cluster_id, status.database,
     );
     let _ = writeln!(
         out,
-        "{:<16} {:<22} {:<6} {:>14} {:>12} {:>12}",
-        "node", "address", "health", "heartbeat", "capacity", "used"
+        "nodes: {} up, {} down, {} lost; a node is down after {} without a heartbeat, lost after {} (its copies \
+         are then made again elsewhere)",
+        status.nodes_up,
+        status.nodes_down,
+        status.nodes_lost,
+        duration_text(status.timeout_ms),
+        duration_text(status.lost_after_ms)
+    );
+    let _ = writeln!(
+        out,
+        "{:<16} {:<22} {:<18} {:>14} {:>10} {:>10} {:>10} {:>10}",
+        "node", "address", "state", "heartbeat", "capacity", "used", "objects", "held"
     );
     for n in &status.nodes {
+        let state = match n.state_for_ms {
+            Some(ms) => format!("{} for {}", n.state, duration_text(ms)),
+            None => n.state.to_owned(),
+        };
         let _ = writeln!(
             out,
-            "{:<16} {:<22} {:<6} {:>12.1}s ago {:>12} {:>12}",
+            "{:<16} {:<22} {:<18} {:>10} ago {:>10} {:>10} {:>10} {:>10}",
             n.name,
             n.address,
-            n.health,
-            n.heartbeat_age_ms as f64 / 1000.0,
+            state,
+            duration_text(n.heartbeat_age_ms),
             format_bytes(n.capacity_bytes),
-            format_bytes(n.used_bytes)
+            format_bytes(n.used_bytes),
+            n.objects_held,
+            format_bytes(n.bytes_held)
         );
+    }
+    let u = &status.under_replicated;
+    if u.objects == 0 {
+        let _ = writeln!(out, "under-replicated: none (every object has its copies)");
+    } else {
+        let _ = writeln!(
+            out,
+            "under-replicated: {} object(s), {}, {} copies missing",
+            u.objects,
+            format_bytes(u.bytes),
+            u.missing_copies
+        );
+        let _ = writeln!(
+            out,
+            "  {:<30} {:>10} {:>12} {:>10}",
+            "bucket", "objects", "bytes", "missing"
+        );
+        for b in &u.buckets {
+            let _ = writeln!(
+                out,
+                "  {:<30} {:>10} {:>12} {:>10}",
+                b.bucket,
+                b.objects,
+                format_bytes(b.bytes),
+                b.missing_copies
+            );
+        }
+    }
+    let r = &status.recovery;
+    if r.in_progress {
+        match r.eta_ms {
+            Some(eta) => {
+                let _ = writeln!(
+                    out,
+                    "recovery: {} object(s) healed in the last {} ({:.1}/min, {}/s); {} left, estimated finish in {}",
+                    r.healed_objects,
+                    duration_text(r.window_ms),
+                    r.objects_per_minute,
+                    format_bytes(r.bytes_per_second as u64),
+                    r.remaining_objects,
+                    duration_text(eta)
+                );
+            }
+            None => {
+                let _ = writeln!(
+                    out,
+                    "recovery: no object healed in the last {} ({} sample(s)); {} left, no estimated finish yet",
+                    duration_text(r.window_ms),
+                    r.samples,
+                    r.remaining_objects
+                );
+            }
+        }
     }
     let Some(t) = &status.topology else {
         let _ = writeln!(
@@ -1421,6 +1790,85 @@ pub fn status_text(status: &Status) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_node_is_up_then_down_after_the_timeout_then_lost_after_lost_after_ms() {
+        // timeout 3 s, lost after 10 s
+        assert_eq!(node_state(0, 3000, 10_000), ("up", None));
+        assert_eq!(node_state(3000, 3000, 10_000), ("up", None));
+        assert_eq!(node_state(3001, 3000, 10_000), ("down", Some(1)));
+        assert_eq!(node_state(10_000, 3000, 10_000), ("down", Some(7000)));
+        assert_eq!(node_state(10_001, 3000, 10_000), ("lost", Some(1)));
+        assert_eq!(node_state(70_000, 3000, 10_000), ("lost", Some(60_000)));
+        // lost_after equal to the timeout: down is skipped
+        assert_eq!(node_state(3001, 3000, 3000), ("lost", Some(1)));
+    }
+
+    #[test]
+    fn recovery_rate_and_finish_come_from_drops_of_the_under_replicated_count() {
+        let mut t = RecoveryTracker::default();
+        let r = t.progress();
+        assert!(!r.in_progress && r.eta_ms.is_none() && r.samples == 0);
+        // One sample: something left, no rate yet.
+        t.record(1_000, 100, 100_000);
+        let r = t.progress();
+        assert!(r.in_progress);
+        assert_eq!((r.window_ms, r.healed_objects, r.eta_ms), (0, 0, None));
+        // 10 healed in 10 s: 60/min, 90 left → 90 s.
+        t.record(11_000, 90, 90_000);
+        let r = t.progress();
+        assert_eq!(
+            (r.window_ms, r.healed_objects, r.healed_bytes),
+            (10_000, 10, 10_000)
+        );
+        assert!((r.objects_per_minute - 60.0).abs() < 1e-9);
+        assert!((r.bytes_per_second - 1000.0).abs() < 1e-9);
+        assert_eq!(r.eta_ms, Some(90_000));
+        // New objects recorded short (a rise) are not subtracted from what was healed.
+        t.record(21_000, 95, 95_000);
+        t.record(31_000, 85, 85_000);
+        let r = t.progress();
+        assert_eq!((r.window_ms, r.healed_objects), (30_000, 20));
+        assert_eq!(r.eta_ms, Some((85.0f64 * 30_000.0 / 20.0).ceil() as u64));
+        // Done: nothing left, no estimate.
+        t.record(41_000, 0, 0);
+        let r = t.progress();
+        assert!(!r.in_progress);
+        assert_eq!(
+            (r.remaining_objects, r.eta_ms, r.healed_objects),
+            (0, None, 105)
+        );
+        // Samples older than the window are dropped: a stall shows no rate.
+        t.record(41_000 + RECOVERY_WINDOW_MS + 1, 5, 5);
+        let r = t.progress();
+        assert_eq!((r.samples, r.healed_objects, r.eta_ms), (1, 0, None));
+        // A clock that goes back starts over.
+        t.record(10, 5, 5);
+        assert_eq!(t.progress().samples, 1);
+    }
+
+    #[test]
+    fn the_database_is_shown_once_without_password_scheme_or_options() {
+        assert_eq!(
+            database_endpoint(
+                "postgresql://permafrost@127.0.0.1:5432/c_1?options=-csearch_path%3Dpf_node_a"
+            ),
+            "permafrost@127.0.0.1:5432/c_1"
+        );
+        assert_eq!(
+            database_endpoint("postgres://me:secret@db.example:5432/archive"),
+            "me@db.example:5432/archive"
+        );
+        assert_eq!(database_endpoint("postgresql://db/x"), "db/x");
+    }
+
+    #[test]
+    fn durations_read_as_an_operator_would_say_them() {
+        assert_eq!(duration_text(850), "850 ms");
+        assert_eq!(duration_text(4200), "4.2 s");
+        assert_eq!(duration_text(200_000), "3 min 20 s");
+        assert_eq!(duration_text(7_500_000), "2 h 5 min");
+    }
 
     #[test]
     fn lost_after_ms_defaults_to_ten_minutes_and_may_not_be_shorter_than_the_timeout() {

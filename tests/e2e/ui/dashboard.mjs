@@ -99,6 +99,8 @@ try {
   check(true, `reads shown: ${await page.textContent("#reads-text")}`);
   const title = await page.textContent("#grid-name");
   check(/deadline scheduler · at most \d+ spin-ups per disk a day/.test(title), `grid title: ${title}`);
+  // A server that is no node of a cluster shows no Cluster section (and never asks GET /cluster).
+  check(await page.isHidden("#cluster-section"), "no Cluster section on a server outside a cluster");
 
   // Fail the disk through the API: it turns failed on the page.
   await api("POST", `/disks/${disk}/fail`);

@@ -103,10 +103,60 @@ async function refresh() {
   try {
     state = await api("GET", "/state");
     render();
+    await refreshCluster();
   } catch (e) {
     if (e instanceof Unauthorized) showLogin("the session ended: log in again");
     else setConnection("error: " + e.message, "down");
   }
+}
+
+// ---------------------------------------------------------------- cluster
+
+
+function duration(ms) {
+  if (ms < 1000) return `${ms} ms`;
+  if (ms < 60000) return `${(ms / 1000).toFixed(1)} s`;
+  if (ms < 3600000) return `${Math.floor(ms / 60000)} min ${Math.floor((ms % 60000) / 1000)} s`;
+  return `${Math.floor(ms / 3600000)} h ${Math.floor((ms % 3600000) / 60000)} min`;
+}
+
+// Only on a node of a cluster (the state says so): GET /cluster.
+async function refreshCluster() {
+  $("cluster-section").hidden = !state.cluster_node;
+  if (!state.cluster_node) return;
+  try {
+    renderCluster(await api("GET", "/cluster"));
+  } catch (e) {
+    if (e instanceof Unauthorized) throw e;
+    text($("cluster-text"), e.message);
+  }
+}
+
+function renderCluster(c) {
+  text($("cluster-text"), `${c.cluster} · ${c.nodes_up} up, ${c.nodes_down} down, ${c.nodes_lost} lost · ` +
+    `down after ${duration(c.timeout_ms)}, lost after ${duration(c.lost_after_ms)} without a heartbeat · database ${c.database}`);
+  $("cluster-nodes").replaceChildren(...c.nodes.map((n) => {
+    const li = make("li", "node-" + n.state);
+    li.dataset.node = n.name;
+    li.dataset.state = n.state;
+    const since = n.state_for_ms === null ? "" : ` for ${duration(n.state_for_ms)}`;
+    li.textContent = `${n.name} (${n.address}): ${n.state}${since} · heartbeat ${duration(n.heartbeat_age_ms)} ago · ` +
+      `${n.objects_held} objects, ${bytes(n.bytes_held)}`;
+    return li;
+  }));
+  const u = c.under_replicated, r = c.recovery;
+  let line = u.objects === 0 ? "every object has its copies" :
+    `${u.objects} object(s) under-replicated (${bytes(u.bytes)}, ${u.missing_copies} copies missing)`;
+  if (r.in_progress) {
+    line += r.eta_ms === null ? ` · no object healed in the last ${duration(r.window_ms)}` :
+      ` · recovering ${r.objects_per_minute.toFixed(1)} objects/min (${bytes(r.bytes_per_second)}/s), finish in about ${duration(r.eta_ms)}`;
+  }
+  text($("cluster-short-text"), line);
+  $("cluster-short").replaceChildren(...u.buckets.map((b) => {
+    const li = make("li", null, `${b.bucket}: ${b.objects} object(s), ${bytes(b.bytes)}, ${b.missing_copies} copies missing`);
+    li.dataset.bucket = b.bucket;
+    return li;
+  }));
 }
 
 function render() {
