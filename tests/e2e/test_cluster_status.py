@@ -11,13 +11,19 @@ test_cluster_nodes.py; skipped with the reason when not root or without PostgreS
 import json
 import os
 import re
+import shutil
 import subprocess
+from pathlib import Path
 
-from conftest import Server, binary, client
+import pytest
+
+from conftest import ACCESS_KEY, REPO, SECRET_KEY, Server, binary, client
 from ops import call, metrics
 from test_cluster_nodes import node_config, pg, wait_for  # noqa: F401 - pg is a fixture
 
 LOST_AFTER_MS = 8000
+UI_DIR = REPO / "tests" / "e2e" / "ui"
+CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
 
 
 def status(data_dir, *extra) -> dict:
@@ -41,6 +47,23 @@ def series(text: str, name: str) -> dict:
     for m in re.finditer(rf"^{name}(\{{[^}}]*\}})? (\S+)$", text, re.M):
         out[m.group(1) or ""] = float(m.group(2))
     return out
+
+
+def dashboard_shows(endpoint, lost, short, server):
+    """The dashboard's Cluster section in headless Chromium (tests/e2e/ui/dashboard_cluster.mjs) shows `lost`
+    lost and `short` ({bucket: objects}) under-replicated; a screenshot in target/test-artifacts/cluster/."""
+    if not Path(CHROMIUM).exists() or not (UI_DIR / "node_modules" / "playwright-core").exists():
+        pytest.fail("chromium or playwright-core missing: run scripts/setup-deps.sh as root")
+    artifacts = Path(os.environ.get("PERMAFROST_ARTIFACTS", REPO / "target" / "test-artifacts")) / "cluster"
+    shutil.rmtree(artifacts, ignore_errors=True)
+    artifacts.mkdir(parents=True)
+    env = dict(os.environ, ENDPOINT=endpoint, ACCESS_KEY=ACCESS_KEY, SECRET_KEY=SECRET_KEY, LOST=lost,
+               SHORT=json.dumps(short), ARTIFACTS=str(artifacts), CHROMIUM=CHROMIUM)
+    run = subprocess.run(["node", str(UI_DIR / "dashboard_cluster.mjs")], env=env, capture_output=True, text=True,
+                         timeout=120)
+    print(run.stdout)
+    assert run.returncode == 0, f"{run.stdout}\n{run.stderr}\nserver log: {server.log_tail()}"
+    assert (artifacts / "cluster.png").stat().st_size > 1000
 
 
 def test_status_through_a_node_lost_and_the_recovery(pg, tmp_path):
@@ -116,6 +139,7 @@ def test_status_through_a_node_lost_and_the_recovery(pg, tmp_path):
             '{bucket="docs"}': float(size["docs"]), '{bucket="photos"}': float(size["photos"])}
         assert series(text, "permafrost_cluster_lost_after_seconds") == {"": LOST_AFTER_MS / 1000}
         assert series(text, "permafrost_cluster_node_state")['{node="b",state="lost"}'] == 1.0
+        dashboard_shows(nodes["a"].endpoint, "b", {"docs": 1, "photos": 3}, nodes["a"])
 
         # Recovery: a new node takes the missing copies; the count goes to 0, the API saw it heal.
         nodes["c"] = Server(tmp_path / "c", config=node_config(url, "st", "c", extra))
