@@ -43,6 +43,7 @@ use crate::postgres::PgBackend;
 use crate::sql::{self, params, Connection, OptionalExtension};
 use crate::{
     CatalogError, ContentId, Encoding, ListPage, ListQuery, ObjectRecord, PostgresOptions, Result,
+    WriteCondition,
 };
 
 /// The PostgreSQL schema of the shared tables.
@@ -549,6 +550,36 @@ impl ClusterDb {
         self.write(|c| publish_write_in(c, node_id, entry, default_copies).map(|_| ()))
     }
 
+    /// [`ClusterDb::publish_write`] of a conditional write (`If-None-Match: *`, `If-Match`): the condition is
+    /// checked against the directory in the same transaction, so it holds cluster-wide. The directory's current
+    /// version of `bucket/key` is its newest row on any node (held whole or as parity fragments; rows of this very
+    /// version, same ETag and last-modified time, do not count: a repeated publish, or a retried
+    /// CompleteMultipartUpload whose copies were made): `Absent` wants none, `EtagMatches` wants
+    /// one of its ETags (`NoSuchKey` when there is none). Of two racing publishes exactly one sees the other's
+    /// row (SERIALIZABLE, retried on serialization failures). Refused: [`CatalogError::PreconditionFailed`] or
+    /// [`CatalogError::NoSuchKey`], and nothing changed; the caller undoes its local commit. A version newer than
+    /// `entry` (by last-modified time, another node's clock ahead) is refused too: the write would never become
+    /// current, so it must not be acknowledged.
+    pub fn publish_write_if(
+        &self,
+        node_id: i64,
+        entry: &DirEntry,
+        default_copies: u32,
+        condition: &WriteCondition,
+    ) -> Result<()> {
+        self.write(|c| {
+            directory_condition(c, node_id, entry, condition)?;
+            if publish_write_in(c, node_id, entry, default_copies)? {
+                Ok(())
+            } else {
+                Err(CatalogError::PreconditionFailed(format!(
+                    "{}/{}: a newer version was written on another node meanwhile",
+                    entry.bucket, entry.key
+                )))
+            }
+        })
+    }
+
     /// After a local delete of a version that only this node held (versioned deletes): `node_id` no longer
     /// holds `bucket/key`. A DELETE of the current version uses [`ClusterDb::delete_everywhere`].
     pub fn unpublish(&self, node_id: i64, bucket: &str, key: &str) -> Result<()> {
@@ -751,6 +782,50 @@ fn publish_in(c: &Connection, node_id: i64, entry: &DirEntry) -> Result<bool> {
     )
     .map_err(sql_err)?;
     Ok(true)
+}
+
+/// The check of [`ClusterDb::publish_write_if`] inside its transaction.
+fn directory_condition(
+    c: &Connection,
+    node_id: i64,
+    entry: &DirEntry,
+    condition: &WriteCondition,
+) -> Result<()> {
+    if *condition == WriteCondition::Always {
+        return Ok(());
+    }
+    let mut st = c
+        .prepare_cached(
+            "SELECT node_id, etag, last_modified_ms FROM permafrost_cluster.objects \
+             WHERE bucket = ?1 AND key = ?2 ORDER BY last_modified_ms DESC",
+        )
+        .map_err(sql_err)?;
+    let rows: Vec<(i64, String, i64)> = st
+        .query_map(params![entry.bucket, entry.key.as_bytes()], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+        })
+        .map_err(sql_err)?
+        .collect::<sql::Result<_>>()
+        .map_err(sql_err)?;
+    let _ = node_id;
+    let others: Vec<&(i64, String, i64)> = rows
+        .iter()
+        .filter(|(_, etag, lm)| !(*etag == entry.etag && *lm == entry.last_modified_ms as i64))
+        .collect();
+    let Some(&&(_, _, newest)) = others.first() else {
+        return condition.check(&entry.bucket, &entry.key, None);
+    };
+    // Rows of equal time on several nodes: the condition holds when it holds for one of them.
+    let mut first_refusal = None;
+    for (_, etag, _) in others.iter().filter(|(_, _, lm)| *lm == newest) {
+        match condition.check(&entry.bucket, &entry.key, Some(etag)) {
+            Ok(()) => return Ok(()),
+            Err(e) => {
+                first_refusal.get_or_insert(e);
+            }
+        }
+    }
+    Err(first_refusal.expect("one row at least"))
 }
 
 /// [`ClusterDb::publish_write`] inside a transaction; whether it published (false: a newer version is listed).

@@ -4,7 +4,7 @@
 mod common;
 
 use permafrost_catalog::cluster::{node_store_url, ClusterDb, DirEntry, Health};
-use permafrost_catalog::{CatalogError, ListQuery};
+use permafrost_catalog::{CatalogError, ListQuery, WriteCondition};
 
 fn entry(bucket: &str, key: &str, etag: &str, ms: u64) -> DirEntry {
     DirEntry {
@@ -354,4 +354,99 @@ fn a_lost_node_s_copies_are_retired_and_a_copy_of_a_deleted_version_is_not_publi
     db.publish(a, &entry("bk", "x", "e3", 300)).unwrap();
     assert!(!db.publish_copy(b, &x).unwrap());
     assert_eq!(db.holders("bk", "x").unwrap().len(), 1);
+}
+
+#[test]
+fn a_conditional_publish_is_decided_by_the_directory_and_one_of_two_racing_creates_wins() {
+    let Some(url) = common::fresh_database("cl") else {
+        return;
+    };
+    let db = ClusterDb::connect(&url, 10_000).unwrap();
+    let id = db.cluster("c").unwrap();
+    let [a, b] = ["a", "b"].map(|n| {
+        db.join(&id, n, &format!("i{n}"), "127.0.0.1:1", 1, 0)
+            .unwrap()
+            .node_id
+    });
+    let absent = WriteCondition::Absent;
+    let matches =
+        |tags: &[&str]| WriteCondition::EtagMatches(tags.iter().map(|t| t.to_string()).collect());
+    let etags = |db: &ClusterDb, key: &str| -> Vec<(String, String)> {
+        db.holders("b", key)
+            .unwrap()
+            .into_iter()
+            .map(|(n, e)| (n.name, e.etag))
+            .collect()
+    };
+    // If-None-Match: a key another node holds is refused, and nothing changes.
+    db.publish_write_if(a, &entry("b", "k", "ea", 100), 1, &absent)
+        .unwrap();
+    let e = db
+        .publish_write_if(b, &entry("b", "k", "eb", 200), 1, &absent)
+        .unwrap_err();
+    assert!(matches!(e, CatalogError::PreconditionFailed(_)), "{e}");
+    assert_eq!(etags(&db, "k"), [("a".into(), "ea".into())]);
+    // Published again (a retried completion, or its copy's row): its own version does not count.
+    db.publish_write_if(a, &entry("b", "k", "ea", 100), 1, &absent)
+        .unwrap();
+    db.publish(b, &entry("b", "k", "ea", 100)).unwrap();
+    db.publish_write_if(a, &entry("b", "k", "ea", 100), 1, &absent)
+        .unwrap();
+    // If-Match through another node: the directory's current version decides, with or without quotes.
+    let e = db
+        .publish_write_if(b, &entry("b", "k", "eb", 200), 1, &matches(&["\"other\""]))
+        .unwrap_err();
+    assert!(matches!(e, CatalogError::PreconditionFailed(_)), "{e}");
+    db.publish_write_if(b, &entry("b", "k", "eb", 200), 1, &matches(&["\"ea\""]))
+        .unwrap();
+    assert_eq!(etags(&db, "k"), [("b".into(), "eb".into())]);
+    // The old ETag no longer matches; a key that exists nowhere is NoSuchKey.
+    let e = db
+        .publish_write_if(a, &entry("b", "k", "ec", 300), 1, &matches(&["ea"]))
+        .unwrap_err();
+    assert!(matches!(e, CatalogError::PreconditionFailed(_)), "{e}");
+    let e = db
+        .publish_write_if(a, &entry("b", "none", "ec", 300), 1, &matches(&["*"]))
+        .unwrap_err();
+    assert!(matches!(e, CatalogError::NoSuchKey { .. }), "{e}");
+    // Deleted everywhere: absent again.
+    db.delete_everywhere(b, "b", "k").unwrap();
+    db.publish_write_if(a, &entry("b", "k", "ed", 400), 1, &absent)
+        .unwrap();
+    // A newer version on another node (its clock ahead): the write would never be current, refused.
+    db.publish(b, &entry("b", "late", "e1", 900)).unwrap();
+    let e = db
+        .publish_write_if(a, &entry("b", "late", "e2", 100), 1, &matches(&["e1"]))
+        .unwrap_err();
+    assert!(matches!(e, CatalogError::PreconditionFailed(_)), "{e}");
+    // Two nodes racing to create each key, each through its own connection: exactly one wins every round.
+    let dbs = [a, b].map(|n| (n, ClusterDb::connect(&url, 10_000).unwrap()));
+    for round in 0..20 {
+        let key = format!("race-{round}");
+        let barrier = std::sync::Barrier::new(2);
+        let won: Vec<bool> = std::thread::scope(|s| {
+            let runs: Vec<_> = dbs
+                .iter()
+                .map(|(n, db)| {
+                    let (key, barrier) = (&key, &barrier);
+                    s.spawn(move || {
+                        barrier.wait();
+                        let x = entry("b", key, &format!("e{n}"), 1000 + *n as u64);
+                        match db.publish_write_if(*n, &x, 1, &WriteCondition::Absent) {
+                            Ok(()) => true,
+                            Err(CatalogError::PreconditionFailed(_)) => false,
+                            Err(e) => panic!("{e}"),
+                        }
+                    })
+                })
+                .collect();
+            runs.into_iter().map(|r| r.join().unwrap()).collect()
+        });
+        assert_eq!(
+            won.iter().filter(|w| **w).count(),
+            1,
+            "round {round}: {won:?}"
+        );
+        assert_eq!(db.holders("b", &key).unwrap().len(), 1, "round {round}");
+    }
 }
