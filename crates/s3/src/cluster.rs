@@ -13,6 +13,13 @@
 //!   ([`ClusterDb::publish_write`]) and its copies clear that record, so a write stopped between the two (a
 //!   crash, the database going away, its own store unreadable: answered `503`, never acknowledged) is left
 //!   to the catch-up instead of staying short of copies unnoticed.
+//! - **Conditional writes** (`If-None-Match: *`, `If-Match`) hold cluster-wide: the local commit checks the
+//!   condition in this node's catalog, and the publish checks it against the directory in the transaction that
+//!   writes the row ([`ClusterDb::publish_write_if`]); refused, the local commit is undone and the answer is
+//!   `412` (`404` for `If-Match` on a key no node holds). Conditional writes of one key on a node take turns
+//!   ([`ClusterNode::conditional_begins`] to [`ClusterNode::publish_written`]) and are invisible until their
+//!   publish decides ([`ClusterNode::route`]). A crash between the two is published by the reconcile without
+//!   the condition (`docs/cluster.md`, "Conditional writes").
 //! - **Copies.** `[cluster] copies = k` (or the bucket's own `copies`, [`ClusterDb::set_bucket_copies`]): the
 //!   receiving node streams the object, read back from its own store, along a replication tree
 //!   ([`tree_for_write`], the one place that chooses it) to `k − 1` other nodes that are up, with
@@ -57,7 +64,7 @@ use std::time::Instant;
 use permafrost_catalog::cluster::{
     ClusterDb, DirEntry, Health, NodeInfo, TransferKind, TransferStart, UnderReplicated,
 };
-use permafrost_catalog::CatalogError;
+use permafrost_catalog::{CatalogError, WriteCondition};
 use permafrost_relay::{
     write_copies, Copies, Credentials, NodeStats, ObjectMeta, Sink, SinkFactory,
 };
@@ -65,6 +72,7 @@ use permafrost_store::{
     BucketSettings, ObjectInfo, PutHandle, PutOptions, ReplicaOf, Store, StoreError,
 };
 use permafrost_topology::{NodeId, Role, Topology};
+use s3s::dto::ETagCondition;
 use s3s::{S3Error, S3ErrorCode, S3Result};
 
 /// Marks a request one node forwarded to another (served locally there).
@@ -242,6 +250,29 @@ impl ClusterNode {
             let (me, bucket, key) = (Arc::clone(&me), bucket.clone(), key.clone());
             blocking(move || me.db.holders(&bucket, &key)).await?
         };
+        if conditional_pending(&me.node_name, &bucket, &key) {
+            // A conditional write of the key on this node awaits its publish, which may refuse it: unlisted, the
+            // key does not exist yet; listed, the answer waits for the publish (the local store may hold the
+            // write that is being decided).
+            let listed = !holders.is_empty() || {
+                let (me, bucket, key) = (Arc::clone(&me), bucket.clone(), key.clone());
+                blocking(move || me.db.parity_object(&bucket, &key))
+                    .await?
+                    .is_some()
+            };
+            if !listed {
+                return Err(S3Error::with_message(
+                    S3ErrorCode::NoSuchKey,
+                    format!("{bucket}/{key} does not exist (a conditional write of it is not decided yet)"),
+                ));
+            }
+            drop(
+                conditional_stripe(&me.node_name, &bucket, &key)
+                    .lock()
+                    .await,
+            );
+            return Box::pin(me.route(&store, &bucket, &key)).await;
+        }
         let Some((_, newest)) = holders.first() else {
             // No whole holder: held as XOR fragments?
             let parity = {
@@ -387,6 +418,169 @@ impl ClusterNode {
                 .store(true, std::sync::atomic::Ordering::SeqCst);
         }
         published
+    }
+
+    /// Before a conditional write (`If-None-Match: *`, `If-Match`) of `bucket/key` in a cluster; `None` for an
+    /// unconditional one. Conditional writes of one key on this node take turns (from before the body is read
+    /// to their publish), and until its publish decides, the write is invisible here ([`ClusterNode::route`]).
+    /// The returned hold carries the condition the local commit checks when it must differ from the client's:
+    /// `If-Match` through a node that holds no current copy (none, or a stale one) cannot be decided by its own
+    /// catalog, so the local commit then only checks that the local key is still as seen here (absent, or that
+    /// stale ETag) and the directory decides the client's condition ([`ClusterNode::publish_written`]).
+    /// `503` while this node's directory rows are behind its store (a publish failed; the next reconcile
+    /// catches up): the directory could not decide the condition correctly until then.
+    pub(crate) async fn conditional_begins(
+        self: &Arc<Self>,
+        store: &Arc<Store>,
+        bucket: &str,
+        key: &str,
+        condition: WriteCondition,
+    ) -> S3Result<Option<ConditionalWrite>> {
+        if condition == WriteCondition::Always {
+            return Ok(None);
+        }
+        if self
+            .directory_behind
+            .load(std::sync::atomic::Ordering::SeqCst)
+        {
+            return Err(service_unavailable(format!(
+                "{bucket}/{key}: this node's directory rows are behind its store (the cluster database was \
+                 unavailable); conditional writes are refused until its reconcile caught up, try again shortly"
+            )));
+        }
+        let id = (self.node_name.clone(), bucket.to_owned(), key.to_owned());
+        let held = conditional_stripe(&self.node_name, bucket, key)
+            .lock_owned()
+            .await;
+        conditional_state()
+            .pending
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(id.clone());
+        let mut write = ConditionalWrite {
+            _held: held,
+            id,
+            condition: condition.clone(),
+            local: None,
+        };
+        let (me, store2, b, k) = (
+            Arc::clone(self),
+            Arc::clone(store),
+            bucket.to_owned(),
+            key.to_owned(),
+        );
+        write.local = blocking(move || {
+            // A copy the cluster deleted is gone here first (as a read does): it must not decide the condition.
+            if let Some(t) = me.db.tombstone(me.node_id, &b, &k)? {
+                apply_tombstone(&store2, &t).map_err(CatalogError::Unreachable)?;
+                me.db.clear_tombstone(me.node_id, &t)?;
+            }
+            if !matches!(condition, WriteCondition::EtagMatches(_)) {
+                return Ok(None);
+            }
+            let newest = match me.db.holders(&b, &k)?.into_iter().next() {
+                Some((_, e)) => Some(e),
+                None => me.db.parity_object(&b, &k)?.map(|p| p.entry),
+            };
+            let Some(newest) = newest else {
+                return Ok(None); // exists nowhere in the directory: the local check answers (404 or 412)
+            };
+            Ok(match store2.head_object(&b, &k) {
+                Ok(l) if l.etag == newest.etag && l.last_modified_ms == newest.last_modified_ms => {
+                    None
+                }
+                Ok(stale) => Some(WriteCondition::EtagMatches(vec![stale.etag])),
+                Err(StoreError::NoSuchKey { .. } | StoreError::NoSuchBucket(_)) => {
+                    Some(WriteCondition::Absent)
+                }
+                Err(e) => return Err(CatalogError::Unreachable(e.to_string())),
+            })
+        })
+        .await?;
+        Ok(Some(write))
+    }
+
+    /// After the local commit of a write of `bucket/key`: [`ClusterNode::publish`], or for a conditional write
+    /// the publish that checks the client's condition against the directory ([`ClusterDb::publish_write_if`]).
+    /// Refused (another node holds the key, or another version): the local commit is undone — the version is
+    /// removed (a versioned bucket's previous version is current again), its content left to the garbage
+    /// collection — and the answer is `412 PreconditionFailed` (`404 NoSuchKey` for `If-Match` on a key that
+    /// exists nowhere). The database unavailable: undone as well, answered `503`.
+    pub(crate) async fn publish_written(
+        self: &Arc<Self>,
+        store: &Arc<Store>,
+        bucket: &str,
+        key: &str,
+        conditional: Option<ConditionalWrite>,
+        written: Option<&s3s::dto::ETag>,
+    ) -> S3Result<()> {
+        let Some(write) = conditional else {
+            return self.publish(store, bucket, key).await;
+        };
+        let written = written.map(|t| t.value().trim_matches('"').to_owned());
+        let (me, store, b, k) = (
+            Arc::clone(self),
+            Arc::clone(store),
+            bucket.to_owned(),
+            key.to_owned(),
+        );
+        let outcome = tokio::task::spawn_blocking(move || {
+            let info = match store.head_object(&b, &k) {
+                Ok(info) => info,
+                Err(e) => return Err((CatalogError::Unreachable(e.to_string()), None)),
+            };
+            if written.as_deref().is_some_and(|w| w != info.etag.trim_matches('"')) {
+                // Replaced on this node by a later write before this publish: this write is not current anywhere
+                // and its condition was never decided by the directory; refused (nothing to undo).
+                let refused = CatalogError::PreconditionFailed(format!(
+                    "{b}/{k} was replaced on this node by another write before this conditional write was published"
+                ));
+                return Err((refused, None));
+            }
+            let entry = DirEntry {
+                bucket: b.clone(),
+                key: k.clone(),
+                size_bytes: info.size_bytes,
+                etag: info.etag.clone(),
+                last_modified_ms: info.last_modified_ms,
+                content_type: info.content_type.clone(),
+            };
+            let published = me.db.publish_write_if(
+                me.node_id,
+                &entry,
+                me.replication.copies,
+                &write.condition,
+            );
+            let Err(refused) = published else {
+                drop(write);
+                return Ok(());
+            };
+            let undone = undo_local_commit(&store, &b, &k, &info);
+            drop(write);
+            Err((refused, Some(undone)))
+        })
+        .await
+        .map_err(|e| crate::error::internal(format!("cluster task failed: {e}")))?;
+        let (refused, undone) = match outcome {
+            Ok(()) => return Ok(()),
+            Err(e) => e,
+        };
+        if let Some(Err(e)) = &undone {
+            // Left committed and unpublished: the reconcile would publish it without its condition.
+            tracing::error!(
+                "cluster: the refused conditional write of {bucket}/{key} could not be undone: {e}"
+            );
+        }
+        Err(match refused {
+            CatalogError::PreconditionFailed(m) => {
+                S3Error::with_message(S3ErrorCode::PreconditionFailed, m)
+            }
+            CatalogError::NoSuchKey { bucket, key } => S3Error::with_message(
+                S3ErrorCode::NoSuchKey,
+                format!("{bucket}/{key} exists on no node of the cluster (If-Match)"),
+            ),
+            other => unavailable(other),
+        })
     }
 
     /// After a local delete of the current version of `bucket/key`: no node holds it any more (the other
@@ -803,6 +997,133 @@ pub(crate) fn local_version(
         content_type: info.content_type.clone(),
     };
     Ok(Some((info, entry)))
+}
+
+/// Undo the local commit `committed` of `bucket/key` that the directory refused: remove that version (when it
+/// is still the current one), as if it had never been written. A versioned bucket's previous version becomes
+/// current again; an unversioned bucket's previous version was replaced by the commit, and the directory
+/// refuses a conditional write only when that version was not the cluster's current one (see
+/// [`ClusterNode::conditional_begins`]), so nothing the cluster lists is lost.
+fn undo_local_commit(
+    store: &Store,
+    bucket: &str,
+    key: &str,
+    committed: &ObjectInfo,
+) -> Result<(), String> {
+    match store.head_object(bucket, key) {
+        Ok(now)
+            if now.etag == committed.etag
+                && now.last_modified_ms == committed.last_modified_ms
+                && now.version_id == committed.version_id =>
+        {
+            store
+                .delete_version(bucket, key, Some(&committed.version_id), true)
+                .map(|_| ())
+                .map_err(|e| e.to_string())?;
+            tracing::info!(
+                "cluster: {bucket}/{key}: the conditional write (etag {}) was refused by the directory; \
+                 its local commit is undone",
+                committed.etag
+            );
+            Ok(())
+        }
+        Ok(_) | Err(StoreError::NoSuchKey { .. }) => Ok(()), // replaced meanwhile by a later local write
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// Lock stripes of the conditional writes in flight ([`ClusterNode::conditional_begins`]).
+const CONDITIONAL_STRIPES: usize = 256;
+
+/// The conditional writes of this process's nodes: a stripe of locks by key, and the keys between their hold
+/// and their publish (`node name, bucket, key`).
+struct ConditionalState {
+    stripes: Vec<Arc<tokio::sync::Mutex<()>>>,
+    pending: std::sync::Mutex<std::collections::HashSet<(String, String, String)>>,
+}
+
+fn conditional_state() -> &'static ConditionalState {
+    static STATE: std::sync::OnceLock<ConditionalState> = std::sync::OnceLock::new();
+    STATE.get_or_init(|| ConditionalState {
+        stripes: (0..CONDITIONAL_STRIPES)
+            .map(|_| Arc::new(tokio::sync::Mutex::new(())))
+            .collect(),
+        pending: Default::default(),
+    })
+}
+
+/// A conditional write in flight on this node ([`ClusterNode::conditional_begins`]), until its publish.
+pub(crate) struct ConditionalWrite {
+    _held: tokio::sync::OwnedMutexGuard<()>,
+    id: (String, String, String),
+    /// The client's condition, decided by the directory.
+    condition: WriteCondition,
+    /// The condition of the local commit when it differs from the client's.
+    local: Option<WriteCondition>,
+}
+
+impl ConditionalWrite {
+    /// The local commit's `(If-Match, If-None-Match)` when they must replace the client's headers.
+    pub(crate) fn local_headers(&self) -> Option<(Option<ETagCondition>, Option<ETagCondition>)> {
+        self.local.as_ref().map(|c| match c {
+            WriteCondition::Absent => (None, Some(ETagCondition::Any)),
+            WriteCondition::EtagMatches(tags) => (
+                Some(ETagCondition::ETag(s3s::dto::ETag::Strong(tags.join(", ")))),
+                None,
+            ),
+            WriteCondition::Always => (None, None),
+        })
+    }
+
+    /// [`ConditionalWrite::local_headers`] on a request's raw headers (CopyObject reads them there).
+    pub(crate) fn set_local_headers(&self, headers: &mut http::HeaderMap) {
+        let Some((if_match, if_none_match)) = self.local_headers() else {
+            return;
+        };
+        headers.remove(http::header::IF_MATCH);
+        headers.remove(http::header::IF_NONE_MATCH);
+        let text = |c: ETagCondition| match c {
+            ETagCondition::Any => "*".to_owned(),
+            ETagCondition::ETag(t) => format!("\"{}\"", t.value()),
+        };
+        if let Some(v) = if_match.map(text).and_then(|t| t.parse().ok()) {
+            headers.insert(http::header::IF_MATCH, v);
+        }
+        if let Some(v) = if_none_match.map(text).and_then(|t| t.parse().ok()) {
+            headers.insert(http::header::IF_NONE_MATCH, v);
+        }
+    }
+}
+
+impl Drop for ConditionalWrite {
+    fn drop(&mut self) {
+        conditional_state()
+            .pending
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&self.id);
+    }
+}
+
+/// The lock stripe of `bucket/key` on node `node`.
+fn conditional_stripe(node: &str, bucket: &str, key: &str) -> Arc<tokio::sync::Mutex<()>> {
+    let at = fnv1a(&[
+        node.as_bytes(),
+        b"\0",
+        bucket.as_bytes(),
+        b"\0",
+        key.as_bytes(),
+    ]) % CONDITIONAL_STRIPES as u64;
+    Arc::clone(&conditional_state().stripes[at as usize])
+}
+
+/// Whether a conditional write of `bucket/key` on node `node` is between its hold and its publish.
+fn conditional_pending(node: &str, bucket: &str, key: &str) -> bool {
+    conditional_state()
+        .pending
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .contains(&(node.to_owned(), bucket.to_owned(), key.to_owned()))
 }
 
 /// Apply one delete another node made: delete the local copy when it is that version or older (a newer local

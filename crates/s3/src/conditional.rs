@@ -21,7 +21,8 @@
 //!
 //! **Writes** (PutObject, CompleteMultipartUpload, and CopyObject's target) turn the headers into a
 //! [`WriteCondition`] that the catalog checks in the write's own transaction (`permafrost-catalog`): of two racing
-//! `If-None-Match: *` PUTs exactly one succeeds. `If-None-Match` takes only
+//! `If-None-Match: *` PUTs exactly one succeeds (in a cluster also through different nodes: the directory checks
+//! the condition again when the write is published, `crate::cluster`). `If-None-Match` takes only
 //! `*`, and a request takes one of the two headers (`501 NotImplemented` otherwise, as S3 answers).
 
 use std::sync::Arc;

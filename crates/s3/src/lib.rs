@@ -52,8 +52,12 @@
 //!   creates exactly one succeeds.
 //! - Every request that may change something, and every refusal, is one audit line and one `request` event
 //!   naming its signer (`server`).
-//! - Conditional writes are atomic per catalog: in a cluster, two nodes each check their own catalog, so two
-//!   conditional creates of one key through different nodes can both succeed.
+//! - Conditional writes hold cluster-wide: in a cluster the node checks the condition in its own catalog at the
+//!   commit and again against the shared directory in the transaction that publishes the write
+//!   (`cluster::ClusterNode::publish_written`); a write the directory refuses is undone on its node and answered
+//!   `412` (`404` for `If-Match` on a key no node holds), so of two creates of one key through different nodes
+//!   exactly one succeeds. A node that crashes between the local commit and the publish publishes the write at
+//!   its restart's reconcile without the condition (docs/cluster.md, "Conditional writes").
 //!
 //! **Pre-compressed objects.** A PUT with `Content-Encoding: zstd` (or `lz4`) and
 //! `x-amz-meta-permafrost-decoded-length: N` is stored as sent. A GET whose `Accept-Encoding` names that

@@ -148,8 +148,21 @@ impl S3 for PermafrostS3 {
             None => put::put_object(&self.store, req).await?,
             Some(c) => {
                 c.ensure_local_bucket(&self.store, &bucket).await?;
+                let mut req = req;
+                let condition = crate::conditional::write_condition(
+                    req.input.if_match.as_ref(),
+                    req.input.if_none_match.as_ref(),
+                )?;
+                let held = c
+                    .conditional_begins(&self.store, &bucket, &key, condition)
+                    .await?;
+                if let Some(local) = held.as_ref().and_then(|h| h.local_headers()) {
+                    (req.input.if_match, req.input.if_none_match) = local;
+                }
                 let answer = put::put_object(&self.store, req).await?;
-                c.publish(&self.store, &bucket, &key).await?;
+                let written = answer.output.e_tag.as_ref();
+                c.publish_written(&self.store, &bucket, &key, held, written)
+                    .await?;
                 c.replicate(&self.store, &bucket, &key).await?;
                 answer
             }
@@ -263,8 +276,19 @@ impl S3 for PermafrostS3 {
             None => copy::copy_object(&self.store, req).await?,
             Some(c) => {
                 c.ensure_local_bucket(&self.store, &bucket).await?;
+                let mut req = req;
+                let condition = crate::conditional::write_condition_of_headers(&req.headers)?;
+                let held = c
+                    .conditional_begins(&self.store, &bucket, &key, condition)
+                    .await?;
+                if let Some(h) = &held {
+                    h.set_local_headers(&mut req.headers);
+                }
                 let answer = copy::copy_object(&self.store, req).await?;
-                c.publish(&self.store, &bucket, &key).await?;
+                let written = answer.output.copy_object_result.as_ref();
+                let written = written.and_then(|r| r.e_tag.as_ref());
+                c.publish_written(&self.store, &bucket, &key, held, written)
+                    .await?;
                 c.replicate(&self.store, &bucket, &key).await?;
                 answer
             }
@@ -310,9 +334,25 @@ impl S3 for PermafrostS3 {
         req: S3Request<CompleteMultipartUploadInput>,
     ) -> S3Result<S3Response<CompleteMultipartUploadOutput>> {
         let (bucket, key) = (req.input.bucket.clone(), req.input.key.clone());
+        let mut req = req;
+        let mut held = None;
+        if let Some(c) = &self.cluster {
+            let condition = crate::conditional::write_condition(
+                req.input.if_match.as_ref(),
+                req.input.if_none_match.as_ref(),
+            )?;
+            held = c
+                .conditional_begins(&self.store, &bucket, &key, condition)
+                .await?;
+            if let Some(local) = held.as_ref().and_then(|h| h.local_headers()) {
+                (req.input.if_match, req.input.if_none_match) = local;
+            }
+        }
         let answer = multipart::complete_multipart_upload(&self.store, req).await?;
         if let Some(c) = &self.cluster {
-            c.publish(&self.store, &bucket, &key).await?;
+            let written = answer.output.e_tag.as_ref();
+            c.publish_written(&self.store, &bucket, &key, held, written)
+                .await?;
             c.replicate(&self.store, &bucket, &key).await?;
         }
         acl::object_written(&self.access, &bucket, &key, None).await?;
