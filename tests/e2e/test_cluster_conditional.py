@@ -118,3 +118,38 @@ def test_conditional_writes_hold_across_nodes(pg, tmp_path):
     finally:
         for s in nodes.values():
             s.kill()
+
+
+def test_with_copies_a_retried_conditional_completion_keeps_its_object(pg, tmp_path):
+    """copies = 2: the winner of a race is held twice; a CompleteMultipartUpload under If-None-Match retried after
+    it succeeded (its copy on another node already published) gets 200 again and its object stays everywhere."""
+    from test_cluster_copies import start_nodes as start_with_copies
+
+    url = pg.database()
+    nodes = start_with_copies(tmp_path, url, ["a", "b", "c"], copies=2)
+    try:
+        s3 = {n: client(nodes[n].endpoint) for n in nodes}
+        s3["a"].create_bucket(Bucket="two")
+        bodies = [os.urandom(2000), os.urandom(2000)]
+        results = race([nodes["a"].endpoint, nodes["b"].endpoint], "two", "lock", bodies)
+        assert sorted(results, key=str) == sorted([(200, None), (412, "PreconditionFailed")], key=str), results
+        won = results.index((200, None))
+        assert len(holders(pg, url, "two", "lock")) == 2
+        for n in nodes:
+            assert s3[n].get_object(Bucket="two", Key="lock")["Body"].read() == bodies[won], n
+
+        up = s3["b"].create_multipart_upload(Bucket="two", Key="mp")
+        part = s3["b"].upload_part(Bucket="two", Key="mp", UploadId=up["UploadId"], PartNumber=1, Body=b"mp on b")
+        parts = {"Parts": [{"PartNumber": 1, "ETag": part["ETag"]}]}
+        done = s3["b"].complete_multipart_upload(Bucket="two", Key="mp", UploadId=up["UploadId"], IfNoneMatch="*",
+                                                 MultipartUpload=parts)
+        assert len(holders(pg, url, "two", "mp")) == 2
+        again = s3["b"].complete_multipart_upload(Bucket="two", Key="mp", UploadId=up["UploadId"],
+                                                  IfNoneMatch="*", MultipartUpload=parts)
+        assert again["ETag"] == done["ETag"]
+        assert len(holders(pg, url, "two", "mp")) == 2
+        for n in nodes:
+            assert s3[n].get_object(Bucket="two", Key="mp")["Body"].read() == b"mp on b", n
+    finally:
+        for s in nodes.values():
+            s.kill()
