@@ -93,6 +93,7 @@ def test_status_through_a_node_lost_and_the_recovery(pg, tmp_path):
         assert "options" not in st["database"] and "search_path" not in st["database"]
         assert all(n["state_for_ms"] is None and n["objects_held"] == 4 for n in st["nodes"]), st["nodes"]
         assert st["under_replicated"] == {"objects": 0, "bytes": 0, "missing_copies": 0, "buckets": []}
+        assert st["parity"] == [] and all(n["fragments_held"] == 0 for n in st["nodes"])
         assert not st["recovery"]["in_progress"]
 
         # b killed: down after timeout_ms, with how long; then lost after lost_after_ms.
@@ -158,6 +159,44 @@ def test_status_through_a_node_lost_and_the_recovery(pg, tmp_path):
         assert series(text, "permafrost_cluster_recovery_objects_per_second")[""] > 0
         for (bucket, key), body in bodies.items():
             assert client(nodes["c"].endpoint).get_object(Bucket=bucket, Key=key)["Body"].read() == body
+    finally:
+        for s in nodes.values():
+            s.kill()
+
+
+def test_status_counts_the_parity_fragments_of_nodes_down_and_lost(pg, tmp_path):
+    """An XOR bucket on three nodes, one killed: its fragments on that node show per bucket as on a node down,
+    then on a lost node (what the rebuild makes again), and count in what recovery has left."""
+    url = pg.database()
+    extra = f"lost_after_ms = {LOST_AFTER_MS}\n"
+    nodes = {}
+    try:
+        for name in "abc":
+            nodes[name] = Server(tmp_path / name, config=node_config(url, "px", name, extra))
+            nodes[name].start()
+        s3 = client(nodes["a"].endpoint)
+        s3.create_bucket(Bucket="xor")
+        r = subprocess.run([str(binary()), "cluster", "bucket", "xor", "--parity", "xor", "--data-dir",
+                            str(tmp_path / "a")], capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+        for i in range(4):
+            s3.put_object(Bucket="xor", Key=f"x{i}", Body=os.urandom(200_000 + i))
+        st = quick(tmp_path / "a")
+        assert st["parity"] == [], st["parity"]
+        held = {n["name"]: n["fragments_held"] for n in st["nodes"]}
+        assert sum(held.values()) == 12 and held["c"] > 0, held
+        nodes["c"].kill()
+        down = wait_for("c shown down", lambda: (s := quick(tmp_path / "a")) and states(s)["c"] == "down" and s)
+        assert down["parity"] == [{"bucket": "xor", "fragments_on_down": held["c"], "fragments_on_lost": 0}]
+        lost = wait_for("c shown lost", lambda: (s := quick(tmp_path / "a")) and states(s)["c"] == "lost" and s,
+                        timeout_s=40)
+        on_lost = sum(p["fragments_on_lost"] for p in lost["parity"])
+        assert on_lost <= held["c"] and all(p["fragments_on_down"] == 0 for p in lost["parity"]), lost["parity"]
+        assert lost["recovery"]["remaining_objects"] == lost["under_replicated"]["objects"] + on_lost, lost
+        text = subprocess.run([str(binary()), "cluster", "status", "--data-dir", str(tmp_path / "a"),
+                               "--sample-ms", "0"], capture_output=True, text=True, timeout=60).stdout
+        if on_lost:
+            assert f"parity xor: {on_lost} fragment(s) on lost nodes" in text, text
     finally:
         for s in nodes.values():
             s.kill()

@@ -32,7 +32,7 @@ pub use fragments::{
     fragment_key, fragment_prefix, Fragment, NewFragment, ParityObject, FRAGMENTS_BUCKET,
     PARITY_HOLDER,
 };
-pub use status::{BucketShort, NodeHeld};
+pub use status::{BucketShort, FragmentsHeld, NodeHeld};
 pub use topology::{
     apply_link_use, LinkReport, LinkSample, LinkUse, ReporterInfo, TopologyLoad, TopologySource,
     TransferInfo, TransferKind, TransferStart, LINK_FRESH_MS, TRANSFERS_KEPT,

@@ -900,7 +900,10 @@ pub struct Status {
     pub nodes_lost: usize,
     /// Objects recorded with fewer copies than wanted (`permafrost_cluster.under_replicated`), per bucket.
     pub under_replicated: UnderReplicatedStatus,
-    /// How fast the under-replicated record shrinks ([`RecoveryTracker`]).
+    /// Parity fragments held by nodes that are down or lost, per bucket (those of lost nodes are rebuilt
+    /// elsewhere: `cluster rebuild`, docs/cluster.md "Cross-node XOR parity").
+    pub parity: Vec<ParityShort>,
+    /// How fast the under-replicated record and the fragments of lost nodes shrink ([`RecoveryTracker`]).
     pub recovery: Recovery,
     /// The catalog's topology (none until a node with `[cluster] topology` started).
     pub topology: Option<TopologyStatus>,
@@ -937,6 +940,18 @@ pub struct NodeStatus {
     /// Objects (copies) and bytes the directory names it as holding.
     pub objects_held: u64,
     pub bytes_held: u64,
+    /// Parity fragments it holds.
+    pub fragments_held: u64,
+}
+
+/// A bucket's parity fragments on nodes that are not up.
+#[derive(serde::Serialize, Default, Clone, Debug, PartialEq)]
+pub struct ParityShort {
+    pub bucket: String,
+    /// Held by nodes that are down (not lost yet: not rebuilt unless `cluster rebuild` asks).
+    pub fragments_on_down: u64,
+    /// Held by lost nodes: the rebuild pass makes them again on nodes that are up.
+    pub fragments_on_lost: u64,
 }
 
 /// A node's state from the age of its last heartbeat: `up` while it is at most `timeout_ms`, `lost` once it is
@@ -984,7 +999,7 @@ pub struct RecoveryTracker {
 /// What [`RecoveryTracker::progress`] says.
 #[derive(serde::Serialize, Default, Debug, Clone, PartialEq)]
 pub struct Recovery {
-    /// Objects still recorded short of copies (the newest sample).
+    /// Objects still recorded short of copies, plus parity fragments on lost nodes (the newest sample).
     pub remaining_objects: u64,
     pub remaining_bytes: u64,
     /// Something is left to heal.
@@ -1080,6 +1095,20 @@ pub fn under_replicated_status(
     })
 }
 
+/// What recovery has left, cheaply (the sampler's query): objects recorded short of copies plus the parity
+/// fragments lost nodes hold, and the objects' bytes.
+pub fn recovery_totals(
+    db: &ClusterDb,
+    lost_after_ms: u64,
+) -> std::result::Result<(u64, u64), String> {
+    let short = under_replicated_status(db)?;
+    let mut fragments = 0u64;
+    for lost in db.lost_nodes(lost_after_ms).map_err(|e| e.to_string())? {
+        fragments += db.fragments_on(lost.id).map_err(|e| e.to_string())?.len() as u64;
+    }
+    Ok((short.objects + fragments, short.bytes))
+}
+
 /// The database endpoint of a (password-free) URL: `user@host:port/dbname`, without scheme and options.
 pub fn database_endpoint(url: &str) -> String {
     let rest = url.split_once("://").map_or(url, |(_, r)| r);
@@ -1150,9 +1179,36 @@ pub fn status(
     let nodes = db.nodes().map_err(e)?;
     let held = db.held_by_node().map_err(e)?;
     let under_replicated = under_replicated_status(db)?;
+    let fragments = db.fragments_by_bucket_and_node().map_err(e)?;
+    let timeout_ms = db.timeout_ms();
+    let state_of = |id: i64| {
+        nodes.iter().find(|n| n.id == id).map_or("up", |n| {
+            node_state(n.heartbeat_age_ms, timeout_ms, lost_after_ms).0
+        })
+    };
+    let mut parity: Vec<ParityShort> = Vec::new();
+    for f in &fragments {
+        let state = state_of(f.node_id);
+        if state == "up" {
+            continue;
+        }
+        if parity.last().is_none_or(|p| p.bucket != f.bucket) {
+            parity.push(ParityShort {
+                bucket: f.bucket.clone(),
+                ..Default::default()
+            });
+        }
+        let p = parity.last_mut().expect("pushed");
+        if state == "lost" {
+            p.fragments_on_lost += f.fragments;
+        } else {
+            p.fragments_on_down += f.fragments;
+        }
+    }
+    let lost_fragments: u64 = parity.iter().map(|p| p.fragments_on_lost).sum();
     tracker.record(
         process_ms(),
-        under_replicated.objects,
+        under_replicated.objects + lost_fragments,
         under_replicated.bytes,
     );
     let recovery = tracker.progress();
@@ -1207,7 +1263,6 @@ pub fn status(
                 .collect(),
         });
     }
-    let timeout_ms = db.timeout_ms();
     let nodes: Vec<NodeStatus> = nodes
         .into_iter()
         .map(|n| {
@@ -1225,6 +1280,11 @@ pub fn status(
                 used_bytes: n.used_bytes,
                 objects_held: mine.map_or(0, |h| h.objects),
                 bytes_held: mine.map_or(0, |h| h.bytes),
+                fragments_held: fragments
+                    .iter()
+                    .filter(|f| f.node_id == n.id)
+                    .map(|f| f.fragments)
+                    .sum(),
                 name: n.name,
             }
         })
@@ -1242,6 +1302,7 @@ pub fn status(
         nodes_lost: count("lost"),
         nodes,
         under_replicated,
+        parity,
         recovery,
         topology,
         relays,
@@ -1276,8 +1337,8 @@ pub fn add_endpoint(
                 let Some(context) = weak.upgrade() else {
                     return;
                 };
-                if let Ok(u) = under_replicated_status(&context.0) {
-                    lock(&context.3).record(process_ms(), u.objects, u.bytes);
+                if let Ok((items, bytes)) = recovery_totals(&context.0, context.1.lost_after_ms) {
+                    lock(&context.3).record(process_ms(), items, bytes);
                 }
             });
     }
@@ -1573,9 +1634,10 @@ fn run_status(args: StatusArgs) -> Result<()> {
     // One process, one look: a rate needs a second sample a moment later.
     let mut tracker = RecoveryTracker::default();
     if args.sample_ms > 0 {
-        let first = under_replicated_status(&db).map_err(|e| anyhow::anyhow!("{e}"))?;
-        if first.objects > 0 {
-            tracker.record(process_ms(), first.objects, first.bytes);
+        let (items, bytes) =
+            recovery_totals(&db, lost_after_ms).map_err(|e| anyhow::anyhow!("{e}"))?;
+        if items > 0 {
+            tracker.record(process_ms(), items, bytes);
             std::thread::sleep(Duration::from_millis(args.sample_ms));
         }
     }
@@ -1625,7 +1687,7 @@ pub fn status_text(status: &Status) -> String {
     );
     let _ = writeln!(
         out,
-        "{:<16} {:<22} {:<18} {:>14} {:>10} {:>10} {:>10} {:>10}",
+        "{:<16} {:<22} {:<20} {:>14} {:>10} {:>10} {:>10} {:>10}",
         "node", "address", "state", "heartbeat", "capacity", "used", "objects", "held"
     );
     for n in &status.nodes {
@@ -1635,7 +1697,7 @@ pub fn status_text(status: &Status) -> String {
         };
         let _ = writeln!(
             out,
-            "{:<16} {:<22} {:<18} {:>10} ago {:>10} {:>10} {:>10} {:>10}",
+            "{:<16} {:<22} {:<20} {:>10} ago {:>10} {:>10} {:>10} {:>10}",
             n.name,
             n.address,
             state,
@@ -1672,6 +1734,13 @@ pub fn status_text(status: &Status) -> String {
                 b.missing_copies
             );
         }
+    }
+    for p in &status.parity {
+        let _ = writeln!(
+            out,
+            "parity {}: {} fragment(s) on lost nodes (rebuilt elsewhere), {} on nodes down",
+            p.bucket, p.fragments_on_lost, p.fragments_on_down
+        );
     }
     let r = &status.recovery;
     if r.in_progress {

@@ -27,6 +27,14 @@ pub struct NodeHeld {
     pub bytes: u64,
 }
 
+/// Parity fragments (`permafrost_cluster.fragments`) one node holds of one bucket.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct FragmentsHeld {
+    pub bucket: String,
+    pub node_id: i64,
+    pub fragments: u64,
+}
+
 fn count(v: i64) -> u64 {
     v.max(0) as u64
 }
@@ -76,6 +84,28 @@ impl ClusterDb {
                         node_id: r.get(0)?,
                         objects: count(r.get(1)?),
                         bytes: count(r.get(2)?),
+                    })
+                })
+                .map_err(sql_err)?;
+            rows.map(|r| r.map_err(sql_err)).collect()
+        })
+    }
+
+    /// Parity fragments held per bucket and node (pairs holding none are left out).
+    pub fn fragments_by_bucket_and_node(&self) -> Result<Vec<FragmentsHeld>> {
+        self.read(|c| {
+            let mut st = c
+                .prepare_cached(
+                    "SELECT bucket, node_id, count(*) FROM permafrost_cluster.fragments \
+                     GROUP BY bucket, node_id ORDER BY bucket, node_id",
+                )
+                .map_err(sql_err)?;
+            let rows = st
+                .query_map(params![], |r| {
+                    Ok(FragmentsHeld {
+                        bucket: r.get(0)?,
+                        node_id: r.get(1)?,
+                        fragments: count(r.get(2)?),
                     })
                 })
                 .map_err(sql_err)?;
