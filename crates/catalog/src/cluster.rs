@@ -568,7 +568,7 @@ impl ClusterDb {
         condition: &WriteCondition,
     ) -> Result<()> {
         self.write(|c| {
-            directory_condition(c, node_id, entry, condition)?;
+            directory_condition(c, entry, condition)?;
             if publish_write_in(c, node_id, entry, default_copies)? {
                 Ok(())
             } else {
@@ -785,12 +785,7 @@ fn publish_in(c: &Connection, node_id: i64, entry: &DirEntry) -> Result<bool> {
 }
 
 /// The check of [`ClusterDb::publish_write_if`] inside its transaction.
-fn directory_condition(
-    c: &Connection,
-    node_id: i64,
-    entry: &DirEntry,
-    condition: &WriteCondition,
-) -> Result<()> {
+fn directory_condition(c: &Connection, entry: &DirEntry, condition: &WriteCondition) -> Result<()> {
     if *condition == WriteCondition::Always {
         return Ok(());
     }
@@ -807,7 +802,6 @@ fn directory_condition(
         .map_err(sql_err)?
         .collect::<sql::Result<_>>()
         .map_err(sql_err)?;
-    let _ = node_id;
     let others: Vec<&(i64, String, i64)> = rows
         .iter()
         .filter(|(_, etag, lm)| !(*etag == entry.etag && *lm == entry.last_modified_ms as i64))
