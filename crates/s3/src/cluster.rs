@@ -1512,6 +1512,50 @@ impl futures::Stream for Pieces {
 #[cfg(test)]
 mod tests {
     use super::CopiesInFlight;
+
+    #[test]
+    fn a_conditional_write_is_pending_until_dropped_and_rewrites_the_local_headers() {
+        use super::{conditional_pending, conditional_state, conditional_stripe, ConditionalWrite};
+        use permafrost_catalog::WriteCondition;
+        let held = conditional_stripe("n1", "b", "k")
+            .try_lock_owned()
+            .expect("free");
+        let id = ("n1".to_owned(), "b".to_owned(), "k".to_owned());
+        conditional_state()
+            .pending
+            .lock()
+            .unwrap()
+            .insert(id.clone());
+        let mut write = ConditionalWrite {
+            _held: held,
+            id,
+            condition: WriteCondition::EtagMatches(vec!["e1".into()]),
+            local: None,
+        };
+        assert!(conditional_pending("n1", "b", "k"));
+        assert!(!conditional_pending("n2", "b", "k"), "another node's key");
+        assert!(conditional_stripe("n1", "b", "k").try_lock_owned().is_err());
+        let mut headers = http::HeaderMap::new();
+        headers.insert(http::header::IF_MATCH, "\"e1\"".parse().unwrap());
+        write.set_local_headers(&mut headers);
+        assert_eq!(
+            headers[http::header::IF_MATCH],
+            "\"e1\"",
+            "no local condition: as sent"
+        );
+        write.local = Some(WriteCondition::Absent);
+        write.set_local_headers(&mut headers);
+        assert!(headers.get(http::header::IF_MATCH).is_none());
+        assert_eq!(headers[http::header::IF_NONE_MATCH], "*");
+        write.local = Some(WriteCondition::EtagMatches(vec!["\"stale\"".into()]));
+        write.set_local_headers(&mut headers);
+        assert!(headers.get(http::header::IF_NONE_MATCH).is_none());
+        let local = crate::conditional::write_condition_of_headers(&headers).unwrap();
+        assert_eq!(local, WriteCondition::EtagMatches(vec!["stale".into()]));
+        drop(write);
+        assert!(!conditional_pending("n1", "b", "k"));
+        assert!(conditional_stripe("n1", "b", "k").try_lock_owned().is_ok());
+    }
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::time::Duration;
 
