@@ -499,6 +499,55 @@ pub fn decode_chunk(entry: &ChunkEntry, stored: &[u8], out: &mut Vec<u8>) -> Res
     Ok(())
 }
 
+/// [`decode_chunk`] into `out`, which must be exactly the chunk's logical length: no intermediate buffer.
+pub fn decode_chunk_into(entry: &ChunkEntry, stored: &[u8], out: &mut [u8]) -> Result<()> {
+    let what = "chunk";
+    if stored.len() as u64 != entry.stored_len || out.len() as u64 != entry.logical_len {
+        return Err(FormatError::malformed(
+            what,
+            format!(
+                "{} stored bytes into {} (index: {} stored, {} logical)",
+                stored.len(),
+                out.len(),
+                entry.stored_len,
+                entry.logical_len
+            ),
+        ));
+    }
+    let n = match entry.algorithm {
+        Algorithm::None => {
+            out.copy_from_slice(stored);
+            out.len()
+        }
+        // Also accepts concatenated and skippable frames (client-sent frames).
+        Algorithm::Zstd => ZSTD_DECOMPRESSOR
+            .with_borrow_mut(|d| d.decompress_to_buffer(stored, out))
+            .map_err(|e| {
+                FormatError::malformed(
+                    what,
+                    format!("zstd chunk at stored offset {}: {e}", entry.stored_offset),
+                )
+            })?,
+        Algorithm::Lz4 => lz4_flex::block::decompress_into(stored, out).map_err(|e| {
+            FormatError::malformed(
+                what,
+                format!("lz4 chunk at stored offset {}: {e}", entry.stored_offset),
+            )
+        })?,
+    };
+    if n != out.len() {
+        return Err(FormatError::malformed(
+            what,
+            format!(
+                "chunk at stored offset {} decoded to {n} bytes, index says {}",
+                entry.stored_offset,
+                out.len()
+            ),
+        ));
+    }
+    Ok(())
+}
+
 /// A reader of a logical range of a chunked content; see [`decode_range`].
 pub struct RangeReader<R> {
     index: ChunkIndex,
@@ -558,6 +607,14 @@ pub fn decode_range<R: Read + Seek>(
 impl<R: Read + Seek> RangeReader<R> {
     fn load_next_chunk(&mut self) -> Result<()> {
         let entry = self.index.entries[self.next_chunk];
+        self.load_stored(&entry)?;
+        decode_chunk(&entry, &self.stored_buf, &mut self.chunk)?;
+        self.chunk_pos = std::mem::take(&mut self.skip);
+        Ok(())
+    }
+
+    /// Read the stored bytes of `entry` (the next chunk) into `stored_buf`.
+    fn load_stored(&mut self, entry: &ChunkEntry) -> Result<()> {
         self.next_chunk += 1;
         self.stored.seek(SeekFrom::Start(entry.stored_offset))?;
         self.stored_buf.clear();
@@ -575,8 +632,6 @@ impl<R: Read + Seek> RangeReader<R> {
                 ),
             ));
         }
-        decode_chunk(&entry, &self.stored_buf, &mut self.chunk)?;
-        self.chunk_pos = std::mem::take(&mut self.skip);
         Ok(())
     }
 }
@@ -589,6 +644,16 @@ impl<R: Read + Seek> Read for RangeReader<R> {
         if self.chunk_pos >= self.chunk.len() {
             if self.next_chunk >= self.index.entries.len() {
                 return Ok(0); // unreachable while the index is consistent with remaining
+            }
+            let entry = self.index.entries[self.next_chunk];
+            let len = entry.logical_len;
+            if self.skip == 0 && len > 0 && len <= self.remaining && len <= buf.len() as u64 {
+                // A whole chunk fits: decoded straight into `buf`, no copy through `chunk`.
+                self.load_stored(&entry)?;
+                let n = len as usize;
+                decode_chunk_into(&entry, &self.stored_buf, &mut buf[..n])?;
+                self.remaining -= len;
+                return Ok(n);
             }
             self.load_next_chunk()?;
         }
