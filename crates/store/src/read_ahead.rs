@@ -9,7 +9,8 @@
 //!   every read after it fails too (the stream never ends cleanly after an error). A clean end is the inner
 //!   reader's clean end (`Ok(0)`, its end checks passed).
 //! - Memory: at most [`BLOCKS_AHEAD`] + 2 blocks of [`BLOCK_BYTES`] per reader (queued, being filled, being
-//!   read), recycled between the two threads; no allocation per block once they exist.
+//!   read), recycled between the two threads; no allocation per block once they exist, and the blocks of a
+//!   reader that is done go to a process-wide pool of at most [`POOL_BLOCKS_MAX`] idle blocks for the next one.
 //! - Dropping the reader stops and joins the thread (which finishes the inner read it is in).
 
 use std::io::{self, Read};
@@ -21,13 +22,42 @@ pub(crate) const BLOCK_BYTES: usize = 1 << 20;
 /// Filled blocks queued ahead of the caller.
 pub(crate) const BLOCKS_AHEAD: usize = 3;
 
+/// Idle blocks kept for the next reader at most (a new block is a fresh mapping whose pages fault in as the
+/// decoder writes them: a part list would map and fault a part's blocks anew per part without the pool).
+pub(crate) const POOL_BLOCKS_MAX: usize = 16;
+
+/// Idle blocks of every reader in the process.
+static POOL: parking_lot::Mutex<Vec<Vec<u8>>> = parking_lot::Mutex::new(Vec::new());
+
+/// A block of [`BLOCK_BYTES`] (or empty: the clean end), back to the pool when dropped, wherever it is then (in
+/// a channel, on the thread, with the caller).
+struct Block(Vec<u8>);
+
+impl Block {
+    /// A block from the pool, else a new one.
+    fn take() -> Block {
+        Block(POOL.lock().pop().unwrap_or_else(|| vec![0u8; BLOCK_BYTES]))
+    }
+}
+
+impl Drop for Block {
+    fn drop(&mut self) {
+        if self.0.capacity() >= BLOCK_BYTES {
+            let mut pool = POOL.lock();
+            if pool.len() < POOL_BLOCKS_MAX {
+                pool.push(std::mem::take(&mut self.0));
+            }
+        }
+    }
+}
+
 /// A reader whose inner reader runs on a thread of its own (see the module docs).
 pub(crate) struct ReadAhead {
     /// Filled blocks in order; an empty block is the clean end, an error the last message.
-    filled: Option<Receiver<io::Result<Vec<u8>>>>,
+    filled: Option<Receiver<io::Result<Block>>>,
     /// Blocks the caller is done with, back to the thread.
-    empties: Option<Sender<Vec<u8>>>,
-    current: Vec<u8>,
+    empties: Option<Sender<Block>>,
+    current: Block,
     pos: usize,
     /// After an error: its kind and message, repeated by every later read.
     failed: Option<(io::ErrorKind, String)>,
@@ -41,13 +71,13 @@ impl ReadAhead {
     pub(crate) fn start(
         inner: Box<dyn Read + Send>,
     ) -> std::result::Result<ReadAhead, (io::Error, Box<dyn Read + Send>)> {
-        let (filled_tx, filled_rx) = sync_channel::<io::Result<Vec<u8>>>(BLOCKS_AHEAD);
-        let (empty_tx, empty_rx) = channel::<Vec<u8>>();
+        let (filled_tx, filled_rx) = sync_channel::<io::Result<Block>>(BLOCKS_AHEAD);
+        let (empty_tx, empty_rx) = channel::<Block>();
         // The thread gets `inner` through this slot so it can be handed back when the spawn fails.
         let slot = std::sync::Arc::new(parking_lot::Mutex::new(Some(inner)));
         let thread_slot = std::sync::Arc::clone(&slot);
         let spawned = std::thread::Builder::new()
-            .name("permafrost-readahead".into())
+            .name("pf-readahead".into())
             .spawn(move || {
                 let Some(mut inner) = thread_slot.lock().take() else {
                     return;
@@ -59,18 +89,18 @@ impl ReadAhead {
                         Ok(block) => block,
                         Err(_) if made < BLOCKS_AHEAD + 2 => {
                             made += 1;
-                            vec![0u8; BLOCK_BYTES]
+                            Block::take()
                         }
                         Err(_) => match empty_rx.recv() {
                             Ok(block) => block,
                             Err(_) => return, // the caller is gone
                         },
                     };
-                    block.resize(BLOCK_BYTES, 0);
+                    block.0.resize(BLOCK_BYTES, 0);
                     let mut n = 0;
                     let mut failure = None;
-                    while n < block.len() {
-                        match inner.read(&mut block[n..]) {
+                    while n < block.0.len() {
+                        match inner.read(&mut block.0[n..]) {
                             Ok(0) => break,
                             Ok(k) => n += k,
                             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
@@ -80,7 +110,7 @@ impl ReadAhead {
                             }
                         }
                     }
-                    block.truncate(n);
+                    block.0.truncate(n);
                     let end = n == 0 || failure.is_some();
                     // The bytes read before an error go first; the error (or the clean end) after them.
                     if n > 0 && filled_tx.send(Ok(block)).is_err() {
@@ -91,7 +121,7 @@ impl ReadAhead {
                         return;
                     }
                     if end {
-                        let _ = filled_tx.send(Ok(Vec::new()));
+                        let _ = filled_tx.send(Ok(Block(Vec::new())));
                         return;
                     }
                 }
@@ -100,7 +130,7 @@ impl ReadAhead {
             Ok(thread) => Ok(ReadAhead {
                 filled: Some(filled_rx),
                 empties: Some(empty_tx),
-                current: Vec::new(),
+                current: Block(Vec::new()),
                 pos: 0,
                 failed: None,
                 ended: false,
@@ -139,12 +169,12 @@ impl ReadAhead {
         };
         let done = std::mem::replace(&mut self.current, block);
         self.pos = 0;
-        if done.capacity() > 0 {
+        if done.0.capacity() > 0 {
             if let Some(tx) = self.empties.as_ref() {
                 let _ = tx.send(done);
             }
         }
-        if self.current.is_empty() {
+        if self.current.0.is_empty() {
             self.ended = true;
             return Ok(false);
         }
@@ -160,13 +190,13 @@ impl Read for ReadAhead {
                 None => Ok(0),
             };
         }
-        while self.pos == self.current.len() {
+        while self.pos == self.current.0.len() {
             if !self.next_block()? {
                 return Ok(0);
             }
         }
-        let n = buf.len().min(self.current.len() - self.pos);
-        buf[..n].copy_from_slice(&self.current[self.pos..self.pos + n]);
+        let n = buf.len().min(self.current.0.len() - self.pos);
+        buf[..n].copy_from_slice(&self.current.0[self.pos..self.pos + n]);
         self.pos += n;
         Ok(n)
     }
