@@ -181,6 +181,9 @@ def test_any_node_answers_and_a_killed_node_shows_down(pg, tmp_path):
         st = status(tmp_path / "b")
         assert st["cluster"] == "e2e" and [n["name"] for n in st["nodes"]] == ["a", "b", "c"]
         assert all(n["health"] == "up" and n["capacity_bytes"] > 0 for n in st["nodes"]), st
+        # Capacity is the file system's room (statvfs), not the sparse grid files' apparent sizes.
+        fs = os.statvfs(tmp_path)
+        assert all(n["capacity_bytes"] <= fs.f_blocks * fs.f_frsize for n in st["nodes"]), (st, fs)
         assert {n["address"] for n in st["nodes"]} == {f"127.0.0.1:{nodes[n].port}" for n in "abc"}
         api = admin(nodes["c"].endpoint, "GET", "/_permafrost/api/v1/cluster")
         assert api.status_code == 200, api.text

@@ -617,15 +617,21 @@ pub fn apply_tombstones(store: &Store, db: &ClusterDb, node_id: i64) -> Result<u
     Ok(deleted)
 }
 
-/// Capacity of the grid and the stored bytes the catalog counts.
+/// The node's capacity and the stored bytes the catalog counts. Capacity is the bytes stored plus the bytes the
+/// grid's file system has free (statvfs), at most the grid's nominal size: the grid's disk files are sparse, so
+/// their apparent sizes overstate the room when the file system is smaller or shared.
 fn capacity_and_used(store: &Store) -> (u64, u64) {
     let engine = store.engine();
-    let capacity = engine.bucket_capacity_bytes() * engine.buckets() as u64;
-    let used = store
+    let nominal = engine.bucket_capacity_bytes() * engine.buckets() as u64;
+    let used: u64 = store
         .catalog()
         .stats()
         .map(|s| s.contents_by_state.iter().map(|(_, _, bytes)| bytes).sum())
         .unwrap_or(0);
+    let capacity = match store.grid_file_system() {
+        Some((free, total)) => nominal.min(used.saturating_add(free).min(total)),
+        None => nominal,
+    };
     (capacity, used)
 }
 
@@ -707,6 +713,12 @@ pub fn start(store: &Arc<Store>, m: &Membership) -> Result<(Arc<ClusterNode>, He
                 let mut reconcile_failure_logged = false;
                 let mut last = (capacity, used);
                 let mut beats = 0u64;
+                // One line per change (nodes down or back, objects short of copies or whole again, a failing
+                // pass), then a reminder every REPORT_EVERY while it lasts; each object's detail is at debug.
+                let mut down_seen: Option<Vec<String>> = None;
+                let mut short_gate = permafrost_s3::ReportGate::<Vec<String>>::new(REPORT_EVERY);
+                let mut catch_up_failing = permafrost_s3::ReportGate::<bool>::new(REPORT_EVERY);
+                let mut rebuild_failing = permafrost_s3::ReportGate::<bool>::new(REPORT_EVERY);
                 while !stop.load(Ordering::SeqCst) {
                     std::thread::sleep(every);
                     if stop.load(Ordering::SeqCst) {
@@ -744,13 +756,40 @@ pub fn start(store: &Arc<Store>, m: &Membership) -> Result<(Arc<ClusterNode>, He
                                 tracing::warn!("cluster: applying deletes failed: {e:#}");
                             }
                             if beats.is_multiple_of(CATCH_UP_BEATS) {
+                                let now = std::time::Instant::now();
                                 match me.catch_up(&store) {
-                                    Ok(0) => {}
-                                    Ok(made) => tracing::info!(made, "cluster: catch-up made missing copies"),
-                                    Err(e) => tracing::warn!("cluster: catch-up failed: {e}"),
+                                    Ok(pass) => {
+                                        if catch_up_failing.last() == Some(&true) {
+                                            tracing::info!("cluster: catch-up works again");
+                                        }
+                                        catch_up_failing.reset();
+                                        report_catch_up(&pass, &mut down_seen, &mut short_gate, now);
+                                    }
+                                    Err(e) => {
+                                        if catch_up_failing.due(now, true) {
+                                            tracing::warn!(
+                                                "cluster: catch-up failed: {e}; retried every {:.1} s, next report in {} min",
+                                                (every * CATCH_UP_BEATS as u32).as_secs_f64(),
+                                                REPORT_EVERY.as_secs() / 60
+                                            );
+                                        }
+                                    }
                                 }
-                                if let Err(e) = rebuild_lost_nodes(&me, &store, lost_after_ms) {
-                                    tracing::warn!("cluster: rebuilding the fragments of lost nodes failed: {e}");
+                                match rebuild_lost_nodes(&me, &store, lost_after_ms) {
+                                    Ok(()) => {
+                                        if rebuild_failing.last() == Some(&true) {
+                                            tracing::info!("cluster: rebuilding the fragments of lost nodes works again");
+                                        }
+                                        rebuild_failing.reset();
+                                    }
+                                    Err(e) => {
+                                        if rebuild_failing.due(now, true) {
+                                            tracing::warn!(
+                                                "cluster: rebuilding the fragments of lost nodes failed: {e}; next report in {} min",
+                                                REPORT_EVERY.as_secs() / 60
+                                            );
+                                        }
+                                    }
                                 }
                             }
                         }
@@ -774,6 +813,50 @@ pub fn start(store: &Arc<Store>, m: &Membership) -> Result<(Arc<ClusterNode>, He
             _links: links,
         },
     ))
+}
+
+/// How often a condition that lasts (objects short of copies, a failing pass) is reported again.
+const REPORT_EVERY: Duration = Duration::from_secs(300);
+
+/// The log lines of a catch-up pass: one when the set of nodes not up changes, one when the count of objects
+/// short of copies first shows or the nodes not up change (then every [`REPORT_EVERY`] while it lasts, with the
+/// count), one when none is short any more.
+fn report_catch_up(
+    pass: &permafrost_s3::CatchUp,
+    down_seen: &mut Option<Vec<String>>,
+    short_gate: &mut permafrost_s3::ReportGate<Vec<String>>,
+    now: std::time::Instant,
+) {
+    if pass.made > 0 {
+        tracing::info!("cluster: catch-up made {} missing copies", pass.made);
+    }
+    if down_seen.as_ref() != Some(&pass.down) {
+        match (&down_seen, pass.down.is_empty()) {
+            (_, false) => tracing::warn!("cluster: node(s) not up: {}", pass.down.join(", ")),
+            (Some(_), true) => tracing::info!("cluster: every node is up again"),
+            (None, true) => {}
+        }
+        *down_seen = Some(pass.down.clone());
+    }
+    if pass.short == 0 {
+        if short_gate.last().is_some() {
+            tracing::info!("cluster: catch-up: every object this node copies has its copies again");
+        }
+        short_gate.reset();
+        return;
+    }
+    if short_gate.due(now, pass.down.clone()) {
+        tracing::warn!(
+            "cluster: catch-up: {} object(s) still short of copies{}; next report in {} min",
+            pass.short,
+            if pass.down.is_empty() {
+                String::new()
+            } else {
+                format!(", node(s) not up: {}", pass.down.join(", "))
+            },
+            REPORT_EVERY.as_secs() / 60
+        );
+    }
 }
 
 /// The parity rebuild pass (`permafrost_s3::rebuild_lost`): the fragments of every node lost (down longer than

@@ -863,12 +863,25 @@ impl ClusterNode {
         let mut all = holders;
         all.extend(stored.iter().cloned());
         if held < wanted as usize {
-            tracing::warn!(
-                "cluster: {bucket}/{key}: {held} of {wanted} copies ({}) in {:.3} s, recorded as under-replicated: {}",
-                all.join(", "),
-                started.elapsed().as_secs_f64(),
-                if why.is_empty() { "too few nodes up" } else { why.as_str() }
-            );
+            let why = if why.is_empty() {
+                "too few nodes up"
+            } else {
+                why.as_str()
+            };
+            // A write says it once; a catch-up pass repeats it per object, so the pass's summary carries the count.
+            if expect.is_some() {
+                tracing::debug!(
+                    "cluster: {bucket}/{key}: {held} of {wanted} copies ({}) in {:.3} s, still under-replicated: {why}",
+                    all.join(", "),
+                    started.elapsed().as_secs_f64(),
+                );
+            } else {
+                tracing::warn!(
+                    "cluster: {bucket}/{key}: {held} of {wanted} copies ({}) in {:.3} s, recorded as under-replicated: {why}",
+                    all.join(", "),
+                    started.elapsed().as_secs_f64(),
+                );
+            }
         } else {
             tracing::info!(
                 "cluster: {bucket}/{key}: {held} of {wanted} copies ({}) in {:.3} s{}",
@@ -887,9 +900,17 @@ impl ClusterNode {
     /// The catch-up: for every object recorded as under-replicated whose version this node holds, and of whose
     /// holders that are up this node comes first by name (one node does it), make the missing copies. Objects
     /// whose recorded version no node holds any more are dropped from the record. Returns the copies made.
-    pub fn catch_up(&self, store: &Store) -> Result<usize, CatalogError> {
+    pub fn catch_up(&self, store: &Store) -> Result<CatchUp, CatalogError> {
         self.retire_lost()?;
         let mut made = 0;
+        let mut short = 0;
+        let down: Vec<String> = self
+            .db
+            .nodes()?
+            .into_iter()
+            .filter(|n| n.health != Health::Up)
+            .map(|n| n.name)
+            .collect();
         for x in self.db.under_replicated()? {
             let holders = self.db.holders(&x.bucket, &x.key)?;
             let of_version: Vec<&NodeInfo> = holders
@@ -919,8 +940,11 @@ impl ClusterNode {
             };
             let held = self.replicate_blocking(store, &x.bucket, &x.key, Some(&x))?;
             made += held.saturating_sub(of_version.len());
+            if held < x.wanted as usize {
+                short += 1;
+            }
         }
-        Ok(made)
+        Ok(CatchUp { made, short, down })
     }
 }
 
@@ -1509,9 +1533,77 @@ impl futures::Stream for Pieces {
     }
 }
 
+/// What a catch-up pass did: copies made, objects this node tried that are still short of copies, and the nodes
+/// not up (down or lost) when it started.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CatchUp {
+    pub made: usize,
+    pub short: usize,
+    pub down: Vec<String>,
+}
+
+/// Rate limit for a background loop's repeated report: a report is due when the state it describes changed, or
+/// when `every` has passed since the last one. The caller passes the time, so a test can drive the clock.
+#[derive(Debug, Clone)]
+pub struct ReportGate<S> {
+    every: std::time::Duration,
+    last: Option<(Instant, S)>,
+}
+
+impl<S: PartialEq> ReportGate<S> {
+    pub fn new(every: std::time::Duration) -> Self {
+        Self { every, last: None }
+    }
+
+    /// Whether to report `state` at `now`; when it is, `now` and `state` become the last report.
+    pub fn due(&mut self, now: Instant, state: S) -> bool {
+        let due = match &self.last {
+            None => true,
+            Some((at, last)) => *last != state || now.saturating_duration_since(*at) >= self.every,
+        };
+        if due {
+            self.last = Some((now, state));
+        }
+        due
+    }
+
+    /// The last reported state, if any.
+    pub fn last(&self) -> Option<&S> {
+        self.last.as_ref().map(|(_, s)| s)
+    }
+
+    /// Forget the last report: the next state is reported whatever it is.
+    pub fn reset(&mut self) {
+        self.last = None;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::CopiesInFlight;
+
+    #[test]
+    fn a_report_is_due_on_a_change_of_state_or_after_the_interval() {
+        use super::ReportGate;
+        use std::time::{Duration, Instant};
+        let t0 = Instant::now();
+        let at = |s: u64| t0 + Duration::from_secs(s);
+        let mut gate = ReportGate::new(Duration::from_secs(300));
+        assert!(gate.due(at(0), 12), "the first report");
+        // The same state every 3 s: silent until five minutes have passed.
+        for s in (3..300).step_by(3) {
+            assert!(!gate.due(at(s), 12), "repeat at {s} s");
+        }
+        assert!(gate.due(at(300), 12), "the periodic reminder");
+        assert!(!gate.due(at(301), 12));
+        // A change is reported at once, and restarts the interval.
+        assert!(gate.due(at(302), 3));
+        assert!(!gate.due(at(599), 3));
+        assert!(gate.due(at(602), 3));
+        assert_eq!(gate.last(), Some(&3));
+        gate.reset();
+        assert!(gate.due(at(603), 3), "after a reset");
+    }
 
     #[test]
     fn a_conditional_write_is_pending_until_dropped_and_rewrites_the_local_headers() {

@@ -110,8 +110,8 @@ pub use archive_api::{add_archive_endpoints, DATASETS_PATH, RESTORES_PATH};
 pub use auth::Credentials;
 pub use bridge::{BODY_PIECES_IN_FLIGHT, READ_PIECE_BYTES, SMALL_UPLOAD_BYTES};
 pub use cluster::{
-    apply_tombstone, copy_sink, tree_for_write, ClusterNode, Replication, WritePlan,
-    FORWARDED_HEADER,
+    apply_tombstone, copy_sink, tree_for_write, CatchUp, ClusterNode, Replication, ReportGate,
+    WritePlan, FORWARDED_HEADER,
 };
 pub use common::{GRID_BUCKET_HEADER, STATE_HEADER, STORED_BYTES_HEADER};
 pub use get::SMALL_BODY_BYTES;

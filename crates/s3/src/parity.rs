@@ -215,9 +215,15 @@ pub(crate) fn place(
         return Ok(0);
     };
     if info.version_id != permafrost_catalog::NULL_VERSION {
-        tracing::warn!(
-            "cluster: {bucket}/{key}: a version of a versioned bucket stays whole on this node (parity covers unversioned buckets only)"
-        );
+        if expect.is_some() {
+            tracing::debug!(
+                "cluster: {bucket}/{key}: a version of a versioned bucket stays whole on this node (parity covers unversioned buckets only)"
+            );
+        } else {
+            tracing::warn!(
+                "cluster: {bucket}/{key}: a version of a versioned bucket stays whole on this node (parity covers unversioned buckets only)"
+            );
+        }
         return Ok(1);
     }
     let started = Instant::now();
@@ -308,12 +314,22 @@ pub(crate) fn place(
         .join(", ");
     if placed.len() < ROLES.len() {
         node.db.record_copies(&entry, 3, 1)?;
-        tracing::warn!(
-            "cluster: {bucket}/{key}: {} of 3 fragments placed ({names}) in {:.3} s; the whole copy stays here, recorded as under-replicated: {}",
-            placed.len(),
-            started.elapsed().as_secs_f64(),
-            why.join("; ")
-        );
+        // A catch-up pass repeats this per object: its summary carries the count.
+        if expect.is_some() {
+            tracing::debug!(
+                "cluster: {bucket}/{key}: {} of 3 fragments placed ({names}) in {:.3} s; the whole copy stays here, still under-replicated: {}",
+                placed.len(),
+                started.elapsed().as_secs_f64(),
+                why.join("; ")
+            );
+        } else {
+            tracing::warn!(
+                "cluster: {bucket}/{key}: {} of 3 fragments placed ({names}) in {:.3} s; the whole copy stays here, recorded as under-replicated: {}",
+                placed.len(),
+                started.elapsed().as_secs_f64(),
+                why.join("; ")
+            );
+        }
         return Ok(1);
     }
     let meta = serde_json::json!({

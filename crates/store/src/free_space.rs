@@ -31,7 +31,7 @@ pub(crate) fn check_room(
 }
 
 /// Bytes available to this process and the size of the file system holding `dir`.
-fn free_and_total(dir: &Path) -> Option<(u64, u64)> {
+pub(crate) fn free_and_total(dir: &Path) -> Option<(u64, u64)> {
     use std::os::unix::ffi::OsStrExt;
     let path = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
     let mut stat: libc::statvfs = unsafe { std::mem::zeroed() };

@@ -776,6 +776,12 @@ impl Store {
         &self.inner.config
     }
 
+    /// Bytes available and the size of the file system holding the grid's disk files (statvfs); `None` when it
+    /// cannot be read. The grid's files are sparse: their apparent sizes say nothing about the room left.
+    pub fn grid_file_system(&self) -> Option<(u64, u64)> {
+        crate::free_space::free_and_total(&self.inner.grid_dir)
+    }
+
     /// The engine beneath (power states and counters, failing disks in tests, rebuild).
     pub fn engine(&self) -> &Engine {
         &self.inner.engine
