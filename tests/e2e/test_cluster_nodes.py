@@ -311,6 +311,7 @@ def test_database_outage_answers_503_then_recovers(pg, tmp_path):
             # The message says why (HEAD has no body to carry it).
             response = error_of(lambda: q.get_object(Bucket="outage", Key="k"))
             assert "database" in response["Error"]["Message"], response
+            time.sleep(3)  # the background loops run many rounds against the stopped database
         finally:
             pg.start()
 
@@ -325,6 +326,15 @@ def test_database_outage_answers_503_then_recovers(pg, tmp_path):
         for name in ("p", "q"):
             assert probe(nodes[name].endpoint, "/_permafrost/ready") == (200, {"status": "ready"})
         wait_for("both nodes up", lambda: set(health(tmp_path / "q").values()) == {"up"})
+        # The store's background loops say it once per outage, in words, and once when it answers again.
+        for name in ("p", "q"):
+            wait_for(f"{name} logs the database back",
+                     lambda: "catalog database answers again" in nodes[name].log_path.read_text(errors="replace"))
+            log = nodes[name].log_path.read_text(errors="replace").splitlines()
+            down = [line for line in log if "catalog database unreachable:" in line and "WARN" in line]
+            assert 1 <= len(down) <= 2, "\n".join(down)
+            internal = [line for line in log if "internal error" in line]
+            assert not internal, "\n".join(internal)
     finally:
         for s in nodes.values():
             s.kill()

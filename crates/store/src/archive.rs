@@ -869,12 +869,13 @@ pub(crate) fn restore_loop(inner: &Arc<Inner>) {
         last_pass = std::time::Instant::now();
         match restore_pass(inner, false) {
             Ok(w) => {
+                inner.record_round_ok();
                 last_plan_took = w.plan_took;
                 waiting = w;
             }
             Err(e) => {
                 inner.restores.progress.lock().last_error = Some(e.to_string());
-                inner.record_error(format!("restore: {e}"));
+                inner.record_failure("restore", &e);
                 // Retried at the next look.
                 waiting = Waiting {
                     next_due_ms: Some(now_ms() + RESTORE_POLL_MS),

@@ -132,8 +132,9 @@ pub(crate) fn manager_loop(inner: &Inner) {
         if inner.stop.load(std::sync::atomic::Ordering::SeqCst) {
             break;
         }
-        if let Err(e) = tick(inner) {
-            inner.record_error(format!("persistence manager: {e}"));
+        match tick(inner) {
+            Ok(()) => inner.record_round_ok(),
+            Err(e) => inner.record_failure("persistence manager", &e),
         }
     }
 }
@@ -143,6 +144,7 @@ fn tick(inner: &Inner) -> Result<()> {
     place_cached(inner)?;
     mark_drained(inner)?;
     let outstanding = inner.catalog.outstanding()?;
+    inner.record_round_ok(); // the catalog database answered
     let power = inner.engine.power();
     let geometry = inner.engine.geometry();
     let targets: Vec<TargetView> = outstanding

@@ -317,6 +317,8 @@ pub(crate) struct Inner {
     wake_lock: Mutex<bool>,
     wake: Condvar,
     pub last_error: Mutex<Option<String>>,
+    /// A background loop found the catalog database unreachable and no round has used it since.
+    pub catalog_unreachable: AtomicBool,
     /// The restore thread's state (`archive`).
     pub restores: crate::archive::Restores,
     /// The prefetch queue and the cache's hit counters (`prefetch`).
@@ -399,6 +401,31 @@ impl Inner {
         }
         if let Err(e) = self.catalog.finish_work(&done) {
             self.record_error(format!("cannot finish pending work: {e}"));
+        }
+    }
+
+    /// A background loop's round (`what`: "persistence manager", "restore") failed. An unreachable catalog
+    /// database is logged once per outage, by whichever loop meets it first, as `catalog database unreachable:
+    /// …`; any other error as [`Inner::record_error`].
+    pub fn record_failure(&self, what: &str, e: &StoreError) {
+        match e {
+            StoreError::Unavailable(m) => {
+                if !self.catalog_unreachable.swap(true, Ordering::SeqCst) {
+                    tracing::warn!(
+                        "catalog database unreachable: {m}; the {what} retries until it answers"
+                    );
+                }
+                *self.last_error.lock() = Some(format!("catalog database unreachable: {m}"));
+            }
+            e => self.record_error(format!("{what}: {e}")),
+        }
+    }
+
+    /// A background loop's round used the catalog database: after an outage, one line saying so.
+    pub fn record_round_ok(&self) {
+        if self.catalog_unreachable.swap(false, Ordering::SeqCst) {
+            // At warn, as the outage's line: the service's log filter shows this module's warnings only.
+            tracing::warn!("catalog database answers again");
         }
     }
 
@@ -713,6 +740,7 @@ impl Store {
             wake_lock: Mutex::new(false),
             wake: Condvar::new(),
             last_error: Mutex::new(None),
+            catalog_unreachable: AtomicBool::new(false),
             restores: Default::default(),
             prefetch: Default::default(),
         });
