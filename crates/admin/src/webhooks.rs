@@ -82,6 +82,9 @@ fn persisted(store: &Store, hook: &WebhookRecord) -> Result<Option<(u64, u64)>, 
 #[derive(Default)]
 pub(crate) struct Deliverer {
     next_try: HashMap<u64, Instant>,
+    /// The last round could not read the webhooks (the catalog's database away): its line was logged once,
+    /// the next rounds stay quiet until one succeeds.
+    catalog_failing: bool,
 }
 
 impl Deliverer {
@@ -89,9 +92,18 @@ impl Deliverer {
     pub(crate) fn run_once(&mut self, admin: &Admin) {
         let store = admin.store();
         let hooks = match store.catalog().webhooks() {
-            Ok(h) => h,
+            Ok(h) => {
+                if std::mem::take(&mut self.catalog_failing) {
+                    tracing::warn!("webhooks: the catalog answers again; deliveries resume");
+                }
+                h
+            }
             Err(e) => {
-                tracing::warn!("webhooks: cannot read them from the catalog: {e}");
+                if !std::mem::replace(&mut self.catalog_failing, true) {
+                    tracing::warn!(
+                        "webhooks: cannot read them from the catalog: {e}; retrying quietly until it answers"
+                    );
+                }
                 return;
             }
         };
