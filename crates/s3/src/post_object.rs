@@ -612,6 +612,20 @@ pub(crate) async fn inspect(
             _ => break None,
         }
     };
+    // s3s parses the file part itself and holds the whole file in memory while it checks the policy: hand it
+    // the body as one piece (up to the size limit; s3s refuses a larger one) rather than in the network's
+    // pieces, so that its parser never meets a delimiter split across two of them (a form upload from
+    // Chromium was once refused with `failed to read file stream` on a loaded machine).
+    if form.is_some() {
+        let whole_max = POST_OBJECT_BYTES_MAX as usize + FIELDS_BYTES_MAX;
+        while read.len() <= whole_max {
+            match body.next().await {
+                Some(Ok(chunk)) => read.extend_from_slice(&chunk),
+                // Ended, or failed: s3s meets the same end and answers it.
+                _ => break,
+            }
+        }
+    }
     let mut read = read.freeze();
     if let Some(form) = &form {
         match signed_long_ago(access, form, OffsetNow::now()) {
