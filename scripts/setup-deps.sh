@@ -9,6 +9,11 @@ command -v losetup >/dev/null 2>&1 || need_apt+=(mount)
 [ -e /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ] || need_apt+=(fonts-dejavu-core)
 # The cluster test (tests/e2e/test_cluster_netns.py) builds network namespaces, veth pairs and tbf links.
 { command -v ip && command -v tc; } >/dev/null 2>&1 || need_apt+=(iproute2)
+# The package test (tests/e2e/test_package.py): dpkg-deb inspects the .deb, systemd-analyze checks the unit (the
+# tool works without systemd as PID 1), setpriv and unshare run the server as the service would.
+command -v systemd-analyze >/dev/null 2>&1 || need_apt+=(systemd)
+command -v dpkg-deb >/dev/null 2>&1 || need_apt+=(dpkg)
+{ command -v setpriv && command -v unshare; } >/dev/null 2>&1 || need_apt+=(util-linux)
 if [ ${#need_apt[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}"
