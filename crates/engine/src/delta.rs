@@ -333,7 +333,7 @@ impl DeltaCache {
     }
 }
 
-fn parse_delta(bytes: &[u8]) -> Option<Delta> {
+pub(crate) fn parse_delta(bytes: &[u8]) -> Option<Delta> {
     if bytes.len() < DELTA_HEADER_BYTES || &bytes[..8] != DELTA_MAGIC {
         return None;
     }

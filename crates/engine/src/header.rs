@@ -53,7 +53,7 @@ impl DiskHeader {
         }
     }
 
-    fn encode(&self) -> Vec<u8> {
+    pub(crate) fn encode(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(BLOCK_BYTES);
         out.extend_from_slice(MAGIC);
         out.extend_from_slice(&VERSION.to_le_bytes());
@@ -74,7 +74,7 @@ impl DiskHeader {
         out
     }
 
-    fn decode(block: &[u8]) -> Option<DiskHeader> {
+    pub(crate) fn decode(block: &[u8]) -> Option<DiskHeader> {
         if block.len() < ENCODED_BYTES || &block[..8] != MAGIC {
             return None;
         }

@@ -28,6 +28,8 @@ mod config;
 mod delta;
 mod disks;
 mod engine;
+#[doc(hidden)]
+pub mod fuzzing;
 mod header;
 mod journal;
 mod locks;

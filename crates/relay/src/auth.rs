@@ -120,7 +120,7 @@ pub struct Credentials {
 
 /// Why a server refused a peer (said in its log line and, briefly, to the peer).
 #[derive(Debug)]
-pub(crate) struct Refusal(pub String);
+pub struct Refusal(pub String);
 
 fn nonce() -> [u8; NONCE_BYTES] {
     let mut n = [0u8; NONCE_BYTES];
@@ -185,7 +185,7 @@ fn cut_short(e: &io::Error, what: &str) -> String {
 /// At the server, before anything else: send the hello, check the peer's answer, and prove the server
 /// back. Returns the peer's name, or why it was refused (the refusal is also sent to the peer, best
 /// effort). `conn` should time out after [`HANDSHAKE_TIMEOUT`].
-pub(crate) fn accept(
+pub fn accept(
     conn: &mut (impl Read + Write),
     own_name: &str,
     secret: &Secret,
@@ -260,7 +260,7 @@ fn refuse(conn: &mut impl Write, why: String) -> Refusal {
 /// At the client, right after connecting: answer the server's hello and check its proof. Returns the
 /// server's name; an error says why the connection cannot carry a stream (refused, or the server did not
 /// prove the secret).
-pub(crate) fn connect(
+pub fn connect(
     conn: &mut (impl Read + Write),
     credentials: &Credentials,
 ) -> io::Result<String> {

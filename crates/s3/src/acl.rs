@@ -143,7 +143,7 @@ fn grantee_of(
 }
 
 /// `x-amz-grant-*: id=NAME, uri="http://…"`.
-fn header_grants(
+pub(crate) fn header_grants(
     value: Option<&String>,
     permission: AclPermission,
     into: &mut Vec<AclGrant>,

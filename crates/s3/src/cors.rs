@@ -180,7 +180,7 @@ impl Rule {
 }
 
 /// The first rule that allows `origin` to use `method` with every one of `headers` (lower case).
-fn matching<'r>(
+pub(crate) fn matching<'r>(
     rules: &'r [Rule],
     origin: &str,
     method: &str,

@@ -87,6 +87,8 @@ mod copy;
 mod cors;
 mod delete;
 mod error;
+#[doc(hidden)]
+pub mod fuzzing;
 mod get;
 mod lifecycle;
 mod list;

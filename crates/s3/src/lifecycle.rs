@@ -37,7 +37,7 @@ fn tags(set: Option<TagSet>) -> Vec<(String, String)> {
         .collect()
 }
 
-fn rule_from(r: LifecycleRule) -> S3Result<Rule> {
+pub(crate) fn rule_from(r: LifecycleRule) -> S3Result<Rule> {
     let id = r.id.clone().unwrap_or_default();
     if id.len() > 255 {
         return Err(s3_error(StoreError::InvalidArgument(
@@ -120,7 +120,7 @@ fn rule_from(r: LifecycleRule) -> S3Result<Rule> {
     Ok(rule)
 }
 
-fn rule_to(r: &Rule) -> LifecycleRule {
+pub(crate) fn rule_to(r: &Rule) -> LifecycleRule {
     let f = &r.filter;
     let single_tag = f.tags.len() == 1
         && f.prefix.is_empty()

@@ -144,11 +144,11 @@ impl Refusal {
 
 /// The fields of a form up to its file, and the file's name.
 #[derive(Debug, Default, PartialEq, Eq)]
-struct Form {
+pub(crate) struct Form {
     /// `(name in lower case, value)`, in form order.
-    fields: Vec<(String, String)>,
+    pub(crate) fields: Vec<(String, String)>,
     /// Where each field's part is in the body: from its delimiter to the next one.
-    spans: Vec<std::ops::Range<usize>>,
+    pub(crate) spans: Vec<std::ops::Range<usize>>,
     file_name: Option<String>,
 }
 
@@ -163,7 +163,7 @@ impl Form {
 
 /// What reading a form's beginning found.
 #[derive(Debug, PartialEq, Eq)]
-enum Scan {
+pub(crate) enum Scan {
     /// Every field and the file's part headers.
     Complete(Form),
     /// More bytes needed.
@@ -207,7 +207,7 @@ fn disposition(headers: &str) -> Option<(String, Option<String>)> {
 }
 
 /// Read the fields of a `multipart/form-data` body with `boundary` from its first bytes.
-fn scan(bytes: &[u8], boundary: &str) -> Scan {
+pub(crate) fn scan(bytes: &[u8], boundary: &str) -> Scan {
     let delimiter = format!("--{boundary}");
     let Some(mut at) = find(bytes, delimiter.as_bytes(), 0) else {
         return if bytes.len() > delimiter.len() + 2 {
@@ -269,7 +269,7 @@ fn condition_text(op: &str, field: &str, value: &str) -> String {
 
 /// Check a form's policy (expiration, `eq`/`starts-with` conditions, fields not in the policy) as AWS does.
 /// `None` when it passes, or when there is no policy or it cannot be read (s3s refuses those).
-fn check_policy(form: &Form, bucket: &str, now_ms: u64) -> Option<Refusal> {
+pub(crate) fn check_policy(form: &Form, bucket: &str, now_ms: u64) -> Option<Refusal> {
     let encoded = form.field("policy")?;
     let decoded = base64::engine::general_purpose::STANDARD
         .decode(encoded.trim())
@@ -463,7 +463,7 @@ fn signed_long_ago(access: &Access, form: &Form, now: OffsetNow) -> Stale {
 }
 
 /// The form's first bytes without its `x-amz-signature` part.
-fn without_signature(read: &Bytes, form: &Form) -> Bytes {
+pub(crate) fn without_signature(read: &Bytes, form: &Form) -> Bytes {
     let mut kept = BytesMut::with_capacity(read.len());
     let mut from = 0;
     for ((name, _), span) in form.fields.iter().zip(&form.spans) {

@@ -65,7 +65,7 @@ pub(crate) async fn restore_object(
 }
 
 /// The request's tier: `Tier`, else `GlacierJobParameters.Tier`, else `Standard`; both given must agree.
-fn tier_of(request: &RestoreRequest) -> S3Result<RestoreTier> {
+pub(crate) fn tier_of(request: &RestoreRequest) -> S3Result<RestoreTier> {
     let parse = |t: &Tier| {
         t.as_str().parse::<RestoreTier>().map_err(|e| {
             s3_error(StoreError::InvalidArgument(format!(

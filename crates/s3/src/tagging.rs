@@ -11,7 +11,7 @@ use crate::bridge::blocking;
 use crate::error::s3_error;
 use crate::versioning::{bucket_archive, update_archive, version_header};
 
-fn pairs(tagging: Tagging) -> S3Result<Vec<(String, String)>> {
+pub(crate) fn pairs(tagging: Tagging) -> S3Result<Vec<(String, String)>> {
     let tags: Vec<(String, String)> = tagging
         .tag_set
         .into_iter()
