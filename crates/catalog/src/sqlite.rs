@@ -61,6 +61,9 @@ pub(crate) use completed::PG_COMPLETED_UPLOADS_MIGRATION;
 mod growing;
 mod namespace;
 
+// MOVED IMPORTS
+// END MOVED IMPORTS
+
 /// Schema version of [`SCHEMA`] (the base every database starts from).
 const SCHEMA_BASE_VERSION: u32 = 2;
 
@@ -1219,7 +1222,54 @@ impl SqlCatalog {
     }
 }
 
+/// `impl Catalog for SqlCatalog` names each trait method once, under the module that implements it: the
+/// inherent method of the same name there (a trait's impl is one block, so the modules cannot hold the trait's
+/// methods themselves). Each `fn name(&self, args) -> T;` becomes the trait method calling
+/// `SqlCatalog::name(self, args)`, which is the inherent method (inherent methods come first in that path).
+macro_rules! catalog_methods {
+    ($(fn $name:ident(&self $(, $arg:ident: $ty:ty)*) -> $ret:ty;)*) => {
+        $(fn $name(&self $(, $arg: $ty)*) -> $ret {
+            SqlCatalog::$name(self $(, $arg)*)
+        })*
+    };
+}
+
 impl Catalog for SqlCatalog {
+    catalog_methods! {
+        // archive
+        fn set_bucket_archive(&self, name: &str, archive: &BucketArchive) -> Result<()>;
+        fn get_object_version(&self, bucket: &str, key: &str, version_id: &str) -> Result<Option<(VersionRecord, Option<ContentRecord>)>>;
+        fn delete_version(&self, bucket: &str, key: &str, version_id: Option<&str>, bypass_governance: bool, now_ms: u64) -> Result<DeleteOutcome>;
+        fn list_object_versions(&self, bucket: &str, query: &VersionQuery) -> Result<VersionPage>;
+        fn change_attributes(&self, bucket: &str, key: &str, version_id: Option<&str>, change: &AttributeChange, bypass_governance: bool, now_ms: u64) -> Result<String>;
+        fn expire_objects(&self, now_ms: u64, limit: usize) -> Result<u64>;
+        fn expire_noncurrent(&self, now_ms: u64, limit: usize) -> Result<u64>;
+        fn request_restore(&self, bucket: &str, key: &str, version_id: Option<&str>, terms: &RestoreTerms, now_ms: u64) -> Result<(RestoreOutcome, RestoreRecord)>;
+        fn request_restores(&self, bucket: &str, versions: &[(String, String)], terms: &RestoreTerms, now_ms: u64) -> Result<Vec<Option<(RestoreOutcome, RestoreRecord)>>>;
+        fn restore_of(&self, bucket: &str, key: &str, version_id: &str) -> Result<Option<RestoreRecord>>;
+        fn pending_restores(&self, limit: usize) -> Result<Vec<RestoreRecord>>;
+        fn finish_restores(&self, content: &ContentId, now_ms: u64, day_ms: u64) -> Result<()>;
+        fn recache_content(&self, content: &ContentId, cache_path: &str, now_ms: u64) -> Result<bool>;
+        fn dataset_stats(&self) -> Result<Vec<DatasetStats>>;
+        fn expire_restores(&self, now_ms: u64) -> Result<u64>;
+        // growing
+        fn begin_growing(&self, object: &ObjectRecord, now_ms: u64) -> Result<bool>;
+        fn append_growing(&self, append: &GrowingAppend, now_ms: u64) -> Result<Option<ContentPart>>;
+        // completed
+        fn completed_upload(&self, upload_id: &str) -> Result<Option<CompletedUpload>>;
+        fn part_checksums(&self, list: &ContentId) -> Result<Vec<Vec<(String, String)>>>;
+        // namespace
+        fn fs_lookup(&self, bucket: &str, path: &str) -> Result<Option<FsEntry>>;
+        fn fs_list(&self, bucket: &str, dir: &str, after: Option<&str>, limit: usize) -> Result<FsPage>;
+        fn fs_mkdir(&self, record: &DirRecord, parent_attrs: &DirAttrs) -> Result<()>;
+        fn fs_rmdir(&self, bucket: &str, path: &str, parent_attrs: &DirAttrs, now_ms: u64) -> Result<()>;
+        fn fs_unlink(&self, bucket: &str, key: &str, parent_attrs: &DirAttrs, now_ms: u64) -> Result<()>;
+        fn fs_rename(&self, rename: &FsRename, now_ms: u64) -> Result<()>;
+        fn fs_set_dir(&self, record: &DirRecord) -> Result<()>;
+        fn fs_set_metadata(&self, bucket: &str, key: &str, user_metadata: &[(String, String)]) -> Result<()>;
+        // END OF TABLE
+    }
+
     fn create_bucket(&self, name: &str, settings: &BucketSettings) -> Result<()> {
         let text = serde_json::to_string(settings).expect("settings serialize");
         self.write_with(|tx| {
@@ -1502,105 +1552,6 @@ impl Catalog for SqlCatalog {
             .query_map(params![bucket, key.as_bytes(), limit as i64], object_from_row)?
             .collect()
         })
-    }
-
-    // ---- versions, tags, Object Lock, lifecycle, restores: in `archive`.
-    fn set_bucket_archive(&self, name: &str, archive: &BucketArchive) -> Result<()> {
-        self.set_bucket_archive_impl(name, archive)
-    }
-
-    fn get_object_version(
-        &self,
-        bucket: &str,
-        key: &str,
-        version_id: &str,
-    ) -> Result<Option<(VersionRecord, Option<ContentRecord>)>> {
-        self.get_object_version_impl(bucket, key, version_id)
-    }
-
-    fn delete_version(
-        &self,
-        bucket: &str,
-        key: &str,
-        version_id: Option<&str>,
-        bypass_governance: bool,
-        now_ms: u64,
-    ) -> Result<DeleteOutcome> {
-        self.delete_version_impl(bucket, key, version_id, bypass_governance, now_ms)
-    }
-
-    fn list_object_versions(&self, bucket: &str, query: &VersionQuery) -> Result<VersionPage> {
-        self.list_object_versions_impl(bucket, query)
-    }
-
-    fn change_attributes(
-        &self,
-        bucket: &str,
-        key: &str,
-        version_id: Option<&str>,
-        change: &AttributeChange,
-        bypass_governance: bool,
-        now_ms: u64,
-    ) -> Result<String> {
-        self.change_attributes_impl(bucket, key, version_id, change, bypass_governance, now_ms)
-    }
-
-    fn expire_objects(&self, now_ms: u64, limit: usize) -> Result<u64> {
-        self.expire_objects_impl(now_ms, limit)
-    }
-
-    fn expire_noncurrent(&self, now_ms: u64, limit: usize) -> Result<u64> {
-        self.expire_noncurrent_impl(now_ms, limit)
-    }
-
-    fn request_restore(
-        &self,
-        bucket: &str,
-        key: &str,
-        version_id: Option<&str>,
-        terms: &RestoreTerms,
-        now_ms: u64,
-    ) -> Result<(RestoreOutcome, RestoreRecord)> {
-        self.request_restore_impl(bucket, key, version_id, terms, now_ms)
-    }
-
-    fn request_restores(
-        &self,
-        bucket: &str,
-        versions: &[(String, String)],
-        terms: &RestoreTerms,
-        now_ms: u64,
-    ) -> Result<Vec<Option<(RestoreOutcome, RestoreRecord)>>> {
-        self.request_restores_impl(bucket, versions, terms, now_ms)
-    }
-
-    fn restore_of(
-        &self,
-        bucket: &str,
-        key: &str,
-        version_id: &str,
-    ) -> Result<Option<RestoreRecord>> {
-        self.restore_of_impl(bucket, key, version_id)
-    }
-
-    fn pending_restores(&self, limit: usize) -> Result<Vec<RestoreRecord>> {
-        self.pending_restores_impl(limit)
-    }
-
-    fn finish_restores(&self, content: &ContentId, now_ms: u64, day_ms: u64) -> Result<()> {
-        self.finish_restores_impl(content, now_ms, day_ms)
-    }
-
-    fn recache_content(&self, content: &ContentId, cache_path: &str, now_ms: u64) -> Result<bool> {
-        self.recache_content_impl(content, cache_path, now_ms)
-    }
-
-    fn dataset_stats(&self) -> Result<Vec<DatasetStats>> {
-        self.dataset_stats_impl()
-    }
-
-    fn expire_restores(&self, now_ms: u64) -> Result<u64> {
-        self.expire_restores_impl(now_ms)
     }
 
     fn get_content(&self, id: &ContentId) -> Result<Option<ContentRecord>> {
@@ -2443,23 +2394,6 @@ impl Catalog for SqlCatalog {
         })
     }
 
-    // ---- growing objects (in sqlite/growing.rs)
-    fn begin_growing(&self, object: &ObjectRecord, now_ms: u64) -> Result<bool> {
-        self.begin_growing_tx(object, now_ms)
-    }
-
-    fn append_growing(&self, append: &GrowingAppend, now_ms: u64) -> Result<Option<ContentPart>> {
-        self.append_growing_tx(append, now_ms)
-    }
-
-    fn completed_upload(&self, upload_id: &str) -> Result<Option<CompletedUpload>> {
-        self.completed_upload_impl(upload_id)
-    }
-
-    fn part_checksums(&self, list: &ContentId) -> Result<Vec<Vec<(String, String)>>> {
-        self.part_checksums_impl(list)
-    }
-
     fn all_uploads(&self) -> Result<Vec<UploadRecord>> {
         self.read(|c| {
             c.prepare_cached("SELECT upload_id, bucket, key, created_ms, options FROM multipart_uploads ORDER BY created_ms")?
@@ -2583,61 +2517,6 @@ impl Catalog for SqlCatalog {
             }
             Ok(())
         })
-    }
-
-    fn fs_lookup(&self, bucket: &str, path: &str) -> Result<Option<FsEntry>> {
-        self.namespace_lookup(bucket, path)
-    }
-
-    fn fs_list(
-        &self,
-        bucket: &str,
-        dir: &str,
-        after: Option<&str>,
-        limit: usize,
-    ) -> Result<FsPage> {
-        self.namespace_list(bucket, dir, after, limit)
-    }
-
-    fn fs_mkdir(&self, record: &DirRecord, parent_attrs: &DirAttrs) -> Result<()> {
-        self.namespace_mkdir(record, parent_attrs)
-    }
-
-    fn fs_rmdir(
-        &self,
-        bucket: &str,
-        path: &str,
-        parent_attrs: &DirAttrs,
-        now_ms: u64,
-    ) -> Result<()> {
-        self.namespace_rmdir(bucket, path, parent_attrs, now_ms)
-    }
-
-    fn fs_unlink(
-        &self,
-        bucket: &str,
-        key: &str,
-        parent_attrs: &DirAttrs,
-        now_ms: u64,
-    ) -> Result<()> {
-        self.namespace_unlink(bucket, key, parent_attrs, now_ms)
-    }
-
-    fn fs_rename(&self, rename: &FsRename, now_ms: u64) -> Result<()> {
-        self.namespace_rename(rename, now_ms)
-    }
-
-    fn fs_set_dir(&self, record: &DirRecord) -> Result<()> {
-        self.namespace_set_dir(record)
-    }
-
-    fn fs_set_metadata(
-        &self,
-        bucket: &str,
-        key: &str,
-        user_metadata: &[(String, String)],
-    ) -> Result<()> {
-        self.namespace_set_metadata(bucket, key, user_metadata)
     }
 
     fn persisted_ms(&self, id: &ContentId) -> Result<Option<u64>> {

@@ -459,7 +459,7 @@ impl SqlCatalog {
         })
     }
 
-    pub(super) fn set_bucket_archive_impl(&self, name: &str, next: &BucketArchive) -> Result<()> {
+    pub(super) fn set_bucket_archive(&self, name: &str, next: &BucketArchive) -> Result<()> {
         let text = serde_json::to_string(next).expect("bucket archive serializes");
         self.write_with(|tx| {
             let e = |e| self.db_error(e);
@@ -502,7 +502,7 @@ impl SqlCatalog {
         })
     }
 
-    pub(super) fn get_object_version_impl(
+    pub(super) fn get_object_version(
         &self,
         bucket: &str,
         key: &str,
@@ -528,7 +528,7 @@ impl SqlCatalog {
         })
     }
 
-    pub(super) fn delete_version_impl(
+    pub(super) fn delete_version(
         &self,
         bucket: &str,
         key: &str,
@@ -541,7 +541,7 @@ impl SqlCatalog {
         })
     }
 
-    pub(super) fn list_object_versions_impl(
+    pub(super) fn list_object_versions(
         &self,
         bucket: &str,
         query: &VersionQuery,
@@ -555,7 +555,7 @@ impl SqlCatalog {
         page.ok_or_else(|| CatalogError::NoSuchBucket(bucket.to_string()))
     }
 
-    pub(super) fn change_attributes_impl(
+    pub(super) fn change_attributes(
         &self,
         bucket: &str,
         key: &str,
@@ -651,7 +651,7 @@ impl SqlCatalog {
         })
     }
 
-    pub(super) fn expire_objects_impl(&self, now_ms: u64, limit: usize) -> Result<u64> {
+    pub(super) fn expire_objects(&self, now_ms: u64, limit: usize) -> Result<u64> {
         self.write_with(|tx| {
             let e = |e| self.db_error(e);
             let due: Vec<(String, String)> = tx
@@ -684,7 +684,7 @@ impl SqlCatalog {
         })
     }
 
-    pub(super) fn expire_noncurrent_impl(&self, now_ms: u64, limit: usize) -> Result<u64> {
+    pub(super) fn expire_noncurrent(&self, now_ms: u64, limit: usize) -> Result<u64> {
         self.write_with(|tx| {
             let e = |e| self.db_error(e);
             let buckets: Vec<(String, String)> = tx
@@ -749,7 +749,7 @@ impl SqlCatalog {
         })
     }
 
-    pub(super) fn request_restore_impl(
+    pub(super) fn request_restore(
         &self,
         bucket: &str,
         key: &str,
@@ -760,7 +760,7 @@ impl SqlCatalog {
         self.write_with(|tx| self.request_restore_on(tx, bucket, key, version_id, terms, now_ms))
     }
 
-    pub(super) fn request_restores_impl(
+    pub(super) fn request_restores(
         &self,
         bucket: &str,
         versions: &[(String, String)],
@@ -915,7 +915,7 @@ impl SqlCatalog {
         Ok(())
     }
 
-    pub(super) fn restore_of_impl(
+    pub(super) fn restore_of(
         &self,
         bucket: &str,
         key: &str,
@@ -926,7 +926,7 @@ impl SqlCatalog {
         Ok(found.filter(|r| r.done_ms.is_none() || r.expiry_ms.is_some_and(|x| x > now)))
     }
 
-    pub(super) fn pending_restores_impl(&self, limit: usize) -> Result<Vec<RestoreRecord>> {
+    pub(super) fn pending_restores(&self, limit: usize) -> Result<Vec<RestoreRecord>> {
         self.read(|c| {
             c.prepare_cached(&format!(
                 "SELECT {RESTORE_COLUMNS} FROM restores WHERE done_ms IS NULL ORDER BY requested_ms LIMIT ?1"
@@ -936,7 +936,7 @@ impl SqlCatalog {
         })
     }
 
-    pub(super) fn finish_restores_impl(
+    pub(super) fn finish_restores(
         &self,
         content: &ContentId,
         now_ms: u64,
@@ -957,7 +957,7 @@ impl SqlCatalog {
         })
     }
 
-    pub(super) fn recache_content_impl(
+    pub(super) fn recache_content(
         &self,
         content: &ContentId,
         cache_path: &str,
@@ -973,7 +973,7 @@ impl SqlCatalog {
         })
     }
 
-    pub(super) fn dataset_stats_impl(&self) -> Result<Vec<DatasetStats>> {
+    pub(super) fn dataset_stats(&self) -> Result<Vec<DatasetStats>> {
         let rows = self.read(|c| {
             let mut stats: Vec<DatasetStats> = c
                 .prepare_cached(
@@ -1014,7 +1014,7 @@ impl SqlCatalog {
         Ok(rows)
     }
 
-    pub(super) fn expire_restores_impl(&self, now_ms: u64) -> Result<u64> {
+    pub(super) fn expire_restores(&self, now_ms: u64) -> Result<u64> {
         self.write(|tx| {
             let removed = tx
                 .prepare_cached(

@@ -104,7 +104,7 @@ impl SqlCatalog {
         Ok(())
     }
 
-    pub(super) fn completed_upload_impl(&self, upload_id: &str) -> Result<Option<CompletedUpload>> {
+    pub(super) fn completed_upload(&self, upload_id: &str) -> Result<Option<CompletedUpload>> {
         self.read(|c| {
             c.prepare_cached(
                 "SELECT upload_id, bucket, key, version_id, content, part_numbers, completed_ms
@@ -130,10 +130,7 @@ impl SqlCatalog {
         })
     }
 
-    pub(super) fn part_checksums_impl(
-        &self,
-        list: &ContentId,
-    ) -> Result<Vec<Vec<(String, String)>>> {
+    pub(super) fn part_checksums(&self, list: &ContentId) -> Result<Vec<Vec<(String, String)>>> {
         self.read(|c| {
             c.prepare_cached("SELECT checksums FROM content_parts WHERE content = ?1 ORDER BY seq")?
                 .query_map(params![&list.to_key()[..]], |r| {

@@ -12,7 +12,7 @@ const MD5_OF_NOTHING: [u8; 16] = [
 ];
 
 impl SqlCatalog {
-    pub(super) fn begin_growing_tx(&self, object: &ObjectRecord, now_ms: u64) -> Result<bool> {
+    pub(super) fn begin_growing(&self, object: &ObjectRecord, now_ms: u64) -> Result<bool> {
         self.write_with(|tx| {
             let e = |e| self.db_error(e);
             if !Self::bucket_exists(tx, &object.bucket).map_err(e)? {
@@ -59,7 +59,7 @@ impl SqlCatalog {
         })
     }
 
-    pub(super) fn append_growing_tx(
+    pub(super) fn append_growing(
         &self,
         append: &GrowingAppend,
         now_ms: u64,

@@ -252,7 +252,7 @@ impl SqlCatalog {
         }
     }
 
-    pub(super) fn namespace_lookup(&self, bucket: &str, path: &str) -> Result<Option<FsEntry>> {
+    pub(super) fn fs_lookup(&self, bucket: &str, path: &str) -> Result<Option<FsEntry>> {
         check_path(path)?;
         self.read_with(|c| {
             self.require_bucket(c, bucket)?;
@@ -260,7 +260,7 @@ impl SqlCatalog {
         })
     }
 
-    pub(super) fn namespace_list(
+    pub(super) fn fs_list(
         &self,
         bucket: &str,
         dir: &str,
@@ -368,11 +368,7 @@ impl SqlCatalog {
         })
     }
 
-    pub(super) fn namespace_mkdir(
-        &self,
-        record: &DirRecord,
-        parent_attrs: &DirAttrs,
-    ) -> Result<()> {
+    pub(super) fn fs_mkdir(&self, record: &DirRecord, parent_attrs: &DirAttrs) -> Result<()> {
         check_prefix(&record.path)?;
         self.write_with(|tx| {
             self.require_bucket(tx, &record.bucket)?;
@@ -396,7 +392,7 @@ impl SqlCatalog {
         })
     }
 
-    pub(super) fn namespace_rmdir(
+    pub(super) fn fs_rmdir(
         &self,
         bucket: &str,
         path: &str,
@@ -426,7 +422,7 @@ impl SqlCatalog {
         })
     }
 
-    pub(super) fn namespace_unlink(
+    pub(super) fn fs_unlink(
         &self,
         bucket: &str,
         key: &str,
@@ -444,7 +440,7 @@ impl SqlCatalog {
         })
     }
 
-    pub(super) fn namespace_rename(&self, r: &FsRename, now_ms: u64) -> Result<()> {
+    pub(super) fn fs_rename(&self, r: &FsRename, now_ms: u64) -> Result<()> {
         check_path(&r.from)?;
         check_path(&r.to)?;
         self.write_with(|tx| {
@@ -514,7 +510,7 @@ impl SqlCatalog {
         })
     }
 
-    pub(super) fn namespace_set_dir(&self, record: &DirRecord) -> Result<()> {
+    pub(super) fn fs_set_dir(&self, record: &DirRecord) -> Result<()> {
         check_prefix(&record.path)?;
         self.write_with(|tx| {
             self.require_bucket(tx, &record.bucket)?;
@@ -558,7 +554,7 @@ impl SqlCatalog {
         })
     }
 
-    pub(super) fn namespace_set_metadata(
+    pub(super) fn fs_set_metadata(
         &self,
         bucket: &str,
         key: &str,
