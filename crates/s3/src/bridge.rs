@@ -7,8 +7,9 @@
 //!   fails or a client that disconnects aborts it, so nothing half-written becomes visible. A body of a known
 //!   length up to [`SMALL_UPLOAD_BYTES`] is received whole first and stored in one blocking call.
 //! - [`download`] pumps an [`ObjectReader`] on a blocking thread into a channel of at most
-//!   [`BODY_PIECES_IN_FLIGHT`] pieces of [`READ_PIECE_BYTES`] (pooled buffers handed to hyper as `Bytes` without
-//!   a copy); a read error ends the response body with an error, and the last piece waits for the reader's clean
+//!   [`BODY_PIECES_IN_FLIGHT`] pieces: the reader's decoded read-ahead blocks as they are
+//!   ([`ObjectReader::take_block`]), other bytes copied into pooled buffers of [`READ_PIECE_BYTES`], both handed
+//!   to hyper as `Bytes` without a further copy; a read error ends the response body with an error, and the last piece waits for the reader's clean
 //!   end, so the client sees a truncated body, never the whole length of wrong bytes.
 
 use std::io::Read;
@@ -348,32 +349,38 @@ pub(crate) fn download<K: Send + Sync + 'static>(
             return;
         }
         while remaining > 0 {
-            let mut buf = pool.take();
-            let want = buf
-                .len()
-                .min(usize::try_from(remaining).unwrap_or(usize::MAX));
-            let n = match fill(&mut reader, &mut buf[..want]) {
-                Ok(n) => n,
+            let left = usize::try_from(remaining).unwrap_or(usize::MAX);
+            // A decoded read-ahead block goes to hyper as it is; other bytes are copied into a pooled piece.
+            let piece = match reader.take_block(left) {
+                Ok(Some(block)) => block,
+                Ok(None) => {
+                    let mut buf = pool.take();
+                    let want = buf.len().min(left);
+                    let n = match fill(&mut reader, &mut buf[..want]) {
+                        Ok(n) => n,
+                        Err(e) => return fail(e),
+                    };
+                    if n < want {
+                        return fail(std::io::Error::new(
+                            std::io::ErrorKind::UnexpectedEof,
+                            format!("object body ended {} bytes early", remaining - n as u64),
+                        ));
+                    }
+                    Bytes::from_owner(PooledPiece {
+                        buf,
+                        len: n,
+                        pool: Arc::clone(&pool),
+                    })
+                }
                 Err(e) => return fail(e),
             };
-            if n < want {
-                return fail(std::io::Error::new(
-                    std::io::ErrorKind::UnexpectedEof,
-                    format!("object body ended {} bytes early", remaining - n as u64),
-                ));
-            }
-            remaining -= n as u64;
+            remaining -= piece.len() as u64;
             if remaining == 0 {
                 if let Err(e) = check_end(&mut reader) {
                     return fail(e);
                 }
             }
-            let piece = PooledPiece {
-                buf,
-                len: n,
-                pool: Arc::clone(&pool),
-            };
-            if tx.blocking_send(Ok(Bytes::from_owner(piece))).is_err() {
+            if tx.blocking_send(Ok(piece)).is_err() {
                 return; // the client went away
             }
         }

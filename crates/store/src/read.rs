@@ -20,6 +20,7 @@ use std::fs::File;
 use std::io::{self, BufReader, Read, Seek, SeekFrom};
 use std::sync::Arc;
 
+use bytes::Bytes;
 use permafrost_catalog::{
     ContentId, ContentPart, ContentRecord, ContentSegment, Encoding, ExtentKind, StoredForm,
     INLINE_CACHE_PATH,
@@ -79,7 +80,7 @@ impl EndCheck {
 
 /// A reader of an object's body (see [`crate::Store::open_object`]).
 pub struct ObjectReader {
-    body: Box<dyn Read + Send>,
+    body: Box<dyn TakeBlock>,
     encoding: Encoding,
     range: Option<(u64, u64)>,
     total_bytes: u64,
@@ -271,16 +272,15 @@ impl ObjectReader {
         };
         // Each branch starts the source at the first stored byte it needs, up to the last: a grid read's
         // promises begin reading now, while the caller prepares the response.
-        let mut body: Box<dyn Read + Send> = if as_stored || content.stored_form == StoredForm::Raw
-        {
+        let mut body: Box<dyn TakeBlock> = if as_stored || content.stored_form == StoredForm::Raw {
             if whole {
                 // Read to the source's own end so the last extent's checks run.
                 source.start(content.stored_bytes);
-                Box::new(source)
+                copied(source)
             } else {
                 seek(&mut source, offset)?;
                 source.start(offset + len);
-                Box::new(source.take(len))
+                copied(source.take(len))
             }
         } else if let Some(index) = index()? {
             if len > 0 {
@@ -301,11 +301,11 @@ impl ObjectReader {
                     Ok(ahead) => Box::new(ahead),
                     Err((e, decode)) => {
                         tracing::warn!("reading without read-ahead: cannot start a thread: {e}");
-                        decode
+                        copied(decode)
                     }
                 }
             } else {
-                decode
+                copied(decode)
             }
         } else {
             let algorithm = match content.id.encoding {
@@ -320,7 +320,7 @@ impl ObjectReader {
             };
             // No frame index: decode from the start and skip (costs a decode of `offset` bytes).
             source.start(content.stored_bytes);
-            Box::new(permafrost_format::decode_stream_range(
+            copied(permafrost_format::decode_stream_range(
                 algorithm, source, offset, len,
             )?)
         };
@@ -370,7 +370,7 @@ impl ObjectReader {
         };
         let resolved = range.map(|r| r.resolve(total_bytes)).transpose()?;
         let (offset, len) = resolved.unwrap_or((0, total_bytes));
-        let body: Box<dyn Read + Send> = if encoding == Encoding::Identity || as_stored {
+        let body: Box<dyn TakeBlock> = if encoding == Encoding::Identity || as_stored {
             let whole = offset == 0 && len == total_bytes;
             match check {
                 // The object's CRC covers the concatenation: the parts need no check of their own.
@@ -399,7 +399,7 @@ impl ObjectReader {
         } else {
             let algorithm = crate::multipart::algorithm_of(encoding);
             let sent = PartsBody::new(inner, parts, 0, sent_bytes, prefer_grid, EndCheck::Blake3);
-            Box::new(permafrost_format::decode_stream_range(
+            copied(permafrost_format::decode_stream_range(
                 algorithm, sent, offset, len,
             )?)
         };
@@ -414,6 +414,20 @@ impl ObjectReader {
             total_bytes,
             _hold: None,
         })
+    }
+}
+
+impl TakeBlock for PartsBody {
+    fn take_block(&mut self, max: usize) -> io::Result<Option<Bytes>> {
+        // Within the current part only: its end, and opening the next part, are `read`'s.
+        let Some((reader, _)) = self.current.as_mut() else {
+            return Ok(None);
+        };
+        let block = reader.take_block(max)?;
+        if let Some(b) = &block {
+            self.pos += b.len() as u64;
+        }
+        Ok(block)
     }
 }
 
@@ -534,6 +548,53 @@ impl Read for PartsBody {
 impl Read for ObjectReader {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         self.body.read(buf)
+    }
+}
+
+impl ObjectReader {
+    /// The next bytes (at most `max`, never none) without a copy, when the reader holds them in a block it can
+    /// give away (a read-ahead's decoded block); `None` when it cannot, and then [`Read::read`] delivers the
+    /// same bytes by copy. The two can be mixed: every byte comes exactly once, in order, through the same
+    /// checks (an end check has hashed a block before it is handed over, and a mismatch is still the error of
+    /// the read that meets the end).
+    pub fn take_block(&mut self, max: usize) -> io::Result<Option<Bytes>> {
+        self.body.take_block(max)
+    }
+}
+
+/// A body reader of an [`ObjectReader`]: [`Read`], plus blocks handed over whole where it has them
+/// ([`ObjectReader::take_block`]).
+pub(crate) trait TakeBlock: Read + Send {
+    /// See [`ObjectReader::take_block`].
+    fn take_block(&mut self, _max: usize) -> io::Result<Option<Bytes>> {
+        Ok(None)
+    }
+}
+
+/// A reader that has no blocks to hand over: every byte is copied by `read`.
+struct Copied<R>(R);
+
+impl<R: Read> Read for Copied<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        self.0.read(buf)
+    }
+}
+
+impl<R: Read + Send> TakeBlock for Copied<R> {}
+
+impl TakeBlock for Box<dyn TakeBlock> {
+    fn take_block(&mut self, max: usize) -> io::Result<Option<Bytes>> {
+        (**self).take_block(max)
+    }
+}
+
+fn copied(reader: impl Read + Send + 'static) -> Box<dyn TakeBlock> {
+    Box::new(Copied(reader))
+}
+
+impl TakeBlock for ReadAhead {
+    fn take_block(&mut self, max: usize) -> io::Result<Option<Bytes>> {
+        self.take_block(max)
     }
 }
 
@@ -949,11 +1010,11 @@ impl Read for SegmentStream {
 
 /// `body` checked at its end by `check` (length and digest), as `content`'s bytes as received.
 fn end_checked(
-    body: Box<dyn Read + Send>,
+    body: Box<dyn TakeBlock>,
     check: EndCheck,
     content: &ContentRecord,
     total_bytes: u64,
-) -> Box<dyn Read + Send> {
+) -> Box<dyn TakeBlock> {
     let digest = match check {
         EndCheck::Outer => return body,
         EndCheck::Blake3 => Digest::Blake3(Box::new(blake3::Hasher::new()), content.id.hash),
@@ -1004,6 +1065,20 @@ struct HashCheck<R> {
     expected_bytes: u64,
     seen_bytes: u64,
     what: String,
+}
+
+impl<R: TakeBlock> TakeBlock for HashCheck<R> {
+    fn take_block(&mut self, max: usize) -> io::Result<Option<Bytes>> {
+        // The clean end and its check are `read`'s: a block is only ever bytes before the end.
+        let block = self.inner.take_block(max)?;
+        if let Some(b) = &block {
+            if let Some(d) = self.digest.as_mut() {
+                d.update(b);
+            }
+            self.seen_bytes += b.len() as u64;
+        }
+        Ok(block)
+    }
 }
 
 impl<R: Read> Read for HashCheck<R> {

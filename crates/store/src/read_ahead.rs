@@ -8,12 +8,16 @@
 //! - Errors keep their place: an error of the inner reader arrives after every byte it delivered before it, and
 //!   every read after it fails too (the stream never ends cleanly after an error). A clean end is the inner
 //!   reader's clean end (`Ok(0)`, its end checks passed).
-//! - Memory: at most [`BLOCKS_AHEAD`] + 2 blocks of [`BLOCK_BYTES`] per reader (queued, being filled, being
-//!   read), recycled between the two threads; no allocation per block once they exist, and the blocks of a
-//!   reader that is done go to a process-wide pool of at most [`POOL_BLOCKS_MAX`] idle blocks for the next one.
+//! - Memory: [`BLOCKS_AHEAD`] filled blocks of [`BLOCK_BYTES`] queued, one being filled, and the ones the caller
+//!   holds: read by copy, a block goes back to the thread when the caller is done with it; taken whole
+//!   ([`ReadAhead::take_block`], handed to the HTTP body without a copy), it goes to a process-wide pool of at
+//!   most [`POOL_BLOCKS_MAX`] idle blocks when its last user drops it, and the thread takes its next block from
+//!   there. No allocation per block once the pool has them.
 //! - Dropping the reader stops and joins the thread (which finishes the inner read it is in).
 
 use std::io::{self, Read};
+
+use bytes::Bytes;
 use std::sync::mpsc::{channel, sync_channel, Receiver, Sender};
 use std::thread::JoinHandle;
 
@@ -83,19 +87,10 @@ impl ReadAhead {
                     return;
                 };
                 drop(thread_slot);
-                let mut made = 0usize;
                 loop {
-                    let mut block = match empty_rx.try_recv() {
-                        Ok(block) => block,
-                        Err(_) if made < BLOCKS_AHEAD + 2 => {
-                            made += 1;
-                            Block::take()
-                        }
-                        Err(_) => match empty_rx.recv() {
-                            Ok(block) => block,
-                            Err(_) => return, // the caller is gone
-                        },
-                    };
+                    // A block the caller is done with, else one from the pool: the number of blocks is bounded
+                    // by the queue (a send waits while it is full) and by what the caller holds, not here.
+                    let mut block = empty_rx.try_recv().unwrap_or_else(|_| Block::take());
                     block.0.resize(BLOCK_BYTES, 0);
                     let mut n = 0;
                     let mut failure = None;
@@ -179,6 +174,34 @@ impl ReadAhead {
             return Ok(false);
         }
         Ok(true)
+    }
+}
+
+impl ReadAhead {
+    /// The rest of the current block (the next one when it is done) as [`Bytes`] that own it, without a copy,
+    /// when it is at most `max` bytes; `None` at the clean end, or when `max` would cut the block (then `read`
+    /// copies). The block goes back to the pool when the last `Bytes` of it is dropped.
+    pub(crate) fn take_block(&mut self, max: usize) -> io::Result<Option<Bytes>> {
+        if max == 0 {
+            return Ok(None);
+        }
+        while self.pos == self.current.0.len() {
+            if !self.next_block()? {
+                return Ok(None);
+            }
+        }
+        if self.current.0.len() - self.pos > max {
+            return Ok(None);
+        }
+        let block = std::mem::replace(&mut self.current, Block(Vec::new()));
+        let from = std::mem::take(&mut self.pos);
+        Ok(Some(Bytes::from_owner(block).slice(from..)))
+    }
+}
+
+impl AsRef<[u8]> for Block {
+    fn as_ref(&self) -> &[u8] {
+        &self.0
     }
 }
 

@@ -61,6 +61,28 @@ fn flip_on_grid(store: &Store, bucket: usize, at: u64, mask: u8) {
     promise.commit().unwrap();
 }
 
+/// Read `reader` to its end as the HTTP body does: decoded blocks taken whole where the reader has them, the
+/// rest copied in 256 KiB pieces. The bytes, or the first error, and how many blocks were taken whole.
+fn read_taking(reader: &mut ObjectReader) -> (std::io::Result<Vec<u8>>, usize) {
+    let (mut out, mut taken) = (Vec::new(), 0);
+    let mut piece = vec![0u8; 256 << 10];
+    loop {
+        match reader.take_block(usize::MAX) {
+            Ok(Some(block)) => {
+                assert!(!block.is_empty(), "a block taken is never empty");
+                taken += 1;
+                out.extend_from_slice(&block);
+            }
+            Ok(None) => match reader.read(&mut piece) {
+                Ok(0) => return (Ok(out), taken),
+                Ok(n) => out.extend_from_slice(&piece[..n]),
+                Err(e) => return (Err(e), taken),
+            },
+            Err(e) => return (Err(e), taken),
+        }
+    }
+}
+
 #[test]
 fn compressed_parts_decode_ahead_on_two_threads_and_keep_every_check() {
     let dir = tempfile::tempdir().unwrap();
@@ -90,6 +112,21 @@ fn compressed_parts_decode_ahead_on_two_threads_and_keep_every_check() {
     );
     assert!(get(&store, "lists", "text") == whole);
     assert_eq!(read_ahead_threads(), 0, "a finished read leaves no thread");
+
+    // The decoded blocks handed over whole (no copy), mixed with copied reads: the same bytes, in order.
+    store.evict_cache().unwrap();
+    let (_, mut reader) = store.open_object("lists", "text", None, None).unwrap();
+    let (bytes, taken) = read_taking(&mut reader);
+    let bytes = bytes.unwrap();
+    assert!(
+        bytes.len() == whole.len() && bytes == whole,
+        "taken whole: {taken} blocks"
+    );
+    assert!(
+        taken >= 40,
+        "48 MiB decoded ahead, only {taken} blocks taken whole"
+    );
+    drop(reader);
 
     // In the middle of the first part: its decoder and the next part's run at once; a drop joins both.
     store.evict_cache().unwrap(); // (a read may have brought parts back into the cache)
@@ -137,6 +174,18 @@ fn compressed_parts_decode_ahead_on_two_threads_and_keep_every_check() {
         assert!(reader.read(&mut [0u8; 16]).is_err(), "at {at}");
         drop(reader);
         assert_eq!(read_ahead_threads(), 0, "at {at}");
+        // The same with blocks taken whole: they are hashed before they are handed over, and the read that
+        // meets the end fails.
+        store.evict_cache().unwrap();
+        let (_, mut reader) = store.open_object("lists", "text", None, None).unwrap();
+        let (result, taken) = read_taking(&mut reader);
+        let err = result.expect_err("a damaged part never ends cleanly");
+        assert_eq!(
+            err.kind(),
+            std::io::ErrorKind::InvalidData,
+            "at {at}, {taken} taken: {err}"
+        );
+        drop(reader);
         flip_on_grid(&store, bucket, at, 0x04);
     }
     assert!(get(&store, "lists", "text") == whole, "repaired");
