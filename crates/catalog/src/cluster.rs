@@ -121,11 +121,19 @@ pub fn node_store_url(url: &str, node_name: &str) -> Result<String> {
             node_schema(node_name)
         )));
     }
-    let sep = if url.contains('?') { '&' } else { '?' };
-    Ok(format!(
-        "{url}{sep}options=-csearch_path%3D{}",
-        node_schema(node_name)
-    ))
+    Ok(with_search_path(url, &node_schema(node_name)))
+}
+
+/// `url` with `options=-csearch_path=<schema>`: a query parameter of a `postgresql://` URL (`%3D` for `=`),
+/// or one more pair of a libpq key/value string (`host=a,b port=1,2 … options=-csearch_path=<schema>`).
+fn with_search_path(url: &str, schema: &str) -> String {
+    let trimmed = url.trim_start();
+    if trimmed.starts_with("postgresql://") || trimmed.starts_with("postgres://") {
+        let sep = if url.contains('?') { '&' } else { '?' };
+        format!("{url}{sep}options=-csearch_path%3D{schema}")
+    } else {
+        format!("{} options=-csearch_path={schema}", url.trim_end())
+    }
 }
 
 /// The schema of the cluster's shared access tables (keys, grants, bucket access: `crate::access`), a
@@ -134,8 +142,7 @@ pub const ACCESS_SCHEMA: &str = "pf_access";
 
 /// `url` with the `search_path` of the shared access tables ([`ACCESS_SCHEMA`]).
 pub fn access_url(url: &str) -> String {
-    let sep = if url.contains('?') { '&' } else { '?' };
-    format!("{url}{sep}options=-csearch_path%3D{ACCESS_SCHEMA}")
+    with_search_path(url, ACCESS_SCHEMA)
 }
 
 /// Health of a node as other nodes see it.

@@ -14,6 +14,19 @@
 //! are pure functions of the database state (no side effects outside the transaction), so running one again is
 //! safe.
 //!
+//! **Failover.** The URL may name several servers (`postgresql://u:p@h1:5432,h2:5432/db`, or libpq's
+//! `host=h1,h2 port=5432,5432 …`): every new session tries them in order and keeps the first that accepts
+//! writes (`target_session_attrs=read-write`, which the catalog always asks for: a URL asking for anything else
+//! is refused), so a read-only standby is never written to and, once an operator promotes it, the next session
+//! lands on it. A session whose server is gone, going or read-only (the connection broke, SQLSTATE class 08 or
+//! 57, or 25006) is dropped: an idle one whose `BEGIN` fails so is replaced at once (nothing ran on it, the
+//! call does not fail for it), one that fails later fails its call, and the next call connects afresh to
+//! whichever server is writable then; no restart is needed. Connecting is bounded: `connect_timeout` per address
+//! ([`PostgresOptions::connect_timeout`] unless the URL sets one) and the whole attempt, handshake included,
+//! at most `connect_timeout × (servers + 1)`; TCP keepalives (15 s idle, 5 s apart, 3 probes) and a 30 s TCP
+//! user timeout, unless the URL sets them, drop a session whose server vanished without a word. The runbook is
+//! `docs/cluster.md` ("The catalog database: a primary and a synchronous standby").
+//!
 //! **Portability.** The schema and statements stay within what CockroachDB and YugabyteDB accept: `BIGINT`
 //! keys and counters, `BYTEA`, `TEXT COLLATE "C"` for names compared or ordered (byte order, as S3 lists),
 //! identity columns for generated ids, `INSERT … ON CONFLICT`, `RETURNING`, partial indexes; no advisory locks,
@@ -21,7 +34,8 @@
 //! [`crate::SqlCatalog::inject_serialization_failures`], a test hook).
 
 use std::cell::RefCell;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::Mutex;
@@ -270,6 +284,79 @@ pub(crate) struct PgBackend {
     idle: Mutex<Vec<PgSession>>,
     retries: AtomicU64,
     inject: AtomicU32,
+    /// Connection attempts under way (each on a thread of its own, so that a server that accepts the
+    /// connection and then never answers cannot hold a caller past the bound).
+    connecting: Arc<AtomicUsize>,
+    /// Several servers in the URL: the one the last new session reached (`host:port`), logged when it changes.
+    writable_at: Option<Mutex<String>>,
+}
+
+/// Connection attempts that may be under way at once; more fail at once (the earlier ones hang on a server
+/// that accepted them and does not answer).
+const CONNECTING_MAX: usize = 64;
+
+/// Whether `e` says the session's server is gone, going or read-only (no SQLSTATE: the connection broke;
+/// class 08 connection exception, 57 operator intervention such as a shutdown, 25006 read-only transaction):
+/// such a session is not used again.
+fn gone(e: &sql::Error) -> bool {
+    match e {
+        sql::Error::Postgres(_) => match e.sqlstate() {
+            None => true,
+            Some(code) => code.starts_with("08") || code.starts_with("57") || code == "25006",
+        },
+        _ => false,
+    }
+}
+
+/// Whether the connection string sets `key` (as a URL query parameter or a key/value pair).
+fn sets(url: &str, key: &str) -> bool {
+    url.match_indices(&format!("{key}="))
+        .any(|(p, _)| p == 0 || matches!(url.as_bytes()[p - 1], b'?' | b'&' | b' ' | b'\t'))
+}
+
+/// The connection settings of `url` with what the catalog asks of every session: a server that accepts
+/// writes, a bounded connect, keepalives (see the module's **Failover**).
+fn session_config(
+    url: &str,
+    shown_url: &str,
+    options: &PostgresOptions,
+) -> Result<postgres::Config> {
+    use postgres::config::TargetSessionAttrs;
+    let mut config: postgres::Config = url.parse().map_err(|e: postgres::Error| {
+        CatalogError::Unreachable(format!(
+            "catalog database URL {shown_url} is not a PostgreSQL connection URL \
+             (postgresql://user:password@host:port/database, or host1:port1,host2:port2 for a primary \
+             and its standby): {e}"
+        ))
+    })?;
+    if sets(url, "target_session_attrs")
+        && config.get_target_session_attrs() != TargetSessionAttrs::ReadWrite
+    {
+        return Err(CatalogError::Unreachable(format!(
+            "catalog database URL {shown_url}: target_session_attrs must be read-write (or left out: the \
+             catalog writes, so it only ever uses a server that accepts writes, never a standby)"
+        )));
+    }
+    config.target_session_attrs(TargetSessionAttrs::ReadWrite);
+    if config.get_connect_timeout().is_none() {
+        config.connect_timeout(options.connect_timeout);
+    }
+    if !sets(url, "tcp_user_timeout") {
+        config.tcp_user_timeout(Duration::from_secs(30));
+    }
+    if !sets(url, "keepalives_idle") {
+        config.keepalives_idle(Duration::from_secs(15));
+    }
+    if !sets(url, "keepalives_interval") {
+        config.keepalives_interval(Duration::from_secs(5));
+    }
+    if !sets(url, "keepalives_retries") {
+        config.keepalives_retries(3);
+    }
+    if config.get_application_name().is_none() {
+        config.application_name("permafrost");
+    }
+    Ok(config)
 }
 
 /// `url` without its password (URL user info, a `password=` parameter or key/value pair).
@@ -308,18 +395,8 @@ impl PgBackend {
     /// Parse `url` and open a first session, checking that the server is PostgreSQL.
     pub(crate) fn connect(url: &str, options: PostgresOptions) -> Result<PgBackend> {
         let shown_url = redact_url(url);
-        let mut config: postgres::Config = url.parse().map_err(|e: postgres::Error| {
-            CatalogError::Unreachable(format!(
-                "catalog database URL {shown_url} is not a PostgreSQL connection URL \
-                 (postgresql://user:password@host:port/database): {e}"
-            ))
-        })?;
-        if config.get_connect_timeout().is_none() {
-            config.connect_timeout(options.connect_timeout);
-        }
-        if config.get_application_name().is_none() {
-            config.application_name("permafrost");
-        }
+        let config = session_config(url, &shown_url, &options)?;
+        let writable_at = (config.get_hosts().len() > 1).then(|| Mutex::new(String::new()));
         let backend = PgBackend {
             config,
             shown_url,
@@ -327,6 +404,8 @@ impl PgBackend {
             idle: Mutex::new(Vec::new()),
             retries: AtomicU64::new(0),
             inject: AtomicU32::new(0),
+            connecting: Arc::new(AtomicUsize::new(0)),
+            writable_at,
         };
         let mut session = backend.session()?;
         let version = session
@@ -357,18 +436,67 @@ impl PgBackend {
         self.inject.store(n, Ordering::SeqCst);
     }
 
-    /// An idle session, or a new one.
+    /// An idle session (closed ones are dropped), or a new one.
     fn session(&self) -> Result<PgSession> {
-        if let Some(s) = self.idle.lock().pop() {
+        match self.pooled() {
+            Some(s) => Ok(s),
+            None => self.new_session(),
+        }
+    }
+
+    /// An idle session not known to be closed (closed ones are dropped).
+    fn pooled(&self) -> Option<PgSession> {
+        let mut idle = self.idle.lock();
+        while let Some(s) = idle.pop() {
             if !s.client.is_closed() {
-                return Ok(s);
+                return Some(s);
             }
         }
-        let client = self.config.connect(postgres::NoTls).map_err(|e| {
-            let e = sql::Error::from(e);
-            let hint = match e.sqlstate() {
+        None
+    }
+
+    /// A session with a transaction begun. An idle session whose server went away meanwhile (its BEGIN fails
+    /// so: after a failover, every idle session) is dropped and the next one tried, then a new one: nothing
+    /// ran on it, so the caller sees no error for it.
+    fn begun(
+        &self,
+        read_only: bool,
+        db_error: &impl Fn(sql::Error) -> CatalogError,
+    ) -> Result<PgSession> {
+        let begin = if read_only {
+            "BEGIN ISOLATION LEVEL SERIALIZABLE READ ONLY"
+        } else {
+            "BEGIN ISOLATION LEVEL SERIALIZABLE"
+        };
+        while let Some(mut s) = self.pooled() {
+            match s.client.batch_execute(begin) {
+                Ok(()) => return Ok(s),
+                Err(e) => {
+                    let e = sql::Error::from(e);
+                    if !gone(&e) {
+                        return Err(db_error(e));
+                    }
+                    tracing::debug!(url = %self.shown_url, error = %e, "idle catalog session dropped");
+                }
+            }
+        }
+        let mut s = self.new_session()?;
+        s.client
+            .batch_execute(begin)
+            .map_err(|e| db_error(e.into()))?;
+        Ok(s)
+    }
+
+    /// A new session (see **Failover**).
+    fn new_session(&self) -> Result<PgSession> {
+        let client = self.open().map_err(|(sqlstate, e)| {
+            let several = self.config.get_hosts().len() > 1;
+            let hint = match sqlstate.as_deref() {
                 Some("28P01") | Some("28000") => "the server refused the login (user or password)",
                 Some("3D000") => "the database does not exist",
+                _ if several => {
+                    "no server of the URL accepts writes now: is the primary down and no standby promoted yet?"
+                }
                 Some(_) => "the server refused the connection",
                 None => "is a PostgreSQL server listening at that host and port?",
             };
@@ -377,7 +505,76 @@ impl PgBackend {
                 self.shown_url
             ))
         })?;
-        Ok(PgSession::new(client))
+        let mut session = PgSession::new(client);
+        if let Some(writable_at) = &self.writable_at {
+            self.note_server(&mut session, writable_at);
+        }
+        Ok(session)
+    }
+
+    /// A new connection, on a thread of its own so that the whole attempt is bounded (see **Failover**).
+    /// Failures come with their SQLSTATE, if the server sent one.
+    fn open(&self) -> std::result::Result<postgres::Client, (Option<String>, String)> {
+        let failed = |e: postgres::Error| {
+            let e = sql::Error::from(e);
+            (e.sqlstate().map(str::to_owned), e.to_string())
+        };
+        let per_address = self
+            .config
+            .get_connect_timeout()
+            .copied()
+            .unwrap_or(self.options.connect_timeout);
+        let bound = per_address * (self.config.get_hosts().len() as u32 + 1);
+        if self.connecting.fetch_add(1, Ordering::SeqCst) >= CONNECTING_MAX {
+            self.connecting.fetch_sub(1, Ordering::SeqCst);
+            return Err((
+                None,
+                format!(
+                    "{CONNECTING_MAX} earlier connection attempts are still waiting for an answer"
+                ),
+            ));
+        }
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        let config = self.config.clone();
+        let connecting = Arc::clone(&self.connecting);
+        let spawned = std::thread::Builder::new()
+            .name("catalog-connect".into())
+            .spawn(move || {
+                let result = config.connect(postgres::NoTls);
+                connecting.fetch_sub(1, Ordering::SeqCst);
+                let _ = tx.send(result);
+            });
+        if spawned.is_err() {
+            self.connecting.fetch_sub(1, Ordering::SeqCst);
+            return self.config.connect(postgres::NoTls).map_err(failed);
+        }
+        match rx.recv_timeout(bound) {
+            Ok(result) => result.map_err(failed),
+            Err(_) => Err((None, format!("no answer within {} ms", bound.as_millis()))),
+        }
+    }
+
+    /// With several servers in the URL: which one this new session reached, logged when it is not the one
+    /// before (a promoted standby).
+    fn note_server(&self, session: &mut PgSession, writable_at: &Mutex<String>) {
+        let here = session
+            .client
+            .query_one(
+                "SELECT coalesce(host(inet_server_addr()), 'local') || ':' || current_setting('port')",
+                &[],
+            )
+            .and_then(|r| r.try_get::<_, String>(0));
+        let Ok(here) = here else { return };
+        let mut last = writable_at.lock();
+        if *last != here {
+            if last.is_empty() {
+                tracing::info!(url = %self.shown_url, server = %here, "catalog database: writing to {here}");
+            } else {
+                tracing::warn!(url = %self.shown_url, server = %here, was = %*last,
+                    "catalog database: the writable server is now {here} (was {last})");
+            }
+            *last = here;
+        }
     }
 
     fn give_back(&self, session: PgSession) {
@@ -398,12 +595,12 @@ impl PgBackend {
     ) -> Result<T> {
         let mut attempt = 1u32;
         loop {
-            let cell = RefCell::new(self.session()?);
+            let cell = RefCell::new(self.begun(read_only, &db_error)?);
             let inject = self
                 .inject
                 .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
                 .is_ok();
-            let result = Self::attempt(&cell, read_only, inject, &db_error, &mut f);
+            let result = Self::attempt(&cell, inject, &db_error, &mut f);
             let mut session = cell.into_inner();
             let error = match result {
                 Ok(value) => {
@@ -412,12 +609,17 @@ impl PgBackend {
                 }
                 Err(e) => e,
             };
-            // Rolled back (a no-op with a warning when the server already ended the transaction).
-            if !session.client.is_closed() && session.client.batch_execute("ROLLBACK").is_ok() {
-                self.give_back(session);
-            }
             let retryable =
                 matches!(&error, CatalogError::Database { source, .. } if source.is_retryable());
+            // An error of a server going away, gone or read-only: the session is dropped and the next call connects afresh (see **Failover**). Otherwise
+            // rolled back (a no-op with a warning when the server already ended the transaction) and kept.
+            let broken = matches!(&error, CatalogError::Database { source, .. } if gone(source));
+            if !broken
+                && !session.client.is_closed()
+                && session.client.batch_execute("ROLLBACK").is_ok()
+            {
+                self.give_back(session);
+            }
             if !retryable {
                 return Err(error);
             }
@@ -444,23 +646,16 @@ impl PgBackend {
 
     fn attempt<T>(
         cell: &RefCell<PgSession>,
-        read_only: bool,
         inject: bool,
         db_error: &impl Fn(sql::Error) -> CatalogError,
         f: &mut impl FnMut(&Connection) -> Result<T>,
     ) -> Result<T> {
-        let begin = if read_only {
-            "BEGIN ISOLATION LEVEL SERIALIZABLE READ ONLY"
-        } else {
-            "BEGIN ISOLATION LEVEL SERIALIZABLE"
-        };
         let batch = |sql: &str| {
             cell.borrow_mut()
                 .client
                 .batch_execute(sql)
                 .map_err(|e| db_error(e.into()))
         };
-        batch(begin)?;
         let value = f(&Connection::postgres(cell))?;
         if inject {
             batch(
