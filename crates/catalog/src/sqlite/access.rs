@@ -1,10 +1,9 @@
 //! The tables of access keys, grants and bucket access (`crate::access`; docs/catalog.md), on either back end.
 
+use super::SqlCatalog;
 use crate::access::{AccessCatalog, AccessKeyRecord, BucketAccessRecord};
 use crate::sql::{self, params, Connection, OptionalExtension};
 use crate::{now_ms, CatalogError, Result};
-
-use super::SqlCatalog;
 
 /// Schema version 9 (SQLite): keys, grants, bucket access, and the counter that changes with them.
 pub(super) const ACCESS_MIGRATION: &str = "

@@ -8,8 +8,9 @@
 use crate::sql::{self, params, Connection, OptionalExtension, Row, Transaction};
 
 use super::{
-    add_reference, archive_from_json, attributes_from_json, attributes_json, conversion, corrupt,
-    json_pairs, key_string, SqlCatalog, OBJECT_COLUMNS,
+    add_reference, archive_from_json, attributes_from_json, attributes_json, content_from_row,
+    conversion, corrupt, json_pairs, key_string, object_from_row, SqlCatalog, CONTENT_COLUMNS,
+    OBJECT_COLUMNS,
 };
 use crate::list::prefix_successor;
 use crate::*;
@@ -479,10 +480,7 @@ impl SqlCatalog {
                     .prepare_cached(&format!(
                         "SELECT {OBJECT_COLUMNS} FROM objects WHERE bucket = ?1"
                     ))
-                    .and_then(|mut s| {
-                        s.query_map(params![name], super::object_from_row)?
-                            .collect()
-                    })
+                    .and_then(|mut s| s.query_map(params![name], object_from_row)?.collect())
                     .map_err(e)?;
                 let mut update = tx
                     .prepare_cached(
@@ -516,11 +514,9 @@ impl SqlCatalog {
                 Some(o) => c
                     .prepare_cached(&format!(
                         "SELECT {} FROM contents WHERE content = ?1",
-                        super::CONTENT_COLUMNS
+                        CONTENT_COLUMNS
                     ))?
-                    .query_row(params![&o.content.to_key()[..]], |r| {
-                        super::content_from_row(r, 0)
-                    })
+                    .query_row(params![&o.content.to_key()[..]], |r| content_from_row(r, 0))
                     .optional()?,
                 None => None,
             };

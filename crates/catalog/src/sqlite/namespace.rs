@@ -6,7 +6,9 @@
 
 use crate::sql::{self, params, Connection, OptionalExtension, Transaction};
 
-use super::{object_from_row, SqlCatalog, OBJECT_COLUMNS};
+use super::{
+    conversion, corrupt, key_string, object_from_row, pairs_json, SqlCatalog, OBJECT_COLUMNS,
+};
 use crate::list::{list_with, prefix_successor};
 use crate::namespace::{parent_of, showable_name};
 use crate::{
@@ -33,7 +35,7 @@ fn refused(refusal: Refusal, what: impl Into<String>) -> CatalogError {
 fn dir_from_row(row: &sql::Row) -> sql::Result<DirRecord> {
     Ok(DirRecord {
         bucket: row.get(0)?,
-        path: super::key_string(row.get(1)?)?,
+        path: key_string(row.get(1)?)?,
         attrs: DirAttrs {
             mode: row.get::<_, i64>(2)? as u32,
             uid: row.get::<_, i64>(3)? as u32,
@@ -69,7 +71,7 @@ fn keys_under(
     )?
     .query_map(
         params![bucket, prefix.as_bytes(), upper_bound(prefix), limit as i64],
-        |r| super::key_string(r.get(0)?),
+        |r| key_string(r.get(0)?),
     )?
     .collect()
 }
@@ -130,9 +132,7 @@ fn file_of(c: &Connection, object: ObjectRecord) -> sql::Result<FsFile> {
     let state = ContentState::ALL
         .into_iter()
         .find(|s| s.as_str() == state)
-        .ok_or_else(|| {
-            super::conversion(super::corrupt(format!("unknown content state {state:?}")))
-        })?;
+        .ok_or_else(|| conversion(corrupt(format!("unknown content state {state:?}"))))?;
     Ok(FsFile {
         object,
         stored_bytes,
@@ -567,11 +567,7 @@ impl SqlCatalog {
                     "UPDATE objects SET user_metadata = ?3 WHERE bucket = ?1 AND key = ?2",
                 )
                 .and_then(|mut s| {
-                    s.execute(params![
-                        bucket,
-                        key.as_bytes(),
-                        super::pairs_json(user_metadata)
-                    ])
+                    s.execute(params![bucket, key.as_bytes(), pairs_json(user_metadata)])
                 })
                 .map_err(|e| self.db_error(e))?;
             if changed == 0 {
