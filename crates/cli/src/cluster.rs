@@ -31,7 +31,7 @@
 //! **While serving**: one thread sends a heartbeat (capacity, bytes used) every `heartbeat_ms`; when a heartbeat
 //! fails (the database went away) the node reconciles its directory rows again once it is back. On each beat
 //! it applies the deletes other nodes left it (tombstones), and every [`CATCH_UP_BEATS`] beats it makes the
-//! missing copies of under-replicated objects it holds (`permafrost_s3::ClusterNode::catch_up`; it first retires
+//! missing copies of under-replicated objects it holds (`permafrost_cluster::ClusterNode::catch_up`; it first retires
 //! the copies of nodes lost for `lost_after_ms`, so they are made again elsewhere). The node's
 //! relay (`permafrost_relay::serve`, storing copies into this node's store) listens on `relay_address`, which is
 //! published in the nodes table; without it, on the host of `address` (never on every interface by default),
@@ -52,8 +52,8 @@ use clap::{Args, Subcommand};
 use permafrost_catalog::cluster::{
     self, ClusterDb, DirEntry, LinkReport, LinkSample, ReporterInfo, TransferInfo, LINK_FRESH_MS,
 };
+use permafrost_cluster::ClusterNode;
 use permafrost_relay::NodeStats;
-use permafrost_s3::ClusterNode;
 use permafrost_store::{ListQuery, Store};
 
 use crate::object::CONFIG_FILE;
@@ -608,7 +608,7 @@ pub fn reconcile(
 pub fn apply_tombstones(store: &Store, db: &ClusterDb, node_id: i64) -> Result<usize> {
     let mut deleted = 0;
     for t in db.tombstones(node_id).map_err(|e| anyhow::anyhow!("{e}"))? {
-        if permafrost_s3::apply_tombstone(store, &t).map_err(|e| anyhow::anyhow!("{e}"))? {
+        if permafrost_cluster::apply_tombstone(store, &t).map_err(|e| anyhow::anyhow!("{e}"))? {
             deleted += 1;
         }
         db.clear_tombstone(node_id, &t)
@@ -662,7 +662,7 @@ pub fn start(store: &Arc<Store>, m: &Membership) -> Result<(Arc<ClusterNode>, He
         db: Arc::clone(&m.db),
         node_id: m.node_id,
         node_name: m.section.node.clone(),
-        replication: permafrost_s3::Replication {
+        replication: permafrost_cluster::Replication {
             copies: m.section.copies,
             lost_after_ms: m.section.lost_after_ms,
             topology: m.topology.clone(),
@@ -716,9 +716,9 @@ pub fn start(store: &Arc<Store>, m: &Membership) -> Result<(Arc<ClusterNode>, He
                 // One line per change (nodes down or back, objects short of copies or whole again, a failing
                 // pass), then a reminder every REPORT_EVERY while it lasts; each object's detail is at debug.
                 let mut down_seen: Option<Vec<String>> = None;
-                let mut short_gate = permafrost_s3::ReportGate::<Vec<String>>::new(REPORT_EVERY);
-                let mut catch_up_failing = permafrost_s3::ReportGate::<bool>::new(REPORT_EVERY);
-                let mut rebuild_failing = permafrost_s3::ReportGate::<bool>::new(REPORT_EVERY);
+                let mut short_gate = permafrost_cluster::ReportGate::<Vec<String>>::new(REPORT_EVERY);
+                let mut catch_up_failing = permafrost_cluster::ReportGate::<bool>::new(REPORT_EVERY);
+                let mut rebuild_failing = permafrost_cluster::ReportGate::<bool>::new(REPORT_EVERY);
                 while !stop.load(Ordering::SeqCst) {
                     std::thread::sleep(every);
                     if stop.load(Ordering::SeqCst) {
@@ -822,9 +822,9 @@ const REPORT_EVERY: Duration = Duration::from_secs(300);
 /// short of copies first shows or the nodes not up change (then every [`REPORT_EVERY`] while it lasts, with the
 /// count), one when none is short any more.
 fn report_catch_up(
-    pass: &permafrost_s3::CatchUp,
+    pass: &permafrost_cluster::CatchUp,
     down_seen: &mut Option<Vec<String>>,
-    short_gate: &mut permafrost_s3::ReportGate<Vec<String>>,
+    short_gate: &mut permafrost_cluster::ReportGate<Vec<String>>,
     now: std::time::Instant,
 ) {
     if pass.made > 0 {
@@ -859,7 +859,7 @@ fn report_catch_up(
     }
 }
 
-/// The parity rebuild pass (`permafrost_s3::rebuild_lost`): the fragments of every node lost (down longer than
+/// The parity rebuild pass (`permafrost_cluster::rebuild_lost`): the fragments of every node lost (down longer than
 /// `lost_after_ms`) or down with an operator's request (`cluster rebuild`) that this node is to rebuild. A request
 /// is cleared when its node holds no fragment any more or is up again.
 fn rebuild_lost_nodes(me: &ClusterNode, store: &Store, lost_after_ms: u64) -> Result<()> {
@@ -882,7 +882,7 @@ fn rebuild_lost_nodes(me: &ClusterNode, store: &Store, lost_after_ms: u64) -> Re
         }
     }
     for lost in nodes {
-        permafrost_s3::rebuild_lost(me, store, &lost).map_err(|e| anyhow::anyhow!("{e}"))?;
+        permafrost_cluster::rebuild_lost(me, store, &lost).map_err(|e| anyhow::anyhow!("{e}"))?;
         if requested.contains(&lost.name)
             && db
                 .fragments_on(lost.id)
@@ -921,7 +921,7 @@ fn relay_listen_address(section: &ClusterSection, address: &str) -> Result<Strin
 
 /// Listen on `[cluster] relay_address` (or the node's own host, [`relay_listen_address`]) and serve the relay
 /// node role in-process: copies that arrive are stored into this node's store
-/// (`permafrost_s3::cluster::copy_sink`), from peers that prove the cluster secret. Publishes the address other
+/// (`permafrost_cluster::copy_sink`), from peers that prove the cluster secret. Publishes the address other
 /// nodes reach it at (the advertised S3 host with the bound port when the listen host is unspecified).
 fn start_relay(
     m: &Membership,
@@ -944,13 +944,13 @@ fn start_relay(
     m.db.set_relay_address(m.node_id, &published)
         .map_err(|e| anyhow::anyhow!("{e}"))?;
     let slot = Arc::clone(store);
-    let sink = permafrost_s3::copy_sink(slot, Arc::clone(node));
+    let sink = permafrost_cluster::copy_sink(slot, Arc::clone(node));
     permafrost_relay::serve(
         listener,
         Arc::new(permafrost_relay::RelayNode {
             name: m.section.node.clone(),
             sink: Some(sink),
-            source: Some(permafrost_s3::fragment_source(Arc::clone(store))),
+            source: Some(permafrost_cluster::fragment_source(Arc::clone(store))),
             stats: Arc::clone(&node.replication.stats),
             secret: m.secret.clone(),
         }),
@@ -1630,12 +1630,12 @@ fn run_bucket(args: BucketArgs) -> Result<()> {
         Some("none") => db
             .set_bucket_parity(&args.name, None)
             .map_err(|e| anyhow::anyhow!("{e}"))?,
-        Some(permafrost_s3::XOR) => {
+        Some(permafrost_cluster::XOR) => {
             let nodes = db.nodes().map_err(|e| anyhow::anyhow!("{e}"))?.len();
             if nodes < 3 {
                 bail!("--parity xor: the cluster has only {nodes} node(s); XOR parity needs 3 (A, B and A⊕B on three nodes)");
             }
-            db.set_bucket_parity(&args.name, Some(permafrost_s3::XOR))
+            db.set_bucket_parity(&args.name, Some(permafrost_cluster::XOR))
                 .map_err(|e| anyhow::anyhow!("{e}"))?;
         }
         Some(other) => {

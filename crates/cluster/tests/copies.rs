@@ -6,8 +6,8 @@
 use std::sync::Arc;
 
 use permafrost_catalog::cluster::{ClusterDb, DirEntry};
+use permafrost_cluster::{ClusterNode, Replication};
 use permafrost_disk::power::PowerProfile;
-use permafrost_s3::{ClusterNode, Replication};
 use permafrost_store::{BucketSettings, GridSetup, PutOptions, Store, StoreConfig};
 
 /// The catalog suite's PostgreSQL helpers (`fresh_database`: a new database on the test server).

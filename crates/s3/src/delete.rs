@@ -11,7 +11,7 @@ use s3s::dto::*;
 use s3s::{S3Request, S3Response, S3Result};
 
 use crate::bridge::blocking;
-use crate::cluster::ClusterNode;
+use permafrost_cluster::ClusterNode;
 
 /// Most keys one DeleteObjects request may name (S3's limit).
 const DELETE_KEYS_MAX: usize = 1000;

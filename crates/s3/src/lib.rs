@@ -54,7 +54,7 @@
 //!   naming its signer (`server`).
 //! - Conditional writes hold cluster-wide: in a cluster the node checks the condition in its own catalog at the
 //!   commit and again against the shared directory in the transaction that publishes the write
-//!   (`cluster::ClusterNode::publish_written`); a write the directory refuses is undone on its node and answered
+//!   (`cluster::NodeAnswers::publish_written`); a write the directory refuses is undone on its node and answered
 //!   `412` (`404` for `If-Match` on a key no node holds), so of two creates of one key through different nodes
 //!   exactly one succeeds. A node that crashes between the local commit and the publish publishes the write at
 //!   its restart's reconcile without the condition (docs/cluster.md, "Conditional writes").
@@ -111,12 +111,8 @@ pub use admin::{
 pub use archive_api::{add_archive_endpoints, DATASETS_PATH, RESTORES_PATH};
 pub use auth::Credentials;
 pub use bridge::{BODY_PIECES_IN_FLIGHT, READ_PIECE_BYTES, SMALL_UPLOAD_BYTES};
-pub use cluster::{
-    apply_tombstone, copy_sink, tree_for_write, CatchUp, ClusterNode, Replication, ReportGate,
-    WritePlan, FORWARDED_HEADER,
-};
+pub use cluster::FORWARDED_HEADER;
 pub use common::{GRID_BUCKET_HEADER, STATE_HEADER, STORED_BYTES_HEADER};
 pub use get::SMALL_BODY_BYTES;
-pub use parity::{fragment_source, rebuild_lost, XOR};
 pub use post_object::POST_OBJECT_BYTES_MAX;
 pub use server::{s3_service, s3_service_in, serve, serve_admin, serve_node, DRAIN_TIMEOUT_MS};

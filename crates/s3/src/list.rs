@@ -15,7 +15,7 @@ use s3s::dto::*;
 use s3s::{S3Error, S3ErrorCode, S3Request, S3Response, S3Result};
 
 use crate::bridge::blocking;
-use crate::cluster::ClusterNode;
+use permafrost_cluster::ClusterNode;
 use crate::common::{etag, owner, timestamp, url_encode};
 
 /// Most entries (objects + common prefixes) one page holds, as in S3.

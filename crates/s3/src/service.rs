@@ -6,7 +6,8 @@ use permafrost_store::Store;
 use s3s::dto::*;
 use s3s::{S3Request, S3Response, S3Result, S3};
 
-use crate::cluster::{ClusterNode, Route};
+use crate::cluster::{LocalHeaders, NodeAnswers, Route};
+use permafrost_cluster::ClusterNode;
 use crate::{
     acl, bucket, copy, cors, delete, get, lifecycle, list, lock, multipart, post_object, put,
     restore, tagging, versioning,
