@@ -1,20 +1,22 @@
 //! Reads: an [`ObjectReader`] streams an object's bytes from the cache or, through read promises, from the grid,
 //! decoding what needs decoding and verifying what it reads.
 //!
-//! Verification: a segment read from its start streams its whole extent (header, payload, crc) and checks the
-//! extent's crc32c and the BLAKE3 the catalog recorded; a read of the whole object (as received) is checked at
-//! its end (an [`EndCheck`]): against the object's full-object CRC when it has one (CRC32C, CRC32 or CRC64NVME,
-//! computed from the received bytes at upload and stored with the object; a few times cheaper per byte than
-//! BLAKE3), else against the content's BLAKE3 (its id). Reads that verify (`prefer_grid`) always use BLAKE3. When
-//! that end check covers every byte delivered, the extents' BLAKE3 is not computed as well (their crc32c still
-//! is): one hash pass per byte instead of two. A mismatch ends the stream with an `InvalidData` error before
-//! end-of-file, so a caller never sees a clean end after wrong bytes. Memory: one 64 KiB buffer for a cache file
-//! (a grid segment is read in place from the engine's chunk buffers) plus the engine's read-ahead of at most two
-//! read promises (the next extent's or the next part's opens before the current one ends, so the disk reads on
-//! across the boundary) and, for chunked contents, about two chunks; a long read of a persisted chunked content
-//! decodes on a read-ahead thread ([`ReadAhead`], a few 1 MiB blocks ahead), whose errors keep their place in the
-//! stream, so all of the above holds unchanged. Opening ahead delivers and checks nothing early: every byte still
-//! passes the same checks, in order, before the caller sees it.
+//! Verification: every block the grid delivers has been checked by the disk layer against its crc32c (and rebuilt when
+//! it did not match, `permafrost_idr`). A read of the whole object (as received) is checked at its end (an
+//! [`EndCheck`]): against the object's full-object CRC when it has one (CRC32C, CRC32 or CRC64NVME, computed from the
+//! received bytes at upload and stored with the object; a few times cheaper per byte than BLAKE3), else against the
+//! content's BLAKE3 (its id). Reads that verify (`prefer_grid`) always use BLAKE3. When that end check covers every
+//! byte delivered, the extents are not checked as well (a verifying read still checks their crc32c, to see damage in
+//! the bytes a read does not deliver: an extent's header and crc): one check pass per byte instead of two. Otherwise a
+//! segment read from its start streams its whole extent (header, payload, crc) and checks the extent's crc32c and the
+//! BLAKE3 the catalog recorded. A mismatch ends the stream with an `InvalidData` error before end-of-file, so a caller
+//! never sees a clean end after wrong bytes. Memory: one 64 KiB buffer for a cache file (a grid segment is read in
+//! place from the engine's chunk buffers) plus the engine's read-ahead of at most two read promises (the next extent's
+//! or the next part's opens before the current one ends, so the disk reads on across the boundary) and, for chunked
+//! contents, about two chunks; a long read of a persisted chunked content decodes on a read-ahead thread
+//! ([`ReadAhead`], a few 1 MiB blocks ahead), whose errors keep their place in the stream, so all of the above holds
+//! unchanged. Opening ahead delivers and checks nothing early: every byte still passes the same checks, in order,
+//! before the caller sees it.
 
 use std::fs::File;
 use std::io::{self, BufReader, Read, Seek, SeekFrom};
@@ -246,15 +248,20 @@ impl ObjectReader {
         let whole = offset == 0 && len == total_bytes;
         // The bytes as received are the decoded bytes of identity uploads and the stored bytes of pre-compressed
         // ones: a whole read of them is checked at its end (below: the object's full-object CRC or the content's
-        // BLAKE3), which then covers every byte this reader delivers, so the extents need only their crc32c.
+        // BLAKE3), which then covers every byte this reader delivers, and the disk layer has checked every block
+        // it read against its crc32c (`permafrost_idr`): the extents need no check of their own.
         let as_received = (content.id.encoding == Encoding::Identity) || as_stored;
         let content_checked = whole && as_received;
+        // A read that verifies (`prefer_grid`, the verifier's) still checks every extent whole, header and crc
+        // included, which a read for a client does not deliver.
         let extents = if !whole {
             ExtentChecks::None
-        } else if content_checked {
+        } else if !content_checked {
+            ExtentChecks::Full
+        } else if prefer_grid {
             ExtentChecks::Crc
         } else {
-            ExtentChecks::Full
+            ExtentChecks::None
         };
         let mut source = open_source(inner, content, prefer_grid, extents)?;
         let on_grid = source.on_grid();
@@ -629,9 +636,9 @@ impl Source for GridSource {
 /// Which checks a grid read makes of the extents it streams whole.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub(crate) enum ExtentChecks {
-    /// None: a ranged read (no extent is read whole).
+    /// None: a ranged read (no extent is read whole), or one whose caller checks every byte it delivers.
     None,
-    /// crc32c only: the caller checks the content's BLAKE3 over every byte it delivers.
+    /// crc32c only: a verifying read whose caller checks the content's BLAKE3 over every byte it delivers.
     Crc,
     /// crc32c and the BLAKE3 the catalog recorded.
     Full,
