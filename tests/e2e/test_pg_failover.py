@@ -19,7 +19,7 @@ import time
 import pytest
 
 from conftest import REPO, Server, client
-from test_cluster_nodes import node_config, pg_bindir, probe, wait_for
+from test_cluster_nodes import node_config, pg_bindir, probe, status, wait_for
 
 SCRIPT = REPO / "scripts/pg-standby.sh"
 CLIENTS = 8
@@ -111,6 +111,9 @@ def test_nodes_follow_a_promoted_standby(pg_pair, tmp_path):
             nodes[name] = Server(tmp_path / name, config=node_config(url, "drill", name, "copies = 2\n"))
             nodes[name].start()
         pids = {name: s.process.pid for name, s in nodes.items()}
+        # The status names both servers, without password or options.
+        pa, pb = pg_pair["PERMAFROST_TEST_PG_PRIMARY_PORT"], pg_pair["PERMAFROST_TEST_PG_STANDBY_PORT"]
+        assert status(tmp_path / "a")["database"] == f"permafrost@127.0.0.1:{pa},127.0.0.1:{pb}/permafrost"
         client(nodes["a"].endpoint).create_bucket(Bucket="drill")
         for s in nodes.values():
             assert probe(s.endpoint, "/_permafrost/ready") == (200, {"status": "ready"})
