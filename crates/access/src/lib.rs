@@ -26,6 +26,8 @@
 //! **Not here.** Signature checking (s3s does it with the secret [`Access::secret_of`] returns), mapping HTTP
 //! requests to operations (the S3 layer), the admin API's own sessions and tokens (`permafrost-admin`).
 
+#![forbid(unsafe_code)]
+
 pub mod acl;
 mod keys;
 pub mod operations;
