@@ -26,6 +26,8 @@
 //!
 //! Other crates add endpoints with [`Admin::route`] and [`router::handler`], in files of their own.
 
+#![forbid(unsafe_code)]
+
 pub mod api;
 pub mod auth;
 pub mod cluster;
