@@ -30,6 +30,8 @@
 //!
 //! **Not here.** Bytes (the cache files and the grid are the store's), hashing, formats, policies.
 
+#![forbid(unsafe_code)]
+
 mod access;
 mod archive;
 pub mod cluster;
