@@ -22,6 +22,8 @@
 //!
 //! **Not here.** Objects, extents, placement and the catalog (the store above), the CLI.
 
+#![forbid(unsafe_code)]
+
 mod ages;
 mod buffer_pool;
 mod config;
