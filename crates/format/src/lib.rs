@@ -45,6 +45,8 @@
 //! **Not here.** Where extents go (the store and the engine), the catalog, and
 //! BLAKE3 hashing of extents for the catalog (the store hashes what it writes).
 
+#![forbid(unsafe_code)]
+
 mod chunk;
 mod error;
 mod extent;
