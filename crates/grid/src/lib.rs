@@ -42,6 +42,8 @@
 //! **Not here.** Moving bytes (the engine executes [`RecoveryPlan`]s), MTTDL
 //! (the planner builds on [`Geometry::count_unrecoverable`]).
 
+#![forbid(unsafe_code)]
+
 mod geometry;
 mod layout;
 mod recovery;
