@@ -26,6 +26,8 @@
 //! # Ok::<(), permafrost_plan::PlanError>(())
 //! ```
 
+#![forbid(unsafe_code)]
+
 pub mod cli;
 mod explore;
 pub mod fatal;
