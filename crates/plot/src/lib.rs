@@ -29,6 +29,8 @@
 //! - At most [`SERIES_MAX`] series and [`POINTS_MAX`] points per series, so a chart stays a
 //!   picture people can read and a file of bounded size.
 
+#![forbid(unsafe_code)]
+
 mod axis;
 mod render;
 
