@@ -34,6 +34,8 @@
 //! **Not here.** Carrying out the decisions (the store's persistence manager,
 //! the engine's write promises, the simulator's event loop).
 
+#![forbid(unsafe_code)]
+
 pub mod idle;
 pub mod placement;
 pub mod scheduler;
