@@ -40,6 +40,8 @@
 //! private network or a WireGuard tunnel, docs/security.md "Cluster traffic"); where the secret comes from
 //! (the cluster's catalog or a file: `permafrost-cli`).
 
+#![forbid(unsafe_code)]
+
 pub mod auth;
 pub mod wire;
 
