@@ -73,6 +73,8 @@
 //! decides; this crate asks), storage-class transitions, SELECT. Signature V2 (headers, presigned URLs, forms
 //! as boto3 signs them) is checked by s3s like V4.
 
+#![forbid(unsafe_code)]
+
 mod acl;
 mod admin;
 mod archive_api;
