@@ -13,6 +13,8 @@
 //! of threads. Memory: the trace is held compactly (32 bytes per request) plus, per running
 //! cache, a few bytes per distinct object.
 
+#![forbid(unsafe_code)]
+
 pub mod cli;
 mod lists;
 mod policy;
