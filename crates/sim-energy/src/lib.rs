@@ -34,6 +34,8 @@
 //! another at sequential speed), parity-delta merging, packing of small
 //! objects, compression, failures and rebuilds.
 
+#![forbid(unsafe_code)]
+
 mod archive;
 pub mod cli;
 mod config;
