@@ -34,6 +34,8 @@
 //! **Not here.** Moving bytes (the relay data plane), measuring utilisation, storing the topology in
 //! the catalog, choosing which nodes are healthy or have room (callers pass candidates).
 
+#![forbid(unsafe_code)]
+
 pub mod baseline;
 pub mod random;
 pub mod shape;
