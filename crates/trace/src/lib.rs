@@ -23,6 +23,8 @@
 //! # Ok::<(), permafrost_trace::TraceError>(())
 //! ```
 
+#![forbid(unsafe_code)]
+
 pub mod cli;
 mod format;
 mod gen;
