@@ -139,8 +139,9 @@ fn ops(s: &mut Setup) -> Vec<Op<'_>> {
             ops.push((
                 "xor_into 4 KiB avx2",
                 BLOCK,
-                Box::new(move || unsafe {
-                    xor::x86::xor_into_avx2(black_box(&mut t), black_box(&s))
+                Box::new(move || {
+                    // SAFETY: the CPU has AVX2 (checked above); t and s are clones of equal-length buffers.
+                    unsafe { xor::x86::xor_into_avx2(black_box(&mut t), black_box(&s)) }
                 }),
             ));
         }
@@ -149,16 +150,18 @@ fn ops(s: &mut Setup) -> Vec<Op<'_>> {
             ops.push((
                 "xor_into 4 KiB avx512",
                 BLOCK,
-                Box::new(move || unsafe {
-                    xor::x86::xor_into_avx512(black_box(&mut t), black_box(&s))
+                Box::new(move || {
+                    // SAFETY: the CPU has AVX-512F (checked above); t and s are clones of equal-length buffers.
+                    unsafe { xor::x86::xor_into_avx512(black_box(&mut t), black_box(&s)) }
                 }),
             ));
             let (mut t, s) = (xor_target.clone(), xor_source.clone());
             ops.push((
                 "xor_into 4 KiB autovec(avx512 on)",
                 BLOCK,
-                Box::new(move || unsafe {
-                    xor::xor_into_autovec_avx512(black_box(&mut t), black_box(&s))
+                Box::new(move || {
+                    // SAFETY: the CPU has AVX-512F (checked above); t and s are clones of equal-length buffers.
+                    unsafe { xor::xor_into_autovec_avx512(black_box(&mut t), black_box(&s)) }
                 }),
             ));
         }

@@ -131,16 +131,23 @@ pub mod x86 {
         while i + 256 <= len {
             for lane in 0..4 {
                 let at = i + lane * 64;
-                let a = _mm512_loadu_si512(t.add(at).cast());
-                let b = _mm512_loadu_si512(s.add(at).cast());
-                _mm512_storeu_si512(t.add(at).cast(), _mm512_xor_si512(a, b));
+                // SAFETY: at + 64 <= len, and both buffers hold len bytes (the caller's contract); unaligned
+                // loads and stores need no alignment; `target` is borrowed mutably, so nothing else sees it.
+                unsafe {
+                    let a = _mm512_loadu_si512(t.add(at).cast());
+                    let b = _mm512_loadu_si512(s.add(at).cast());
+                    _mm512_storeu_si512(t.add(at).cast(), _mm512_xor_si512(a, b));
+                }
             }
             i += 256;
         }
         while i + 64 <= len {
-            let a = _mm512_loadu_si512(t.add(i).cast());
-            let b = _mm512_loadu_si512(s.add(i).cast());
-            _mm512_storeu_si512(t.add(i).cast(), _mm512_xor_si512(a, b));
+            // SAFETY: i + 64 <= len, and both buffers hold len bytes (the caller's contract).
+            unsafe {
+                let a = _mm512_loadu_si512(t.add(i).cast());
+                let b = _mm512_loadu_si512(s.add(i).cast());
+                _mm512_storeu_si512(t.add(i).cast(), _mm512_xor_si512(a, b));
+            }
             i += 64;
         }
         super::xor_into_portable(&mut target[i..], &source[i..]);
@@ -158,16 +165,23 @@ pub mod x86 {
         while i + 128 <= len {
             for lane in 0..4 {
                 let at = i + lane * 32;
-                let a = _mm256_loadu_si256(t.add(at).cast());
-                let b = _mm256_loadu_si256(s.add(at).cast());
-                _mm256_storeu_si256(t.add(at).cast(), _mm256_xor_si256(a, b));
+                // SAFETY: at + 32 <= len, and both buffers hold len bytes (the caller's contract); unaligned
+                // loads and stores need no alignment; `target` is borrowed mutably, so nothing else sees it.
+                unsafe {
+                    let a = _mm256_loadu_si256(t.add(at).cast());
+                    let b = _mm256_loadu_si256(s.add(at).cast());
+                    _mm256_storeu_si256(t.add(at).cast(), _mm256_xor_si256(a, b));
+                }
             }
             i += 128;
         }
         while i + 32 <= len {
-            let a = _mm256_loadu_si256(t.add(i).cast());
-            let b = _mm256_loadu_si256(s.add(i).cast());
-            _mm256_storeu_si256(t.add(i).cast(), _mm256_xor_si256(a, b));
+            // SAFETY: i + 32 <= len, and both buffers hold len bytes (the caller's contract).
+            unsafe {
+                let a = _mm256_loadu_si256(t.add(i).cast());
+                let b = _mm256_loadu_si256(s.add(i).cast());
+                _mm256_storeu_si256(t.add(i).cast(), _mm256_xor_si256(a, b));
+            }
             i += 32;
         }
         super::xor_into_portable(&mut target[i..], &source[i..]);
@@ -185,21 +199,25 @@ pub mod x86 {
         let t = target.as_mut_ptr();
         let mut i = 0;
         while i + 256 <= len {
-            let f = first.as_ptr().add(i);
-            let mut acc = [
-                _mm512_loadu_si512(f.cast()),
-                _mm512_loadu_si512(f.add(64).cast()),
-                _mm512_loadu_si512(f.add(128).cast()),
-                _mm512_loadu_si512(f.add(192).cast()),
-            ];
-            for source in rest {
-                let p = source.as_ptr().add(i);
-                for (lane, a) in acc.iter_mut().enumerate() {
-                    *a = _mm512_xor_si512(*a, _mm512_loadu_si512(p.add(lane * 64).cast()));
+            // SAFETY: i + 256 <= len and every source holds len bytes (the caller's contract), so the four
+            // 64-byte lanes at i lie inside `first`, each source and `target`; the loads and stores are unaligned.
+            unsafe {
+                let f = first.as_ptr().add(i);
+                let mut acc = [
+                    _mm512_loadu_si512(f.cast()),
+                    _mm512_loadu_si512(f.add(64).cast()),
+                    _mm512_loadu_si512(f.add(128).cast()),
+                    _mm512_loadu_si512(f.add(192).cast()),
+                ];
+                for source in rest {
+                    let p = source.as_ptr().add(i);
+                    for (lane, a) in acc.iter_mut().enumerate() {
+                        *a = _mm512_xor_si512(*a, _mm512_loadu_si512(p.add(lane * 64).cast()));
+                    }
                 }
-            }
-            for (lane, a) in acc.iter().enumerate() {
-                _mm512_storeu_si512(t.add(i + lane * 64).cast(), *a);
+                for (lane, a) in acc.iter().enumerate() {
+                    _mm512_storeu_si512(t.add(i + lane * 64).cast(), *a);
+                }
             }
             i += 256;
         }
@@ -223,21 +241,25 @@ pub mod x86 {
         let t = target.as_mut_ptr();
         let mut i = 0;
         while i + 128 <= len {
-            let f = first.as_ptr().add(i);
-            let mut acc = [
-                _mm256_loadu_si256(f.cast()),
-                _mm256_loadu_si256(f.add(32).cast()),
-                _mm256_loadu_si256(f.add(64).cast()),
-                _mm256_loadu_si256(f.add(96).cast()),
-            ];
-            for source in rest {
-                let p = source.as_ptr().add(i);
-                for (lane, a) in acc.iter_mut().enumerate() {
-                    *a = _mm256_xor_si256(*a, _mm256_loadu_si256(p.add(lane * 32).cast()));
+            // SAFETY: i + 128 <= len and every source holds len bytes (the caller's contract), so the four
+            // 32-byte lanes at i lie inside `first`, each source and `target`; the loads and stores are unaligned.
+            unsafe {
+                let f = first.as_ptr().add(i);
+                let mut acc = [
+                    _mm256_loadu_si256(f.cast()),
+                    _mm256_loadu_si256(f.add(32).cast()),
+                    _mm256_loadu_si256(f.add(64).cast()),
+                    _mm256_loadu_si256(f.add(96).cast()),
+                ];
+                for source in rest {
+                    let p = source.as_ptr().add(i);
+                    for (lane, a) in acc.iter_mut().enumerate() {
+                        *a = _mm256_xor_si256(*a, _mm256_loadu_si256(p.add(lane * 32).cast()));
+                    }
                 }
-            }
-            for (lane, a) in acc.iter().enumerate() {
-                _mm256_storeu_si256(t.add(i + lane * 32).cast(), *a);
+                for (lane, a) in acc.iter().enumerate() {
+                    _mm256_storeu_si256(t.add(i + lane * 32).cast(), *a);
+                }
             }
             i += 128;
         }
@@ -285,14 +307,17 @@ mod tests {
             {
                 if std::arch::is_x86_feature_detected!("avx2") {
                     let mut t = a.clone();
+                    // SAFETY: the CPU has AVX2 (checked above); t and b have the same length.
                     unsafe { x86::xor_into_avx2(&mut t, &b) };
                     assert_eq!(t, expected, "avx2, len {len}");
                 }
                 if std::arch::is_x86_feature_detected!("avx512f") {
                     let mut t = a.clone();
+                    // SAFETY: the CPU has AVX-512F (checked above); t and b have the same length.
                     unsafe { x86::xor_into_avx512(&mut t, &b) };
                     assert_eq!(t, expected, "avx512, len {len}");
                     let mut t = a.clone();
+                    // SAFETY: the CPU has AVX-512F (checked above).
                     unsafe { xor_into_autovec_avx512(&mut t, &b) };
                     assert_eq!(t, expected, "autovec, len {len}");
                 }
@@ -320,6 +345,7 @@ mod tests {
                 #[cfg(target_arch = "x86_64")]
                 if std::arch::is_x86_feature_detected!("avx2") {
                     let mut t = vec![0xAA; len];
+                    // SAFETY: the CPU has AVX2 (checked above); every source is len bytes long, as t is.
                     unsafe { x86::xor_all_into_avx2(&mut t, &refs) };
                     assert_eq!(t, expected, "avx2 len {len} count {count}");
                 }
