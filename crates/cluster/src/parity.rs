@@ -19,7 +19,12 @@
 //!   A range reads whole halves and skips what is outside it.
 //! - **Lost node** ([`rebuild_lost`]): each fragment a lost node held is rebuilt by the first node (by name) that
 //!   is up and holds no fragment of that object, from the other two, checked against the directory, stored, and
-//!   moved to it in the directory (the lost node gets a tombstone for it).
+//!   moved to it in the directory (the lost node gets a tombstone for it). When no node is free (three nodes,
+//!   each holding a fragment), the object is kept at the best redundancy two nodes allow: each surviving holder
+//!   rebuilds it whole and publishes a whole copy, then the object switches to them (its fragments go) and is
+//!   recorded under-replicated for parity, the state of a write that found fewer than three nodes; the
+//!   catch-up re-encodes it into fragments (dropping the whole copies) once three nodes are up.
+//!   [`rebuild_plan`] says which of the two happens (`permafrost cluster rebuild`).
 //! - **Sources**: [`fragment_source`] is the in-process relay's `SourceFactory`: the transfer id of a parity
 //!   stream names the object's fragment prefix and which role each node sends (`node=role,…|prefix`).
 
@@ -209,6 +214,31 @@ pub(crate) fn place(
         .filter(|n| n.health == Health::Up)
         .filter_map(|n| relays.get(&n.name).map(|a| (n.id, n.name, a.clone())))
         .collect();
+    // The whole copies of this version (this node's, and those kept after a lost node: `rebuild_lost`).
+    let whole = node
+        .db
+        .holders(bucket, key)?
+        .iter()
+        .filter(|(_, e)| e.etag == entry.etag && e.last_modified_ms == entry.last_modified_ms)
+        .count()
+        .max(1);
+    if up.len() < ROLES.len() {
+        // Nothing to send: fragments on fewer than three nodes would only be left over.
+        node.db.record_copies(&entry, 3, whole as u32)?;
+        let line = format!(
+            "cluster: {bucket}/{key}: only {} node(s) up to take its 3 fragments; kept as {whole} whole cop{}, {}",
+            up.len(),
+            if whole == 1 { "y" } else { "ies" },
+            if expect.is_some() { "still under-replicated" } else { "recorded as under-replicated" }
+        );
+        // A catch-up pass repeats this per object: its summary carries the count.
+        if expect.is_some() {
+            tracing::debug!("{line}");
+        } else {
+            tracing::warn!("{line}");
+        }
+        return Ok(whole);
+    }
     let object = format!("{bucket}/{key}");
     let mut candidates = ranked(&object, up).into_iter();
     let n = info.size_bytes;
@@ -286,7 +316,7 @@ pub(crate) fn place(
         .collect::<Vec<_>>()
         .join(", ");
     if placed.len() < ROLES.len() {
-        node.db.record_copies(&entry, 3, 1)?;
+        node.db.record_copies(&entry, 3, whole as u32)?;
         // A catch-up pass repeats this per object: its summary carries the count.
         if expect.is_some() {
             tracing::debug!(
@@ -303,7 +333,7 @@ pub(crate) fn place(
                 why.join("; ")
             );
         }
-        return Ok(1);
+        return Ok(whole);
     }
     let meta = serde_json::json!({
         "content_type": info.content_type,
@@ -567,9 +597,85 @@ impl Write for Counted<'_> {
     }
 }
 
-/// Rebuild every fragment the lost node `lost` held for which this node is the rebuilder (the first node by name
-/// that is up and holds no fragment of that object): from the other two holders, checked against the directory,
-/// stored here, moved to this node in the directory. Returns (rebuilt, failed).
+/// What the rebuild of a node's fragments does (`permafrost cluster rebuild`, [`rebuild_lost`]), as the cluster
+/// is now.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RebuildPlan {
+    /// Fragments rebuilt on a node that is up and holds no fragment of their object.
+    pub fragments_rebuilt: usize,
+    /// Objects with no such node: rebuilt whole and kept as whole copies on their surviving holders (re-encoded
+    /// into fragments by the catch-up once three nodes are up).
+    pub objects_kept_whole: usize,
+    /// Objects whose other holders are not both up: nothing can be done until one is back.
+    pub objects_waiting: usize,
+}
+
+/// What happens to each fragment node `lost` holds (see [`RebuildPlan`]).
+pub fn rebuild_plan(
+    db: &permafrost_catalog::cluster::ClusterDb,
+    lost: &NodeInfo,
+) -> Result<RebuildPlan, ClusterError> {
+    let nodes = db.nodes()?;
+    let relays: std::collections::BTreeMap<String, String> =
+        db.relay_addresses()?.into_iter().collect();
+    let mut plan = RebuildPlan::default();
+    for (bucket, key, _) in db.fragments_on(lost.id)? {
+        let Some(obj) = db.parity_object(&bucket, &key)? else {
+            continue;
+        };
+        match way_for(&obj, lost.id, &nodes, &relays) {
+            Way::Free(_) => plan.fragments_rebuilt += 1,
+            Way::Keep(_) => plan.objects_kept_whole += 1,
+            Way::Wait => plan.objects_waiting += 1,
+        }
+    }
+    Ok(plan)
+}
+
+/// How a fragment of `obj` held by the lost node `lost_id` is made again.
+enum Way {
+    /// On this node (the first by name that is up and holds no fragment of the object).
+    Free(i64),
+    /// No such node: the object is kept whole on these surviving holders.
+    Keep(Vec<i64>),
+    /// Not both other holders are up.
+    Wait,
+}
+
+fn way_for(
+    obj: &ParityObject,
+    lost_id: i64,
+    nodes: &[NodeInfo],
+    relays: &std::collections::BTreeMap<String, String>,
+) -> Way {
+    let usable = |n: &NodeInfo| n.health == Health::Up && relays.contains_key(&n.name);
+    let holding: Vec<i64> = obj.fragments.iter().map(|f| f.node.id).collect();
+    let others: Vec<&NodeInfo> = obj
+        .fragments
+        .iter()
+        .filter(|f| f.node.id != lost_id)
+        .map(|f| &f.node)
+        .collect();
+    if others.len() != 2 || !others.iter().all(|n| usable(n)) {
+        return Way::Wait;
+    }
+    match nodes
+        .iter()
+        .filter(|n| usable(n))
+        .find(|n| !holding.contains(&n.id))
+    {
+        Some(n) => Way::Free(n.id),
+        None => Way::Keep(others.iter().map(|n| n.id).collect()),
+    }
+}
+
+/// Make again every fragment the lost node `lost` held that falls to this node: rebuilt here when this node is
+/// the first by name that is up and holds no fragment of the object (from the other two, checked against the
+/// directory, stored, moved to this node in the directory); when no node is free (three nodes, each holding a
+/// fragment) and this node holds one of the two others, the object is rebuilt whole here and published as a
+/// whole copy, and once both surviving holders have theirs it switches to them
+/// (`ClusterDb::parity_to_copies`): it survives the loss of one more node, and the catch-up re-encodes it when
+/// three nodes are up. One log line per pass that did anything, with counts. Returns (done, failed).
 pub fn rebuild_lost(
     node: &ClusterNode,
     store: &Store,
@@ -579,56 +685,193 @@ pub fn rebuild_lost(
     let nodes = node.db.nodes()?;
     let relays: std::collections::BTreeMap<String, String> =
         node.db.relay_addresses()?.into_iter().collect();
-    let (mut rebuilt, mut failed) = (0, 0);
+    let (mut rebuilt, mut failed, mut whole_here, mut switched) = (0, 0, 0, 0);
+    let mut first_error: Option<String> = None;
     for (bucket, key, role) in node.db.fragments_on(lost.id)? {
         let Some(obj) = node.db.parity_object(&bucket, &key)? else {
             continue;
         };
-        let holding: Vec<i64> = obj.fragments.iter().map(|f| f.node.id).collect();
-        let rebuilder = nodes
-            .iter()
-            .filter(|n| n.health == Health::Up && relays.contains_key(&n.name))
-            .find(|n| !holding.contains(&n.id));
-        if rebuilder.map(|n| n.id) != Some(node.node_id) {
-            continue;
-        }
-        let Some(f) = obj
-            .fragments
-            .iter()
-            .find(|f| f.role == role && f.node.id == lost.id)
-        else {
-            continue;
-        };
-        match rebuild_one(node, store, &obj, f, &relays) {
-            Ok(()) => {
-                if node
-                    .db
-                    .move_fragment(&obj.entry, &role, lost.id, node.node_id, &f.blake3)?
-                {
-                    rebuilt += 1;
-                    tracing::info!(
-                        "cluster: rebuilt fragment {role} of {bucket}/{key} (lost with node {}) here",
+        match way_for(&obj, lost.id, &nodes, &relays) {
+            Way::Wait => continue,
+            Way::Free(id) if id != node.node_id => continue,
+            Way::Keep(keepers) if !keepers.contains(&node.node_id) => continue,
+            Way::Keep(keepers) => match keep_whole(node, store, &obj, lost.id, &relays) {
+                Ok(made) => {
+                    whole_here += usize::from(made);
+                    if node.db.parity_to_copies(&obj.entry, &keepers)? {
+                        switched += 1;
+                        tracing::debug!(
+                            "cluster: {bucket}/{key} (fragment {role} lost with node {}) is now held as {} whole copies",
+                            lost.name,
+                            keepers.len()
+                        );
+                    }
+                }
+                Err(e) => {
+                    failed += 1;
+                    tracing::debug!(
+                        "cluster: rebuilding {bucket}/{key} whole (fragment {role} lost with node {}) failed: {e}",
                         lost.name
                     );
+                    first_error.get_or_insert(format!("{bucket}/{key}: {e}"));
                 }
-            }
-            Err(e) => {
-                failed += 1;
-                tracing::warn!(
-                    "cluster: rebuilding fragment {role} of {bucket}/{key} (lost with node {}) failed: {e}",
-                    lost.name
-                );
+            },
+            Way::Free(_) => {
+                let Some(f) = obj
+                    .fragments
+                    .iter()
+                    .find(|f| f.role == role && f.node.id == lost.id)
+                else {
+                    continue;
+                };
+                match rebuild_one(node, store, &obj, f, &relays) {
+                    Ok(()) => {
+                        if node.db.move_fragment(
+                            &obj.entry,
+                            &role,
+                            lost.id,
+                            node.node_id,
+                            &f.blake3,
+                        )? {
+                            rebuilt += 1;
+                            tracing::info!(
+                                "cluster: rebuilt fragment {role} of {bucket}/{key} (lost with node {}) here",
+                                lost.name
+                            );
+                        }
+                    }
+                    Err(e) => {
+                        failed += 1;
+                        tracing::warn!(
+                            "cluster: rebuilding fragment {role} of {bucket}/{key} (lost with node {}) failed: {e}",
+                            lost.name
+                        );
+                    }
+                }
             }
         }
     }
-    if rebuilt + failed > 0 {
+    if rebuilt > 0 || (failed > 0 && whole_here + switched == 0) {
         tracing::info!(
-            "cluster: rebuild of lost node {}: {rebuilt} fragments rebuilt here, {failed} failed, in {:.3} s",
+            "cluster: rebuild of lost node {}: {rebuilt} fragments rebuilt here, {failed} failed{}, in {:.3} s",
             lost.name,
+            first_error
+                .as_deref()
+                .map(|e| format!(" (first: {e})"))
+                .unwrap_or_default(),
             started.elapsed().as_secs_f64()
         );
     }
-    Ok((rebuilt, failed))
+    if whole_here + switched > 0 {
+        tracing::warn!(
+            "cluster: node {} lost: {whole_here} xor object(s) rebuilt whole here and {switched} switched to 2 whole \
+             copies (no free node up for their fragments; re-encoded when three nodes are up), {failed} failed{}, in {:.3} s",
+            lost.name,
+            first_error
+                .as_deref()
+                .map(|e| format!(" (first: {e})"))
+                .unwrap_or_default(),
+            started.elapsed().as_secs_f64()
+        );
+    }
+    Ok((rebuilt + switched, failed))
+}
+
+/// Rebuild `obj` whole into this node's store from its fragments held by nodes other than `lost_id` (each half
+/// checked against the directory's BLAKE3) and publish this node's whole copy. Returns whether a copy was made
+/// (false: this node held it already, from an earlier pass).
+fn keep_whole(
+    node: &ClusterNode,
+    store: &Store,
+    obj: &ParityObject,
+    lost_id: i64,
+    relays: &std::collections::BTreeMap<String, String>,
+) -> Result<bool, String> {
+    let e = &obj.entry;
+    if let Ok(info) = store.head_object(&e.bucket, &e.key) {
+        if info.etag == e.etag && info.last_modified_ms == e.last_modified_ms {
+            node.db
+                .publish(node.node_id, e)
+                .map_err(|e| e.to_string())?;
+            return Ok(false);
+        }
+    }
+    let meta: serde_json::Value = serde_json::from_str(&obj.meta).unwrap_or_default();
+    let options = permafrost_store::PutOptions {
+        content_type: meta["content_type"]
+            .as_str()
+            .map(str::to_owned)
+            .or_else(|| e.content_type.clone()),
+        user_metadata: serde_json::from_value(meta["user_metadata"].clone()).unwrap_or_default(),
+        replica_of: Some(permafrost_store::ReplicaOf {
+            etag: e.etag.clone(),
+            last_modified_ms: e.last_modified_ms,
+        }),
+        ..Default::default()
+    };
+    match store.head_bucket(&e.bucket) {
+        Ok(_) => {}
+        Err(_) => match store.create_bucket(&e.bucket, Default::default()) {
+            Ok(()) | Err(permafrost_store::StoreError::BucketAlreadyOwnedByYou(_)) => {}
+            Err(e) => return Err(e.to_string()),
+        },
+    }
+    let n = e.size_bytes;
+    let h = half(n);
+    let mut others = obj.clone();
+    others.fragments.retain(|f| f.node.id != lost_id);
+    let mut handle = store
+        .begin_put(&e.bucket, &e.key, options)
+        .map_err(|e| e.to_string())?;
+    if n > 0 {
+        for (role, take) in [("a", h), ("b", n - h)] {
+            let want = obj
+                .fragments
+                .iter()
+                .find(|f| f.role == role)
+                .map(|f| f.blake3.clone())
+                .ok_or_else(|| format!("fragment {role} is missing from the directory"))?;
+            let mut sink = Take {
+                inner: PutWriter(&mut handle),
+                left: take,
+            };
+            let hash = fetch_fragment(node, &others, role, relays, &mut sink)?;
+            if blake3::Hash::from(hash).to_hex().as_str() != want {
+                return Err(format!("half {role}'s BLAKE3 differs from the directory's"));
+            }
+        }
+    }
+    let info = handle.finish().map_err(|e| e.to_string())?;
+    if info.size_bytes != n || info.etag != e.etag {
+        return Err(format!(
+            "the rebuilt object has {} bytes and ETag {}, the directory says {n} and {}",
+            info.size_bytes, info.etag, e.etag
+        ));
+    }
+    node.db
+        .publish(node.node_id, e)
+        .map_err(|e| e.to_string())?;
+    Ok(true)
+}
+
+/// Passes the first `left` bytes to `inner` and drops the rest (half `b`'s zero padding).
+struct Take<W> {
+    inner: W,
+    left: u64,
+}
+
+impl<W: Write> Write for Take<W> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let n = (buf.len() as u64).min(self.left) as usize;
+        if n > 0 {
+            self.inner.write_all(&buf[..n])?;
+            self.left -= n as u64;
+        }
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        self.inner.flush()
+    }
 }
 
 /// Rebuild fragment `f` of `obj` from the other two into this node's store.

@@ -17,8 +17,8 @@
 //!   down drops its stale fragment when it comes back.
 
 use super::{
-    newer_version_listed, node_row, publish_in, sql_err, with_health, ClusterDb, DirEntry,
-    NodeInfo, NOW_MS,
+    newer_version_listed, node_row, publish_in, record_copies_in, sql_err, with_health, ClusterDb,
+    DirEntry, NodeInfo, NOW_MS,
 };
 use crate::sql::{self, params, Connection, OptionalExtension};
 use crate::{CatalogError, Result};
@@ -164,6 +164,39 @@ impl ClusterDb {
                 params![entry.bucket, key, node_id, lm],
             )
             .map_err(sql_err)?;
+            // Whole copies of this version on other nodes (an object kept as whole copies after a lost node,
+            // `parity_to_copies`, now re-encoded): their rows go and their holders get a tombstone, so they drop
+            // their copy on their next heartbeat.
+            let mut st = c
+                .prepare_cached(
+                    "SELECT node_id FROM permafrost_cluster.objects WHERE bucket = ?1 AND key = ?2 \
+                     AND etag = ?3 AND last_modified_ms = ?4 AND node_id <> ?5 ORDER BY node_id",
+                )
+                .map_err(sql_err)?;
+            let others: Vec<i64> = st
+                .query_map(
+                    params![entry.bucket, key, entry.etag, lm, PARITY_HOLDER],
+                    |r| r.get(0),
+                )
+                .map_err(sql_err)?
+                .collect::<sql::Result<_>>()
+                .map_err(sql_err)?;
+            for other in others {
+                c.execute(
+                    "INSERT INTO permafrost_cluster.tombstones (node_id, bucket, key, etag, last_modified_ms) \
+                     VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT (node_id, bucket, key) DO UPDATE SET \
+                     etag = excluded.etag, last_modified_ms = GREATEST(permafrost_cluster.tombstones.last_modified_ms, \
+                     excluded.last_modified_ms)",
+                    params![other, entry.bucket, key, entry.etag, lm],
+                )
+                .map_err(sql_err)?;
+                c.execute(
+                    "DELETE FROM permafrost_cluster.objects WHERE bucket = ?1 AND key = ?2 AND node_id = ?3 \
+                     AND last_modified_ms = ?4",
+                    params![entry.bucket, key, other, lm],
+                )
+                .map_err(sql_err)?;
+            }
             Ok(true)
         })
     }
@@ -304,6 +337,45 @@ impl ClusterDb {
 }
 
 impl ClusterDb {
+    /// A lost holder's fragment of this version of `entry` cannot be rebuilt on a free node (every node that is
+    /// up holds one of its fragments): once each of `keepers` (the surviving holders) has published a whole copy
+    /// of this version, the object switches to them in one transaction: its row under [`PARITY_HOLDER`] and
+    /// every fragment row go (each fragment holder gets a tombstone for its fragment) and the object is recorded
+    /// under-replicated (3 wanted, the keepers held), the state of a write that found fewer than three nodes for
+    /// its fragments, so the catch-up re-encodes it when three nodes are up. False (nothing changed) when it is
+    /// no longer held as fragments at this version or a keeper's whole copy is not published yet.
+    pub fn parity_to_copies(&self, entry: &DirEntry, keepers: &[i64]) -> Result<bool> {
+        let lm = entry.last_modified_ms as i64;
+        self.write(|c| {
+            let key = entry.key.as_bytes();
+            let count = |node_id: i64| -> Result<i64> {
+                c.query_row(
+                    "SELECT count(*) FROM permafrost_cluster.objects WHERE bucket = ?1 AND key = ?2 \
+                     AND node_id = ?3 AND etag = ?4 AND last_modified_ms = ?5",
+                    params![entry.bucket, key, node_id, entry.etag, lm],
+                    |r| r.get(0),
+                )
+                .map_err(sql_err)
+            };
+            if count(PARITY_HOLDER)? == 0 || newer_version_listed(c, &entry.bucket, key, lm)? {
+                return Ok(false);
+            }
+            for k in keepers {
+                if count(*k)? == 0 {
+                    return Ok(false);
+                }
+            }
+            c.execute(
+                "DELETE FROM permafrost_cluster.objects WHERE bucket = ?1 AND key = ?2 AND node_id = ?3",
+                params![entry.bucket, key, PARITY_HOLDER],
+            )
+            .map_err(sql_err)?;
+            drop_fragments(c, &entry.bucket, &entry.key)?;
+            record_copies_in(c, entry, 3, keepers.len() as i64)?;
+            Ok(true)
+        })
+    }
+
     /// An operator asked for the rebuild of node `name` now (`permafrost cluster rebuild`), before it is lost:
     /// the nodes rebuild its fragments on their next catch-up pass. Kept in `meta` as `rebuild:<name>`.
     pub fn request_rebuild(&self, name: &str) -> Result<()> {
