@@ -29,8 +29,11 @@ fn count(size: usize) {
     }
 }
 
+// SAFETY: every method forwards to the system allocator with the caller's arguments unchanged and returns what
+// it returned; the counting beside it only touches atomics and never allocates.
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        // SAFETY: the caller's contract for `alloc` (non-zero size) is System's.
         let p = unsafe { System.alloc(layout) };
         if !p.is_null() {
             count(layout.size());
@@ -38,6 +41,7 @@ unsafe impl GlobalAlloc for Counting {
         p
     }
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        // SAFETY: the caller's contract for `alloc_zeroed` is System's.
         let p = unsafe { System.alloc_zeroed(layout) };
         if !p.is_null() {
             count(layout.size());
@@ -45,10 +49,12 @@ unsafe impl GlobalAlloc for Counting {
         p
     }
     unsafe fn dealloc(&self, p: *mut u8, layout: Layout) {
+        // SAFETY: `p` came from this allocator, that is from System, with this layout (the caller's contract).
         unsafe { System.dealloc(p, layout) };
         CURRENT_BYTES.fetch_sub(layout.size(), Ordering::Relaxed);
     }
     unsafe fn realloc(&self, p: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        // SAFETY: `p` came from System with `layout`, and `new_size` is valid for it (the caller's contract).
         let q = unsafe { System.realloc(p, layout, new_size) };
         if !q.is_null() {
             CURRENT_BYTES.fetch_sub(layout.size(), Ordering::Relaxed);
