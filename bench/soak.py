@@ -376,27 +376,28 @@ class Soak:
 
     # ------------------------------------------------------------------------------------------ faults
 
-    def faults(self, server):
+    def kills(self, server):
+        """SIGKILL and restart every --kill-every seconds (its own thread: a long persist does not delay it)."""
         a = self.args
-        next_kill = time.monotonic() + a.kill_every
-        next_evict = time.monotonic() + a.evict_every
         kills = 0
-        while not self.stop.wait(0.5):
-            now = time.monotonic()
-            if now >= next_kill:
-                kills += 1
-                self.kill_restart(server, wipe=(kills == 1 and not a.no_disk_failure))
-                next_kill = time.monotonic() + a.kill_every
-            elif now >= next_evict:
-                try:
-                    r = pf.admin(server.endpoint, "POST", pf.PERSIST_PATH, timeout_s=120)
-                    e = pf.admin(server.endpoint, "POST", EVICT_PATH, timeout_s=120)
-                    ev = e.json().get("evicted_bytes") if e.status_code == 200 else None
-                    self.event(f"persist {r.status_code}, evict {e.status_code}"
-                               + (f" ({ev / MiB:.0f} MiB evicted)" if ev is not None else f": {e.text[:200]}"))
-                except requests.RequestException as e:
-                    self.event(f"persist/evict failed: {type(e).__name__}")
-                next_evict = time.monotonic() + a.evict_every
+        while not self.stop.wait(a.kill_every):
+            kills += 1
+            self.kill_restart(server, wipe=(kills == 1 and not a.no_disk_failure))
+
+    def evictions(self, server):
+        """POST /_permafrost/persist then /_permafrost/cache/evict every --evict-every seconds."""
+        while not self.stop.wait(self.args.evict_every):
+            if self.faulting.is_set():
+                continue
+            try:
+                r = pf.admin(server.endpoint, "POST", pf.PERSIST_PATH, timeout_s=300)
+                e = pf.admin(server.endpoint, "POST", EVICT_PATH, timeout_s=300)
+                ev = e.json().get("evicted_bytes") if e.status_code == 200 else None
+                self.event(f"persist {r.status_code}" + (f" ({r.text.strip()[:200]})" if r.status_code != 200 else "")
+                           + f", evict {e.status_code}"
+                           + (f" ({ev / MiB:.0f} MiB evicted)" if ev is not None else f": {e.text[:200]}"))
+            except (requests.RequestException, ValueError) as e:
+                self.event(f"persist/evict failed: {type(e).__name__}")
 
     def disk_to_wipe(self, server):
         """The data disk of the grid bucket holding a persisted object (a plain key of this run), or None."""
@@ -471,13 +472,14 @@ class Soak:
             clients = [client(server.endpoint) for _ in range(a.clients)]
             threads = [threading.Thread(target=self.worker, args=(i, clients[i], random.Random(a.seed * 1000 + i)))
                        for i in range(a.clients)]
-            fault = threading.Thread(target=self.faults, args=(server,))
-            for t in threads:
+            faults = [threading.Thread(target=self.kills, args=(server,)),
+                      threading.Thread(target=self.evictions, args=(server,))]
+            for t in threads + faults:
                 t.start()
-            fault.start()
             self.stop.wait(a.minutes * 60)
             self.stop.set()
-            fault.join()
+            for t in faults:
+                t.join()
             for t in threads:
                 t.join()
             self.results["run_seconds"] = round(time.monotonic() - self.t0, 1)
@@ -492,8 +494,11 @@ class Soak:
         """Persist and evict (reads come from the grid, one disk wiped), then read everything that must exist."""
         r = pf.admin(server.endpoint, "POST", pf.PERSIST_PATH, timeout_s=600)
         e = pf.admin(server.endpoint, "POST", EVICT_PATH, timeout_s=600)
-        self.event(f"final persist {r.status_code}, evict {e.status_code}")
+        self.event(f"final persist {r.status_code}" + (f" ({r.text.strip()[:200]})" if r.status_code != 200 else "")
+                   + f", evict {e.status_code}")
         s3s = [client(server.endpoint) for _ in range(8)]
+        if self.args.plant:
+            self.plant(s3s[0])
         lost, wrong = [], []
         checks = []
         with self.model.lock:
@@ -540,6 +545,19 @@ class Soak:
                                       ambiguous_version_deletes=len(self.model.maybe_versions))
         self.event(f"read back {done['key']} keys and {done['version']} versions "
                    f"({done['restores of an evicted object']} GLACIER objects restored first)")
+
+    def plant(self, s3):
+        """Damage on purpose, behind the model's back: delete one acknowledged object and overwrite another, so
+        that the read-back must report exactly 1 lost and 1 wrong (a check of the checker)."""
+        with self.model.lock:
+            keys = sorted(k for (b, k), e in self.model.keys.items()
+                          if b == PLAIN and len(e["states"]) == 1 and ABSENT not in e["states"])
+        if len(keys) < 2:
+            raise RuntimeError("--plant: fewer than 2 acknowledged objects to damage")
+        s3.delete_object(Bucket=PLAIN, Key=keys[0])
+        s3.put_object(Bucket=PLAIN, Key=keys[1], Body=b"planted bytes")
+        self.results["planted"] = dict(deleted=f"{PLAIN}/{keys[0]}", overwritten=f"{PLAIN}/{keys[1]}")
+        self.event(f"planted: deleted {PLAIN}/{keys[0]}, overwrote {PLAIN}/{keys[1]}")
 
     def report(self):
         st, v = self.stats, self.results["verify"]
@@ -606,6 +624,9 @@ def main():
     p.add_argument("--evict-every", type=float, default=30, help="seconds between persist+evict of the cache")
     p.add_argument("--no-disk-failure", action="store_true", help="do not wipe a disk at the first restart")
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--plant", action="store_true",
+                   help="delete one acknowledged object and overwrite another before the read-back (must report "
+                        "1 lost, 1 wrong)")
     p.add_argument("--bin", default=str(pf.REPO / "target" / "release" / "permafrost"))
     p.add_argument("--scratch", default=str(pf.REPO.parent / "bench-scratch-soak"))
     p.add_argument("--out", default=None)
