@@ -49,7 +49,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use parking_lot::Mutex;
 use rusqlite::OpenFlags;
 
-use super::{migrate, SqlCatalog, MIGRATIONS, SCHEMA, SCHEMA_BASE_VERSION};
+use super::{
+    schema::{migrate, MIGRATIONS, SCHEMA, SCHEMA_BASE_VERSION},
+    SqlCatalog,
+};
 use crate::sql::{self, Connection, Transaction};
 use crate::{CatalogError, Result};
 
@@ -447,7 +450,7 @@ impl SqliteBackend {
 
 #[cfg(test)]
 mod tests {
-    use super::super::SCHEMA_VERSION;
+    use crate::sqlite::schema::SCHEMA_VERSION;
     use super::*;
     use crate::sql::params;
     use crate::*;
