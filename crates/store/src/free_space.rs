@@ -34,6 +34,7 @@ pub(crate) fn check_room(
 pub(crate) fn free_and_total(dir: &Path) -> Option<(u64, u64)> {
     use std::os::unix::ffi::OsStrExt;
     let path = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
+    // SAFETY: statvfs is plain C data; all-zero is a valid value.
     let mut stat: libc::statvfs = unsafe { std::mem::zeroed() };
     // SAFETY: `path` is a valid C string and `stat` a writable statvfs.
     if unsafe { libc::statvfs(path.as_ptr(), &mut stat) } != 0 {

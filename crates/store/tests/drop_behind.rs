@@ -62,8 +62,9 @@ fn file_of_len(dir: &Path, len: u64) -> PathBuf {
 /// tmpfs keeps its pages whatever the advice: nothing to measure there.
 fn on_tmpfs(dir: &Path) -> bool {
     let path = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()).unwrap();
-    // SAFETY: statfs fills the struct it is given.
+    // SAFETY: statfs is plain C data; all-zero is a valid value.
     let mut fs: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `path` is a valid NUL-terminated string and `fs` a live, writable statfs.
     assert_eq!(unsafe { libc::statfs(path.as_ptr(), &mut fs) }, 0);
     fs.f_type == libc::TMPFS_MAGIC
 }
