@@ -357,6 +357,7 @@ fn walk_progress(show: bool) -> ProgressBar {
 pub(crate) fn file_system_block_bytes(path: &Path) -> Option<u64> {
     use std::os::unix::ffi::OsStrExt;
     let c_path = std::ffi::CString::new(path.as_os_str().as_bytes()).ok()?;
+    // SAFETY: statvfs is plain C data; all-zero is a valid value.
     let mut stat: libc::statvfs = unsafe { std::mem::zeroed() };
     // SAFETY: `c_path` is a valid NUL-terminated string and `stat` a writable statvfs.
     let result = unsafe { libc::statvfs(c_path.as_ptr(), &mut stat) };

@@ -29,12 +29,9 @@ fn known_tree(root: &Path) {
     fs::write(root.join("c.bin"), random_bytes(5000, 1)).unwrap();
     std::os::unix::fs::symlink("a.txt", root.join("link")).unwrap();
     let fifo = std::ffi::CString::new(root.join("fifo").to_str().unwrap()).unwrap();
-    // SAFETY: a valid NUL-terminated path.
-    assert_eq!(
-        unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) },
-        0,
-        "mkfifo failed"
-    );
+    // SAFETY: `fifo` is a valid NUL-terminated path, alive for the call.
+    let made = unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) };
+    assert_eq!(made, 0, "mkfifo failed");
     fs::create_dir_all(root.join("sub/deep")).unwrap();
     fs::create_dir(root.join("empty_dir")).unwrap();
     fs::write(root.join("sub/d.json"), text_bytes(4096)).unwrap();
