@@ -27,8 +27,10 @@ pub struct FloorReport {
 
 /// CPU time of the calling thread.
 pub fn thread_cpu_seconds() -> f64 {
-    // SAFETY: getrusage fills the struct it is given.
+    // SAFETY: rusage is plain C data; all-zero is a valid value.
     let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: getrusage writes one rusage into the live, writable struct it is given; RUSAGE_THREAD is a valid
+    // `who` on Linux (on failure the struct stays zero).
     unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut usage) };
     let t = |tv: libc::timeval| tv.tv_sec as f64 + tv.tv_usec as f64 / 1e6;
     t(usage.ru_utime) + t(usage.ru_stime)

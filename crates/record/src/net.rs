@@ -3,7 +3,7 @@
 //! socket's own drop counter (`SO_RXQ_OVFL`: datagrams the kernel dropped because this socket's buffer was
 //! full) and the system-wide UDP counters of `/proc/net/snmp`.
 //!
-//! The only `unsafe` of the crate is here: building `mmsghdr` arrays that point into caller buffers for the
+//! The crate's unsafe code is here (but for one `getrusage` in `floor.rs`): building `mmsghdr` arrays that point into caller buffers for the
 //! duration of one call, and reading the drop counter from a control message.
 
 use std::io;
@@ -194,24 +194,23 @@ impl BatchReceiver {
         if count == 0 {
             return Ok(());
         }
-        let base = buf.as_mut_ptr();
-        let control = self.control.as_mut_ptr() as *mut u8;
-        let mut iovecs: Vec<libc::iovec> = (0..count)
-            .map(|i| libc::iovec {
-                // SAFETY (of the pointer arithmetic): i * stride + stride <= buf.len().
-                iov_base: unsafe { base.add(i * stride) } as *mut libc::c_void,
+        let mut iovecs: Vec<libc::iovec> = buf
+            .chunks_exact_mut(stride)
+            .take(count)
+            .map(|datagram| libc::iovec {
+                iov_base: datagram.as_mut_ptr().cast(),
                 iov_len: stride,
             })
             .collect();
-        let iov_base = iovecs.as_mut_ptr();
-        let mut headers: Vec<libc::mmsghdr> = (0..count)
-            .map(|i| {
+        let mut headers: Vec<libc::mmsghdr> = iovecs
+            .iter_mut()
+            .zip(self.control.chunks_exact_mut(CONTROL_BYTES / 8))
+            .map(|(iovec, control)| {
                 // SAFETY: mmsghdr is plain data; all-zero is a valid empty header.
                 let mut h: libc::mmsghdr = unsafe { std::mem::zeroed() };
-                h.msg_hdr.msg_iov = unsafe { iov_base.add(i) };
+                h.msg_hdr.msg_iov = iovec;
                 h.msg_hdr.msg_iovlen = 1;
-                h.msg_hdr.msg_control =
-                    unsafe { control.add(i * CONTROL_BYTES) } as *mut libc::c_void;
+                h.msg_hdr.msg_control = control.as_mut_ptr().cast();
                 h.msg_hdr.msg_controllen = CONTROL_BYTES as _;
                 h
             })
@@ -331,23 +330,27 @@ impl BatchSender {
 
     /// Send the datagrams `buf[i * stride .. (i + 1) * stride]`, `i < count`. Returns how many were sent
     /// (all; datagrams nobody receives are sent all the same).
+    ///
+    /// # Panics
+    /// If `buf` is shorter than `count * stride` (a caller bug).
     pub fn send(&self, buf: &[u8], stride: usize, count: usize) -> io::Result<usize> {
         let mut sent = 0;
         while sent < count {
             let n = (count - sent).min(BATCH_MAX);
-            let base = buf[sent * stride..].as_ptr();
-            let mut iovecs: Vec<libc::iovec> = (0..n)
+            // Slicing, not pointer arithmetic: a `buf` shorter than `count * stride` panics here instead of
+            // handing the kernel addresses past its end.
+            let mut iovecs: Vec<libc::iovec> = (sent..sent + n)
                 .map(|i| libc::iovec {
-                    iov_base: unsafe { base.add(i * stride) } as *mut libc::c_void,
+                    iov_base: buf[i * stride..(i + 1) * stride].as_ptr() as *mut libc::c_void,
                     iov_len: stride,
                 })
                 .collect();
-            let iov_base = iovecs.as_mut_ptr();
-            let mut headers: Vec<libc::mmsghdr> = (0..n)
-                .map(|i| {
-                    // SAFETY: plain data, zero is an empty header.
+            let mut headers: Vec<libc::mmsghdr> = iovecs
+                .iter_mut()
+                .map(|iovec| {
+                    // SAFETY: mmsghdr is plain data; all-zero is a valid empty header.
                     let mut h: libc::mmsghdr = unsafe { std::mem::zeroed() };
-                    h.msg_hdr.msg_iov = unsafe { iov_base.add(i) };
+                    h.msg_hdr.msg_iov = iovec;
                     h.msg_hdr.msg_iovlen = 1;
                     h
                 })
