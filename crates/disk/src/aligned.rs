@@ -29,8 +29,10 @@ pub struct AlignedBuf {
     len: usize,
 }
 
-// SAFETY: AlignedBuf owns its allocation exclusively, like a Vec<u8>.
+// SAFETY: AlignedBuf owns its allocation exclusively, like a Vec<u8>: moving it to another thread moves the
+// only pointer to the bytes.
 unsafe impl Send for AlignedBuf {}
+// SAFETY: shared references give only `&[u8]` (Deref); writing needs `&mut AlignedBuf`, as for a Vec<u8>.
 unsafe impl Sync for AlignedBuf {}
 
 impl AlignedBuf {

@@ -212,6 +212,16 @@ fn request_key(context: &Option<WakeContext>) -> Option<usize> {
     Some(Arc::as_ptr(subject) as *const u8 as usize)
 }
 
+/// What a `deadline` acquire asks for, the same in each of its attempts.
+#[derive(Clone, Copy)]
+struct ScheduledRequest<'a> {
+    id: RequestId,
+    disks: &'a [usize],
+    arrival_ms: u64,
+    read: bool,
+    key: Option<usize>,
+}
+
 impl State {
     fn deadline(&self) -> bool {
         self.sched.strategy() == SchedulerStrategy::Deadline
@@ -311,14 +321,17 @@ impl State {
     /// are all on. Otherwise it waits in the scheduler's queue (`registered`).
     fn try_scheduled(
         &mut self,
-        id: RequestId,
-        disks: &[usize],
-        arrival_ms: u64,
-        read: bool,
-        key: Option<usize>,
+        request: ScheduledRequest<'_>,
         registered: &mut bool,
         now_ms: u64,
     ) -> Result<Admission, PowerError> {
+        let ScheduledRequest {
+            id,
+            disks,
+            arrival_ms,
+            read,
+            key,
+        } = request;
         if *registered && !self.sched.is_waiting(id) {
             // The scheduler was replaced while this request waited.
             self.sched.wait_for_budget(id, disks, arrival_ms);
@@ -541,7 +554,14 @@ impl PowerManager {
             let now_ms = inner.settle(&mut st);
             let queued = ticket.is_some() || registered;
             let admission = if deadline {
-                st.try_scheduled(id, disks, start_ms, read, key, &mut registered, now_ms)
+                let request = ScheduledRequest {
+                    id,
+                    disks,
+                    arrival_ms: start_ms,
+                    read,
+                    key,
+                };
+                st.try_scheduled(request, &mut registered, now_ms)
             } else {
                 st.budget.try_acquire(disks, &mut ticket, now_ms)
             };
