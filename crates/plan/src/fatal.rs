@@ -161,7 +161,8 @@ pub fn count(geometry: &Geometry, max_failures: usize) -> FatalCounts {
             in_set[disk] = true;
         }
         let others: Vec<usize> = (0..disks).filter(|d| !in_set[*d]).collect();
-        for k in set.len()..=max_failures {
+        // Counts of k failures, k from the set's size up to max_failures.
+        for (k, count) in unrecoverable.iter_mut().enumerate().skip(set.len()) {
             let extra = k - set.len();
             for_each_combination(&others, extra, &mut |chosen| {
                 for &disk in chosen {
@@ -177,7 +178,7 @@ pub fn count(geometry: &Geometry, max_failures: usize) -> FatalCounts {
                     in_set[disk] = false;
                 }
                 if !earlier_inside {
-                    unrecoverable[k] += 1;
+                    *count += 1;
                 }
             });
         }

@@ -150,11 +150,12 @@ fn solve(mut a: Vec<Vec<f64>>) -> Vec<f64> {
             .max_by(|&i, &j| a[i][col].abs().total_cmp(&a[j][col].abs()))
             .expect("non-empty");
         a.swap(col, pivot);
-        for row in 0..n {
-            if row != col && a[row][col] != 0.0 {
-                let factor = a[row][col] / a[col][col];
-                for c in col..=n {
-                    a[row][c] -= factor * a[col][c];
+        let pivot_row = a[col].clone();
+        for (row, values) in a.iter_mut().enumerate() {
+            if row != col && values[col] != 0.0 {
+                let factor = values[col] / pivot_row[col];
+                for (value, pivot_value) in values[col..].iter_mut().zip(&pivot_row[col..]) {
+                    *value -= factor * pivot_value;
                 }
             }
         }
