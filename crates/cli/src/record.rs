@@ -482,7 +482,7 @@ fn stream_spec(a: &StreamArgs) -> Result<StreamSpec> {
             permafrost_record::vdif::FRAME_BYTES_MAX
         );
     }
-    if a.threads == 0 || !(a.seconds > 0.0) {
+    if a.threads == 0 || a.seconds.is_nan() || a.seconds <= 0.0 {
         bail!("--threads and --seconds must be positive");
     }
     let rate = parse_rate(&a.rate)?;

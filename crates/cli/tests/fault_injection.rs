@@ -140,8 +140,9 @@ fn temp_dir() -> tempfile::TempDir {
 fn available_bytes(path: &Path) -> Option<u64> {
     use std::os::unix::ffi::OsStrExt;
     let path = std::ffi::CString::new(path.as_os_str().as_bytes()).ok()?;
-    // SAFETY: `path` is a valid NUL-terminated string and `stat` a plain C struct statvfs fills in.
+    // SAFETY: statvfs is plain C data; all-zero is a valid value.
     let mut stat: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `path` is a valid NUL-terminated string and `stat` a live, writable statvfs.
     let ok = unsafe { libc::statvfs(path.as_ptr(), &mut stat) } == 0;
     ok.then(|| stat.f_bavail as u64 * stat.f_frsize as u64)
 }
