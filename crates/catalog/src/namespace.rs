@@ -69,6 +69,8 @@ pub struct FsFile {
 }
 
 /// One entry of the namespace.
+// Files are most entries of a listing: boxing the large variant would cost an allocation for each of them.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum FsEntry {
     /// A directory; `record` is `None` for an implicit one (only keys or rows under its prefix).
