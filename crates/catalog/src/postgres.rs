@@ -670,7 +670,54 @@ impl PgBackend {
 
 #[cfg(test)]
 mod tests {
-    use super::redact_url;
+    use super::{redact_url, session_config, sets, PostgresOptions};
+    use postgres::config::TargetSessionAttrs;
+
+    #[test]
+    fn every_session_asks_for_a_writable_server() {
+        let opts = PostgresOptions::default();
+        for url in [
+            "postgresql://u@a:1,b:2/db",
+            "postgresql://u@a:1,b:2/db?target_session_attrs=read-write",
+            "host=a,b port=1,2 user=u dbname=db",
+            "host=a port=1 dbname=db",
+        ] {
+            let c = session_config(url, url, &opts).unwrap();
+            assert_eq!(
+                c.get_target_session_attrs(),
+                TargetSessionAttrs::ReadWrite,
+                "{url}"
+            );
+            assert_eq!(
+                c.get_connect_timeout(),
+                Some(&opts.connect_timeout),
+                "{url}"
+            );
+        }
+        let c = session_config("host=a,b port=1,2 connect_timeout=3", "", &opts).unwrap();
+        assert_eq!(c.get_hosts().len(), 2);
+        assert_eq!(c.get_ports(), [1, 2]);
+        assert_eq!(
+            c.get_connect_timeout(),
+            Some(&std::time::Duration::from_secs(3))
+        );
+        for url in [
+            "postgresql://u@a:1,b:2/db?target_session_attrs=any",
+            "host=a,b target_session_attrs=read-only",
+        ] {
+            let e = session_config(url, "shown", &opts).unwrap_err().to_string();
+            assert!(
+                e.contains("shown: target_session_attrs must be read-write"),
+                "{e}"
+            );
+        }
+        assert!(sets(
+            "postgresql://h/db?a=1&keepalives_idle=3",
+            "keepalives_idle"
+        ));
+        assert!(sets("keepalives_idle=3 host=h", "keepalives_idle"));
+        assert!(!sets("host=h xkeepalives_idle=3", "keepalives_idle"));
+    }
 
     #[test]
     fn urls_are_shown_without_their_password() {
