@@ -21,7 +21,7 @@ struct Input {
 
 fuzz_target!(|input: Input| {
     let algorithm = if input.zstd { Algorithm::Zstd } else { Algorithm::Lz4 };
-    let chunk_bytes = (u32::from(input.chunk_kib) % 16 + 1) * 1024;
+    let chunk_bytes = (u32::from(input.chunk_kib) % 16 + 4) * 1024;
     let (index, stored) = match encode_chunks(&input.data, algorithm, chunk_bytes) {
         Ok(x) => x,
         Err(e) => panic!("encoding {} bytes failed: {e}", input.data.len()),
