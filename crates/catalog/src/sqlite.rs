@@ -4,7 +4,7 @@
 //!
 //! How a call runs its transaction (SQLite's writer, readers and group commit; PostgreSQL's retries): `backend`.
 
-use crate::sql::{self, params, Connection, OptionalExtension, Row, Transaction};
+use crate::sql::{self, params, Connection, OptionalExtension, Transaction};
 
 use crate::list::{list_with, prefix_successor};
 
@@ -19,11 +19,17 @@ pub(crate) use completed::PG_COMPLETED_UPLOADS_MIGRATION;
 
 mod growing;
 mod namespace;
+mod rows;
 mod schema;
 pub(crate) use schema::{BUCKET_CORS_MIGRATION, RESTORE_TIER_MIGRATION};
 
 // MOVED IMPORTS
 use backend::Backend;
+use rows::{
+    archive_from_json, attributes_json, content_from_row, conversion, corrupt, extent_from_row,
+    key_string, kind_str, object_from_row, pairs_json, part_from_row, upload_from_row,
+    CONTENT_COLUMNS, EXTENT_COLUMNS, OBJECT_COLUMNS, PART_COLUMNS,
+};
 // END MOVED IMPORTS
 
 /// The catalog: its logic on one of two back ends, an embedded SQLite database or a PostgreSQL server
@@ -32,156 +38,6 @@ pub struct SqlCatalog {
     backend: Backend,
     /// What error messages name: the SQLite file, or the PostgreSQL URL without its password.
     name: String,
-}
-
-const OBJECT_COLUMNS: &str =
-    "bucket, key, content, size_bytes, etag, last_modified_ms, content_type, user_metadata, checksums, dataset, \
-     version_id, version_seq, attributes, expires_ms";
-const CONTENT_COLUMNS: &str =
-    "content, logical_bytes, stored_bytes, stored_form, chunk_index, md5, state, refcount, \
-     dataset, grid_bucket, cache_path, created_ms, last_access_ms, unreferenced_since_ms";
-const EXTENT_COLUMNS: &str =
-    "extent_id, grid_bucket, offset, length_bytes, payload_bytes, object_id, extent_no, kind, written, blake3, replica_id";
-
-fn corrupt(what: impl std::fmt::Display) -> CatalogError {
-    CatalogError::Corrupt(what.to_string())
-}
-
-fn key_string(bytes: Vec<u8>) -> sql::Result<String> {
-    String::from_utf8(bytes).map_err(|e| sql::Error::Conversion(Box::new(e)))
-}
-
-fn conversion(e: CatalogError) -> sql::Error {
-    sql::Error::conversion(e)
-}
-
-fn json_pairs(text: &str) -> sql::Result<Vec<(String, String)>> {
-    serde_json::from_str(text).map_err(|e| conversion(corrupt(format!("metadata column: {e}"))))
-}
-
-fn object_from_row(row: &Row) -> sql::Result<ObjectRecord> {
-    Ok(ObjectRecord {
-        bucket: row.get(0)?,
-        key: key_string(row.get(1)?)?,
-        content: ContentId::from_key(&row.get::<_, Vec<u8>>(2)?).map_err(conversion)?,
-        size_bytes: row.get::<_, i64>(3)? as u64,
-        etag: row.get(4)?,
-        last_modified_ms: row.get::<_, i64>(5)? as u64,
-        content_type: row.get(6)?,
-        user_metadata: json_pairs(&row.get::<_, String>(7)?)?,
-        checksums: json_pairs(&row.get::<_, String>(8)?)?,
-        dataset: row.get(9)?,
-        version_id: row.get(10)?,
-        attributes: attributes_from_json(&row.get::<_, String>(12)?)?,
-        expires_ms: row.get::<_, Option<i64>>(13)?.map(|v| v as u64),
-    })
-}
-
-fn attributes_from_json(text: &str) -> sql::Result<ObjectAttributes> {
-    serde_json::from_str(text).map_err(|e| conversion(corrupt(format!("attributes column: {e}"))))
-}
-
-fn attributes_json(attributes: &ObjectAttributes) -> String {
-    serde_json::to_string(attributes).expect("attributes serialize")
-}
-
-fn archive_from_json(text: &str) -> Result<BucketArchive> {
-    serde_json::from_str(text).map_err(|e| corrupt(format!("bucket archive configuration: {e}")))
-}
-
-fn fixed<const N: usize>(bytes: Vec<u8>, what: &str) -> sql::Result<[u8; N]> {
-    bytes.try_into().map_err(|b: Vec<u8>| {
-        conversion(corrupt(format!(
-            "{what} has {} bytes, expected {N}",
-            b.len()
-        )))
-    })
-}
-
-/// Content columns starting at column `at`.
-fn content_from_row(row: &Row, at: usize) -> sql::Result<ContentRecord> {
-    Ok(ContentRecord {
-        id: ContentId::from_key(&row.get::<_, Vec<u8>>(at)?).map_err(conversion)?,
-        logical_bytes: row.get::<_, i64>(at + 1)? as u64,
-        stored_bytes: row.get::<_, i64>(at + 2)? as u64,
-        stored_form: StoredForm::parse(&row.get::<_, String>(at + 3)?).map_err(conversion)?,
-        chunk_index: row.get(at + 4)?,
-        md5: fixed(row.get(at + 5)?, "md5")?,
-        state: ContentState::parse(&row.get::<_, String>(at + 6)?).map_err(conversion)?,
-        refcount: row.get::<_, i64>(at + 7)? as u64,
-        dataset: row.get(at + 8)?,
-        grid_bucket: row.get::<_, Option<i64>>(at + 9)?.map(|b| b as u32),
-        cache_path: row.get(at + 10)?,
-        created_ms: row.get::<_, i64>(at + 11)? as u64,
-        last_access_ms: row.get::<_, i64>(at + 12)? as u64,
-        unreferenced_since_ms: row.get::<_, Option<i64>>(at + 13)?.map(|v| v as u64),
-    })
-}
-
-fn extent_kind(s: &str) -> sql::Result<ExtentKind> {
-    match s {
-        "content" => Ok(ExtentKind::Content),
-        "pack" => Ok(ExtentKind::Pack),
-        other => Err(conversion(corrupt(format!(
-            "unknown extent kind {other:?}"
-        )))),
-    }
-}
-
-fn kind_str(kind: ExtentKind) -> &'static str {
-    match kind {
-        ExtentKind::Content => "content",
-        ExtentKind::Pack => "pack",
-    }
-}
-
-/// Extent columns starting at column `at`.
-fn extent_from_row(row: &Row, at: usize) -> sql::Result<ExtentRecord> {
-    Ok(ExtentRecord {
-        extent_id: row.get(at)?,
-        grid_bucket: row.get::<_, i64>(at + 1)? as u32,
-        offset: row.get::<_, i64>(at + 2)? as u64,
-        length_bytes: row.get::<_, i64>(at + 3)? as u64,
-        payload_bytes: row.get::<_, i64>(at + 4)? as u64,
-        object_id: fixed(row.get(at + 5)?, "object id")?,
-        extent_no: row.get::<_, i64>(at + 6)? as u16,
-        kind: extent_kind(&row.get::<_, String>(at + 7)?)?,
-        written: row.get::<_, i64>(at + 8)? != 0,
-        blake3: row
-            .get::<_, Option<Vec<u8>>>(at + 9)?
-            .map(|b| fixed(b, "extent blake3"))
-            .transpose()?,
-        replica_id: row.get::<_, i64>(at + 10)? as u8,
-    })
-}
-
-fn upload_from_row(row: &Row) -> sql::Result<UploadRecord> {
-    Ok(UploadRecord {
-        upload_id: row.get(0)?,
-        bucket: row.get(1)?,
-        key: key_string(row.get(2)?)?,
-        created_ms: row.get::<_, i64>(3)? as u64,
-        options: row.get(4)?,
-    })
-}
-
-const PART_COLUMNS: &str =
-    "upload_id, part_number, size_bytes, md5, cache_path, created_ms, content, checksums";
-
-fn part_from_row(row: &Row) -> sql::Result<PartRecord> {
-    Ok(PartRecord {
-        upload_id: row.get(0)?,
-        part_number: row.get::<_, i64>(1)? as u32,
-        size_bytes: row.get::<_, i64>(2)? as u64,
-        md5: fixed(row.get(3)?, "part md5")?,
-        cache_path: row.get(4)?,
-        created_ms: row.get::<_, i64>(5)? as u64,
-        content: row
-            .get::<_, Option<Vec<u8>>>(6)?
-            .map(|k| ContentId::from_key(&k).map_err(conversion))
-            .transpose()?,
-        checksums: json_pairs(&row.get::<_, String>(7)?)?,
-    })
 }
 
 /// Insert `content` (state `cached`, refcount 0, `dataset`) unless a content with its id exists; returns whether
@@ -273,10 +129,6 @@ fn remove_parts(
         }
     }
     Ok(work)
-}
-
-fn pairs_json(pairs: &[(String, String)]) -> String {
-    serde_json::to_string(pairs).expect("pairs of strings serialize")
 }
 
 /// Add a pending work item inside `tx`.

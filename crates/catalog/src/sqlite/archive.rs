@@ -8,9 +8,12 @@
 use crate::sql::{self, params, Connection, OptionalExtension, Row, Transaction};
 
 use super::{
-    add_reference, archive_from_json, attributes_from_json, attributes_json, content_from_row,
-    conversion, corrupt, json_pairs, key_string, object_from_row, SqlCatalog, CONTENT_COLUMNS,
-    OBJECT_COLUMNS,
+    add_reference,
+    rows::{
+        archive_from_json, attributes_from_json, attributes_json, content_from_row, conversion,
+        corrupt, json_pairs, key_string, object_from_row, CONTENT_COLUMNS, OBJECT_COLUMNS,
+    },
+    SqlCatalog,
 };
 use crate::list::prefix_successor;
 use crate::*;

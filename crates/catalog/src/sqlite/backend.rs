@@ -450,9 +450,9 @@ impl SqliteBackend {
 
 #[cfg(test)]
 mod tests {
-    use crate::sqlite::schema::SCHEMA_VERSION;
     use super::*;
     use crate::sql::params;
+    use crate::sqlite::schema::SCHEMA_VERSION;
     use crate::*;
 
     pub(super) fn put(c: &SqlCatalog, key: &str, n: u8) -> Result<PutOutcome> {

@@ -11,7 +11,10 @@
 
 use crate::sql::{self, params, OptionalExtension, Transaction};
 
-use super::{conversion, json_pairs, key_string, SqlCatalog};
+use super::{
+    rows::{conversion, json_pairs, key_string},
+    SqlCatalog,
+};
 use crate::*;
 
 /// Rows of completions older than [`COMPLETED_UPLOADS_KEPT_MS`] one completion removes at most.

@@ -3,7 +3,11 @@
 
 use crate::sql::{self, params, OptionalExtension};
 
-use super::{add_reference, pairs_json, SqlCatalog, CONTENT_COLUMNS};
+use super::{
+    add_reference,
+    rows::{pairs_json, CONTENT_COLUMNS},
+    SqlCatalog,
+};
 use crate::{CatalogError, ContentPart, GrowingAppend, ObjectRecord, Result};
 
 /// MD5 of no bytes: the digest of a list of no parts.

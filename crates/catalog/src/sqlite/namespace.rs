@@ -7,7 +7,8 @@
 use crate::sql::{self, params, Connection, OptionalExtension, Transaction};
 
 use super::{
-    conversion, corrupt, key_string, object_from_row, pairs_json, SqlCatalog, OBJECT_COLUMNS,
+    rows::{conversion, corrupt, key_string, object_from_row, pairs_json, OBJECT_COLUMNS},
+    SqlCatalog,
 };
 use crate::list::{list_with, prefix_successor};
 use crate::namespace::{parent_of, showable_name};
