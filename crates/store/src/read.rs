@@ -1025,7 +1025,9 @@ fn end_checked(
     let digest = match check {
         EndCheck::Outer => return body,
         EndCheck::Blake3 => Digest::Blake3(Box::new(blake3::Hasher::new()), content.id.hash),
-        EndCheck::Crc(algorithm, expected) => Digest::Crc(algorithm, algorithm.hasher(), expected),
+        EndCheck::Crc(algorithm, expected) => {
+            Digest::Crc(algorithm, Box::new(algorithm.hasher()), expected)
+        }
     };
     Box::new(HashCheck {
         inner: body,
@@ -1039,7 +1041,7 @@ fn end_checked(
 /// A running digest and the value it must reach.
 enum Digest {
     Blake3(Box<blake3::Hasher>, [u8; 32]),
-    Crc(ChecksumAlgorithm, Hasher, Vec<u8>),
+    Crc(ChecksumAlgorithm, Box<Hasher>, Vec<u8>),
 }
 
 impl Digest {
