@@ -10,6 +10,7 @@ use crate::list::{list_with, prefix_successor};
 
 mod access;
 mod backend;
+mod buckets;
 pub(crate) use access::PG_ACCESS_MIGRATION;
 pub use backend::SqliteOptions;
 mod archive;
@@ -26,9 +27,9 @@ pub(crate) use schema::{BUCKET_CORS_MIGRATION, RESTORE_TIER_MIGRATION};
 // MOVED IMPORTS
 use backend::Backend;
 use rows::{
-    archive_from_json, attributes_json, content_from_row, conversion, corrupt, extent_from_row,
-    key_string, kind_str, object_from_row, pairs_json, part_from_row, upload_from_row,
-    CONTENT_COLUMNS, EXTENT_COLUMNS, OBJECT_COLUMNS, PART_COLUMNS,
+    attributes_json, content_from_row, conversion, corrupt, extent_from_row, key_string, kind_str,
+    object_from_row, pairs_json, part_from_row, upload_from_row, CONTENT_COLUMNS, EXTENT_COLUMNS,
+    OBJECT_COLUMNS, PART_COLUMNS,
 };
 // END MOVED IMPORTS
 
@@ -273,14 +274,6 @@ fn allocate(tx: &Transaction, grid_bucket: u32, length: u64, capacity_bytes: u64
 }
 
 impl SqlCatalog {
-    fn bucket_exists(tx: &Connection, name: &str) -> sql::Result<bool> {
-        Ok(tx
-            .prepare_cached("SELECT 1 FROM buckets WHERE name = ?1")?
-            .query_row(params![name], |_| Ok(()))
-            .optional()?
-            .is_some())
-    }
-
     fn get_object_on(
         conn: &Connection,
         bucket: &str,
@@ -350,12 +343,6 @@ impl SqlCatalog {
         }
         remove_parts(tx, upload_id, None, now_ms()).map(Some)
     }
-
-    fn ensure_dataset(tx: &Transaction, id: &str, bucket: &str, now_ms: u64) -> sql::Result<()> {
-        tx.prepare_cached("INSERT INTO datasets (id, bucket, created_ms, grid_bucket) VALUES (?1, ?2, ?3, NULL) ON CONFLICT (id) DO NOTHING")?
-            .execute(params![id, bucket, now_ms as i64])?;
-        Ok(())
-    }
 }
 
 /// `impl Catalog for SqlCatalog` names each trait method once, under the module that implements it: the
@@ -403,136 +390,14 @@ impl Catalog for SqlCatalog {
         fn fs_rename(&self, rename: &FsRename, now_ms: u64) -> Result<()>;
         fn fs_set_dir(&self, record: &DirRecord) -> Result<()>;
         fn fs_set_metadata(&self, bucket: &str, key: &str, user_metadata: &[(String, String)]) -> Result<()>;
+        // buckets
+        fn create_bucket(&self, name: &str, settings: &BucketSettings) -> Result<()>;
+        fn delete_bucket(&self, name: &str) -> Result<Vec<WorkItem>>;
+        fn get_bucket(&self, name: &str) -> Result<Option<BucketRecord>>;
+        fn set_bucket_settings(&self, name: &str, settings: &BucketSettings) -> Result<()>;
+        fn list_buckets(&self) -> Result<Vec<BucketRecord>>;
+        fn datasets(&self) -> Result<Vec<DatasetRecord>>;
         // END OF TABLE
-    }
-
-    fn create_bucket(&self, name: &str, settings: &BucketSettings) -> Result<()> {
-        let text = serde_json::to_string(settings).expect("settings serialize");
-        self.write_with(|tx| {
-            if Self::bucket_exists(tx, name).map_err(|e| self.db_error(e))? {
-                return Err(CatalogError::BucketExists(name.to_string()));
-            }
-            tx.execute(
-                "INSERT INTO buckets (name, created_ms, settings) VALUES (?1, ?2, ?3)",
-                params![name, now_ms() as i64, text],
-            )
-            .map_err(|e| self.db_error(e))?;
-            Ok(())
-        })
-    }
-
-    fn delete_bucket(&self, name: &str) -> Result<Vec<WorkItem>> {
-        self.write_with(|tx| {
-            let q = |sql: &str| -> Result<bool> {
-                tx.prepare_cached(sql)
-                    .and_then(|mut s| s.query_row(params![name], |_| Ok(())).optional())
-                    .map(|r| r.is_some())
-                    .map_err(|e| self.db_error(e))
-            };
-            if !q("SELECT 1 FROM buckets WHERE name = ?1")? {
-                return Err(CatalogError::NoSuchBucket(name.to_string()));
-            }
-            if q("SELECT 1 FROM objects WHERE bucket = ?1 LIMIT 1")?
-                || q("SELECT 1 FROM object_versions WHERE bucket = ?1 LIMIT 1")?
-            {
-                return Err(CatalogError::BucketNotEmpty(name.to_string()));
-            }
-            // Uploads in progress do not keep a bucket (S3 deletes them with it).
-            let uploads: Vec<String> = tx
-                .prepare_cached("SELECT upload_id FROM multipart_uploads WHERE bucket = ?1")
-                .and_then(|mut s| s.query_map(params![name], |r| r.get(0))?.collect())
-                .map_err(|e| self.db_error(e))?;
-            let mut work = Vec::new();
-            for upload_id in uploads {
-                work.extend(
-                    Self::remove_upload_on(tx, &upload_id)
-                        .map_err(|e| self.db_error(e))?
-                        .unwrap_or_default(),
-                );
-            }
-            tx.execute("DELETE FROM buckets WHERE name = ?1", params![name])
-                .map_err(|e| self.db_error(e))?;
-            // Empty directories of the mount are not objects: they go with the bucket.
-            tx.execute(
-                "DELETE FROM fs_directories WHERE bucket = ?1",
-                params![name],
-            )
-            .map_err(|e| self.db_error(e))?;
-            // So are its grants and its owner: a bucket of the same name made later starts unshared.
-            access::forget_bucket(tx, name).map_err(|e| self.db_error(e))?;
-            Ok(work)
-        })
-    }
-
-    fn get_bucket(&self, name: &str) -> Result<Option<BucketRecord>> {
-        let row = self.read(|c| {
-            c.prepare_cached(
-                "SELECT name, created_ms, settings, archive FROM buckets WHERE name = ?1",
-            )?
-            .query_row(params![name], |r| {
-                Ok((
-                    r.get::<_, String>(0)?,
-                    r.get::<_, i64>(1)?,
-                    r.get::<_, String>(2)?,
-                    r.get::<_, String>(3)?,
-                ))
-            })
-            .optional()
-        })?;
-        row.map(|(name, created_ms, settings, archive)| {
-            Ok(BucketRecord {
-                name,
-                created_ms: created_ms as u64,
-                settings: serde_json::from_str(&settings)
-                    .map_err(|e| corrupt(format!("bucket settings: {e}")))?,
-                archive: archive_from_json(&archive)?,
-            })
-        })
-        .transpose()
-    }
-
-    fn set_bucket_settings(&self, name: &str, settings: &BucketSettings) -> Result<()> {
-        let text = serde_json::to_string(settings).expect("settings serialize");
-        self.write_with(|tx| {
-            let changed = tx
-                .execute(
-                    "UPDATE buckets SET settings = ?2 WHERE name = ?1",
-                    params![name, text],
-                )
-                .map_err(|e| self.db_error(e))?;
-            if changed == 0 {
-                return Err(CatalogError::NoSuchBucket(name.to_string()));
-            }
-            Ok(())
-        })
-    }
-
-    fn list_buckets(&self) -> Result<Vec<BucketRecord>> {
-        let rows = self.read(|c| {
-            c.prepare_cached(
-                "SELECT name, created_ms, settings, archive FROM buckets ORDER BY name",
-            )?
-            .query_map(params![], |r| {
-                Ok((
-                    r.get::<_, String>(0)?,
-                    r.get::<_, i64>(1)?,
-                    r.get::<_, String>(2)?,
-                    r.get::<_, String>(3)?,
-                ))
-            })?
-            .collect::<sql::Result<Vec<_>>>()
-        })?;
-        rows.into_iter()
-            .map(|(name, created_ms, settings, archive)| {
-                Ok(BucketRecord {
-                    name,
-                    created_ms: created_ms as u64,
-                    settings: serde_json::from_str(&settings)
-                        .map_err(|e| corrupt(format!("bucket settings: {e}")))?,
-                    archive: archive_from_json(&archive)?,
-                })
-            })
-            .collect()
     }
 
     fn put_object_if(
@@ -1160,23 +1025,6 @@ impl Catalog for SqlCatalog {
             c.prepare_cached("SELECT offset, length FROM grid_free_ranges WHERE grid_bucket = ?1 ORDER BY offset")?
                 .query_map(params![grid_bucket], |r| Ok((r.get::<_, i64>(0)? as u64, r.get::<_, i64>(1)? as u64)))?
                 .collect()
-        })
-    }
-
-    fn datasets(&self) -> Result<Vec<DatasetRecord>> {
-        self.read(|c| {
-            c.prepare_cached(
-                "SELECT id, bucket, created_ms, grid_bucket FROM datasets ORDER BY id",
-            )?
-            .query_map(params![], |r| {
-                Ok(DatasetRecord {
-                    id: r.get(0)?,
-                    bucket: r.get(1)?,
-                    created_ms: r.get::<_, i64>(2)? as u64,
-                    grid_bucket: r.get::<_, Option<i64>>(3)?.map(|b| b as u32),
-                })
-            })?
-            .collect()
         })
     }
 
