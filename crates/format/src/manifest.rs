@@ -76,6 +76,13 @@ pub fn part_list_hash(parts: &[PartRef]) -> [u8; 32] {
     *hasher.finalize().as_bytes()
 }
 
+/// The logical bytes of a part list; `None` when they add up to more than `u64::MAX` (a damaged record).
+fn parts_len(parts: &[PartRef]) -> Option<u64> {
+    parts
+        .iter()
+        .try_fold(0u64, |total, p| total.checked_add(p.logical_len))
+}
+
 /// BLAKE3 derive-key context of [`part_list_hash`].
 pub const PART_LIST_CONTEXT: &str = "permafrost part list v1";
 
@@ -144,13 +151,19 @@ impl Manifest {
             )),
             StoredForm::Parts(parts)
                 if self.content_encoding == Algorithm::None
-                    && parts.iter().map(|p| p.logical_len).sum::<u64>() != self.logical_len =>
+                    && parts_len(parts) != Some(self.logical_len) =>
             {
-                bad(format!(
-                    "parts add up to {} bytes, the manifest says {}",
-                    parts.iter().map(|p| p.logical_len).sum::<u64>(),
-                    self.logical_len
-                ))
+                bad(match parts_len(parts) {
+                    Some(n) => format!(
+                        "parts add up to {n} bytes, the manifest says {}",
+                        self.logical_len
+                    ),
+                    None => format!(
+                        "parts add up to more than {} bytes, the manifest says {}",
+                        u64::MAX,
+                        self.logical_len
+                    ),
+                })
             }
             StoredForm::Parts(parts) if part_list_hash(parts) != self.blake3 => {
                 bad("the part list does not hash to the content id".into())
@@ -482,5 +495,43 @@ impl<'a> Cursor<'a> {
         let (index, used) = ChunkIndex::decode(&self.bytes[self.pos..])?;
         self.pos += used;
         Ok(index)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Found by the `format_manifest` fuzz target: part lengths that overflow a u64 panicked in `validate`.
+    #[test]
+    fn a_part_list_whose_lengths_overflow_is_refused_not_a_panic() {
+        let parts = vec![
+            PartRef {
+                blake3: [1; 32],
+                encoding: Algorithm::None,
+                logical_len: u64::MAX,
+            },
+            PartRef {
+                blake3: [2; 32],
+                encoding: Algorithm::None,
+                logical_len: 2,
+            },
+        ];
+        let manifest = Manifest {
+            bucket: "b".into(),
+            key: "k".into(),
+            user_metadata: BTreeMap::new(),
+            content_type: None,
+            content_encoding: Algorithm::None,
+            blake3: part_list_hash(&parts),
+            stored_form: StoredForm::Parts(parts),
+            logical_len: 1,
+            stored_len: 0,
+            created_unix_ms: 0,
+            dataset: "b".into(),
+            role: Role::Object,
+        };
+        let e = manifest.validate().unwrap_err().to_string();
+        assert!(e.contains("parts add up to more than"), "{e}");
     }
 }
