@@ -6,9 +6,11 @@
 //! (`parity`: placement, fetching a fragment directly or rebuilt from the other two, rebuilding a lost
 //! node's fragments), the catch-up of under-replicated objects and the retirement of lost nodes' copies
 //! ([`ClusterNode::catch_up`]), deletes carried to every holder as tombstones ([`apply_tombstone`]), and the
-//! publish protocol of conditional writes ([`conditional_hold`], [`ClusterNode::publish_conditional`]).
-//! Blocking, like the store it sits on; the S3 layer (`permafrost-s3`) routes requests to it and turns its
-//! results into S3 answers, the operator binary starts its threads.
+//! publish protocol of conditional writes ([`conditional_hold`], [`ClusterNode::publish_conditional`]); and
+//! the node's runtime (`runtime`: joining, reconcile, the heartbeat and catch-up loop, the in-process relay,
+//! link reports) and what `cluster status` shows (`status`). Blocking, like the store it sits on; the S3 layer
+//! (`permafrost-s3`) routes requests to it and turns its results into S3 answers, the operator binary reads
+//! its configuration, starts it and prints its status.
 //!
 //! **Invariants.**
 //! - A copy or fragment is published in the directory only after its holder made it durable, and a copy of a
@@ -29,6 +31,8 @@
 
 pub mod node;
 pub mod parity;
+pub mod runtime;
+pub mod status;
 
 pub use node::{
     apply_tombstone, conditional_hold, conditional_pending, conditional_wait, copy_sink, fnv1a,
@@ -50,4 +54,8 @@ pub enum ClusterError {
     /// the message names the object.
     #[error("{0}")]
     Store(String),
+    /// Joining or running the node failed otherwise (a start-up check refused, a file or listener, a thread):
+    /// one line that says what and why ([`runtime`]).
+    #[error("{0}")]
+    Runtime(String),
 }

@@ -98,6 +98,7 @@ pub(crate) fn cluster_unavailable(e: ClusterError) -> S3Error {
         ClusterError::Store(m) => {
             service_unavailable(format!("the cluster catalog database is unavailable: {m}"))
         }
+        ClusterError::Runtime(m) => crate::error::internal(m),
     }
 }
 
