@@ -8,7 +8,7 @@
 use crate::sql::{self, params, Connection, OptionalExtension, Row, Transaction};
 
 use super::{
-    add_reference,
+    contents::add_reference,
     rows::{
         archive_from_json, attributes_from_json, attributes_json, content_from_row, conversion,
         corrupt, json_pairs, key_string, object_from_row, CONTENT_COLUMNS, OBJECT_COLUMNS,

@@ -4,7 +4,7 @@
 use crate::sql::{self, params, OptionalExtension};
 
 use super::{
-    add_reference,
+    contents::add_reference,
     rows::{pairs_json, CONTENT_COLUMNS},
     SqlCatalog,
 };

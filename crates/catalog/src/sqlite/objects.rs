@@ -4,7 +4,7 @@
 //! at once; a conditional write checks its condition in the transaction that writes.
 
 use super::{
-    add_reference, insert_content,
+    contents::{add_reference, insert_content},
     rows::{
         attributes_json, content_from_row, object_from_row, pairs_json, CONTENT_COLUMNS,
         OBJECT_COLUMNS,
