@@ -60,6 +60,9 @@ def test_three_nodes_xor_kept_as_two_whole_copies_then_re_encoded(pg, tmp_path):
         nodes["c"].kill()
         killed = time.time()
         wait_for("c shown down", lambda: states(quick(tmp_path / "a"))["c"] == "down")
+        r = cluster(tmp_path, "rebuild", "--node", "c")
+        assert r.returncode == 0 and (f"0 fragment(s) rebuilt on nodes that hold no fragment of their object; {n} "
+                                      "object(s) with no such node kept as 2 whole copies") in r.stdout, r
 
         def healed():
             s = quick(tmp_path / "a")

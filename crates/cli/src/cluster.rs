@@ -412,15 +412,16 @@ fn run_rebuild(args: RebuildArgs) -> Result<()> {
             node.heartbeat_age_ms
         );
     }
-    let held = db
-        .fragments_on(node.id)
-        .map_err(|e| anyhow::anyhow!("{e}"))?
-        .len();
+    let plan =
+        permafrost_cluster::parity::rebuild_plan(&db, node).map_err(|e| anyhow::anyhow!("{e}"))?;
     db.request_rebuild(&node.name)
         .map_err(|e| anyhow::anyhow!("{e}"))?;
     println!(
-        "rebuild of node {} requested: {held} fragments; the nodes that are up rebuild them on their next catch-up pass",
-        node.name
+        "rebuild of node {} requested: {} fragment(s) rebuilt on nodes that hold no fragment of their object; \
+         {} object(s) with no such node kept as 2 whole copies on their other holders (fragments again once three \
+         nodes are up); {} object(s) wait for another holder that is down; done by the nodes that are up on their \
+         next catch-up pass",
+        node.name, plan.fragments_rebuilt, plan.objects_kept_whole, plan.objects_waiting
     );
     Ok(())
 }
