@@ -5,7 +5,7 @@
 //! placed when its extents are abandoned); only a persisted, unpinned content loses its cache copy.
 
 use super::{
-    add_work,
+    gc::add_work,
     rows::{
         content_from_row, conversion, key_string, object_from_row, CONTENT_COLUMNS, OBJECT_COLUMNS,
     },

@@ -5,8 +5,8 @@
 //! checks that each listed part is still the content the client named.
 
 use super::{
-    add_work,
     contents::{add_reference, insert_content},
+    gc::add_work,
     rows::{pairs_json, part_from_row, upload_from_row, CONTENT_COLUMNS, PART_COLUMNS},
     SqlCatalog,
 };
