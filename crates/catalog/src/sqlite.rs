@@ -1,20 +1,21 @@
-//! The catalog's logic (every `Catalog` method, here and in the child modules), run through `crate::sql` on
-//! either back end, and the embedded back end: one SQLite database (WAL) in the data directory. The PostgreSQL
-//! back end is `crate::postgres`. Schema: `docs/catalog.md`.
+//! The catalog's logic (every `Catalog` method, in the child modules), run through `crate::sql` on either back
+//! end: an embedded SQLite database (WAL) in the data directory, or PostgreSQL (`crate::postgres`). Schema:
+//! `docs/catalog.md`. Each child module says what it manages and the invariants it keeps:
 //!
-//! How a call runs its transaction (SQLite's writer, readers and group commit; PostgreSQL's retries): `backend`.
+//! - `backend`: how a call runs its transaction (SQLite's writer, readers and group commit; PostgreSQL's
+//!   retries) and opening a catalog; `schema`: the SQLite schema and the migrations of both back ends;
+//!   `rows`: column lists and row readers.
+//! - `buckets`, `objects`, `contents`, `extents`, `uploads`, `gc` (garbage and the work queue), `archive`
+//!   (versions, tags, Object Lock, lifecycle, restores), `completed` (completed uploads), `growing` (growing
+//!   objects), `namespace` (the mount's directories), `access` (keys, grants, ACLs, policies), `ops` (history
+//!   and webhooks), `health` (ping, stats, check).
 
 mod access;
+mod archive;
 mod backend;
 mod buckets;
-pub(crate) use access::PG_ACCESS_MIGRATION;
-pub use backend::SqliteOptions;
-mod archive;
 mod completed;
 mod contents;
-use crate::*;
-pub(crate) use completed::PG_COMPLETED_UPLOADS_MIGRATION;
-
 mod extents;
 mod gc;
 mod growing;
@@ -25,11 +26,14 @@ mod ops;
 mod rows;
 mod schema;
 mod uploads;
+
+pub(crate) use access::PG_ACCESS_MIGRATION;
+pub use backend::SqliteOptions;
+pub(crate) use completed::PG_COMPLETED_UPLOADS_MIGRATION;
 pub(crate) use schema::{BUCKET_CORS_MIGRATION, RESTORE_TIER_MIGRATION};
 
-// MOVED IMPORTS
+use crate::*;
 use backend::Backend;
-// END MOVED IMPORTS
 
 /// The catalog: its logic on one of two back ends, an embedded SQLite database or a PostgreSQL server
 /// (`crate::postgres`). The logic (this module and its children) runs SQL through `crate::sql`, once for both.
@@ -38,8 +42,6 @@ pub struct SqlCatalog {
     /// What error messages name: the SQLite file, or the PostgreSQL URL without its password.
     name: String,
 }
-
-impl SqlCatalog {}
 
 /// `impl Catalog for SqlCatalog` names each trait method once, under the module that implements it: the
 /// inherent method of the same name there (a trait's impl is one block, so the modules cannot hold the trait's
@@ -152,6 +154,5 @@ impl Catalog for SqlCatalog {
         fn ping(&self) -> Result<()>;
         fn stats(&self) -> Result<CatalogStats>;
         fn check(&self) -> Result<Vec<String>>;
-        // END OF TABLE
     }
 }
