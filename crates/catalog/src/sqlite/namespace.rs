@@ -312,6 +312,8 @@ impl SqlCatalog {
             let full = objects.is_truncated || rows.len() == limit;
 
             // Merge the two ordered streams by key; a row and a common prefix of the same key are one directory.
+            // Files are most items: boxing the large variant would cost an allocation for each of them.
+            #[allow(clippy::large_enum_variant)]
             enum Item {
                 File(ObjectRecord),
                 Dir(String, Option<DirRecord>),
