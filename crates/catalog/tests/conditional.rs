@@ -6,45 +6,7 @@ use std::sync::{Arc, Barrier};
 use permafrost_catalog::*;
 
 mod common;
-use common::Backend;
-
-fn cid(n: u8) -> ContentId {
-    ContentId {
-        hash: [n; 32],
-        encoding: Encoding::Identity,
-    }
-}
-
-fn new_content(n: u8) -> NewContent {
-    NewContent {
-        id: cid(n),
-        logical_bytes: 100,
-        stored_bytes: 100,
-        stored_form: StoredForm::Raw,
-        chunk_index: Vec::new(),
-        md5: [n; 16],
-        cache_path: format!("c/{n}"),
-        inline: None,
-    }
-}
-
-fn object(key: &str, n: u8) -> ObjectRecord {
-    ObjectRecord {
-        bucket: "b".into(),
-        key: key.into(),
-        content: cid(n),
-        size_bytes: 100,
-        etag: format!("\"e{n}\""),
-        last_modified_ms: 1,
-        content_type: None,
-        user_metadata: Vec::new(),
-        checksums: Vec::new(),
-        dataset: "b".into(),
-        version_id: String::new(),
-        attributes: ObjectAttributes::default(),
-        expires_ms: None,
-    }
-}
+use common::{cid, new_content, object, Backend};
 
 fn put_if(c: &SqlCatalog, key: &str, n: u8, condition: WriteCondition) -> Result<PutOutcome> {
     c.put_object_if(&object(key, n), &new_content(n), 10, &condition)

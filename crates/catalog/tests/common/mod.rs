@@ -8,7 +8,10 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use permafrost_catalog::{PostgresOptions, SqlCatalog, SqliteOptions};
+use permafrost_catalog::{
+    ContentId, Encoding, NewContent, ObjectAttributes, ObjectRecord, PostgresOptions, SqlCatalog,
+    SqliteOptions, StoredForm,
+};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Backend {
@@ -120,4 +123,45 @@ macro_rules! both {
             })*
         }
     };
+}
+
+/// The content id of test content `n` (every hash byte `n`).
+pub fn cid(n: u8) -> ContentId {
+    ContentId {
+        hash: [n; 32],
+        encoding: Encoding::Identity,
+    }
+}
+
+/// A 100-byte raw content `n`, cached at `c/n`.
+pub fn new_content(n: u8) -> NewContent {
+    NewContent {
+        id: cid(n),
+        logical_bytes: 100,
+        stored_bytes: 100,
+        stored_form: StoredForm::Raw,
+        chunk_index: Vec::new(),
+        md5: [n; 16],
+        cache_path: format!("c/{n}"),
+        inline: None,
+    }
+}
+
+/// Object `key` in bucket `b` naming content `n`, etag `"en"`.
+pub fn object(key: &str, n: u8) -> ObjectRecord {
+    ObjectRecord {
+        bucket: "b".into(),
+        key: key.into(),
+        content: cid(n),
+        size_bytes: 100,
+        etag: format!("\"e{n}\""),
+        last_modified_ms: 1,
+        content_type: None,
+        user_metadata: Vec::new(),
+        checksums: Vec::new(),
+        dataset: "b".into(),
+        version_id: String::new(),
+        attributes: ObjectAttributes::default(),
+        expires_ms: None,
+    }
 }
