@@ -3,6 +3,9 @@
 # Idempotent: safe to run before every test run. Rust itself comes from rustup (on the machine).
 set -euo pipefail
 
+# scripts/test runs `cargo clippy`: rustup's default profile has it; a minimal one does not.
+cargo clippy --version >/dev/null 2>&1 || rustup component add clippy
+
 need_apt=()
 command -v losetup >/dev/null 2>&1 || need_apt+=(mount)
 # permafrost-plot rasterises chart text with a system font (PNG output of --plot).
