@@ -68,7 +68,7 @@ impl Default for PostgresOptions {
 /// Schema version of [`PG_SCHEMA`]: the PostgreSQL schema starts at the SQLite schema's version 8, whole.
 pub(crate) const PG_SCHEMA_BASE_VERSION: u32 = 8;
 
-/// Changes after [`PG_SCHEMA_BASE_VERSION`], in order, as for SQLite (`sqlite.rs` `MIGRATIONS`): a change of
+/// Changes after [`PG_SCHEMA_BASE_VERSION`], in order, as for SQLite (`sqlite/schema.rs` `MIGRATIONS`): a change of
 /// the catalog's schema adds a version to both lists.
 pub(crate) const PG_MIGRATIONS: &[(u32, &str)] = &[
     (9, crate::sqlite::PG_ACCESS_MIGRATION),
