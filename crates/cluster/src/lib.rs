@@ -29,6 +29,8 @@
 //! **Layering.** Below `permafrost-s3` and the CLI: this crate depends on the catalog, store, relay and
 //! topology crates only, never on the S3 layer, `s3s` or `hyper`.
 
+#![forbid(unsafe_code)]
+
 pub mod node;
 pub mod parity;
 pub mod runtime;
