@@ -12,9 +12,9 @@ fuzz_target!(|data: &[u8]| {
         return;
     }
     let (size, rest) = data.split_at(8);
-    // Object sizes and last-modified times up to the year 9999 (`http_date` of a later time panics:
+    // Any object size and last-modified time (one after the year 9999 panicked in `http_date` once:
     // fuzz/regressions/s3_headers-http-date-after-year-9999).
-    let size = u64::from_le_bytes(size.try_into().unwrap()) % 253_402_300_800_000;
+    let size = u64::from_le_bytes(size.try_into().unwrap());
     let mut fields = rest.split(|&b| b == b'\n');
     let mut next = || fields.next().unwrap_or(&[]);
     let (if_match, if_none_match) = (next(), next());

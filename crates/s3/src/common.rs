@@ -40,7 +40,13 @@ pub(crate) fn etag(stored: &str) -> ETag {
     ETag::Strong(value.trim_matches('"').to_owned())
 }
 
+/// The latest time a [`Timestamp`] holds (9999-12-31 23:59:59.999 UTC), in ms since the epoch.
+const TIMESTAMP_MS_MAX: u64 = 253_402_300_799_999;
+
+/// `ms` since the epoch as a [`Timestamp`]; a later time (only a damaged or hostile record holds one: a copy's
+/// metadata comes from a peer) is the latest one it holds rather than a panic.
 pub(crate) fn timestamp(ms: u64) -> Timestamp {
+    let ms = ms.min(TIMESTAMP_MS_MAX);
     Timestamp::from(SystemTime::UNIX_EPOCH + Duration::from_millis(ms))
 }
 
@@ -257,6 +263,16 @@ pub(crate) fn url_encode(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// fuzz/regressions/s3_headers-http-date-after-year-9999: a time past the year 9999 panicked.
+    #[test]
+    fn a_time_after_the_year_9999_is_the_latest_date_not_a_panic() {
+        assert_eq!(http_date(0), "Thu, 01 Jan 1970 00:00:00 GMT");
+        assert_eq!(http_date(TIMESTAMP_MS_MAX), "Fri, 31 Dec 9999 23:59:59 GMT");
+        for ms in [TIMESTAMP_MS_MAX + 1, u64::MAX / 2, u64::MAX] {
+            assert_eq!(http_date(ms), "Fri, 31 Dec 9999 23:59:59 GMT", "{ms}");
+        }
+    }
 
     #[test]
     fn etags_lose_their_quotes_once() {
