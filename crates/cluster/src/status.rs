@@ -239,14 +239,51 @@ pub fn recovery_totals(db: &ClusterDb, lost_after_ms: u64) -> Result<(u64, u64),
     Ok((short.objects + fragments, short.bytes))
 }
 
-/// The database endpoint of a (password-free) URL: `user@host:port/dbname`, without scheme and options.
+/// The database endpoint of a (password-free) URL: `user@host:port/dbname`, without scheme and options; a
+/// URL of several servers names each (`user@a:5432,b:5433/dbname`), in either form libpq takes (a URL, or
+/// `key=value` pairs).
 pub fn database_endpoint(url: &str) -> String {
+    if !url.contains("://") && url.contains('=') {
+        return key_value_endpoint(url);
+    }
     let rest = url.split_once("://").map_or(url, |(_, r)| r);
     let rest = rest.split(['?', '#']).next().unwrap_or(rest);
     match rest.split_once('@') {
         Some((user, host)) => format!("{}@{host}", user.split(':').next().unwrap_or(user)),
         None => rest.to_owned(),
     }
+}
+
+/// [`database_endpoint`] of a `key=value …` connection string: its host, port, user and dbname (hosts and ports
+/// paired by position; one port serves every host, as libpq reads it).
+fn key_value_endpoint(url: &str) -> String {
+    let mut pairs = std::collections::BTreeMap::new();
+    for item in url.split_whitespace() {
+        if let Some((key, value)) = item.split_once('=') {
+            pairs.insert(key.trim(), value.trim().trim_matches('\''));
+        }
+    }
+    let hosts: Vec<&str> = pairs.get("host").map_or(vec![], |h| h.split(',').collect());
+    let ports: Vec<&str> = pairs.get("port").map_or(vec![], |p| p.split(',').collect());
+    let servers: Vec<String> = hosts
+        .iter()
+        .enumerate()
+        .map(|(i, host)| match ports.get(i).or(ports.last()) {
+            Some(port) if !port.is_empty() => format!("{host}:{port}"),
+            _ => host.to_string(),
+        })
+        .collect();
+    let mut shown = String::new();
+    if let Some(user) = pairs.get("user") {
+        shown.push_str(user);
+        shown.push('@');
+    }
+    shown.push_str(&servers.join(","));
+    if let Some(dbname) = pairs.get("dbname") {
+        shown.push('/');
+        shown.push_str(dbname);
+    }
+    shown
 }
 
 /// Milliseconds of this process's monotonic clock (the recovery samples' clock).
@@ -515,5 +552,20 @@ mod tests {
             "me@db.example:5432/archive"
         );
         assert_eq!(database_endpoint("postgresql://db/x"), "db/x");
+        assert_eq!(
+            database_endpoint("postgresql://pf@a:5432,b:5433/c?target_session_attrs=read-write"),
+            "pf@a:5432,b:5433/c"
+        );
+        assert_eq!(
+            database_endpoint(
+                "host=a,b port=5432,5433 user=pf password=*** dbname=c target_session_attrs=read-write \
+                 options='-csearch_path=pf_node_a'"
+            ),
+            "pf@a:5432,b:5433/c"
+        );
+        assert_eq!(
+            database_endpoint("host=a,b port=6000 dbname=c"),
+            "a:6000,b:6000/c"
+        );
     }
 }
