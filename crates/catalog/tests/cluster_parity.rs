@@ -4,8 +4,10 @@
 
 mod common;
 
+use common::frags;
+
 use permafrost_catalog::cluster::{
-    fragment_key, ClusterDb, DirEntry, NewFragment, FRAGMENTS_BUCKET, PARITY_HOLDER,
+    fragment_key, ClusterDb, DirEntry, FRAGMENTS_BUCKET, PARITY_HOLDER,
 };
 use permafrost_catalog::{CatalogError, ListQuery};
 
@@ -18,18 +20,6 @@ fn entry(key: &str, etag: &str, ms: u64) -> DirEntry {
         last_modified_ms: ms,
         content_type: Some("text/plain".into()),
     }
-}
-
-fn frags(ids: [i64; 3]) -> Vec<NewFragment> {
-    ["a", "b", "p"]
-        .iter()
-        .zip(ids)
-        .map(|(role, node_id)| NewFragment {
-            role: role.to_string(),
-            node_id,
-            blake3: format!("hash-{role}"),
-        })
-        .collect()
 }
 
 #[test]

@@ -6,8 +6,10 @@
 
 mod common;
 
+use common::frags;
+
 use permafrost_catalog::cluster::{
-    fragment_key, ClusterDb, DirEntry, NewFragment, FRAGMENTS_BUCKET, PARITY_HOLDER,
+    fragment_key, ClusterDb, DirEntry, FRAGMENTS_BUCKET, PARITY_HOLDER,
 };
 
 fn entry() -> DirEntry {
@@ -19,18 +21,6 @@ fn entry() -> DirEntry {
         last_modified_ms: 1000,
         content_type: None,
     }
-}
-
-fn frags(ids: [i64; 3]) -> Vec<NewFragment> {
-    ["a", "b", "p"]
-        .iter()
-        .zip(ids)
-        .map(|(role, node_id)| NewFragment {
-            role: role.to_string(),
-            node_id,
-            blake3: format!("hash-{role}"),
-        })
-        .collect()
 }
 
 #[test]

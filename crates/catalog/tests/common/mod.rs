@@ -165,3 +165,16 @@ pub fn object(key: &str, n: u8) -> ObjectRecord {
         expires_ms: None,
     }
 }
+
+/// The three fragments of an XOR parity object (`a`, `b`, `p`) on the nodes `ids`, with made-up hashes.
+pub fn frags(ids: [i64; 3]) -> Vec<permafrost_catalog::cluster::NewFragment> {
+    ["a", "b", "p"]
+        .iter()
+        .zip(ids)
+        .map(|(role, node_id)| permafrost_catalog::cluster::NewFragment {
+            role: role.to_string(),
+            node_id,
+            blake3: format!("hash-{role}"),
+        })
+        .collect()
+}
