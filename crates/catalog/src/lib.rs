@@ -1057,6 +1057,10 @@ pub trait Catalog: Send + Sync {
     fn content_parts(&self, id: &ContentId) -> Result<Vec<(ContentPart, ContentRecord)>>;
     /// `Cached` → `Placed` on `grid_bucket`; records the dataset's grid bucket if it had none.
     fn place_content(&self, id: &ContentId, grid_bucket: u32) -> Result<()>;
+    /// `Placed` → `Cached` for every content placed on `grid_bucket` and not yet being written there (its grid
+    /// bucket forgotten), so that placement chooses again; contents `Persisting` or `Persisted` stay. Returns
+    /// how many. For a grid bucket whose data disk failed: what waits for it must go elsewhere.
+    fn unplace_contents(&self, grid_bucket: u32) -> Result<u64>;
     /// Record reads: set each content's `last_access_ms` (LRU), all in one transaction. Not durable on its own
     /// (a crash may forget the latest reads; the next durable commit makes it durable), so no call ever waits
     /// for its sync.

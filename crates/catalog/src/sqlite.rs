@@ -111,6 +111,7 @@ impl Catalog for SqlCatalog {
         fn unpersisted_references(&self, limit: usize) -> Result<Vec<UnpersistedReference>>;
         fn content_parts(&self, id: &ContentId) -> Result<Vec<(ContentPart, ContentRecord)>>;
         fn place_content(&self, id: &ContentId, grid_bucket: u32) -> Result<()>;
+        fn unplace_contents(&self, grid_bucket: u32) -> Result<u64>;
         fn touch_contents(&self, accesses: &[(ContentId, u64)]) -> Result<()>;
         fn pin_hot(&self, ids: &[ContentId], hot: bool) -> Result<u64>;
         fn eviction_candidates(&self, limit: usize) -> Result<Vec<ContentRecord>>;

@@ -241,8 +241,45 @@ fn footprint_bytes(content: &ContentRecord) -> u64 {
     content.stored_bytes + content.chunk_index.len() as u64 + 2 * 4096
 }
 
-/// Choose a grid bucket for every cached content.
+/// Return to the cache's placement the contents placed on a grid bucket whose data disk has failed and not
+/// yet written there: a failed disk is never written until it is replaced and rebuilt, so they are placed again
+/// on a healthy bucket. Returns how many.
+///
+/// Such a content has no extent on the failed bucket: a content leaves `Placed` (`begin_extents`, state
+/// `persisting`) together with every extent it needs, and a batch that fails to write any of them gives them
+/// all up (`abandon_extents`) and returns to `Placed`. Contents already `persisting` or `persisted` there stay:
+/// their bytes are rebuilt with the disk.
+fn unplace_from_failed(inner: &Inner) -> Result<u64> {
+    let geometry = inner.engine.geometry();
+    let mut moved = 0;
+    for o in inner.catalog.outstanding()? {
+        if inner
+            .engine
+            .is_failed(geometry.bucket_disk(o.grid_bucket as usize))
+        {
+            moved += unplace_bucket(inner, o.grid_bucket)?;
+        }
+    }
+    Ok(moved)
+}
+
+/// Return the contents placed on `grid_bucket` (whose data disk failed) to placement.
+fn unplace_bucket(inner: &Inner, grid_bucket: u32) -> Result<u64> {
+    let moved = inner.catalog.unplace_contents(grid_bucket)?;
+    if moved > 0 {
+        let disk = inner.engine.geometry().bucket_disk(grid_bucket as usize);
+        tracing::warn!(
+            "disk {disk} has failed: {moved} contents placed on grid bucket {grid_bucket} and not yet written \
+             there are placed again on healthy buckets"
+        );
+    }
+    Ok(moved)
+}
+
+/// Choose a grid bucket for every cached content (and first, again for the contents waiting for a grid bucket
+/// whose data disk has failed).
 pub(crate) fn place_cached(inner: &Inner) -> Result<usize> {
+    unplace_from_failed(inner)?;
     let mut placed = 0;
     loop {
         let contents = inner
@@ -296,15 +333,21 @@ pub(crate) fn place_cached(inner: &Inner) -> Result<usize> {
 }
 
 /// Place and persist everything waiting, then drain parity so that all of it is fully persisted.
+/// A disk failing during the run returns what waits for it to placement: the run places and persists again
+/// (at most once per grid bucket, each time with fewer healthy ones).
 pub(crate) fn persist_all(inner: &Inner) -> Result<()> {
-    place_cached(inner)?;
-    let buckets: Vec<u32> = inner
-        .catalog
-        .outstanding()?
-        .iter()
-        .map(|o| o.grid_bucket)
-        .collect();
-    persist_grid_buckets(inner, &buckets)?;
+    for _ in 0..=inner.engine.buckets() {
+        place_cached(inner)?;
+        let buckets: Vec<u32> = inner
+            .catalog
+            .outstanding()?
+            .iter()
+            .map(|o| o.grid_bucket)
+            .collect();
+        if persist_grid_buckets(inner, &buckets)? == 0 {
+            break;
+        }
+    }
     complete_parity(inner)
 }
 
@@ -445,7 +488,8 @@ enum Unit {
 /// deltas for the shared `hP` and `vhP` whatever the delta cache's size (thesis §4.3.5: "sequential delayed
 /// writes to all disks of a horizontal parity group"), and the group's data disks are written in parallel.
 /// Groups follow one another; the chunks in flight (`persist_chunks_in_flight`) are shared by a group's threads.
-pub(crate) fn persist_grid_buckets(inner: &Inner, grid_buckets: &[u32]) -> Result<()> {
+/// Returns how many contents went back to placement because the data disk of their grid bucket has failed.
+pub(crate) fn persist_grid_buckets(inner: &Inner, grid_buckets: &[u32]) -> Result<u64> {
     let geometry = inner.engine.geometry();
     let mut groups: BTreeMap<usize, Vec<u32>> = BTreeMap::new();
     for &b in grid_buckets {
@@ -456,13 +500,14 @@ pub(crate) fn persist_grid_buckets(inner: &Inner, grid_buckets: &[u32]) -> Resul
         }
     }
     let _guard = inner.persister.work_lock.lock();
+    let mut unplaced = 0;
     for members in groups.into_values() {
         let in_flight = (inner.config.persist_chunks_in_flight / members.len()).max(1);
         if let [only] = members[..] {
-            persist_grid_bucket(inner, only, in_flight)?;
+            unplaced += persist_grid_bucket(inner, only, in_flight)?;
             continue;
         }
-        let results: Vec<Result<()>> = std::thread::scope(|scope| {
+        let results: Vec<Result<u64>> = std::thread::scope(|scope| {
             let threads: Vec<_> = members
                 .iter()
                 .map(|&b| {
@@ -482,18 +527,23 @@ pub(crate) fn persist_grid_buckets(inner: &Inner, grid_buckets: &[u32]) -> Resul
                 .collect()
         });
         for result in results {
-            result?;
+            unplaced += result?;
         }
     }
-    Ok(())
+    Ok(unplaced)
 }
 
 /// Persist the contents placed on `grid_bucket`, one bounded batch after another, with up to `in_flight` engine
-/// chunks at a time. The caller holds the work lock.
-fn persist_grid_bucket(inner: &Inner, grid_bucket: u32, in_flight: usize) -> Result<()> {
+/// chunks at a time. The caller holds the work lock. When the bucket's data disk has failed (before or during a
+/// batch), its contents waiting go back to placement instead: returns how many.
+fn persist_grid_bucket(inner: &Inner, grid_bucket: u32, in_flight: usize) -> Result<u64> {
     let _wake = WakeReason::about(WakeKind::Persist, format!("grid bucket {grid_bucket}")).enter();
+    let data_disk = inner.engine.geometry().bucket_disk(grid_bucket as usize);
     let mut skipped: HashSet<ContentId> = HashSet::new();
     loop {
+        if inner.engine.is_failed(data_disk) {
+            return unplace_bucket(inner, grid_bucket);
+        }
         let limit = PERSIST_BATCH_CONTENTS + skipped.len();
         let candidates = inner.catalog.placed_on(grid_bucket, limit)?;
         let mut more_follow = candidates.len() == limit;
@@ -510,7 +560,7 @@ fn persist_grid_bucket(inner: &Inner, grid_bucket: u32, in_flight: usize) -> Res
             batch.push(content);
         }
         if batch.is_empty() {
-            return Ok(());
+            return Ok(0);
         }
         let mut ready = Vec::with_capacity(batch.len());
         for content in batch {
@@ -548,7 +598,13 @@ fn persist_grid_bucket(inner: &Inner, grid_bucket: u32, in_flight: usize) -> Res
             }
         }
         if !ready.is_empty() {
-            persist_batch(inner, grid_bucket, &ready, more_follow, in_flight)?;
+            if let Err(e) = persist_batch(inner, grid_bucket, &ready, more_follow, in_flight) {
+                // The batch gave its extents up; its contents wait on the bucket again.
+                if inner.engine.is_failed(data_disk) {
+                    return unplace_bucket(inner, grid_bucket);
+                }
+                return Err(e);
+            }
         }
     }
 }

@@ -275,6 +275,17 @@ impl SqlCatalog {
         })
     }
 
+    pub(super) fn unplace_contents(&self, grid_bucket: u32) -> Result<u64> {
+        self.write(|tx| {
+            let changed = tx
+                .prepare_cached(
+                    "UPDATE contents SET state = 'cached', grid_bucket = NULL WHERE state = 'placed' AND grid_bucket = ?1",
+                )?
+                .execute(params![grid_bucket])?;
+            Ok(changed as u64)
+        })
+    }
+
     pub(super) fn touch_contents(&self, accesses: &[(ContentId, u64)]) -> Result<()> {
         if accesses.is_empty() {
             return Ok(());
