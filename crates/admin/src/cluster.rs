@@ -8,7 +8,7 @@ use std::sync::Arc;
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::DescriptorEncoder;
 
-use crate::metrics::gauge;
+use crate::metrics::{counter, gauge};
 
 /// What the metrics show of a cluster.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -25,6 +25,10 @@ pub struct ClusterFigures {
     pub recovery_objects_per_second: f64,
     pub recovery_bytes_per_second: f64,
     pub recovery_eta_seconds: Option<f64>,
+    /// Orphan fragments this node deleted since it started (unlisted in the directory past the grace period),
+    /// and their bytes.
+    pub orphans_collected_objects: u64,
+    pub orphans_collected_bytes: u64,
 }
 
 /// Reads the figures now (an error: the catalog database does not answer; the cluster series are left out).
@@ -119,6 +123,18 @@ impl Collector for ClusterFigures {
             "permafrost_cluster_recovery_bytes_per_second",
             "Bytes of objects healed per second over the last minutes",
             [(Labels::new(), self.recovery_bytes_per_second)],
+        )?;
+        counter(
+            &mut e,
+            "permafrost_cluster_orphans_collected",
+            "Orphan fragments this node deleted since it started (unlisted in the directory past the grace period)",
+            [(Labels::new(), self.orphans_collected_objects as f64)],
+        )?;
+        counter(
+            &mut e,
+            "permafrost_cluster_orphans_collected_bytes",
+            "Bytes of the orphan fragments this node deleted since it started",
+            [(Labels::new(), self.orphans_collected_bytes as f64)],
         )?;
         if let Some(eta) = self.recovery_eta_seconds {
             gauge(

@@ -280,7 +280,7 @@ pub(crate) fn gauge(
 }
 
 /// `name` is written with `_total` appended.
-fn counter(
+pub(crate) fn counter(
     encoder: &mut DescriptorEncoder,
     name: &str,
     help: &str,

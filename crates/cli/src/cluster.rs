@@ -228,6 +228,8 @@ pub fn figures(s: &Status) -> permafrost_admin::ClusterFigures {
         recovery_objects_per_second: s.recovery.objects_per_minute / 60.0,
         recovery_bytes_per_second: s.recovery.bytes_per_second,
         recovery_eta_seconds: s.recovery.eta_ms.map(|ms| ms as f64 / 1000.0),
+        orphans_collected_objects: permafrost_cluster::orphans::collected().0,
+        orphans_collected_bytes: permafrost_cluster::orphans::collected().1,
     }
 }
 

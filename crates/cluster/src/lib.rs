@@ -32,6 +32,7 @@
 #![forbid(unsafe_code)]
 
 pub mod node;
+pub mod orphans;
 pub mod parity;
 pub mod runtime;
 pub mod status;

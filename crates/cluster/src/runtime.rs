@@ -115,6 +115,14 @@ pub struct ClusterSection {
     /// the catalog].
     #[serde(default)]
     pub secret_file: Option<PathBuf>,
+    /// A fragment in this node's store that the directory does not list is deleted once it has been seen
+    /// unlisted for this long (a placement stores before it publishes) [21600000 = 6 h].
+    #[serde(default = "orphan_grace_default")]
+    pub orphan_grace_ms: u64,
+}
+
+fn orphan_grace_default() -> u64 {
+    crate::orphans::ORPHAN_GRACE_DEFAULT_MS
 }
 
 fn copies_default() -> u32 {
@@ -659,6 +667,7 @@ pub fn start(store: &Arc<Store>, m: &Membership) -> Result<(Arc<ClusterNode>, He
         let me = Arc::clone(&node);
         let (node_id, every) = (m.node_id, Duration::from_millis(m.section.heartbeat_ms));
         let lost_after_ms = m.section.lost_after_ms;
+        let mut orphans = crate::orphans::OrphanCollector::new(m.section.orphan_grace_ms);
         std::thread::Builder::new()
             .name("permafrost-heartbeat".into())
             .spawn(move || {
@@ -729,6 +738,7 @@ pub fn start(store: &Arc<Store>, m: &Membership) -> Result<(Arc<ClusterNode>, He
                                         }
                                     }
                                 }
+                                orphans.pass_logged(&store, &db, node_id);
                                 match rebuild_lost_nodes(&me, &store, lost_after_ms) {
                                     Ok(()) => {
                                         if rebuild_failing.last() == Some(&true) {
