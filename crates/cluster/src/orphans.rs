@@ -57,6 +57,8 @@ pub struct OrphanPass {
 pub struct OrphanCollector {
     grace: Duration,
     first_seen: HashMap<String, Instant>,
+    /// The last pass failed: its line was logged, the next ones are not until a pass works again.
+    failing: bool,
 }
 
 /// (bucket, key, etag, role) of a fragment's key `bucket/key/etag/role` (the key may hold `/`; the bucket,
@@ -74,6 +76,7 @@ impl OrphanCollector {
         OrphanCollector {
             grace: Duration::from_millis(grace_ms),
             first_seen: HashMap::new(),
+            failing: false,
         }
     }
 
@@ -161,9 +164,14 @@ impl OrphanCollector {
         Ok(out)
     }
 
-    /// [`OrphanCollector::pass`] from the heartbeat: one line when something was collected or the pass failed.
+    /// [`OrphanCollector::pass`] from the heartbeat: one line when something was collected, when passes start
+    /// failing and when they work again.
     pub fn pass_logged(&mut self, store: &Store, db: &ClusterDb, node_id: i64) {
-        match self.pass(store, db, node_id) {
+        let pass = self.pass(store, db, node_id);
+        if pass.is_ok() && std::mem::take(&mut self.failing) {
+            tracing::info!("cluster: collecting orphan fragments works again");
+        }
+        match pass {
             Ok(p) if p.collected > 0 => tracing::info!(
                 "cluster: collected {} orphan fragment(s), {} bytes, unlisted in the directory for over {} s ({} more waiting out the grace period)",
                 p.collected,
@@ -172,7 +180,13 @@ impl OrphanCollector {
                 p.waiting
             ),
             Ok(_) => {}
-            Err(e) => tracing::warn!("cluster: collecting orphan fragments failed: {e}"),
+            Err(e) if !self.failing => {
+                self.failing = true;
+                tracing::warn!(
+                    "cluster: collecting orphan fragments failed (retried every catch-up pass): {e}"
+                );
+            }
+            Err(_) => {}
         }
     }
 }
