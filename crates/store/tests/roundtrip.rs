@@ -162,8 +162,8 @@ fn the_watchdog_persists_aged_data_on_its_own() {
 
 /// Bytes on the grid that the engine reads back as good but that are not what was persisted (a misdirected
 /// write, an engine bug): IDR and parity cannot see them, only the end-to-end checks can. A whole read checks
-/// the content's BLAKE3 at its end (not the extents as well), a ranged read elsewhere still returns the right
-/// bytes, and the verifier reports the object.
+/// the object's full-object CRC at its end (not the extents as well), a ranged read elsewhere still returns the
+/// right bytes, and the verifier reports the object.
 #[test]
 fn bytes_changed_behind_the_engine_are_reported_not_returned() {
     let dir = tempfile::tempdir().unwrap();
@@ -216,9 +216,10 @@ fn bytes_changed_behind_the_engine_are_reported_not_returned() {
     let mut out = Vec::new();
     let err = std::io::Read::read_to_end(&mut reader, &mut out).unwrap_err();
     assert_eq!(err.kind(), std::io::ErrorKind::InvalidData, "{err}");
-    // A whole read is checked once, at its end, against the content's BLAKE3 (the disk layer's block crcs
-    // cannot see a change written through the engine): it never ends cleanly.
-    assert!(err.to_string().contains("BLAKE3 mismatch"), "{err}");
+    // A whole read is checked once, at its end, against the full-object CRC64NVME the store keeps for the object
+    // (the cheapest end check it has); the disk layer's block crcs cannot see a change written through the
+    // engine. It never ends cleanly.
+    assert!(err.to_string().contains("crc64nvme mismatch"), "{err}");
     assert_eq!(
         get_range(&store, "dmg", "k", ByteRange::FromTo(0, 4095)),
         body[..4096],
