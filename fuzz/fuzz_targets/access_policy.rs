@@ -14,11 +14,19 @@ fuzz_target!(|data: &[u8]| {
     let _ = Acl::canned(text);
     let acl = Acl::from_json(text);
     let _ = acl.allows(Asker::Key("alice"), "s3:GetObject", true, false);
-    assert_eq!(Acl::from_json(&acl.to_json()).to_json(), acl.to_json(), "a stored ACL reads back");
+    assert_eq!(
+        Acl::from_json(&acl.to_json()).to_json(),
+        acl.to_json(),
+        "a stored ACL reads back"
+    );
     if let Some(renamed) = rename_principal(text, "alice", "bob") {
         assert!(serde_json::from_str::<serde_json::Value>(&renamed).is_ok());
     }
-    let middle = text.char_indices().map(|(i, _)| i).nth(text.chars().count() / 2).unwrap_or(text.len());
+    let middle = text
+        .char_indices()
+        .map(|(i, _)| i)
+        .nth(text.chars().count() / 2)
+        .unwrap_or(text.len());
     let (pattern, subject) = text.split_at(middle);
     if pattern.len() <= 256 && subject.len() <= 256 {
         let _ = wildcard_match(pattern, subject);
@@ -29,8 +37,14 @@ fuzz_target!(|data: &[u8]| {
     let _ = policy.is_public();
     for effect in [Effect::Allow, Effect::Deny] {
         for asker in [Asker::Anonymous, Asker::Key("alice")] {
-            for target in [Target::Bucket, Target::Object("a/b.txt"), Target::SomeObject] {
-                let _ = policy.matching(effect, asker, "s3:GetObject", target).count();
+            for target in [
+                Target::Bucket,
+                Target::Object("a/b.txt"),
+                Target::SomeObject,
+            ] {
+                let _ = policy
+                    .matching(effect, asker, "s3:GetObject", target)
+                    .count();
             }
         }
     }

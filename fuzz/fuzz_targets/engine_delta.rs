@@ -10,7 +10,14 @@ use permafrost_engine::fuzzing::delta_file;
 #[derive(Debug, Arbitrary)]
 enum Input {
     Raw(Vec<u8>),
-    Written { txn: u64, offset: u64, data: Vec<u8>, flip_at: u32, flip: u8, cut: u32 },
+    Written {
+        txn: u64,
+        offset: u64,
+        data: Vec<u8>,
+        flip_at: u32,
+        flip: u8,
+        cut: u32,
+    },
 }
 
 fn written(txn: u64, offset: u64, data: &[u8]) -> Vec<u8> {
@@ -33,9 +40,20 @@ fuzz_target!(|input: Input| match input {
             assert!(data.len() + 72 <= bytes.len());
         }
     }
-    Input::Written { txn, offset, data, flip_at, flip, cut } => {
+    Input::Written {
+        txn,
+        offset,
+        data,
+        flip_at,
+        flip,
+        cut,
+    } => {
         let file = written(txn, offset, &data);
-        assert_eq!(delta_file(&file), Some((txn, offset, data.clone())), "a written delta reads back");
+        assert_eq!(
+            delta_file(&file),
+            Some((txn, offset, data.clone())),
+            "a written delta reads back"
+        );
         let mut damaged = file.clone();
         damaged[flip_at as usize % file.len()] ^= flip | 1;
         assert_eq!(delta_file(&damaged), None, "a changed byte is refused");

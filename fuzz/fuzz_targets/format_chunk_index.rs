@@ -11,7 +11,11 @@ fuzz_target!(|data: &[u8]| {
     assert!(used <= data.len());
     let encoded = index.encode();
     assert_eq!(encoded.len(), index.encoded_len());
-    assert_eq!(&encoded[..], &data[..used], "an index encodes to the bytes it came from");
+    assert_eq!(
+        &encoded[..],
+        &data[..used],
+        "an index encodes to the bytes it came from"
+    );
     let (again, again_used) = ChunkIndex::decode(&encoded).expect("an encoded index decodes");
     assert_eq!(again_used, encoded.len());
     assert_eq!(again, index);

@@ -20,7 +20,11 @@ struct Input {
 }
 
 fuzz_target!(|input: Input| {
-    let algorithm = if input.zstd { Algorithm::Zstd } else { Algorithm::Lz4 };
+    let algorithm = if input.zstd {
+        Algorithm::Zstd
+    } else {
+        Algorithm::Lz4
+    };
     let chunk_bytes = (u32::from(input.chunk_kib) % 16 + 4) * 1024;
     let (index, stored) = match encode_chunks(&input.data, algorithm, chunk_bytes) {
         Ok(x) => x,
@@ -29,7 +33,11 @@ fuzz_target!(|input: Input| {
     assert_eq!(index.logical_len(), input.data.len() as u64);
     assert_eq!(index.stored_len(), stored.len() as u64);
     let len = input.data.len() as u64;
-    let start = if len == 0 { 0 } else { u64::from(input.range_start) % len };
+    let start = if len == 0 {
+        0
+    } else {
+        u64::from(input.range_start) % len
+    };
     let n = (u64::from(input.range_len)).min(len - start);
     let mut part = Vec::new();
     decode_range(&index, Cursor::new(&stored), start, n)

@@ -29,24 +29,43 @@ fuzz_target!(|input: Input| match input {
             let mut payload = Vec::new();
             let again = read_extent(&bytes[..], &mut payload).expect("a verified extent reads");
             assert_eq!(again, header);
-            assert_eq!(payload, bytes[EXTENT_HEADER_BYTES..][..header.payload_len as usize]);
+            assert_eq!(
+                payload,
+                bytes[EXTENT_HEADER_BYTES..][..header.payload_len as usize]
+            );
         } else {
             let _ = parse_extent_header(&bytes);
             let _ = read_extent(&bytes[..], std::io::sink());
         }
     }
-    Input::Written { object_id, replica_id, extent_id, payload, flip_at, flip } => {
-        let bytes = extent_to_vec(object_id, replica_id, extent_id, &payload).expect("an extent is written");
+    Input::Written {
+        object_id,
+        replica_id,
+        extent_id,
+        payload,
+        flip_at,
+        flip,
+    } => {
+        let bytes = extent_to_vec(object_id, replica_id, extent_id, &payload)
+            .expect("an extent is written");
         assert_eq!(bytes.len() as u64, extent_bytes(payload.len() as u32));
         assert_eq!(bytes.len() % 4096, 0);
         assert!(is_extent_start(&bytes));
         let header = verify_extent(&bytes).expect("a written extent verifies");
         assert_eq!(
-            (header.object_id, header.replica_id, header.extent_id, header.payload_len as usize),
+            (
+                header.object_id,
+                header.replica_id,
+                header.extent_id,
+                header.payload_len as usize
+            ),
             (object_id, replica_id, extent_id, payload.len())
         );
         let mut read = Vec::new();
-        assert_eq!(read_extent(&bytes[..], &mut read).expect("a written extent reads"), header);
+        assert_eq!(
+            read_extent(&bytes[..], &mut read).expect("a written extent reads"),
+            header
+        );
         assert_eq!(read, payload);
         // One changed byte among header, payload and checksum is caught.
         let covered = EXTENT_HEADER_BYTES + payload.len() + 4;
@@ -57,6 +76,10 @@ fuzz_target!(|input: Input| match input {
             // A changed length can still land on a valid-looking extent only if its checksum holds: never here.
             Ok(h) => h != header && verify_extent(&damaged).is_err(),
         };
-        assert!(caught, "a changed byte at {} went unnoticed", flip_at as usize % covered);
+        assert!(
+            caught,
+            "a changed byte at {} went unnoticed",
+            flip_at as usize % covered
+        );
     }
 });

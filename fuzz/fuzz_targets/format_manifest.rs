@@ -28,7 +28,11 @@ fuzz_target!(|data: &[u8]| {
     };
     let decoded = Manifest::decode(&record);
     let streamed = Manifest::read_from(&record[..]);
-    assert_eq!(decoded.is_ok(), streamed.is_ok(), "decode and read_from agree");
+    assert_eq!(
+        decoded.is_ok(),
+        streamed.is_ok(),
+        "decode and read_from agree"
+    );
     let Ok((manifest, used)) = decoded else {
         return;
     };

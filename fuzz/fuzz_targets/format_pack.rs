@@ -19,8 +19,14 @@ struct Entry {
 
 #[derive(Debug, Arbitrary)]
 enum Input {
-    Raw { payload_len: u16, bytes: Vec<u8> },
-    Written { payload_max: u16, entries: Vec<Entry> },
+    Raw {
+        payload_len: u16,
+        bytes: Vec<u8>,
+    },
+    Written {
+        payload_max: u16,
+        entries: Vec<Entry>,
+    },
 }
 
 fn manifest(e: &Entry) -> Manifest {
@@ -53,8 +59,12 @@ fuzz_target!(|input: Input| match input {
             );
         }
     }
-    Input::Written { payload_max, entries } => {
-        let mut writer = PackWriter::new(Vec::new(), u32::from(payload_max) + 5).expect("a pack opens");
+    Input::Written {
+        payload_max,
+        entries,
+    } => {
+        let mut writer =
+            PackWriter::new(Vec::new(), u32::from(payload_max) + 5).expect("a pack opens");
         let mut written = Vec::new();
         for e in &entries {
             let m = manifest(e);

@@ -8,8 +8,8 @@ use std::io::Cursor;
 use arbitrary::Arbitrary;
 use libfuzzer_sys::fuzz_target;
 use permafrost_format::{
-    encode_chunks, extent_to_vec, plan_content_extents, salvage_objects, Algorithm, Manifest, PackWriter,
-    Role, StoredForm, EXTENT_MAGIC,
+    encode_chunks, extent_to_vec, plan_content_extents, salvage_objects, Algorithm, Manifest,
+    PackWriter, Role, StoredForm, EXTENT_MAGIC,
 };
 
 #[derive(Debug, Arbitrary)]
@@ -67,8 +67,14 @@ fuzz_target!(|input: Input| {
                 continue;
             };
             for e in &plan {
-                let mut payload = if e.extent_id == 0 { record.clone() } else { Vec::new() };
-                payload.extend_from_slice(&stored[e.stored_offset as usize..][..e.stored_len as usize]);
+                let mut payload = if e.extent_id == 0 {
+                    record.clone()
+                } else {
+                    Vec::new()
+                };
+                payload.extend_from_slice(
+                    &stored[e.stored_offset as usize..][..e.stored_len as usize],
+                );
                 extents.push(extent_to_vec(1 + i as u128, 0, e.extent_id, &payload).unwrap());
             }
         }
@@ -99,13 +105,28 @@ fuzz_target!(|input: Input| {
         image.extend_from_slice(extent);
     }
     let out = tempfile::tempdir().unwrap();
-    let report = salvage_objects(Cursor::new(&image), image.len() as u64, out.path(), &mut |_| {})
-        .expect("salvage of a readable image finishes");
+    let report = salvage_objects(
+        Cursor::new(&image),
+        image.len() as u64,
+        out.path(),
+        &mut |_| {},
+    )
+    .expect("salvage of a readable image finishes");
     assert!(report.damaged_extents.is_empty(), "{report:?}");
     assert!(report.incomplete_objects.is_empty(), "{report:?}");
-    assert_eq!(report.objects_recovered, expected.len() as u64, "{report:?}");
+    assert_eq!(
+        report.objects_recovered,
+        expected.len() as u64,
+        "{report:?}"
+    );
     for (key, data) in &expected {
-        let got = std::fs::read(out.path().join("fuzz").join(key)).expect("a recovered object is written");
-        assert!(&got == data, "{key}: {} bytes recovered, {} written", got.len(), data.len());
+        let got = std::fs::read(out.path().join("fuzz").join(key))
+            .expect("a recovered object is written");
+        assert!(
+            &got == data,
+            "{key}: {} bytes recovered, {} written",
+            got.len(),
+            data.len()
+        );
     }
 });

@@ -12,7 +12,10 @@ fuzz_target!(|image: &[u8]| {
     for item in &mut scanner {
         if let Ok(extent) = item {
             assert!(extent.offset_bytes < image.len() as u64);
-            assert!(extent.payload_offset() + u64::from(extent.header.payload_len) <= image.len() as u64);
+            assert!(
+                extent.payload_offset() + u64::from(extent.header.payload_len)
+                    <= image.len() as u64
+            );
             found += 1;
         }
     }
@@ -25,5 +28,8 @@ fuzz_target!(|image: &[u8]| {
     }
     // Nothing outside the output directory.
     let entries: Vec<_> = std::fs::read_dir(root.path()).unwrap().collect();
-    assert!(entries.len() <= 1, "salvage wrote beside its output directory");
+    assert!(
+        entries.len() <= 1,
+        "salvage wrote beside its output directory"
+    );
 });

@@ -5,7 +5,9 @@
 use std::io::{Cursor, Read};
 
 use libfuzzer_sys::fuzz_target;
-use permafrost_format::{decode_range, decode_stream, decode_stream_range, index_zstd_frames, Algorithm};
+use permafrost_format::{
+    decode_range, decode_stream, decode_stream_range, index_zstd_frames, Algorithm,
+};
 
 const OUT_MAX: u64 = 4 << 20;
 
@@ -20,7 +22,11 @@ fuzz_target!(|data: &[u8]| {
     let Some((&mode, body)) = data.split_first() else {
         return;
     };
-    let algorithm = if mode & 1 == 0 { Algorithm::Zstd } else { Algorithm::Lz4 };
+    let algorithm = if mode & 1 == 0 {
+        Algorithm::Zstd
+    } else {
+        Algorithm::Lz4
+    };
     let whole = decoded(algorithm, body);
     if let Ok(range) = decode_stream_range(algorithm, body, u64::from(mode >> 1), 1000) {
         let mut part = Vec::new();
@@ -32,7 +38,11 @@ fuzz_target!(|data: &[u8]| {
     let Ok(Some(index)) = index_zstd_frames(body) else {
         return;
     };
-    assert_eq!(index.stored_len(), body.len() as u64, "the frame index covers the stream");
+    assert_eq!(
+        index.stored_len(),
+        body.len() as u64,
+        "the frame index covers the stream"
+    );
     if index.logical_len() > OUT_MAX {
         return;
     }
@@ -40,11 +50,18 @@ fuzz_target!(|data: &[u8]| {
     let Ok(reader) = decode_range(&index, Cursor::new(body), 0, index.logical_len()) else {
         return;
     };
-    if reader.take(OUT_MAX + 1).read_to_end(&mut through_index).is_err() {
+    if reader
+        .take(OUT_MAX + 1)
+        .read_to_end(&mut through_index)
+        .is_err()
+    {
         return;
     }
     if let Some(whole) = whole {
         assert_eq!(through_index.len() as u64, index.logical_len());
-        assert!(through_index == whole, "indexed decode differs from a decode from the start");
+        assert!(
+            through_index == whole,
+            "indexed decode differs from a decode from the start"
+        );
     }
 });

@@ -35,12 +35,24 @@ fuzz_target!(|data: &[u8]| {
         return;
     };
     let secret = Secret::new(b"fuzzing cluster secret 0123456789").unwrap();
-    let mut peer = Peer { incoming, sent: Vec::new() };
+    let mut peer = Peer {
+        incoming,
+        sent: Vec::new(),
+    };
     if side & 1 == 0 {
         // The client's proof is over the server's fresh random nonce: no fixed input can carry it.
-        assert!(accept(&mut peer, "node-a", &secret).is_err(), "a peer without the secret was accepted");
+        assert!(
+            accept(&mut peer, "node-a", &secret).is_err(),
+            "a peer without the secret was accepted"
+        );
     } else {
-        let credentials = Credentials { name: "sender".into(), secret };
-        assert!(connect(&mut peer, &credentials).is_err(), "a server without the secret was trusted");
+        let credentials = Credentials {
+            name: "sender".into(),
+            secret,
+        };
+        assert!(
+            connect(&mut peer, &credentials).is_err(),
+            "a server without the secret was trusted"
+        );
     }
 });

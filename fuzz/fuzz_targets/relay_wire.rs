@@ -4,7 +4,9 @@
 //! to the same value.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
-use permafrost_relay::wire::{read_json, read_piece, write_json, write_piece, Header, LeafAck, Piece};
+use permafrost_relay::wire::{
+    read_json, read_piece, write_json, write_piece, Header, LeafAck, Piece,
+};
 
 fuzz_target!(|data: &[u8]| {
     let Some((&kind, rest)) = data.split_first() else {

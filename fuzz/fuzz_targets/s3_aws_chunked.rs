@@ -29,12 +29,17 @@ struct Sink;
 
 #[async_trait::async_trait]
 impl S3 for Sink {
-    async fn put_object(&self, req: S3Request<PutObjectInput>) -> S3Result<S3Response<PutObjectOutput>> {
+    async fn put_object(
+        &self,
+        req: S3Request<PutObjectInput>,
+    ) -> S3Result<S3Response<PutObjectOutput>> {
         let mut got = Some(Vec::new());
         if let Some(mut body) = req.input.body {
             while let Some(piece) = body.next().await {
                 match (piece, got.as_mut()) {
-                    (Ok(b), Some(buf)) if buf.len() + b.len() <= BODY_READ_MAX => buf.extend_from_slice(&b),
+                    (Ok(b), Some(buf)) if buf.len() + b.len() <= BODY_READ_MAX => {
+                        buf.extend_from_slice(&b)
+                    }
                     _ => {
                         got = None;
                         break;
@@ -65,7 +70,9 @@ fn service() -> &'static (tokio::runtime::Runtime, S3Service) {
         let mut b = S3ServiceBuilder::new(Sink);
         b.set_auth(SimpleAuth::from_single(ACCESS_KEY, SECRET_KEY));
         b.set_access(Anyone);
-        let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
         (rt, b.build())
     })
 }
@@ -82,7 +89,10 @@ fn hex(bytes: &[u8]) -> String {
 
 /// `YYYYMMDDTHHMMSSZ` of now (UTC).
 fn amz_date() -> String {
-    let secs = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs() as i64;
+    let secs = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
     let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
     // Civil date from days since 1970-01-01 (H. Hinnant's algorithm).
     let z = days + 719_468;
@@ -94,15 +104,29 @@ fn amz_date() -> String {
     let d = doy - (153 * mp + 2) / 5 + 1;
     let m = if mp < 10 { mp + 3 } else { mp - 9 };
     let y = yoe + era * 400 + i64::from(m <= 2);
-    format!("{y:04}{m:02}{d:02}T{:02}{:02}{:02}Z", rem / 3600, rem / 60 % 60, rem % 60)
+    format!(
+        "{y:04}{m:02}{d:02}T{:02}{:02}{:02}Z",
+        rem / 3600,
+        rem / 60 % 60,
+        rem % 60
+    )
 }
 
 #[derive(Debug, Arbitrary)]
 enum Body {
     /// Any bytes under any streaming mode.
-    Raw { mode: u8, decoded_len: u32, trailer: bool, bytes: Vec<u8> },
+    Raw {
+        mode: u8,
+        decoded_len: u32,
+        trailer: bool,
+        bytes: Vec<u8>,
+    },
     /// Well-formed unsigned chunks, then a trailer.
-    Chunks { chunks: Vec<Vec<u8>>, trailer_value: String, lower_hex: bool },
+    Chunks {
+        chunks: Vec<Vec<u8>>,
+        trailer_value: String,
+        lower_hex: bool,
+    },
 }
 
 const MODES: [&str; 4] = [
@@ -114,21 +138,42 @@ const MODES: [&str; 4] = [
 
 fuzz_target!(|input: Body| {
     let (mode, decoded_len, trailer, body, expected) = match input {
-        Body::Raw { mode, decoded_len, trailer, bytes } => {
-            (MODES[usize::from(mode) % MODES.len()], u64::from(decoded_len) % (BODY_READ_MAX as u64), trailer, bytes, None)
-        }
-        Body::Chunks { chunks, trailer_value, lower_hex } => {
+        Body::Raw {
+            mode,
+            decoded_len,
+            trailer,
+            bytes,
+        } => (
+            MODES[usize::from(mode) % MODES.len()],
+            u64::from(decoded_len) % (BODY_READ_MAX as u64),
+            trailer,
+            bytes,
+            None,
+        ),
+        Body::Chunks {
+            chunks,
+            trailer_value,
+            lower_hex,
+        } => {
             let mut body = Vec::new();
             let mut data = Vec::new();
             for c in chunks.iter().filter(|c| !c.is_empty()).take(16) {
-                let size = if lower_hex { format!("{:x}", c.len()) } else { format!("{:X}", c.len()) };
+                let size = if lower_hex {
+                    format!("{:x}", c.len())
+                } else {
+                    format!("{:X}", c.len())
+                };
                 body.extend_from_slice(size.as_bytes());
                 body.extend_from_slice(b"\r\n");
                 body.extend_from_slice(c);
                 body.extend_from_slice(b"\r\n");
                 data.extend_from_slice(c);
             }
-            let value: String = trailer_value.chars().filter(|c| c.is_ascii_alphanumeric() || *c == '+' || *c == '/').take(40).collect();
+            let value: String = trailer_value
+                .chars()
+                .filter(|c| c.is_ascii_alphanumeric() || *c == '+' || *c == '/')
+                .take(40)
+                .collect();
             body.extend_from_slice(format!("0\r\nx-amz-checksum-crc32:{value}\r\n\r\n").as_bytes());
             (MODES[0], data.len() as u64, true, body, Some(data))
         }
@@ -150,7 +195,10 @@ fuzz_target!(|input: Body| {
     let canonical_headers: String = headers.iter().map(|(n, v)| format!("{n}:{v}\n")).collect();
     let canonical = format!("PUT\n/bucket/key\n\n{canonical_headers}\n{signed}\n{mode}");
     let scope = format!("{day}/us-east-1/s3/aws4_request");
-    let to_sign = format!("AWS4-HMAC-SHA256\n{date}\n{scope}\n{}", hex(&Sha256::digest(canonical.as_bytes())));
+    let to_sign = format!(
+        "AWS4-HMAC-SHA256\n{date}\n{scope}\n{}",
+        hex(&Sha256::digest(canonical.as_bytes()))
+    );
     let mut key = hmac(format!("AWS4{SECRET_KEY}").as_bytes(), day.as_bytes());
     for part in ["us-east-1", "s3", "aws4_request"] {
         key = hmac(&key, part.as_bytes());
@@ -175,8 +223,14 @@ fuzz_target!(|input: Body| {
     let received = RECEIVED.lock().unwrap().take();
     if let Some(data) = expected {
         let status = response.as_ref().map(|r| r.status().as_u16());
-        let got = received.unwrap_or_else(|| panic!("a well-formed chunked upload was refused: {status:?}"));
+        let got = received
+            .unwrap_or_else(|| panic!("a well-formed chunked upload was refused: {status:?}"));
         let got = got.expect("a well-formed chunked body decodes");
-        assert!(got == data, "decoded {} bytes, sent {}", got.len(), data.len());
+        assert!(
+            got == data,
+            "decoded {} bytes, sent {}",
+            got.len(),
+            data.len()
+        );
     }
 });

@@ -23,10 +23,20 @@ fuzz_target!(|data: &[u8]| {
     let range = String::from_utf8_lossy(next()).into_owned();
     let other = String::from_utf8_lossy(next()).into_owned();
     let etag = String::from_utf8_lossy(next()).into_owned();
-    fuzzing::conditions(if_match, if_none_match, &if_modified_since, &if_unmodified_since, &etag, size);
+    fuzzing::conditions(
+        if_match,
+        if_none_match,
+        &if_modified_since,
+        &if_unmodified_since,
+        &etag,
+        size,
+    );
     if let Ok(r) = Range::parse(&range) {
         if let Ok(within) = r.check(size) {
-            assert!(within.start <= within.end && within.end <= size, "{range:?} of {size}: {within:?}");
+            assert!(
+                within.start <= within.end && within.end <= size,
+                "{range:?} of {size}: {within:?}"
+            );
         }
         let _ = Range::parse(&r.to_header_string());
     }

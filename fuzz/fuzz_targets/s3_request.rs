@@ -36,11 +36,17 @@ async fn drain(body: Option<s3s::dto::StreamingBlob>) {
 
 #[async_trait::async_trait]
 impl S3 for Sink {
-    async fn put_object(&self, req: S3Request<PutObjectInput>) -> S3Result<S3Response<PutObjectOutput>> {
+    async fn put_object(
+        &self,
+        req: S3Request<PutObjectInput>,
+    ) -> S3Result<S3Response<PutObjectOutput>> {
         drain(req.input.body).await;
         Ok(S3Response::new(PutObjectOutput::default()))
     }
-    async fn upload_part(&self, req: S3Request<UploadPartInput>) -> S3Result<S3Response<UploadPartOutput>> {
+    async fn upload_part(
+        &self,
+        req: S3Request<UploadPartInput>,
+    ) -> S3Result<S3Response<UploadPartOutput>> {
         drain(req.input.body).await;
         Ok(S3Response::new(UploadPartOutput::default()))
     }
@@ -61,7 +67,9 @@ fn service() -> &'static (tokio::runtime::Runtime, S3Service) {
         let mut b = S3ServiceBuilder::new(Sink);
         b.set_auth(SimpleAuth::from_single("AKIAFUZZ", "fuzz-secret-key"));
         b.set_access(Anyone);
-        let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
         (rt, b.build())
     })
 }

@@ -20,7 +20,8 @@ where
     };
     let write = |v: &T| -> Vec<u8> {
         let mut out = Vec::new();
-        v.serialize(&mut xml::Serializer::new(&mut out)).expect("a parsed body serializes");
+        v.serialize(&mut xml::Serializer::new(&mut out))
+            .expect("a parsed body serializes");
         out
     };
     let Some(value) = parse(body) else {

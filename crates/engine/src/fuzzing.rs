@@ -12,6 +12,10 @@ pub fn delta_file(bytes: &[u8]) -> Option<(u64, u64, Vec<u8>)> {
 pub fn disk_header(block: &[u8]) -> Option<String> {
     let header = crate::header::DiskHeader::decode(block)?;
     let again = crate::header::DiskHeader::decode(&header.encode());
-    assert_eq!(again.as_ref(), Some(&header), "a disk header survives encode and decode");
+    assert_eq!(
+        again.as_ref(),
+        Some(&header),
+        "a disk header survives encode and decode"
+    );
     Some(header.layout)
 }

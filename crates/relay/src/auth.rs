@@ -260,10 +260,7 @@ fn refuse(conn: &mut impl Write, why: String) -> Refusal {
 /// At the client, right after connecting: answer the server's hello and check its proof. Returns the
 /// server's name; an error says why the connection cannot carry a stream (refused, or the server did not
 /// prove the secret).
-pub fn connect(
-    conn: &mut (impl Read + Write),
-    credentials: &Credentials,
-) -> io::Result<String> {
+pub fn connect(conn: &mut (impl Read + Write), credentials: &Credentials) -> io::Result<String> {
     let denied = |what: String| io::Error::new(io::ErrorKind::PermissionDenied, what);
     let mut start = [0u8; 8];
     conn.read_exact(&mut start).map_err(|e| {

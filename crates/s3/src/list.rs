@@ -15,8 +15,8 @@ use s3s::dto::*;
 use s3s::{S3Error, S3ErrorCode, S3Request, S3Response, S3Result};
 
 use crate::bridge::blocking;
-use permafrost_cluster::ClusterNode;
 use crate::common::{etag, owner, timestamp, url_encode};
+use permafrost_cluster::ClusterNode;
 
 /// Most entries (objects + common prefixes) one page holds, as in S3.
 pub(crate) const MAX_KEYS_MAX: i32 = 1000;

@@ -20,8 +20,8 @@ use tokio::net::TcpListener;
 use crate::admin::{AdminRoute, ReservedNameValidation};
 use crate::auth::{Authorizer, Credentials, KeyAuth};
 use crate::cluster::FORWARD_CODE;
-use permafrost_cluster::ClusterNode;
 use crate::service::PermafrostS3;
+use permafrost_cluster::ClusterNode;
 
 /// A response header an operation sets when s3s would not send the status it needs (RestoreObject's `202`):
 /// [`handle`] applies the status and removes the header.

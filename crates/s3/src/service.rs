@@ -7,11 +7,11 @@ use s3s::dto::*;
 use s3s::{S3Request, S3Response, S3Result, S3};
 
 use crate::cluster::{LocalHeaders, NodeAnswers, Route};
-use permafrost_cluster::ClusterNode;
 use crate::{
     acl, bucket, copy, cors, delete, get, lifecycle, list, lock, multipart, post_object, put,
     restore, tagging, versioning,
 };
+use permafrost_cluster::ClusterNode;
 
 /// The S3 API over one store, and in a cluster its node's view of the others (`crate::cluster`).
 pub(crate) struct PermafrostS3 {
