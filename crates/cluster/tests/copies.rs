@@ -7,26 +7,14 @@ use std::sync::Arc;
 
 use permafrost_catalog::cluster::{ClusterDb, DirEntry};
 use permafrost_cluster::{ClusterNode, Replication};
-use permafrost_disk::power::PowerProfile;
-use permafrost_store::{BucketSettings, GridSetup, PutOptions, Store, StoreConfig};
+use permafrost_store::{BucketSettings, PutOptions, Store};
 
 /// The catalog suite's PostgreSQL helpers (`fresh_database`: a new database on the test server).
 #[path = "../../catalog/tests/common/mod.rs"]
 mod common;
 
-fn config() -> StoreConfig {
-    StoreConfig {
-        cache_bytes_max: 64 << 20,
-        fsync: false,
-        grid: GridSetup {
-            layout: "4x4:2+1".into(),
-            disk_capacity_bytes: 32 << 20,
-            ..GridSetup::default()
-        },
-        power_profile: Some(PowerProfile::for_tests()),
-        ..StoreConfig::default()
-    }
-}
+mod setup;
+use setup::config;
 
 #[test]
 fn a_write_whose_store_cannot_be_read_back_is_not_acknowledged_with_one_copy() {

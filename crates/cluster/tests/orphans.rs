@@ -10,26 +10,14 @@ use permafrost_catalog::cluster::{
     fragment_key, ClusterDb, DirEntry, NewFragment, FRAGMENTS_BUCKET,
 };
 use permafrost_cluster::orphans::{collected, OrphanCollector};
-use permafrost_disk::power::PowerProfile;
-use permafrost_store::{BucketSettings, GridSetup, ListQuery, PutOptions, Store, StoreConfig};
+use permafrost_store::{BucketSettings, ListQuery, PutOptions, Store};
 
 /// The catalog suite's PostgreSQL helpers (`fresh_database`: a new database on the test server).
 #[path = "../../catalog/tests/common/mod.rs"]
 mod common;
 
-fn config() -> StoreConfig {
-    StoreConfig {
-        cache_bytes_max: 64 << 20,
-        fsync: false,
-        grid: GridSetup {
-            layout: "4x4:2+1".into(),
-            disk_capacity_bytes: 32 << 20,
-            ..GridSetup::default()
-        },
-        power_profile: Some(PowerProfile::for_tests()),
-        ..StoreConfig::default()
-    }
-}
+mod setup;
+use setup::config;
 
 fn entry(key: &str, etag: &str) -> DirEntry {
     DirEntry {
