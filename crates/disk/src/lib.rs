@@ -31,6 +31,7 @@ mod file;
 mod loop_device;
 mod mem;
 pub mod power;
+pub mod smart;
 
 pub use aligned::AlignedBuf;
 pub use block::BlockDisk;

@@ -160,6 +160,8 @@ struct Inner {
     /// Notified whenever a guard drops, a disk turns off or the queue moves.
     changed: Condvar,
     on_spin_up: RwLock<Option<SpinUpHook>>,
+    /// More hooks after `on_spin_up` (each added once: the SMART reader's).
+    spin_up_listeners: RwLock<Vec<SpinUpHook>>,
     /// Every spin-up with its reason (a lock of its own: never held with `state`).
     wakes: Mutex<WakeLog>,
 }
@@ -443,6 +445,7 @@ impl PowerManager {
             }),
             changed: Condvar::new(),
             on_spin_up: RwLock::new(None),
+            spin_up_listeners: RwLock::new(Vec::new()),
             wakes: Mutex::new(WakeLog::new(n_disks)),
         });
         let worker = inner.clone();
@@ -485,6 +488,24 @@ impl PowerManager {
     /// wait). Keep it short or hand the work to another thread.
     pub fn set_on_spin_up(&self, hook: Box<dyn Fn(usize) + Send + Sync>) {
         *self.inner.on_spin_up.write() = Some(Arc::from(hook));
+    }
+
+    /// Add a hook called like [`PowerManager::set_on_spin_up`]'s, after it; it stays until the manager drops.
+    pub fn add_spin_up_listener(&self, hook: Box<dyn Fn(usize) + Send + Sync>) {
+        self.inner.spin_up_listeners.write().push(Arc::from(hook));
+    }
+
+    /// Keep `disk` on until the guard drops if it is on now and not due to turn off: never spins it up, never
+    /// waits for the budget (`None` instead). A disk still spinning up is waited for.
+    pub fn acquire_if_on(&self, disk: usize) -> Option<ActivityGuard> {
+        let now_ms = self.inner.clock.now_ms();
+        let mut st = self.inner.state.lock();
+        let grant = (disk < st.budget.n_disks())
+            .then(|| st.budget.acquire_on(&[disk], now_ms))
+            .flatten()?;
+        drop(st);
+        self.inner.sleep_until(grant.ready_ms);
+        self.inner.guards(&[disk], false).pop()
     }
 
     /// Keep `disk` on until the guard drops, spinning it up first if needed
@@ -671,7 +692,8 @@ impl PowerManager {
         }
         if !spun_up.is_empty() {
             let hook = inner.on_spin_up.read().clone();
-            if let Some(hook) = hook {
+            let listeners = inner.spin_up_listeners.read().clone();
+            for hook in hook.iter().chain(&listeners) {
                 for &disk in &spun_up {
                     hook(disk);
                 }
