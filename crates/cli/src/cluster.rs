@@ -22,9 +22,9 @@
 //! core = "10.0.0.2:7400"
 //! ```
 //!
-//! **Start-up checks** here (each one line, before the archive opens): `[cluster]` without a PostgreSQL
-//! catalog, a `[cluster]` table that does not parse or holds values that cannot work together
-//! ([`section_of`]). The node's runtime (joining and its other start-up checks, the heartbeat, reconcile,
+//! **Start-up checks** (each one line, before the archive opens): `[cluster]` without a PostgreSQL catalog, a
+//! `[cluster]` table that does not parse or holds values that cannot work together; [`crate::config`] reads
+//! and checks the table with the rest of the file. The node's runtime (joining and its other start-up checks, the heartbeat, reconcile,
 //! tombstones, the catch-up loop, the in-process relay, link reports) and the status computation are
 //! `permafrost_cluster::runtime` and `permafrost_cluster::status`; this module re-exports them for `serve`
 //! and `relay`, and keeps the `permafrost cluster` commands and their printing.
@@ -33,9 +33,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Result};
 use clap::{Args, Subcommand};
-use permafrost_catalog::cluster::{self, ClusterDb};
+use permafrost_catalog::cluster::ClusterDb;
 
 pub use permafrost_cluster::runtime::{join, start, ClusterSection, LinkMeter, LinkReporter};
 use permafrost_cluster::runtime::{lost_after_default, timeout_default};
@@ -59,74 +59,7 @@ pub fn spawn_link_reporter(
     )?)
 }
 
-use crate::object::CONFIG_FILE;
-
-/// The `[cluster]` table of `DATA/permafrost.toml`, if there is one.
-pub fn section(data_dir: &Path) -> Result<Option<ClusterSection>> {
-    let path = data_dir.join(CONFIG_FILE);
-    let text = match std::fs::read_to_string(&path) {
-        Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(e).with_context(|| format!("cannot read {}", path.display())),
-    };
-    let table: toml::Table =
-        toml::from_str(&text).with_context(|| format!("{} is not valid TOML", path.display()))?;
-    section_of(&table, &path)
-}
-
-/// The `[cluster]` table of a parsed permafrost.toml.
-pub fn section_of(table: &toml::Table, path: &Path) -> Result<Option<ClusterSection>> {
-    let Some(value) = table.get("cluster") else {
-        return Ok(None);
-    };
-    let section: ClusterSection = value
-        .clone()
-        .try_into()
-        .with_context(|| format!("{}: invalid [cluster] table", path.display()))?;
-    if !cluster::valid_node_name(&section.node) {
-        bail!(
-            "{}: [cluster] node = {:?}: use 1–40 of a-z, 0-9 and _",
-            path.display(),
-            section.node
-        );
-    }
-    if section.copies == 0 {
-        bail!(
-            "{}: [cluster] copies = 0: every object needs at least one holder (1 = no copies)",
-            path.display()
-        );
-    }
-    if section.heartbeat_ms == 0 || section.timeout_ms <= section.heartbeat_ms {
-        bail!(
-            "{}: [cluster] needs heartbeat_ms > 0 and timeout_ms > heartbeat_ms",
-            path.display()
-        );
-    }
-    if section.lost_after_ms < section.timeout_ms {
-        bail!(
-            "{}: [cluster] lost_after_ms = {} is shorter than timeout_ms = {}: a node is lost (its copies made \
-             again elsewhere) only after it is down; set lost_after_ms ≥ timeout_ms",
-            path.display(),
-            section.lost_after_ms,
-            section.timeout_ms
-        );
-    }
-    Ok(Some(section))
-}
-
-/// The PostgreSQL URL a cluster needs, or the one-line error for the SQLite catalog.
-pub fn database_url(catalog_url: Option<&str>, path: &Path) -> Result<String> {
-    match catalog_url {
-        Some(url) if url.starts_with("postgresql://") || url.starts_with("postgres://") => {
-            Ok(url.to_owned())
-        }
-        _ => bail!(
-            "{}: [cluster] needs the shared PostgreSQL catalog: add [catalog] url = \"postgresql://…\" (the SQLite \
-             catalog belongs to one server)",
-            path.display()
-        ),
-    }
-}
+use crate::config::{cluster_database_url, Config};
 
 /// Add `GET /_permafrost/api/v1/cluster` (the same JSON as `permafrost cluster status --json`) and the cluster's
 /// series in the metrics. A thread samples the under-replicated record every `max(heartbeat_ms, 1 s)` for the
@@ -299,15 +232,15 @@ pub fn run(command: ClusterCommand) -> Result<()> {
 
 /// The cluster a node's data directory belongs to: its `[cluster]` table, the shared catalog, the cluster id.
 fn open_from_data_dir(data_dir: &Path) -> Result<(ClusterSection, ClusterDb, String)> {
-    let path = data_dir.join(CONFIG_FILE);
-    let Some(section) = section(data_dir)? else {
+    let config = Config::load(data_dir)?;
+    let url = config.cluster_database_url();
+    let Some(section) = config.cluster else {
         bail!(
             "{}: no [cluster] table: this data directory is not a node of a cluster",
-            path.display()
+            config.path.display()
         );
     };
-    let config = crate::object::load_config(data_dir)?;
-    let url = database_url(config.catalog.url.as_deref(), &path)?;
+    let url = url?;
     let db = ClusterDb::connect(&url, section.timeout_ms).map_err(|e| anyhow::anyhow!("{e}"))?;
     let cluster_id = db
         .cluster(&section.name)
@@ -431,7 +364,7 @@ fn run_rebuild(args: RebuildArgs) -> Result<()> {
 /// Connect to a catalog database given on the command line (`--catalog URL` of `cluster status` and
 /// `permafrost relay`).
 pub fn connect_catalog(url: &str) -> Result<ClusterDb> {
-    let url = database_url(Some(url), Path::new("--catalog"))?;
+    let url = cluster_database_url(Some(url), Path::new("--catalog"))?;
     ClusterDb::connect(&url, timeout_default()).map_err(|e| anyhow::anyhow!("{e}"))
 }
 
@@ -685,25 +618,5 @@ mod tests {
         assert_eq!(duration_text(4200), "4.2 s");
         assert_eq!(duration_text(200_000), "3 min 20 s");
         assert_eq!(duration_text(7_500_000), "2 h 5 min");
-    }
-
-    #[test]
-    fn lost_after_ms_defaults_to_ten_minutes_and_may_not_be_shorter_than_the_timeout() {
-        let parse = |extra: &str| {
-            let text = format!("[cluster]\nname = \"c\"\nnode = \"n1\"\n{extra}");
-            let table: toml::Table = toml::from_str(&text).unwrap();
-            section_of(&table, Path::new("D/permafrost.toml"))
-        };
-        let s = parse("").unwrap().unwrap();
-        assert_eq!((s.timeout_ms, s.lost_after_ms), (10_000, 600_000));
-        let s = parse("heartbeat_ms = 200\ntimeout_ms = 1000\nlost_after_ms = 3000\n")
-            .unwrap()
-            .unwrap();
-        assert_eq!(s.lost_after_ms, 3000);
-        let e = parse("lost_after_ms = 5000\n").unwrap_err().to_string();
-        assert!(
-            e.contains("lost_after_ms = 5000 is shorter than timeout_ms = 10000"),
-            "{e}"
-        );
     }
 }

@@ -88,7 +88,7 @@ impl Keys {
         if let Some(endpoint) = crate::object::server_endpoint(target) {
             return Ok(Keys::Server(Remote::connect(&endpoint, target)?));
         }
-        let lock = crate::object::lock_data_dir(&target.data_dir)?;
+        let lock = crate::data_dir::lock(&target.data_dir)?;
         let access = open_catalog(&target.data_dir)?;
         Ok(Keys::Catalog {
             access,
@@ -178,11 +178,10 @@ fn parse<T: serde::de::DeserializeOwned>(value: serde_json::Value) -> Result<T> 
 
 /// The access tables of a stopped server's catalog (SQLite in the data directory, or its PostgreSQL URL).
 fn open_catalog(data_dir: &Path) -> Result<Access> {
-    let config = crate::object::load_config(data_dir)?;
-    if crate::cluster::section(data_dir)?.is_some() {
+    let config = crate::config::Config::load(data_dir)?;
+    if config.cluster.is_some() {
         // A node of a cluster: the keys are the cluster's, in the shared access tables.
-        let path = data_dir.join(crate::object::CONFIG_FILE);
-        let url = crate::cluster::database_url(config.catalog.url.as_deref(), &path)?;
+        let url = config.cluster_database_url()?;
         let catalog = permafrost_catalog::SqlCatalog::open_postgres(
             &permafrost_catalog::cluster::access_url(&url),
             permafrost_catalog::PostgresOptions::default(),
@@ -193,6 +192,7 @@ fn open_catalog(data_dir: &Path) -> Result<Access> {
         return Ok(Access::open_catalog_only(Arc::new(catalog))?);
     }
     let catalog = config
+        .store
         .catalog
         .open(data_dir, true)
         .with_context(|| format!("cannot open the catalog of {}", data_dir.display()))?;

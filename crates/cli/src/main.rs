@@ -6,6 +6,8 @@
 //! `--json` prints machine-readable results on stdout. Errors print one clear line and exit 1.
 
 mod cluster;
+mod config;
+mod data_dir;
 mod grid;
 mod key;
 mod object;

@@ -17,8 +17,6 @@ mod grid_view;
 mod local;
 pub(crate) mod remote;
 
-pub(crate) use local::{load_config, CONFIG_FILE};
-
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -1063,19 +1061,11 @@ pub fn status(args: StatusArgs) -> Result<()> {
 /// (it holds the directory's lock and wrote its address there); `None` when the data directory is free.
 pub(crate) fn server_endpoint(target: &Target) -> Option<String> {
     remote_endpoint(target).or_else(|| {
-        lock_data_dir(&target.data_dir).err()?;
-        running_server_endpoint(&target.data_dir)
+        if !crate::data_dir::is_locked(&target.data_dir) {
+            return None;
+        }
+        crate::data_dir::running_server_endpoint(&target.data_dir)
     })
-}
-
-/// File in the data directory where a running `permafrost serve` keeps its endpoint (removed when it stops).
-pub(crate) const ENDPOINT_FILE: &str = "endpoint";
-
-/// The endpoint a server running on `data_dir` wrote, if any.
-fn running_server_endpoint(data_dir: &Path) -> Option<String> {
-    let text = std::fs::read_to_string(data_dir.join(ENDPOINT_FILE)).ok()?;
-    let endpoint = text.trim();
-    (!endpoint.is_empty()).then(|| endpoint.to_string())
 }
 
 pub fn verify(args: VerifyArgs) -> Result<()> {
@@ -1153,37 +1143,6 @@ pub(crate) fn remote_endpoint(target: &Target) -> Option<String> {
             .ok()
             .filter(|e| !e.is_empty())
     })
-}
-
-/// Lock file of a data directory: whoever has the archive open holds an exclusive `flock` on it.
-pub(crate) const LOCK_FILE: &str = ".lock";
-
-/// Take the data directory's exclusive lock (`flock` on `DATA/.lock`, held until the file is dropped), or fail
-/// naming the server that holds it. `permafrost serve` takes the same lock for as long as it runs.
-pub(crate) fn lock_data_dir(data_dir: &Path) -> Result<std::fs::File> {
-    if !data_dir.is_dir() {
-        bail!(
-            "no archive at {}: start `permafrost serve --data-dir {}` once to create one, or pass --endpoint URL to reach a running server",
-            data_dir.display(),
-            data_dir.display()
-        );
-    }
-    let path = data_dir.join(LOCK_FILE);
-    let file = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&path)
-        .with_context(|| format!("cannot open the lock file {}", path.display()))?;
-    match file.try_lock() {
-        Ok(()) => Ok(file),
-        Err(std::fs::TryLockError::WouldBlock) => bail!(
-            "a server is running on {} (or another permafrost command has it open: {} is locked); use --endpoint http://127.0.0.1:9000 (or the server's address), or stop the server",
-            data_dir.display(),
-            path.display()
-        ),
-        Err(std::fs::TryLockError::Error(e)) => Err(e).with_context(|| format!("cannot lock {}", path.display())),
-    }
 }
 
 /// A bar counting objects, drawn only for people (a terminal on stderr, no `--json`).

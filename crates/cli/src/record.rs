@@ -239,7 +239,7 @@ impl Api {
 
 fn remote(target: &Target) -> Result<Api> {
     let endpoint = object::remote_endpoint(target)
-        .unwrap_or_else(|| format!("http://{}", crate::serve::LISTEN_DEFAULT));
+        .unwrap_or_else(|| format!("http://{}", crate::config::LISTEN_DEFAULT));
     Ok(Api {
         remote: object::remote::Remote::connect(&endpoint, target)?,
         endpoint,

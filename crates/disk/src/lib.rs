@@ -25,6 +25,7 @@
 
 mod aligned;
 mod block;
+pub mod durable;
 mod error;
 mod faulty;
 mod file;

@@ -10,20 +10,18 @@ use permafrost_catalog::{Catalog, ContentState, ExtentKind, ListQuery};
 use permafrost_engine::Engine;
 use permafrost_grid::Role;
 use permafrost_store::{
-    BucketSettings, BucketSettingsReport, ByteRange, ObjectInfo, PutOptions, Store, StoreConfig,
+    BucketSettings, BucketSettingsReport, ByteRange, ObjectInfo, PutOptions, Store,
 };
 
 use super::{
-    format_time_ms, lock_data_dir, print_json, print_status, Archive, Body, ExtentStat, Listed,
-    Listing, ObjectStat, PutRequest, Range,
+    format_time_ms, print_json, print_status, Archive, Body, ExtentStat, Listed, Listing,
+    ObjectStat, PutRequest, Range,
 };
+use crate::config::Config;
+use crate::data_dir;
 use crate::progress::bytes_bar;
 use crate::units::format_bytes;
 
-/// The configuration file of a data directory (optional; missing fields take their defaults): the
-/// `StoreConfig` in a `[store]` table (or at the top level) next to the server's `[server]` table, and where the
-/// catalog lives in a `[catalog]` table (`url = "postgresql://…"`; the SQLite file in the data directory without).
-pub const CONFIG_FILE: &str = "permafrost.toml";
 /// Bytes moved per read/write of a transfer.
 const TRANSFER_BUFFER_BYTES: usize = 1 << 20;
 /// Listing page size.
@@ -36,55 +34,11 @@ pub struct Local {
     _lock: File,
 }
 
-/// The store configuration of a data directory (`DATA/permafrost.toml`), defaults when there is none.
-pub fn load_config(data_dir: &Path) -> Result<StoreConfig> {
-    let path = data_dir.join(CONFIG_FILE);
-    let text = match std::fs::read_to_string(&path) {
-        Ok(text) => text,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(StoreConfig::default()),
-        Err(e) => return Err(e).with_context(|| format!("cannot read {}", path.display())),
-    };
-    let table: toml::Table =
-        toml::from_str(&text).with_context(|| format!("{} is not valid TOML", path.display()))?;
-    let table_copy = table.clone();
-    let config: StoreConfig = match table.get("store") {
-        Some(store) => {
-            // `[catalog]` is a table of its own in the file (docs/catalog.md), also inside `[store]`.
-            let mut store = store.clone();
-            if let (Some(catalog), Some(t)) = (table.get("catalog"), store.as_table_mut()) {
-                t.entry("catalog").or_insert_with(|| catalog.clone());
-            }
-            store.try_into()
-        }
-        None => {
-            // The store's fields at the top level, next to the server's own table.
-            let mut table = table;
-            table.remove("server");
-            table.remove("mount");
-            table.remove("cluster");
-            toml::Value::Table(table).try_into()
-        }
-    }
-    .with_context(|| format!("{}: invalid store configuration", path.display()))?;
-    // A node of a cluster keeps its store catalog in a schema of its own (docs/cluster.md "Nodes"): every
-    // opener of this data directory (serve and the local commands) uses it, so catalogs of nodes never mix.
-    let mut config = config;
-    if let Some(section) = crate::cluster::section_of(&table_copy, &path)? {
-        if let Some(url) = config.catalog.url.as_deref() {
-            config.catalog.url = Some(
-                permafrost_catalog::cluster::node_store_url(url, &section.node)
-                    .map_err(|e| anyhow::anyhow!("{e}"))?,
-            );
-        }
-    }
-    Ok(config)
-}
-
 impl Local {
     /// Lock and open the data directory.
     pub fn open(data_dir: &Path) -> Result<Local> {
-        let lock = lock_data_dir(data_dir)?;
-        let config = load_config(data_dir)?;
+        let lock = data_dir::lock(data_dir)?;
+        let config = Config::load(data_dir)?.store;
         let store = Store::open(data_dir, config)
             .with_context(|| format!("cannot open the archive in {}", data_dir.display()))?;
         Ok(Local {
@@ -362,7 +316,8 @@ impl Archive for Local {
         let info = self.store().head_object(bucket, key)?;
         let mut stat = stat_of(&info);
         // Extents are the catalog's: read them through a second, read-only use of the catalog file.
-        let catalog = load_config(&self.data_dir)?
+        let catalog = Config::load(&self.data_dir)?
+            .store
             .catalog
             .open(&self.data_dir, false)?;
         if let Some((_, content)) = catalog.get_object(bucket, key)? {
@@ -456,8 +411,8 @@ fn grid_bucket_of(engine: &Engine, disk: &str) -> Result<usize> {
 
 /// `permafrost salvage DISK`: rebuild the objects of one data disk through the grid, without the catalog.
 pub fn salvage_disk(data_dir: &Path, disk: &str, out: &Path, json: bool) -> Result<()> {
-    let _lock = lock_data_dir(data_dir)?;
-    let config = load_config(data_dir)?;
+    let _lock = data_dir::lock(data_dir)?;
+    let config = Config::load(data_dir)?.store;
     let grid_dir = data_dir.join("grid");
     let engine = Engine::open_with(
         &grid_dir,

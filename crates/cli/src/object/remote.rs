@@ -57,12 +57,9 @@ fn credentials(target: &Target) -> Result<Credentials> {
         .clone()
         .or_else(|| from_env("PERMAFROST_ROOT_PASSWORD"));
     if key.is_none() || secret.is_none() {
-        let path = target.data_dir.join("credentials");
-        if let Ok(text) = std::fs::read_to_string(&path) {
-            let (k, s) = parse_credentials(&text);
-            key = key.or(k);
-            secret = secret.or(s);
-        }
+        let (k, s) = crate::data_dir::credentials_in_file(&target.data_dir);
+        key = key.or(k);
+        secret = secret.or(s);
     }
     match (key, secret) {
         (Some(key), Some(secret)) => Ok(Credentials::new(key, secret)),
@@ -71,46 +68,6 @@ fn credentials(target: &Target) -> Result<Credentials> {
              PERMAFROST_ROOT_PASSWORD, or point --data-dir at the server's data directory (DATA/credentials)"
         ),
     }
-}
-
-/// `(access key, secret key)` from a credentials file: lines `NAME = VALUE` or `NAME=VALUE` (TOML or shell
-/// style, quotes optional); names as the server and the AWS tools spell them.
-fn parse_credentials(text: &str) -> (Option<String>, Option<String>) {
-    const KEYS: [&str; 5] = [
-        "access_key",
-        "access_key_id",
-        "aws_access_key_id",
-        "root_user",
-        "permafrost_root_user",
-    ];
-    const SECRETS: [&str; 5] = [
-        "secret_key",
-        "secret_access_key",
-        "aws_secret_access_key",
-        "root_password",
-        "permafrost_root_password",
-    ];
-    let (mut key, mut secret) = (None, None);
-    for line in text.lines() {
-        let line = line.trim().trim_start_matches("export ");
-        let Some((name, value)) = line.split_once('=').or_else(|| line.split_once(':')) else {
-            continue;
-        };
-        let name = name.trim().to_ascii_lowercase();
-        let value = value
-            .trim()
-            .trim_matches(|c| c == '"' || c == '\'')
-            .to_string();
-        if value.is_empty() {
-            continue;
-        }
-        if KEYS.contains(&name.as_str()) {
-            key = Some(value);
-        } else if SECRETS.contains(&name.as_str()) {
-            secret = Some(value);
-        }
-    }
-    (key, secret)
 }
 
 /// The text between `<tag>` and `</tag>`, every occurrence.
@@ -945,16 +902,6 @@ impl Archive for Remote {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn credentials_files_parse_in_toml_and_shell_style() {
-        let (k, s) = parse_credentials("# generated\naccess_key = \"AK1\"\nsecret_key = \"SK1\"\n");
-        assert_eq!((k.as_deref(), s.as_deref()), (Some("AK1"), Some("SK1")));
-        let (k, s) =
-            parse_credentials("export PERMAFROST_ROOT_USER=u\nPERMAFROST_ROOT_PASSWORD='p w'\n");
-        assert_eq!((k.as_deref(), s.as_deref()), (Some("u"), Some("p w")));
-        assert_eq!(parse_credentials("nothing here"), (None, None));
-    }
 
     #[test]
     fn s3_error_bodies_give_code_and_message() {
