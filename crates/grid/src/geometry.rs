@@ -46,6 +46,17 @@ pub struct ParityTargets {
     pub vhp: usize,
 }
 
+/// A data disk added to a grid after `grid init` (a *ragged* grid): it joins horizontal parity group `hpg` and
+/// column `column`. Added disks are numbered after the `x·y` disks of the layout, in the order they were added,
+/// and their buckets after the layout's buckets.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct AddedDisk {
+    /// The horizontal parity group (the "row" an operator adds the disk to).
+    pub hpg: usize,
+    /// The column (vertical parity group).
+    pub column: usize,
+}
+
 /// Marker in [`Geometry::disk_groups`] for "no horizontal group" (a `vP`).
 pub(crate) const NO_GROUP: u16 = u16::MAX;
 
@@ -57,18 +68,24 @@ pub(crate) const NO_GROUP: u16 = u16::MAX;
 /// parity groups of `hn + hk` disks (a group wraps from the end of one row into
 /// the next); the last disk of each group is its `hP`. Data disks are buckets
 /// 0, 1, 2, … in disk order.
+///
+/// A grown grid ([`Geometry::grown`]) adds data disks numbered from `x·y` on, each a member of one hPG and one
+/// column ([`AddedDisk`]); groups then differ in size (a ragged grid). A group's parity disk stays its last member.
 #[derive(Clone, Debug)]
 pub struct Geometry {
     layout: Layout,
+    added: Vec<AddedDisk>,
+    /// Per added disk (index `disk − x·y`): its drawing row, `y + ` the number of disks added to its column before it.
+    added_rows: Vec<usize>,
     roles: Vec<Role>,
     bucket_disks: Vec<usize>,
     disk_buckets: Vec<Option<usize>>,
     data_disks: Vec<usize>,
     parity_disks: Vec<usize>,
-    /// Members of hPG `h` are `hpg_members[h·g .. (h+1)·g]`; the last is `hP`.
-    hpg_members: Vec<usize>,
-    /// Members of column `c` are `column_members[c·y .. (c+1)·y]`; the last is `vP`.
-    column_members: Vec<usize>,
+    /// Members of each hPG in disk order, its `hP` last (added disks just before it).
+    hpg_members: Vec<Vec<usize>>,
+    /// Members of each column in disk order, its `vP` last (added disks just before it).
+    column_members: Vec<Vec<usize>>,
     /// Per disk: dense group numbers `[hpg or NO_GROUP, hpgs + column]`, for the
     /// peel decoder.
     pub(crate) disk_groups: Vec<[u16; 2]>,
@@ -80,6 +97,113 @@ impl Geometry {
     pub fn new(layout: Layout) -> Result<Geometry, LayoutError> {
         layout.validate()?;
         Self::build(layout)
+    }
+
+    /// The geometry of `layout` grown by the data disks `added` (in the order they were added). Each added disk
+    /// must name an existing hPG and column, and its column must not hold another member of its hPG (so every
+    /// set of at most 3 failed disks stays recoverable, see the crate doc).
+    pub fn grown(layout: Layout, added: &[AddedDisk]) -> Result<Geometry, LayoutError> {
+        let mut geometry = Geometry::new(layout)?;
+        for &disk in added {
+            geometry = geometry.with_added_disk(disk)?;
+        }
+        Ok(geometry)
+    }
+
+    /// This geometry with one more data disk in hPG `disk.hpg` and column `disk.column` (see [`Geometry::grown`]).
+    pub fn with_added_disk(&self, disk: AddedDisk) -> Result<Geometry, LayoutError> {
+        let layout = self.layout.to_string();
+        let AddedDisk { hpg, column } = disk;
+        if hpg >= self.hpgs() || column >= self.layout.x {
+            return Err(LayoutError::NoSuchGroup {
+                layout,
+                hpg,
+                column,
+                hpgs: self.hpgs(),
+                columns: self.layout.x,
+            });
+        }
+        if self.disks() >= Layout::MAX_DISKS {
+            return Err(LayoutError::TooLarge {
+                layout,
+                disks: self.disks() + 1,
+                max: Layout::MAX_DISKS,
+            });
+        }
+        if let Some(&other) = self.hpg_members[hpg]
+            .iter()
+            .find(|&&member| self.column(member) == column)
+        {
+            return Err(LayoutError::ColumnTaken {
+                layout,
+                hpg,
+                column,
+                disk: other,
+            });
+        }
+        let index = self.disks();
+        let mut grown = self.clone();
+        let bucket = grown.bucket_disks.len();
+        grown.roles.push(Role::Data { bucket });
+        grown.bucket_disks.push(index);
+        grown.disk_buckets.push(Some(bucket));
+        grown.data_disks.push(index);
+        let before_last = |members: &mut Vec<usize>| {
+            let at = members.len() - 1;
+            members.insert(at, index);
+        };
+        before_last(&mut grown.hpg_members[hpg]);
+        before_last(&mut grown.column_members[column]);
+        let row = self.layout.y
+            + self
+                .added
+                .iter()
+                .filter(|earlier| earlier.column == column)
+                .count();
+        grown.added.push(disk);
+        grown.added_rows.push(row);
+        grown
+            .disk_groups
+            .push([hpg as u16, (self.hpgs() + column) as u16]);
+        Ok(grown)
+    }
+
+    /// The columns a disk added to hPG `hpg` may go to: those without a member of the group. Panics if `hpg` is
+    /// out of range (a caller bug).
+    pub fn free_columns(&self, hpg: usize) -> Vec<usize> {
+        let members = &self.hpg_members[hpg];
+        (0..self.layout.x)
+            .filter(|&column| members.iter().all(|&m| self.column(m) != column))
+            .collect()
+    }
+
+    /// The data disks added after `grid init`, in the order they were added (disk `x·y + i` is `added()[i]`).
+    pub fn added(&self) -> &[AddedDisk] {
+        &self.added
+    }
+
+    /// Version of the geometry: 0 as laid out by `grid init`, +1 for every disk added since.
+    pub fn version(&self) -> u64 {
+        self.added.len() as u64
+    }
+
+    /// The layout, and the disks added to it: `8x6:4+1` or `8x6:4+1 +1 disk (hPG 0 col 5)`.
+    pub fn describe(&self) -> String {
+        if self.added.is_empty() {
+            return self.layout.to_string();
+        }
+        let disks: Vec<String> = self
+            .added
+            .iter()
+            .map(|a| format!("hPG {} col {}", a.hpg, a.column))
+            .collect();
+        format!(
+            "{} +{} disk{} ({})",
+            self.layout,
+            self.added.len(),
+            if self.added.len() == 1 { "" } else { "s" },
+            disks.join(", ")
+        )
     }
 
     /// The construction proper; assumes the sizes are sane but checks the
@@ -122,8 +246,12 @@ impl Geometry {
             }
         }
 
-        let hpg_members: Vec<usize> = (0..upper).collect();
-        for (hpg, members) in hpg_members.chunks(group).enumerate() {
+        let hpg_members: Vec<Vec<usize>> = (0..upper)
+            .collect::<Vec<_>>()
+            .chunks(group)
+            .map(<[usize]>::to_vec)
+            .collect();
+        for (hpg, members) in hpg_members.iter().enumerate() {
             let mut used = vec![false; x];
             for &disk in members {
                 let column = disk % x;
@@ -136,8 +264,8 @@ impl Geometry {
                 }
             }
         }
-        let column_members: Vec<usize> = (0..x)
-            .flat_map(|column| (0..y).map(move |row| row * x + column))
+        let column_members: Vec<Vec<usize>> = (0..x)
+            .map(|column| (0..y).map(|row| row * x + column).collect())
             .collect();
         let data_disks = bucket_disks.clone();
         let parity_disks = (0..disks)
@@ -146,6 +274,8 @@ impl Geometry {
 
         Ok(Geometry {
             layout,
+            added: Vec::new(),
+            added_rows: Vec::new(),
             roles,
             bucket_disks,
             disk_buckets,
@@ -162,17 +292,17 @@ impl Geometry {
         self.layout
     }
 
-    /// Number of disks, `x·y`.
+    /// Number of disks, `x·y` plus the added disks.
     pub fn disks(&self) -> usize {
         self.roles.len()
     }
 
     /// Number of horizontal parity groups, `x·(y−1) / (hn + hk)`.
     pub fn hpgs(&self) -> usize {
-        self.hpg_members.len() / self.layout.hpg_size()
+        self.hpg_members.len()
     }
 
-    /// Number of buckets (= data disks), `hpgs · hn`.
+    /// Number of buckets (= data disks), `hpgs · hn` plus the added disks.
     pub fn buckets(&self) -> usize {
         self.bucket_disks.len()
     }
@@ -185,13 +315,20 @@ impl Geometry {
     /// Column of `disk` (its vertical parity group).
     pub fn column(&self, disk: usize) -> usize {
         self.check_disk(disk);
-        disk % self.layout.x
+        match disk.checked_sub(self.layout.disks()) {
+            Some(i) => self.added[i].column,
+            None => disk % self.layout.x,
+        }
     }
 
-    /// Row of `disk`; row `y − 1` holds the vertical parity disks.
+    /// Row of `disk`; row `y − 1` holds the vertical parity disks. An added disk is drawn below them: row `y` for
+    /// the first disk added to its column, `y + 1` for the second, and so on.
     pub fn row(&self, disk: usize) -> usize {
         self.check_disk(disk);
-        disk / self.layout.x
+        match disk.checked_sub(self.layout.disks()) {
+            Some(i) => self.added_rows[i],
+            None => disk / self.layout.x,
+        }
     }
 
     /// The data disk that holds bucket `bucket`. Panics if `bucket >= buckets()`.
@@ -222,7 +359,9 @@ impl Geometry {
             "parity_targets({data_disk}): not a data disk but {:?}",
             self.role(data_disk)
         );
-        let hpg = data_disk / self.layout.hpg_size();
+        let hpg = self
+            .horizontal_group(data_disk)
+            .expect("a data disk belongs to a horizontal parity group");
         let hp = self.group_parity(GroupId::Horizontal(hpg));
         let vp = self.group_parity(GroupId::Vertical(self.column(data_disk)));
         let vhp = self.group_parity(GroupId::Vertical(self.column(hp)));
@@ -232,18 +371,14 @@ impl Geometry {
     /// Members of a group, parity disk last. Panics on a group number out of range.
     pub fn group_members(&self, group: GroupId) -> &[usize] {
         match group {
-            GroupId::Horizontal(h) => {
-                let size = self.layout.hpg_size();
-                &self.hpg_members[h * size..(h + 1) * size]
-            }
+            GroupId::Horizontal(h) => &self.hpg_members[h],
             GroupId::Vertical(c) => {
                 assert!(
                     c < self.layout.x,
                     "column {c} out of range (x = {})",
                     self.layout.x
                 );
-                let size = self.layout.y;
-                &self.column_members[c * size..(c + 1) * size]
+                &self.column_members[c]
             }
         }
     }
@@ -367,7 +502,9 @@ mod tests {
                     .filter(|&gr| g.group_members(gr).contains(&disk))
                     .collect();
                 assert_eq!(containing, groups, "{text}: disk {disk}");
-                assert_eq!(g.row(disk) * layout.x + g.column(disk), disk);
+                if disk < layout.disks() {
+                    assert_eq!(g.row(disk) * layout.x + g.column(disk), disk);
+                }
                 match g.role(disk) {
                     Role::Data { bucket } => {
                         assert_eq!(g.bucket_disk(bucket), disk);
@@ -447,6 +584,67 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn an_added_disk_joins_one_hpg_and_one_column_before_their_parity() {
+        let base = geometry("8x6:4+1");
+        assert_eq!(base.free_columns(0), vec![5, 6, 7]);
+        let g = base
+            .with_added_disk(AddedDisk { hpg: 0, column: 5 })
+            .unwrap();
+        assert_eq!((g.disks(), g.buckets(), g.version()), (49, 33, 1));
+        assert_eq!(g.role(48), Role::Data { bucket: 32 });
+        assert_eq!(g.bucket_disk(32), 48);
+        assert_eq!((g.row(48), g.column(48)), (6, 5));
+        assert_eq!(
+            g.group_members(GroupId::Horizontal(0)),
+            &[0, 1, 2, 3, 48, 4]
+        );
+        assert_eq!(
+            g.group_members(GroupId::Vertical(5)),
+            &[5, 13, 21, 29, 37, 48, 45]
+        );
+        assert_eq!(
+            g.parity_targets(48),
+            ParityTargets {
+                hp: 4,
+                vp: 45,
+                vhp: 44
+            }
+        );
+        assert_eq!(g.free_columns(0), vec![6, 7]);
+        assert_eq!(g.describe(), "8x6:4+1 +1 disk (hPG 0 col 5)");
+        // A second disk in the same column is drawn one row lower.
+        let g = g.with_added_disk(AddedDisk { hpg: 3, column: 5 }).unwrap();
+        assert_eq!((g.row(49), g.column(49)), (7, 5));
+        assert!(matches!(
+            g.with_added_disk(AddedDisk { hpg: 0, column: 2 }),
+            Err(LayoutError::ColumnTaken {
+                hpg: 0,
+                column: 2,
+                disk: 2,
+                ..
+            })
+        ));
+        assert!(matches!(
+            g.with_added_disk(AddedDisk { hpg: 0, column: 5 }),
+            Err(LayoutError::ColumnTaken { disk: 48, .. })
+        ));
+        assert!(matches!(
+            g.with_added_disk(AddedDisk { hpg: 8, column: 5 }),
+            Err(LayoutError::NoSuchGroup { hpgs: 8, .. })
+        ));
+        let same = Geometry::grown(
+            base.layout(),
+            &[
+                AddedDisk { hpg: 0, column: 5 },
+                AddedDisk { hpg: 3, column: 5 },
+            ],
+        )
+        .unwrap();
+        assert_eq!(same.added(), g.added());
+        assert_eq!(same.disk_groups, g.disk_groups);
     }
 
     #[test]

@@ -101,6 +101,38 @@ pub enum LayoutError {
         /// [`Layout::MAX_DISKS`].
         max: usize,
     },
+    /// An added disk names a horizontal parity group or column the grid does not have.
+    #[error(
+        "layout {layout}: there is no horizontal parity group {hpg} or no column {column} (the grid has {hpgs} \
+         horizontal parity groups and {columns} columns)"
+    )]
+    NoSuchGroup {
+        /// The layout as given.
+        layout: String,
+        /// The horizontal parity group asked for.
+        hpg: usize,
+        /// The column asked for.
+        column: usize,
+        /// Horizontal parity groups of the grid.
+        hpgs: usize,
+        /// Columns of the grid.
+        columns: usize,
+    },
+    /// An added disk's column already holds a member of its horizontal parity group.
+    #[error(
+        "layout {layout}: column {column} already holds disk {disk} of horizontal parity group {hpg}; a disk \
+         added there could not be rebuilt from its column"
+    )]
+    ColumnTaken {
+        /// The layout as given.
+        layout: String,
+        /// The horizontal parity group.
+        hpg: usize,
+        /// The column asked for.
+        column: usize,
+        /// The member of the group already in that column.
+        disk: usize,
+    },
     /// Two members of one horizontal parity group would share a column.
     #[error(
         "layout {layout}: horizontal parity group {hpg} has two disks in column {column}; \

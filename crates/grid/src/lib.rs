@@ -27,6 +27,11 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
+//! **Growth.** [`Geometry::grown`] adds data disks after the fact (a *ragged* grid): each added disk, numbered
+//! from `x·y` on, joins one hPG and one column that holds no other member of that hPG, before their parity disks.
+//! A disk never written reads as zeros, so its groups' parity stays valid without recomputation (the engine's
+//! written map, docs/grid.md "Growing a grid").
+//!
 //! **Invariants.**
 //! - Every data disk and every `hP` belongs to exactly one hPG and one column;
 //!   every `vP` to its column only. No two members of an hPG share a column
@@ -34,7 +39,7 @@
 //! - For a data disk, [`ParityTargets`] are its `hP`, its column's `vP`, and the
 //!   `vP` of `hP`'s column (`vhP`); the three are distinct.
 //! - Every set of at most 3 failed disks is recoverable (tested exhaustively for
-//!   the reference layouts); the fatal 4-sets are exactly the thesis's patterns
+//!   the reference layouts and grown grids); the fatal 4-sets are exactly the thesis's patterns
 //!   EP1 and EP2 ([`Geometry::fatal_pattern_count`]).
 //! - [`Geometry::is_recoverable`] and [`Geometry::recovery_plan`] agree: peel
 //!   decoding leaves the same residue whatever order it rebuilds in.
@@ -48,6 +53,6 @@ mod geometry;
 mod layout;
 mod recovery;
 
-pub use geometry::{Geometry, GroupId, ParityTargets, Role};
+pub use geometry::{AddedDisk, Geometry, GroupId, ParityTargets, Role};
 pub use layout::{Layout, LayoutError};
 pub use recovery::{PartialRecovery, RecoveryPlan, RecoveryStep, Unrecoverable};

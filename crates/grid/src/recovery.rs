@@ -326,7 +326,8 @@ impl Geometry {
     /// horizontal group never has two disks in one column, so a fatal 4-set is
     /// either two hPGs with failures in the same two columns (EP1), or two
     /// failed `vP`s plus two failed members of one hPG in those columns (EP2).
-    /// Equals `count_unrecoverable(4)` (checked by the tests).
+    /// Equals `count_unrecoverable(4)` (checked by the tests), on grown (ragged) grids too: an added disk is a
+    /// member of one hPG and one column like any other data disk, so EP2 counts the pairs of each hPG's members.
     pub fn fatal_pattern_count(&self) -> u64 {
         let x = self.layout().x;
         let column_sets: Vec<Vec<bool>> = (0..self.hpgs())
@@ -346,7 +347,9 @@ impl Geometry {
                 ep1 += pairs(shared);
             }
         }
-        let ep2 = self.hpgs() as u64 * pairs(self.layout().hpg_size() as u64);
+        let ep2 = (0..self.hpgs())
+            .map(|hpg| pairs(self.group_members(GroupId::Horizontal(hpg)).len() as u64))
+            .sum::<u64>();
         ep1 + ep2
     }
 }

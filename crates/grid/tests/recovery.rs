@@ -1,7 +1,7 @@
 //! Recoverability promises of the grid: exhaustive small failure sets, fatal-set
 //! counts, and recovery plans that really reconstruct the lost contents.
 
-use permafrost_grid::{Geometry, GroupId, Layout, Role};
+use permafrost_grid::{AddedDisk, Geometry, GroupId, Layout, Role};
 use proptest::prelude::*;
 
 fn geometry(text: &str) -> Geometry {
@@ -28,7 +28,10 @@ fn binomial(n: u64, k: u64) -> u64 {
 }
 
 fn assert_every_small_set_recoverable(text: &str) {
-    let g = geometry(text);
+    assert_geometry_survives_three_failures(text, &geometry(text));
+}
+
+fn assert_geometry_survives_three_failures(text: &str, g: &Geometry) {
     for k in 1..=3 {
         let mut sets = 0u64;
         for_each_subset(g.disks(), k, |failed| {
@@ -61,6 +64,72 @@ fn every_three_disk_failure_is_recoverable_8x8() {
 #[test]
 fn every_three_disk_failure_is_recoverable_24x8() {
     assert_every_small_set_recoverable("24x8:6+1");
+}
+
+/// Grown (ragged) grids: `layout` plus `added` data disks.
+fn grown(text: &str, added: &[(usize, usize)]) -> Geometry {
+    let added: Vec<AddedDisk> = added
+        .iter()
+        .map(|&(hpg, column)| AddedDisk { hpg, column })
+        .collect();
+    Geometry::grown(text.parse().unwrap(), &added).unwrap()
+}
+
+/// The grids the growth tests run on: the embedded 8x6:4+1 grown by one disk, by one per hPG (every hPG in its
+/// first free column), and by three disks in one hPG (its width 4+1 becomes 7+1), and 12x6:9+1 grown by two.
+fn grown_grids() -> Vec<(String, Geometry)> {
+    let every_hpg: Vec<(usize, usize)> = {
+        let base = geometry("8x6:4+1");
+        (0..base.hpgs())
+            .map(|hpg| (hpg, base.free_columns(hpg)[0]))
+            .collect()
+    };
+    vec![
+        ("8x6:4+1 + (0,5)".into(), grown("8x6:4+1", &[(0, 5)])),
+        ("8x6:4+1 + one per hPG".into(), grown("8x6:4+1", &every_hpg)),
+        (
+            "8x6:4+1 + 3 in hPG 2".into(),
+            grown("8x6:4+1", &[(2, 7), (2, 0), (2, 1)]),
+        ),
+        ("12x6:9+1 + 2".into(), grown("12x6:9+1", &[(0, 10), (3, 5)])),
+    ]
+}
+
+#[test]
+fn every_three_disk_failure_of_a_grown_grid_is_recoverable() {
+    for (text, g) in grown_grids() {
+        assert_geometry_survives_three_failures(&text, &g);
+    }
+}
+
+#[test]
+fn fatal_four_sets_of_grown_grids_are_exactly_the_thesis_patterns() {
+    for (text, g) in grown_grids() {
+        let fatal = g.count_unrecoverable(4);
+        assert_eq!(fatal, g.fatal_pattern_count(), "{text}");
+        println!(
+            "{text}: {fatal} of {} four-disk failure sets unrecoverable",
+            binomial(g.disks() as u64, 4)
+        );
+    }
+    // One added disk in hPG 0 (now 6 disks): EP2 gains C(6,2) − C(5,2) = 5 sets; the new disk shares column 5
+    // with one member of each hPG that has one there (EP1 pairs with hPG 0's other columns).
+    let g = grown("8x6:4+1", &[(0, 5)]);
+    assert!(g.count_unrecoverable(4) > 164);
+    // Slow independent cross-check on the smallest grown grid: fatal iff a stopping set.
+    let mut fatal = 0u64;
+    for_each_subset(g.disks(), 4, |failed| {
+        let stopping = failed.iter().all(|&disk| {
+            g.groups_of(disk).into_iter().all(|group| {
+                g.group_members(group)
+                    .iter()
+                    .any(|m| *m != disk && failed.contains(m))
+            })
+        });
+        assert_eq!(!g.is_recoverable(failed), stopping, "{failed:?}");
+        fatal += u64::from(stopping);
+    });
+    assert_eq!(fatal, g.count_unrecoverable(4));
 }
 
 /// Unrecoverable 4-sets found by exhaustive enumeration (regression values).
@@ -252,10 +321,23 @@ proptest! {
     #[test]
     fn executing_a_plan_reconstructs_every_recoverable_disk_exactly(
         text in layout_strategy(),
-        seeds in prop::collection::vec(any::<u64>(), 192),
+        seeds in prop::collection::vec(any::<u64>(), 256),
+        grow in prop::sample::select(vec![0usize, 0, 1, 3, 7]),
         failed in prop::collection::vec(0usize..1000, 0..12),
     ) {
-        let g = geometry(text);
+        let g = if grow == 0 {
+            geometry(text)
+        } else {
+            // Grow by `grow` disks, each in the first hPG (round robin) that has a free column.
+            let mut g = geometry(text);
+            for i in 0..grow {
+                let hpg = i % g.hpgs();
+                if let Some(&column) = g.free_columns(hpg).first() {
+                    g = g.with_added_disk(AddedDisk { hpg, column }).unwrap();
+                }
+            }
+            g
+        };
         let failed: Vec<usize> = failed.into_iter().map(|d| d % g.disks()).collect();
         let truth = encode(&g, &seeds[..g.buckets()]);
         let mut contents: Vec<Option<u64>> = truth.iter().copied().map(Some).collect();
