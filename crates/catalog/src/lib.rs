@@ -615,6 +615,17 @@ pub struct Outstanding {
 /// Delivered webhooks kept (the oldest are removed when new ones are added).
 pub const WEBHOOKS_DELIVERED_KEPT: u64 = 1000;
 
+/// One SMART reading of a grid disk (`permafrost-admin`, docs/smart.md).
+#[derive(Debug, Clone, PartialEq)]
+pub struct SmartRecord {
+    /// The disk's index in the grid.
+    pub disk: u32,
+    /// When it was read (ms since the Unix epoch); one reading per disk per millisecond at most.
+    pub at_ms: u64,
+    /// The reading as JSON (`permafrost_disk::smart::SmartReading`).
+    pub reading: String,
+}
+
 /// One sample of the operator's history (`permafrost-admin`): counters are cumulative, so rates are differences
 /// between samples.
 #[derive(Debug, Clone, PartialEq)]
@@ -1254,6 +1265,13 @@ pub trait Catalog: Send + Sync {
     fn history_append(&self, sample: &HistorySample, keep: u64) -> Result<()>;
     /// Samples with `at_ms >= since_ms`, oldest first, at most the newest `limit` of them.
     fn history_since(&self, since_ms: u64, limit: usize) -> Result<Vec<HistorySample>>;
+    // ---- SMART readings of the grid's disks (`permafrost-admin`, docs/smart.md)
+    /// Add a reading (replacing one of the same disk and `at_ms`) and keep only the newest `keep` of its disk.
+    fn smart_append(&self, record: &SmartRecord, keep: u64) -> Result<()>;
+    /// The newest reading of each disk that has one, by disk.
+    fn smart_latest(&self) -> Result<Vec<SmartRecord>>;
+    /// Readings of `disk`, oldest first, at most the newest `limit` of them.
+    fn smart_history(&self, disk: u32, limit: usize) -> Result<Vec<SmartRecord>>;
     /// Register a webhook (pending); keeps at most the newest `WEBHOOKS_DELIVERED_KEPT` delivered ones.
     fn webhook_add(
         &self,

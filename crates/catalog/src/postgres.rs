@@ -75,6 +75,7 @@ pub(crate) const PG_MIGRATIONS: &[(u32, &str)] = &[
     (10, crate::sqlite::RESTORE_TIER_MIGRATION),
     (11, crate::sqlite::BUCKET_CORS_MIGRATION),
     (12, crate::sqlite::PG_COMPLETED_UPLOADS_MIGRATION),
+    (13, crate::sqlite::SMART_READINGS_MIGRATION),
 ];
 
 /// The whole schema of version 8 on PostgreSQL (the tables of `docs/catalog.md`; `meta` is made by the

@@ -25,12 +25,14 @@ mod objects;
 mod ops;
 mod rows;
 mod schema;
+mod smart;
 mod uploads;
 
 pub(crate) use access::PG_ACCESS_MIGRATION;
 pub use backend::SqliteOptions;
 pub(crate) use completed::PG_COMPLETED_UPLOADS_MIGRATION;
 pub(crate) use schema::{BUCKET_CORS_MIGRATION, RESTORE_TIER_MIGRATION};
+pub(crate) use smart::SMART_READINGS_MIGRATION;
 
 use crate::*;
 use backend::Backend;
@@ -147,6 +149,10 @@ impl Catalog for SqlCatalog {
         // ops
         fn history_append(&self, h: &HistorySample, keep: u64) -> Result<()>;
         fn history_since(&self, since_ms: u64, limit: usize) -> Result<Vec<HistorySample>>;
+        // smart
+        fn smart_append(&self, record: &SmartRecord, keep: u64) -> Result<()>;
+        fn smart_latest(&self) -> Result<Vec<SmartRecord>>;
+        fn smart_history(&self, disk: u32, limit: usize) -> Result<Vec<SmartRecord>>;
         fn webhook_add(&self, url: &str, bucket: &str, key: Option<&str>, prefix: &str, now_ms: u64) -> Result<WebhookRecord>;
         fn webhooks(&self) -> Result<Vec<WebhookRecord>>;
         fn webhook_remove(&self, id: u64) -> Result<bool>;

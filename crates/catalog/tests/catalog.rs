@@ -863,7 +863,7 @@ fn a_schema_2_catalog_is_migrated_and_keeps_its_parts() {
              DROP TABLE webhooks;
              DROP TABLE cache_inline; DROP TABLE access_keys; DROP TABLE access_grants;
              DROP TABLE bucket_access; DROP TABLE object_acls; ALTER TABLE multipart_parts DROP COLUMN checksums;
-             DROP TABLE completed_uploads;
+             DROP TABLE completed_uploads; DROP TABLE smart_readings;
              DROP INDEX multipart_parts_by_content;
              ALTER TABLE multipart_parts DROP COLUMN content;
              INSERT INTO multipart_parts (upload_id, part_number, size_bytes, md5, cache_path, created_ms)
@@ -899,7 +899,7 @@ fn a_schema_2_catalog_is_migrated_and_keeps_its_parts() {
             |r| r.get(0),
         )
         .unwrap();
-    assert_eq!(version, "12", "migrated to the latest version");
+    assert_eq!(version, "13", "migrated to the latest version");
 }
 
 fn a_small_content_is_cached_inline_in_the_put_transaction_and_leaves_with_eviction_or_gc(

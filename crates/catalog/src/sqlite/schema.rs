@@ -93,6 +93,8 @@ pub(super) const MIGRATIONS: &[(u32, &str)] = &[
     (10, RESTORE_TIER_MIGRATION),
     (11, BUCKET_CORS_MIGRATION),
     (12, super::completed::COMPLETED_UPLOADS_MIGRATION),
+    // SMART readings of the grid's disks (`smart`).
+    (13, super::smart::SMART_READINGS_MIGRATION),
 ];
 
 /// Schema version 10, the same SQL on both back ends: the retrieval tier of each restore (`Expedited`,
