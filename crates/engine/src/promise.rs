@@ -7,6 +7,7 @@ use std::sync::mpsc::{sync_channel, Receiver};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
+use bytes::Bytes;
 use parking_lot::Mutex;
 use permafrost_disk::power::WakeContext;
 
@@ -255,7 +256,8 @@ impl io::Write for WritePromise {
 /// reconstructed ends the stream with an error; it never yields wrong bytes, and a stream never ends short.
 ///
 /// Memory is bounded: a thread holds one chunk (being read, or waiting for the reader to take it) and the reader
-/// one, so at most `readahead_chunks + 1` chunk buffers are in use; the reader hands each one back to a pool
+/// one, so at most `readahead_chunks + 1` chunk buffers are in use, plus those the caller still holds slices of
+/// ([`ReadPromise::take_bytes`]); each one goes back to a pool
 /// shared by all promises (at most `CHUNK_BUFFERS_KEPT` idle buffers), so a new promise (every segment of a
 /// GET opens one) reuses buffers instead of paying page faults and clearing for fresh ones.
 ///
@@ -268,7 +270,8 @@ pub struct ReadPromise {
     next_chunk: usize,
     /// Bytes of the range not yet received.
     remaining_bytes: u64,
-    current: Vec<u8>,
+    /// The chunk being read, shared with the [`Bytes`] handed out of it ([`ReadPromise::take_bytes`]).
+    current: Bytes,
     pos: usize,
     stop: Arc<AtomicBool>,
     threads: Vec<JoinHandle<()>>,
@@ -282,6 +285,22 @@ pub struct ReadPromise {
 const CHUNK_BUFFERS_KEPT: usize = 8;
 
 static CHUNK_BUFFERS: Mutex<Vec<Vec<u8>>> = Mutex::new(Vec::new());
+
+/// A chunk buffer owned by the [`Bytes`] of a promise's current chunk and every slice handed out of it: back to
+/// the pool when the last of them drops.
+struct PooledChunk(Vec<u8>);
+
+impl AsRef<[u8]> for PooledChunk {
+    fn as_ref(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+impl Drop for PooledChunk {
+    fn drop(&mut self) {
+        give_chunk_buffer(std::mem::take(&mut self.0));
+    }
+}
 
 /// A chunk buffer from the pool (empty when the pool is).
 fn take_chunk_buffer() -> Vec<u8> {
@@ -375,7 +394,7 @@ impl ReadPromise {
             chunks,
             next_chunk: 0,
             remaining_bytes: len,
-            current: Vec::new(),
+            current: Bytes::new(),
             pos: 0,
             stop,
             threads,
@@ -408,10 +427,20 @@ impl ReadPromise {
         };
         self.next_chunk += 1;
         self.remaining_bytes -= chunk.len() as u64;
-        let done = std::mem::replace(&mut self.current, chunk);
+        // The previous chunk's buffer goes back to the pool once no slice of it is held any more.
+        self.current = Bytes::from_owner(PooledChunk(chunk));
         self.pos = 0;
-        give_chunk_buffer(done);
         Ok(true)
+    }
+
+    /// The next verified bytes (at most `max`; empty only at the end of the range or for `max` 0) without a
+    /// copy: a slice of the current chunk, consumed as [`io::BufRead::consume`] would. The chunk buffer returns
+    /// to the pool when the promise and every slice of it are done with it.
+    pub fn take_bytes(&mut self, max: usize) -> io::Result<Bytes> {
+        let n = io::BufRead::fill_buf(self)?.len().min(max);
+        let bytes = self.current.slice(self.pos..self.pos + n);
+        self.pos += n;
+        Ok(bytes)
     }
 }
 
@@ -451,7 +480,7 @@ impl Drop for ReadPromise {
         for t in self.threads.drain(..) {
             let _ = t.join();
         }
-        give_chunk_buffer(std::mem::take(&mut self.current));
+        self.current = Bytes::new();
         self.shared.readers[self.disk].fetch_sub(1, Ordering::SeqCst);
         // A spin-up scrub slice may be waiting for this disk's readers.
         self.shared.notify();

@@ -7,9 +7,10 @@
 //!   fails or a client that disconnects aborts it, so nothing half-written becomes visible. A body of a known
 //!   length up to [`SMALL_UPLOAD_BYTES`] is received whole first and stored in one blocking call.
 //! - [`download`] pumps an [`ObjectReader`] on a blocking thread into a channel of at most
-//!   [`BODY_PIECES_IN_FLIGHT`] pieces: the reader's decoded read-ahead blocks as they are
-//!   ([`ObjectReader::take_block`]), other bytes copied into pooled buffers of [`READ_PIECE_BYTES`], both handed
-//!   to hyper as `Bytes` without a further copy; a read error ends the response body with an error, and the last piece waits for the reader's clean
+//!   [`BODY_PIECES_IN_FLIGHT`] pieces: the blocks the reader holds as they are ([`ObjectReader::take_block`]:
+//!   decoded read-ahead blocks, slices of verified grid chunks; at most [`TAKEN_PIECE_BYTES_MAX`] each), other
+//!   bytes copied into pooled buffers of [`READ_PIECE_BYTES`], both handed to hyper as `Bytes` without a further
+//!   copy; a read error ends the response body with an error, and the last piece waits for the reader's clean
 //!   end, so the client sees a truncated body, never the whole length of wrong bytes.
 
 use std::io::Read;
@@ -32,6 +33,8 @@ use crate::error::{internal, s3_error};
 pub const BODY_PIECES_IN_FLIGHT: usize = 4;
 /// Size of the pieces a GET reads from the store.
 pub const READ_PIECE_BYTES: usize = 256 << 10;
+/// Largest piece a GET takes from the store without a copy (the in-flight pieces hold their buffers).
+pub const TAKEN_PIECE_BYTES_MAX: usize = 1 << 20;
 /// Bodies of a known length up to this size are received whole before the store sees them (see [`upload`]).
 pub const SMALL_UPLOAD_BYTES: usize = 256 << 10;
 
@@ -350,8 +353,8 @@ pub(crate) fn download<K: Send + Sync + 'static>(
         }
         while remaining > 0 {
             let left = usize::try_from(remaining).unwrap_or(usize::MAX);
-            // A decoded read-ahead block goes to hyper as it is; other bytes are copied into a pooled piece.
-            let piece = match reader.take_block(left) {
+            // A block the reader holds goes to hyper as it is; other bytes are copied into a pooled piece.
+            let piece = match reader.take_block(left.min(TAKEN_PIECE_BYTES_MAX)) {
                 Ok(Some(block)) => block,
                 Ok(None) => {
                     let mut buf = pool.take();

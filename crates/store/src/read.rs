@@ -281,9 +281,10 @@ impl ObjectReader {
         // promises begin reading now, while the caller prepares the response.
         let mut body: Box<dyn TakeBlock> = if as_stored || content.stored_form == StoredForm::Raw {
             if whole {
-                // Read to the source's own end so the last extent's checks run.
+                // Read to the source's own end so the last extent's checks run. A grid source hands out slices
+                // of its verified chunks whole ([`Source::take_block`]).
                 source.start(content.stored_bytes);
-                copied(source)
+                Box::new(SourceBody(source))
             } else {
                 seek(&mut source, offset)?;
                 source.start(offset + len);
@@ -617,7 +618,29 @@ pub(crate) trait Source: Read + Seek + Send {
     /// the first `read`. Nothing is delivered or checked earlier than without it; an error opening ahead is
     /// reported by the `read` that needs the bytes.
     fn start(&mut self, _end: u64) {}
+
+    /// The next stored bytes (at most `max`, never none) without a copy, as [`TakeBlock::take_block`]; `None`
+    /// when the source has none to give away here (then `read` delivers them).
+    fn take_block(&mut self, _max: usize) -> io::Result<Option<Bytes>> {
+        Ok(None)
+    }
 }
+
+/// A whole source as a body: its blocks handed over where it has them.
+struct SourceBody(Box<dyn Source>);
+
+impl Read for SourceBody {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        self.0.read(buf)
+    }
+}
+
+impl TakeBlock for SourceBody {
+    fn take_block(&mut self, max: usize) -> io::Result<Option<Bytes>> {
+        self.0.take_block(max)
+    }
+}
+
 impl Source for io::Cursor<Vec<u8>> {}
 impl Source for BufReader<File> {}
 impl Source for GridSource {
@@ -629,6 +652,26 @@ impl Source for GridSource {
         self.end = end.min(self.stored_bytes);
         if self.pos < self.end && !matches!(&self.current, Some((_, at, _)) if *at == self.pos) {
             let _ = self.open_at(self.pos);
+        }
+    }
+
+    /// Slices of the read promise's verified chunks, up to the end of each segment's output; the end of a
+    /// segment (its extent check) and of the content are `read`'s.
+    fn take_block(&mut self, max: usize) -> io::Result<Option<Bytes>> {
+        loop {
+            if self.pos >= self.stored_bytes || max == 0 {
+                return Ok(None);
+            }
+            self.current_at_pos()?;
+            let (stream, at, _) = self.current.as_mut().expect("opened above");
+            if let Some(block) = stream.take_block(max)? {
+                *at += block.len() as u64;
+                self.pos += block.len() as u64;
+                return Ok(Some(block));
+            }
+            // The segment's output is delivered: finish its check, then go on in the next one.
+            stream.read(&mut [])?;
+            self.current = None;
         }
     }
 }
@@ -732,6 +775,20 @@ impl GridSource {
             .map_err(|e| io::Error::other(e.to_string()))
     }
 
+    /// Make sure the current stream is the one delivering `pos` (a stream left behind by a seek finishes its
+    /// check first when its output was all delivered).
+    fn current_at_pos(&mut self) -> io::Result<()> {
+        if !matches!(&self.current, Some((_, at, _)) if *at == self.pos) {
+            if let Some((mut old, _, _)) = self.current.take() {
+                if old.check.is_some() && old.out_done() {
+                    old.read_to_check(&mut [])?;
+                }
+            }
+            self.open_at(self.pos)?;
+        }
+        Ok(())
+    }
+
     /// Make the stream at `pos` current (the one opened ahead when it starts there) and open the next segment's
     /// ahead when the read goes on into it.
     fn open_at(&mut self, pos: u64) -> io::Result<()> {
@@ -767,14 +824,7 @@ impl Read for GridSource {
                 }
                 return Ok(0);
             }
-            if !matches!(&self.current, Some((_, at, _)) if *at == self.pos) {
-                if let Some((mut old, _, _)) = self.current.take() {
-                    if old.check.is_some() && old.out_done() {
-                        old.read_to_check(&mut [])?;
-                    }
-                }
-                self.open_at(self.pos)?;
-            }
+            self.current_at_pos()?;
             let (stream, at, _) = self.current.as_mut().expect("opened above");
             let n = stream.read(buf)?;
             if n == 0 {
@@ -905,6 +955,35 @@ impl SegmentStream {
 
     fn out_done(&self) -> bool {
         self.at >= self.out_end
+    }
+
+    /// The next output bytes (at most `max`) as a slice of the promise's verified chunk, fed to the checks like
+    /// `read`'s; `None` once the window is delivered (the check at the end is `read`'s).
+    fn take_block(&mut self, max: usize) -> io::Result<Option<Bytes>> {
+        use std::io::BufRead;
+        if self.at < self.out_start {
+            // Consume (and check) the bytes before the window.
+            self.read(&mut [])?;
+        }
+        if self.at < self.out_start || self.at >= self.out_end || max == 0 {
+            return Ok(None);
+        }
+        let start = self.at;
+        let want = max.min((self.out_end - start) as usize);
+        let available = self.promise.fill_buf()?;
+        if available.is_empty() {
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "the grid read ended early",
+            ));
+        }
+        let take = want.min(available.len());
+        if let Some(c) = self.check.as_mut() {
+            Self::check_bytes(c, start, &available[..take]);
+        }
+        let block = self.promise.take_bytes(take)?;
+        self.at += take as u64;
+        Ok(Some(block))
     }
 
     /// Once the output window is delivered: consume the rest of what the check needs (no output) and check.
