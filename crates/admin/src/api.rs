@@ -359,7 +359,7 @@ pub fn state(admin: &Admin) -> Result<State, ApiError> {
                 last_wake: power.last_wake(d.index).as_ref().map(wake_json),
                 last_scrub_unix_ms: (d.last_scrub_pass_ms > 0).then_some(d.last_scrub_pass_ms),
                 verified_oldest_unix_ms: d.verified_oldest_ms,
-                smart: smart_of(&d.name),
+                smart: crate::smart::disk_json(admin.smart(), d.index, &d.name),
                 datasets_more: datasets_of[d.index].len().saturating_sub(DATASETS_SHOWN),
                 datasets: datasets_of[d.index]
                     .iter()
@@ -418,22 +418,6 @@ pub fn state(admin: &Admin) -> Result<State, ApiError> {
         tasks: admin.tasks().list(),
         last_background_error: report.last_background_error.clone(),
     })
-}
-
-/// SMART of a disk. File-backed disks have none; block devices would be read (`smartctl -n standby`) only
-/// while spinning — not implemented yet, and said so.
-fn smart_of(name: &str) -> serde_json::Value {
-    if name.starts_with("/dev/") {
-        serde_json::json!({
-            "available": false,
-            "why": "SMART reading is not implemented yet (it will be read only while the disk spins anyway)",
-        })
-    } else {
-        serde_json::json!({
-            "available": false,
-            "why": "file-backed disk: no drive, no SMART",
-        })
-    }
 }
 
 async fn get_state(admin: Admin, _: ApiRequest) -> ApiResult {

@@ -33,6 +33,7 @@ pub struct Event {
     /// `disk` (a disk's shown state changed), `wake` (a disk spun up, with its reason), `task` (a task started,
     /// progressed or ended), `rebuild` (defect bytes of a disk changed), `persist` (bytes waiting in the cache
     /// changed), `restore` (`s3:ObjectRestore:Post` or `…:Completed`, as S3 event records), `error`, `webhook`,
+    /// `smart` (a SMART reading raised alerts: a watched count rose, a count neared its rating),
     /// `request` (a request that changed something or was refused: who signed it,
     /// the operation, bucket and key), `key` (an access key was created, changed or deleted).
     pub kind: &'static str,

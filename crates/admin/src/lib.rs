@@ -38,6 +38,7 @@ pub mod keys;
 pub mod metrics;
 pub mod monitor;
 pub mod router;
+pub mod smart;
 pub mod tasks;
 pub mod ui;
 pub mod webhooks;
@@ -82,6 +83,8 @@ pub struct AdminOptions {
     pub history_keep: u64,
     /// How often pending webhooks are checked (ms).
     pub webhook_poll_ms: u64,
+    /// SMART, read only at spin-ups made for other work (`[smart]`, docs/smart.md).
+    pub smart: permafrost_disk::smart::SmartSettings,
 }
 
 impl Default for AdminOptions {
@@ -92,6 +95,7 @@ impl Default for AdminOptions {
             history_interval_ms: 60_000,
             history_keep: 10_080, // a week of minutes
             webhook_poll_ms: 500,
+            smart: Default::default(),
         }
     }
 }
@@ -112,6 +116,8 @@ struct Inner {
     metrics: Metrics,
     options: AdminOptions,
     monitor: monitor::Monitor,
+    /// The SMART reader (`None`: off in the configuration).
+    smart: Option<permafrost_disk::smart::SmartMonitor>,
     /// History samples and webhook deliveries (holds only a weak reference to this).
     background: parking_lot::Mutex<Option<std::thread::JoinHandle<()>>>,
     stopping: std::sync::atomic::AtomicBool,
@@ -136,6 +142,8 @@ impl Admin {
         let events = Arc::new(EventBus::new());
         let metrics = Metrics::new();
         let monitor = monitor::Monitor::start(store.clone(), events.clone(), options.sample_ms);
+        let smart = (options.smart.enabled)
+            .then(|| smart::start(&store, events.clone(), options.smart.clone()));
         let admin = Admin {
             inner: Arc::new(Inner {
                 store,
@@ -147,6 +155,7 @@ impl Admin {
                 metrics,
                 options,
                 monitor,
+                smart,
                 background: parking_lot::Mutex::new(None),
                 stopping: std::sync::atomic::AtomicBool::new(false),
                 draining: std::sync::atomic::AtomicBool::new(false),
@@ -203,6 +212,10 @@ impl Admin {
     }
     pub fn monitor(&self) -> &monitor::Monitor {
         &self.inner.monitor
+    }
+    /// The SMART reader, when SMART is on.
+    pub fn smart(&self) -> Option<&permafrost_disk::smart::SmartMonitor> {
+        self.inner.smart.as_ref()
     }
 
     /// Whether the admin side answers `path` (the API, the metrics, the dashboard).

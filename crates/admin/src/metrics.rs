@@ -224,6 +224,9 @@ impl Metrics {
             self.requests.clone(),
         );
         registry.register_collector(Box::new(snapshot));
+        if let Some(smart) = admin.smart() {
+            registry.register_collector(Box::new(crate::smart::Figures::of(smart)));
+        }
         if let Some(source) = admin.cluster_source() {
             match source() {
                 Ok(figures) => registry.register_collector(Box::new(figures)),
