@@ -25,6 +25,7 @@
 //! [`CatalogError::Database`] — the caller answers `503`, never a guess.
 
 mod fragments;
+pub mod rules;
 mod status;
 mod topology;
 
@@ -626,34 +627,59 @@ impl ClusterDb {
         self.write(|c| {
             let mut st = c
                 .prepare_cached(
-                    "SELECT bucket, key, etag FROM permafrost_cluster.objects WHERE node_id = ?1",
+                    "SELECT bucket, key, etag, last_modified_ms FROM permafrost_cluster.objects \
+                     WHERE node_id = ?1",
                 )
                 .map_err(sql_err)?;
-            let rows: Vec<(String, Vec<u8>, String)> = st
-                .query_map(params![node_id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+            let rows: Vec<(String, Vec<u8>, String, i64)> = st
+                .query_map(params![node_id], |r| {
+                    Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
+                })
                 .map_err(sql_err)?
                 .collect::<sql::Result<_>>()
                 .map_err(sql_err)?;
-            let mut listed: std::collections::HashMap<(String, Vec<u8>), String> = rows
+            let mut listed: std::collections::HashMap<(String, Vec<u8>), (String, i64)> = rows
                 .into_iter()
-                .map(|(b, k, e)| ((b, k), e))
+                .map(|(b, k, e, lm)| ((b, k), (e, lm)))
                 .collect();
             let mut published = 0;
             for entry in held {
                 let id = (entry.bucket.clone(), entry.key.as_bytes().to_vec());
-                if listed.remove(&id).as_deref() != Some(entry.etag.as_str()) {
-                    publish_write_in(c, node_id, entry, default_copies)?;
-                    published += 1;
+                if listed.remove(&id).map(|(e, _)| e).as_deref() != Some(entry.etag.as_str()) {
+                    if publish_write_in(c, node_id, entry, default_copies)? {
+                        published += 1;
+                    } else {
+                        // A newer version is listed: this node's copy is stale. A tombstone of it makes the
+                        // node delete it instead of keeping it unlisted (found by the cluster simulation).
+                        c.execute(
+                            "INSERT INTO permafrost_cluster.tombstones (node_id, bucket, key, etag, \
+                             last_modified_ms) VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT (node_id, bucket, key) \
+                             DO UPDATE SET etag = excluded.etag, last_modified_ms = \
+                             GREATEST(permafrost_cluster.tombstones.last_modified_ms, excluded.last_modified_ms)",
+                            params![
+                                node_id,
+                                entry.bucket,
+                                entry.key.as_bytes(),
+                                entry.etag,
+                                entry.last_modified_ms as i64
+                            ],
+                        )
+                        .map_err(sql_err)?;
+                    }
                 }
             }
             let mut removed = Vec::with_capacity(listed.len());
-            for ((bucket, key), _) in listed {
+            for ((bucket, key), (etag, lm)) in listed {
                 c.execute(
                     "DELETE FROM permafrost_cluster.objects WHERE bucket = ?1 AND key = ?2 AND node_id = ?3",
                     params![bucket, key, node_id],
                 )
                 .map_err(sql_err)?;
-                removed.push((bucket, String::from_utf8_lossy(&key).into_owned()));
+                let key = String::from_utf8_lossy(&key).into_owned();
+                // Other nodes may still hold that version (this node's copy went with a DELETE that never
+                // reached the directory, or its store lost it): it is one copy short now, and recorded so.
+                after_row_removed(c, node_id, &bucket, &key, &etag, lm, default_copies)?;
+                removed.push((bucket, key));
             }
             Ok((published, removed))
         })
@@ -759,6 +785,19 @@ fn publish_in(c: &Connection, node_id: i64, entry: &DirEntry) -> Result<bool> {
     if newer.is_some() {
         return Ok(false);
     }
+    // The other nodes' rows of an older version go, and each such node gets a tombstone of the version it
+    // held: it deletes that copy (unless a newer one replaced it meanwhile) instead of keeping it unlisted,
+    // where a later reconcile would publish it again after a DELETE of the key (found by the cluster
+    // simulation: a deleted object came back with its older content).
+    c.execute(
+        "INSERT INTO permafrost_cluster.tombstones (node_id, bucket, key, etag, last_modified_ms) \
+         SELECT node_id, bucket, key, etag, last_modified_ms FROM permafrost_cluster.objects \
+         WHERE bucket = ?1 AND key = ?2 AND last_modified_ms < ?3 AND node_id <> ?4 \
+         ON CONFLICT (node_id, bucket, key) DO UPDATE SET etag = excluded.etag, \
+         last_modified_ms = GREATEST(permafrost_cluster.tombstones.last_modified_ms, excluded.last_modified_ms)",
+        params![entry.bucket, key, lm, node_id],
+    )
+    .map_err(sql_err)?;
     c.execute(
         "DELETE FROM permafrost_cluster.objects WHERE bucket = ?1 AND key = ?2 AND last_modified_ms < ?3",
         params![entry.bucket, key, lm],
@@ -857,6 +896,82 @@ fn publish_write_in(
     Ok(true)
 }
 
+/// After the reconcile removed `node_id`'s row of a version of `bucket/key` (its store no longer holds it: a
+/// DELETE whose `delete_everywhere` never reached the directory, or a lost object): when other nodes still list
+/// that version and its bucket keeps whole copies, it is recorded as short of copies (`wanted`: the bucket's
+/// `copies`, else `default_copies`; `held`: the rows left), so the catch-up makes the missing one; when no row
+/// of the key is left, the key is deleted as `delete_everywhere` deletes it: every other node gets a tombstone
+/// of that version, so a copy of it or of an older version kept unlisted somewhere is never published again.
+/// Both found by the cluster simulation (an object one copy short unrecorded; an older version back after a
+/// DELETE that failed).
+#[allow(clippy::too_many_arguments)]
+fn after_row_removed(
+    c: &Connection,
+    node_id: i64,
+    bucket: &str,
+    key: &str,
+    etag: &str,
+    last_modified_ms: i64,
+    default_copies: u32,
+) -> Result<()> {
+    let held: i64 = c
+        .query_row(
+            "SELECT count(*) FROM permafrost_cluster.objects WHERE bucket = ?1 AND key = ?2 \
+             AND etag = ?3 AND last_modified_ms = ?4",
+            params![bucket, key.as_bytes(), etag, last_modified_ms],
+            |r| r.get(0),
+        )
+        .map_err(sql_err)?;
+    if held == 0 {
+        let any: Option<i64> = c
+            .query_row(
+                "SELECT 1 FROM permafrost_cluster.objects WHERE bucket = ?1 AND key = ?2 LIMIT 1",
+                params![bucket, key.as_bytes()],
+                |r| r.get(0),
+            )
+            .optional()
+            .map_err(sql_err)?;
+        if any.is_none() {
+            c.execute(
+                "INSERT INTO permafrost_cluster.tombstones (node_id, bucket, key, etag, last_modified_ms) \
+                 SELECT node_id, ?2, ?3, ?4, ?5 FROM permafrost_cluster.nodes WHERE node_id <> ?1 \
+                 ON CONFLICT (node_id, bucket, key) DO UPDATE SET etag = excluded.etag, \
+                 last_modified_ms = GREATEST(permafrost_cluster.tombstones.last_modified_ms, \
+                 excluded.last_modified_ms)",
+                params![node_id, bucket, key.as_bytes(), etag, last_modified_ms],
+            )
+            .map_err(sql_err)?;
+            c.execute(
+                "DELETE FROM permafrost_cluster.under_replicated WHERE bucket = ?1 AND key = ?2",
+                params![bucket, key.as_bytes()],
+            )
+            .map_err(sql_err)?;
+        }
+        return Ok(());
+    }
+    let setting: Option<(Option<i64>, Option<String>)> = c
+        .query_row(
+            "SELECT copies, parity FROM permafrost_cluster.buckets WHERE name = ?1",
+            params![bucket],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .optional()
+        .map_err(sql_err)?;
+    let (copies, parity) = setting.unwrap_or((None, None));
+    if parity.is_some() {
+        return Ok(());
+    }
+    let entry = DirEntry {
+        bucket: bucket.to_owned(),
+        key: key.to_owned(),
+        size_bytes: 0,
+        etag: etag.to_owned(),
+        last_modified_ms: last_modified_ms.max(0) as u64,
+        content_type: None,
+    };
+    record_copies_in(c, &entry, copies.unwrap_or(i64::from(default_copies)), held)
+}
+
 /// [`ClusterDb::record_copies`] inside a transaction.
 fn record_copies_in(c: &Connection, entry: &DirEntry, wanted: i64, held: i64) -> Result<()> {
     let key = entry.key.as_bytes();
@@ -866,7 +981,7 @@ fn record_copies_in(c: &Connection, entry: &DirEntry, wanted: i64, held: i64) ->
         params![entry.bucket, key, entry.last_modified_ms as i64],
     )
     .map_err(sql_err)?;
-    if held < wanted {
+    if rules::short_of_copies(wanted, held) {
         c.execute(
             "INSERT INTO permafrost_cluster.under_replicated (bucket, key, etag, last_modified_ms, wanted, \
              held) VALUES (?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT (bucket, key) DO NOTHING",
@@ -1094,6 +1209,22 @@ impl ClusterDb {
                 )
                 .map_err(sql_err)?;
             }
+            // Every other node that lists no row of the key gets a tombstone of its newest version too: a copy
+            // it stored but had not published yet (a crash or the database's absence between the two) must not
+            // be published by its next reconcile (found by the cluster simulation).
+            c.execute(
+                "INSERT INTO permafrost_cluster.tombstones (node_id, bucket, key, etag, last_modified_ms) \
+                 SELECT n.node_id, o.bucket, o.key, o.etag, o.last_modified_ms FROM permafrost_cluster.nodes n \
+                 CROSS JOIN (SELECT bucket, key, etag, last_modified_ms FROM permafrost_cluster.objects \
+                   WHERE bucket = ?2 AND key = ?3 ORDER BY last_modified_ms DESC LIMIT 1) o \
+                 WHERE n.node_id <> ?1 AND NOT EXISTS (SELECT 1 FROM permafrost_cluster.objects x \
+                   WHERE x.bucket = o.bucket AND x.key = o.key AND x.node_id = n.node_id) \
+                 ON CONFLICT (node_id, bucket, key) DO UPDATE SET etag = excluded.etag, \
+                 last_modified_ms = GREATEST(permafrost_cluster.tombstones.last_modified_ms, \
+                 excluded.last_modified_ms)",
+                params![node_id, bucket, key.as_bytes()],
+            )
+            .map_err(sql_err)?;
             c.execute(
                 "DELETE FROM permafrost_cluster.objects WHERE bucket = ?1 AND key = ?2",
                 params![bucket, key.as_bytes()],
@@ -1182,15 +1313,22 @@ impl ClusterDb {
     }
 
     /// Retire up to `limit` copies held by lost nodes (last heartbeat older than `lost_after_ms`, database
-    /// clock) whose version another node that is not lost still holds: in one transaction, each such row goes,
-    /// its node gets a [`Tombstone`] for that version (so it deletes the copy if it ever comes back, instead of
-    /// republishing it), and the object is recorded as under-replicated (`wanted` = the holders it had, `held` =
-    /// those left), so the catch-up makes a new copy on a node that holds none. Copies that no other live node
+    /// clock) whose version another node that is up (heartbeat within the timeout) still holds: in one
+    /// transaction, each such row goes and the object is recorded as under-replicated (`wanted` = the holders it
+    /// had, `held` = those left), so the catch-up makes a new copy on a node that holds none. The lost node gets
+    /// no tombstone: if it comes back, its reconcile publishes its copy again (one copy more than wanted), since
+    /// that copy may be the last one by then (its other holder may have died after this pass; found by the
+    /// cluster simulation). A version deleted or replaced meanwhile is not published: `delete_everywhere` leaves
+    /// every node a tombstone, and the reconcile leaves one for a copy older than the version listed. Copies that no other live node
     /// holds stay (nothing to copy from: the object waits for its node). Returns what was retired, by node,
     /// bucket and key.
     pub fn retire_lost(&self, lost_after_ms: u64, limit: usize) -> Result<Vec<Retired>> {
         let lost_after = i64::try_from(lost_after_ms).unwrap_or(i64::MAX);
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        // The other holder must be up, not merely not lost yet: a holder that is down may be gone for good, and
+        // the lost node's copy, deleted by its tombstone when it comes back, would then have been the last one
+        // (found by the cluster simulation).
+        let up_within = i64::try_from(self.timeout_ms).unwrap_or(i64::MAX);
         self.write(|c| {
             // The lost nodes first (a small table): the common case, none, costs no scan of the directory.
             let mut st = c
@@ -1211,7 +1349,8 @@ impl ClusterDb {
                        SELECT 1 FROM permafrost_cluster.objects o2 \
                        JOIN permafrost_cluster.nodes n2 ON n2.node_id = o2.node_id \
                        WHERE o2.bucket = o.bucket AND o2.key = o.key AND o2.etag = o.etag \
-                       AND o2.last_modified_ms = o.last_modified_ms AND {NOW_MS} - n2.heartbeat_ms <= ?2) \
+                       AND o2.last_modified_ms = o.last_modified_ms AND {NOW_MS} - n2.heartbeat_ms <= ?2 \
+                       AND {NOW_MS} - n2.heartbeat_ms <= ?4) \
                      ORDER BY o.bucket, o.key LIMIT ?3"
                 ))
                 .map_err(sql_err)?;
@@ -1222,7 +1361,7 @@ impl ClusterDb {
                     break;
                 }
                 let of_node = st
-                    .query_map(params![node_id, lost_after, left], |r| {
+                    .query_map(params![node_id, lost_after, left, up_within], |r| {
                         Ok((
                             *node_id,
                             name.clone(),
@@ -1239,14 +1378,6 @@ impl ClusterDb {
             }
             let mut retired = Vec::with_capacity(rows.len());
             for (node_id, name, bucket, key, etag, lm) in rows {
-                c.execute(
-                    "INSERT INTO permafrost_cluster.tombstones (node_id, bucket, key, etag, last_modified_ms) \
-                     VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT (node_id, bucket, key) DO UPDATE SET \
-                     etag = excluded.etag, last_modified_ms = GREATEST(permafrost_cluster.tombstones.last_modified_ms, \
-                     excluded.last_modified_ms)",
-                    params![node_id, bucket, key, etag, lm],
-                )
-                .map_err(sql_err)?;
                 c.execute(
                     "DELETE FROM permafrost_cluster.objects WHERE bucket = ?1 AND key = ?2 AND node_id = ?3",
                     params![bucket, key, node_id],
@@ -1311,7 +1442,7 @@ impl ClusterDb {
                 .optional()
                 .map_err(sql_err)?;
             let newer = newer_version_listed(c, &entry.bucket, key, lm)?;
-            if tombstone.is_some() || origin.is_none() || newer {
+            if !rules::copy_admitted(tombstone.is_some(), origin.is_some(), newer) {
                 return Ok(false);
             }
             publish_in(c, node_id, entry)?;

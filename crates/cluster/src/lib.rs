@@ -31,6 +31,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod decide;
 pub mod node;
 pub mod orphans;
 pub mod parity;

@@ -29,9 +29,10 @@
 //!   the write is answered with the copies made and recorded as under-replicated; the catch-up
 //!   ([`ClusterNode::catch_up`], on a holder's heartbeat) makes the missing copies when nodes are back.
 //! - **Lost nodes.** A node silent for `[cluster] lost_after_ms` is lost: each catch-up pass first retires up to
-//!   [`LOST_COPIES_PER_PASS`] of its copies that a live node also holds ([`ClusterDb::retire_lost`]: its row
-//!   goes, it gets a tombstone, the object is recorded as under-replicated), so the catch-up makes new copies
-//!   elsewhere and the node, should it return, drops its stale copies instead of republishing them.
+//!   [`LOST_COPIES_PER_PASS`] of its copies that a node that is up also holds ([`ClusterDb::retire_lost`]: its
+//!   row goes, the object is recorded as under-replicated), so the catch-up makes new copies elsewhere; the
+//!   node, should it return, publishes its copies again (one more than wanted: the other holder may have died
+//!   meanwhile), except the versions deleted or replaced while it was away (their tombstones).
 //! - **A copy racing a DELETE**: the holder publishes a copy only while the version still exists elsewhere
 //!   ([`ClusterDb::publish_copy`], one transaction); else it deletes the copy again and does not acknowledge it.
 //! - Versioning and `copies > 1` exclude each other (PutBucketVersioning answers `400`): copies do not cover
@@ -237,18 +238,16 @@ impl ClusterNode {
             return Ok(have);
         }
         let relays: BTreeMap<String, String> = self.db.relay_addresses()?.into_iter().collect();
-        let up: Vec<String> = self
+        let nodes: Vec<(String, bool)> = self
             .db
             .nodes()?
             .into_iter()
-            .filter(|n| {
-                n.health == Health::Up
-                    && n.id != self.node_id
-                    && relays.contains_key(&n.name)
-                    && !holders.contains(&n.name)
+            .map(|n| {
+                let usable = n.health == Health::Up && relays.contains_key(&n.name);
+                (n.name, usable)
             })
-            .map(|n| n.name)
             .collect();
+        let up = crate::decide::copy_candidates(&self.node_name, &nodes, &holders);
         let started = Instant::now();
         // The network with the links' live use (the catalog's topology, loaded by the nodes that have a
         // `[cluster] topology`); if the catalog cannot say, the file this node loaded at start.
@@ -271,7 +270,7 @@ impl ClusterNode {
             Err(e) => Err(e),
             Ok(plan) if plan.candidates.is_empty() => Err("no other node is up".to_owned()),
             Ok(plan) => {
-                let k = (wanted as usize - have).min(plan.candidates.len());
+                let k = crate::decide::copies_to_make(wanted, have, plan.candidates.len());
                 let names: Vec<&str> = plan
                     .candidates
                     .iter()
@@ -440,7 +439,12 @@ impl ClusterNode {
                 .filter(|(_, e)| e.etag == x.etag && e.last_modified_ms == x.last_modified_ms)
                 .map(|(n, _)| n)
                 .collect();
-            if of_version.is_empty() {
+            let seen: Vec<(i64, bool)> = of_version
+                .iter()
+                .map(|n| (n.id, n.health == Health::Up))
+                .collect();
+            let action = crate::decide::catch_up_action(self.node_id, &seen);
+            if action == crate::decide::CatchUpAction::Forget {
                 let entry = DirEntry {
                     bucket: x.bucket.clone(),
                     key: x.key.clone(),
@@ -452,8 +456,7 @@ impl ClusterNode {
                 self.db.record_copies(&entry, 0, 0)?;
                 continue;
             }
-            let first_up = of_version.iter().find(|n| n.health == Health::Up);
-            if first_up.map(|n| n.id) != Some(self.node_id) {
+            if action == crate::decide::CatchUpAction::Skip {
                 continue;
             }
             // A write of this key is making its copies now: it clears the record itself.
@@ -471,8 +474,8 @@ impl ClusterNode {
 }
 
 impl ClusterNode {
-    /// Re-replication after the timeout: the copies of nodes lost for `lost_after_ms` whose version a live node
-    /// still holds are retired (their rows go, their nodes get tombstones) and recorded as under-replicated, at
+    /// Re-replication after the timeout: the copies of nodes lost for `lost_after_ms` whose version a node that is
+    /// up still holds are retired (their rows go) and recorded as under-replicated, at
     /// most [`LOST_COPIES_PER_PASS`] per pass; the catch-up that follows makes the new copies. One log line per
     /// pass that retired any. Returns the copies retired.
     fn retire_lost(&self) -> Result<usize, ClusterError> {
@@ -485,8 +488,8 @@ impl ClusterNode {
                 *by_node.entry(r.node.as_str()).or_default() += 1;
             }
             tracing::warn!(
-                "cluster: lost node(s) (no heartbeat for {:.0} s): retired {} of their copies ({}); tombstones left, \
-                 new copies follow{}",
+                "cluster: lost node(s) (no heartbeat for {:.0} s): retired {} of their copies ({}); new copies \
+                 follow{}",
                 self.replication.lost_after_ms as f64 / 1000.0,
                 retired.len(),
                 by_node
@@ -825,7 +828,7 @@ pub fn apply_tombstone(
     t: &permafrost_catalog::cluster::Tombstone,
 ) -> Result<bool, String> {
     match store.head_object(&t.bucket, &t.key) {
-        Ok(info) if info.last_modified_ms <= t.last_modified_ms => {
+        Ok(info) if crate::decide::tombstone_deletes(info.last_modified_ms, t.last_modified_ms) => {
             store.delete_object(&t.bucket, &t.key).map_err(|e| {
                 format!(
                     "deleting {}/{} (deleted on another node): {e}",

@@ -39,6 +39,7 @@ use permafrost_catalog::cluster::{
 use permafrost_relay::{Hop, ObjectMeta, SourceFactory};
 use permafrost_store::{ByteRange, Store};
 
+use crate::decide::Way;
 use crate::node::{ClusterNode, COPY_PIECE_BYTES};
 use crate::ClusterError;
 
@@ -222,7 +223,7 @@ pub(crate) fn place(
         .filter(|(_, e)| e.etag == entry.etag && e.last_modified_ms == entry.last_modified_ms)
         .count()
         .max(1);
-    if up.len() < ROLES.len() {
+    if !crate::decide::xor_placeable(up.len()) {
         // Nothing to send: fragments on fewer than three nodes would only be left over.
         node.db.record_copies(&entry, 3, whole as u32)?;
         let line = format!(
@@ -632,41 +633,18 @@ pub fn rebuild_plan(
     Ok(plan)
 }
 
-/// How a fragment of `obj` held by the lost node `lost_id` is made again.
-enum Way {
-    /// On this node (the first by name that is up and holds no fragment of the object).
-    Free(i64),
-    /// No such node: the object is kept whole on these surviving holders.
-    Keep(Vec<i64>),
-    /// Not both other holders are up.
-    Wait,
-}
-
 fn way_for(
     obj: &ParityObject,
     lost_id: i64,
     nodes: &[NodeInfo],
     relays: &std::collections::BTreeMap<String, String>,
 ) -> Way {
-    let usable = |n: &NodeInfo| n.health == Health::Up && relays.contains_key(&n.name);
     let holding: Vec<i64> = obj.fragments.iter().map(|f| f.node.id).collect();
-    let others: Vec<&NodeInfo> = obj
-        .fragments
+    let seen: Vec<(i64, bool)> = nodes
         .iter()
-        .filter(|f| f.node.id != lost_id)
-        .map(|f| &f.node)
+        .map(|n| (n.id, n.health == Health::Up && relays.contains_key(&n.name)))
         .collect();
-    if others.len() != 2 || !others.iter().all(|n| usable(n)) {
-        return Way::Wait;
-    }
-    match nodes
-        .iter()
-        .filter(|n| usable(n))
-        .find(|n| !holding.contains(&n.id))
-    {
-        Some(n) => Way::Free(n.id),
-        None => Way::Keep(others.iter().map(|n| n.id).collect()),
-    }
+    crate::decide::parity_way(&holding, lost_id, &seen)
 }
 
 /// Make again every fragment the lost node `lost` held that falls to this node: rebuilt here when this node is
