@@ -184,6 +184,13 @@ function roleLabel(d) {
   return d.vhp ? `${label}·vhP` : label;
 }
 
+// An alert of a `smart` event in words (the API's disk view has them in words already).
+function smartAlertText(a) {
+  if (a.alert === "rose") return `attribute ${a.id} rose from ${a.from} to ${a.to}`;
+  if (a.alert === "near_rating") return `attribute ${a.id} is ${a.count} of a rating of ${a.rating}`;
+  return "health assessment failed";
+}
+
 function fillDisk(el, d) {
   el.type = "button";
   el.dataset.disk = d.disk;
@@ -213,6 +220,12 @@ function fillDisk(el, d) {
     bar.append(inner);
     el.append(bar);
   }
+  // SMART's mark: the last reading (taken only at a spin-up made for other work) needs attention.
+  if (d.smart && d.smart.warning) {
+    el.dataset.smart = "warning";
+    const said = (d.smart.last_alerts || []).join("; ") || "a watched count is above 0";
+    el.append(make("div", "smart", `⚠ SMART: ${said}`));
+  } else delete el.dataset.smart;
   const why = d.last_wake ? `woke: ${d.last_wake.reason}` : "no spin-up yet";
   el.append(make("div", "why", why));
   if (d.datasets && d.datasets.length) el.append(make("div", "why", `▤ ${d.datasets.join(", ")}`));
@@ -328,6 +341,16 @@ function follow() {
     const d = state && state.disks[e.data.disk];
     if (d) { d.last_wake = e.data; fillDisk($("grid").children[d.disk], d); }
   });
+  source.addEventListener("smart", (m) => {
+    const e = JSON.parse(m.data);
+    const d = state && state.disks[e.data.disk];
+    if (d) {
+      d.smart = { ...d.smart, available: true, warning: true, attributes: e.data.attributes,
+        last_alerts: e.data.alerts.map(smartAlertText) };
+      fillDisk($("grid").children[d.disk], d);
+    }
+    addListItem("events", e.at_unix_ms, e.text, 200);
+  });
   source.addEventListener("rebuild", (m) => {
     const e = JSON.parse(m.data);
     const d = state && state.disks[e.data.disk];
@@ -405,7 +428,12 @@ async function openDisk(disk) {
     ["last wake", d.last_wake ? `${clock(d.last_wake.at_unix_ms)}: ${d.last_wake.reason}` : "none"],
     ["energy", `${d.energy.watts.toFixed(1)} W now, ${d.energy.kwh.toFixed(4)} kWh`],
     ["last scrub", d.last_scrub_unix_ms ? new Date(d.last_scrub_unix_ms).toLocaleString() : "never"],
-    ["SMART", d.smart.available ? JSON.stringify(d.smart) : d.smart.why],
+    ["SMART", d.smart.available
+      ? `${d.smart.warning ? "⚠ " : ""}read ${clock(d.smart.read_unix_ms)}` +
+        (d.smart.overdue ? " (overdue: read at the next spin-up)" : "") + "; " +
+        Object.entries(d.smart.attributes).map(([k, v]) => `${k}=${v}`).join(" ") +
+        (d.smart.last_alerts.length ? `; alerts: ${d.smart.last_alerts.join("; ")}` : "")
+      : d.smart.why],
   ];
   $("disk-details").replaceChildren(...rows.flatMap(([k, v]) => [make("dt", "", k), make("dd", "", v)]));
   const dialog = $("disk-dialog");
