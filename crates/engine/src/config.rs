@@ -226,7 +226,8 @@ impl GridConfig {
     /// Check values that would make the engine misbehave.
     pub fn validate(&self) -> Result<()> {
         let bad = |msg: String| Err(Error::Config(msg));
-        if self.disks.len() != self.layout.disks() {
+        // More: data disks added after the grid was created (`Engine::add_disk`; the journal holds the geometry).
+        if self.disks.len() < self.layout.disks() {
             return bad(format!(
                 "layout {} has {} disks but {} are configured",
                 self.layout,

@@ -44,6 +44,7 @@ use crate::promise::{ReadPromise, WritePromise};
 use crate::rangeset::RangeSet;
 use crate::{Error, Result};
 
+mod grow;
 mod io;
 mod open;
 mod rebuild;
@@ -180,6 +181,10 @@ pub struct DiskStatus {
 pub struct GridStatus {
     pub grid_id: String,
     pub layout: String,
+    /// 0 as created, +1 for every data disk added since (`Engine::add_disk`).
+    pub geometry_version: u64,
+    /// The layout and the disks added to it, e.g. `8x6:4+1 +1 disk (hPG 0 col 5)`.
+    pub geometry: String,
     pub buckets: usize,
     pub bucket_capacity_bytes: u64,
     pub disks: Vec<DiskStatus>,
@@ -203,6 +208,8 @@ struct Maps {
     /// When each range was last known good (bytes).
     ages: Vec<RangeAges>,
 }
+
+pub use grow::{AddDisk, AddedDiskReport};
 
 pub(crate) struct Shared {
     pub dir: PathBuf,
@@ -469,6 +476,8 @@ impl Engine {
         Ok(GridStatus {
             grid_id: config.grid_id.to_string(),
             layout: config.layout.to_string(),
+            geometry_version: s.geometry.version(),
+            geometry: s.geometry.describe(),
             buckets: s.geometry.buckets(),
             bucket_capacity_bytes: s.logical_bytes,
             disks,

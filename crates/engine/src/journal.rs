@@ -42,6 +42,16 @@ use crate::WriteMode;
 /// Schema version stored in `meta`.
 pub(crate) const SCHEMA_VERSION: u32 = 1;
 
+/// A data disk added after `grid init` (table `added_disks`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct AddedDiskRow {
+    pub disk: usize,
+    pub hpg: usize,
+    pub column: usize,
+    /// Its `DiskSpec` as JSON.
+    pub spec_json: String,
+}
+
 /// The four disks of a promise, in the order their marks are stored.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Slot {
@@ -209,7 +219,9 @@ impl Journal {
                 end INTEGER NOT NULL, verified_ms INTEGER NOT NULL, PRIMARY KEY(disk, start));
              CREATE TABLE IF NOT EXISTS power(disk INTEGER PRIMARY KEY, spin_ups INTEGER NOT NULL,
                 ms_off INTEGER NOT NULL, ms_spinning_up INTEGER NOT NULL, ms_idle INTEGER NOT NULL,
-                ms_active INTEGER NOT NULL, joules REAL NOT NULL);",
+                ms_active INTEGER NOT NULL, joules REAL NOT NULL);
+             CREATE TABLE IF NOT EXISTS added_disks(disk INTEGER PRIMARY KEY, hpg INTEGER NOT NULL,
+                col INTEGER NOT NULL, spec TEXT NOT NULL, added_ms INTEGER NOT NULL);",
         )?;
         let version: Option<String> = conn
             .query_row(
@@ -524,6 +536,23 @@ impl Journal {
         Ok(stats)
     }
 
+    /// The data disks added to the grid after `grid init` (`Geometry::grown`), in disk order, with the JSON of
+    /// their `DiskSpec` as it was when added. Their count is the geometry's version.
+    pub(crate) fn added_disks(&self) -> rusqlite::Result<Vec<AddedDiskRow>> {
+        let conn = self.conn.lock();
+        let mut stmt =
+            conn.prepare("SELECT disk, hpg, col, spec FROM added_disks ORDER BY disk")?;
+        let rows = stmt.query_map([], |r| {
+            Ok(AddedDiskRow {
+                disk: r.get::<_, i64>(0)? as usize,
+                hpg: r.get::<_, i64>(1)? as usize,
+                column: r.get::<_, i64>(2)? as usize,
+                spec_json: r.get(3)?,
+            })
+        })?;
+        rows.collect()
+    }
+
     pub(crate) fn failed_disks(&self) -> rusqlite::Result<Vec<(usize, String)>> {
         let conn = self.conn.lock();
         let mut stmt = conn.prepare("SELECT disk, reason FROM failed ORDER BY disk")?;
@@ -715,6 +744,21 @@ impl Batch<'_> {
         self.tx.execute(
             "INSERT INTO failed(disk, since_ms, reason) VALUES (?1, ?2, ?3) ON CONFLICT(disk) DO NOTHING",
             params![disk as i64, now_ms() as i64, reason],
+        )?;
+        Ok(())
+    }
+
+    /// Record an added data disk: the commit point of growing the grid (the geometry's version bumps).
+    pub(crate) fn add_disk(&self, row: &AddedDiskRow) -> rusqlite::Result<()> {
+        self.tx.execute(
+            "INSERT INTO added_disks(disk, hpg, col, spec, added_ms) VALUES (?1, ?2, ?3, ?4, ?5)",
+            params![
+                row.disk as i64,
+                row.hpg as i64,
+                row.column as i64,
+                row.spec_json,
+                now_ms() as i64
+            ],
         )?;
         Ok(())
     }

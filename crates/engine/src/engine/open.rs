@@ -37,6 +37,14 @@ impl Engine {
         let dir = dir.as_ref();
         config.validate()?;
         let geometry = Geometry::new(config.layout).map_err(|e| Error::Config(e.to_string()))?;
+        if config.disks.len() != geometry.disks() {
+            return Err(Error::Config(format!(
+                "layout {} has {} disks but {} are configured (disks are added to a grid with `add_disk`)",
+                config.layout,
+                geometry.disks(),
+                config.disks.len()
+            )));
+        }
         if dir.join(CONFIG_FILE).exists() {
             return Err(Error::Config(format!(
                 "{} already holds a grid ({CONFIG_FILE} exists)",
@@ -123,8 +131,16 @@ impl Engine {
 
     fn open_inner(dir: &Path, options: OpenOptions, paused: bool) -> Result<Engine> {
         let dir = dir.to_path_buf();
-        let config = GridConfig::load(&dir)?;
-        let geometry = Geometry::new(config.layout).map_err(|e| Error::Config(e.to_string()))?;
+        let mut config = GridConfig::load(&dir)?;
+        let journal = Journal::open(&dir.join(JOURNAL_FILE))?;
+        let version = journal.schema_version()?;
+        if version != crate::journal::SCHEMA_VERSION {
+            return Err(Error::Config(format!(
+                "{JOURNAL_FILE} has schema version {version}; this engine reads version {}",
+                crate::journal::SCHEMA_VERSION
+            )));
+        }
+        let geometry = super::grow::load_geometry(&dir, &mut config, &journal)?;
         let n = geometry.disks();
         let profile = options
             .power_profile
@@ -136,14 +152,6 @@ impl Engine {
             .map(|spec| spec.power_controller(&dir))
             .collect::<Result<Vec<_>>>()?;
         let power = PowerManager::new(profile, n, config.spinning_max, controllers)?;
-        let journal = Journal::open(&dir.join(JOURNAL_FILE))?;
-        let version = journal.schema_version()?;
-        if version != crate::journal::SCHEMA_VERSION {
-            return Err(Error::Config(format!(
-                "{JOURNAL_FILE} has schema version {version}; this engine reads version {}",
-                crate::journal::SCHEMA_VERSION
-            )));
-        }
         let failed_in_journal: HashMap<usize, String> =
             journal.failed_disks()?.into_iter().collect();
 

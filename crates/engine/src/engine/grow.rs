@@ -1,0 +1,328 @@
+//! Growing a grid by one data disk at a time (`Engine::add_disk`, docs/grid.md "Growing a grid").
+//!
+//! A disk never written reads as zeros (the written map), so a new data disk leaves the parity of its horizontal
+//! parity group and of its column valid: nothing is recomputed, no other disk is opened for I/O, nothing spins.
+//! The steps, each safe to interrupt:
+//! 1. create the disk's file (or open its device) and write its header (the grown geometry's disk index, role
+//!    data); a crash here leaves a disk no geometry names, reused by the next `add_disk` at the same index;
+//! 2. one journal transaction records the disk (`added_disks`): the commit point, the geometry's version bumps;
+//! 3. `grid.toml` lists the disk too (a crash before it is repaired on open from the journal's row).
+//!
+//! **Invariants.**
+//! - The journal's `added_disks` rows are the geometry: `Geometry::grown(layout, rows)`; `grid.toml`'s `disks`
+//!   follow it (an entry without a row, from a crash between steps 1 and 2, is ignored).
+//! - A data disk is never larger than the parity disks of its groups (its bytes beyond theirs could not be
+//!   protected), nor smaller than the grid's disks (every bucket has the grid's bucket capacity).
+//! - A recovery of a group needs every member spinning: a group never grows beyond `spinning_max` disks.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Instant;
+
+use permafrost_disk::{BlockDisk, Disk, FileDisk};
+use permafrost_grid::{AddedDisk, Geometry, GroupId};
+use serde::Serialize;
+
+use super::{Engine, JOURNAL_FILE};
+use crate::config::{DiskSpec, GridConfig};
+use crate::header::DiskHeader;
+use crate::journal::{AddedDiskRow, Journal};
+use crate::{Error, Result};
+
+/// What to add: a disk, and optionally where.
+#[derive(Debug, Clone)]
+pub struct AddDisk {
+    /// The new disk: a file to create (sparse) or a block device.
+    pub spec: DiskSpec,
+    /// Its horizontal parity group (the "row"); chosen when `None`.
+    pub hpg: Option<usize>,
+    /// Its column; chosen when `None`.
+    pub column: Option<usize>,
+}
+
+/// What [`Engine::add_disk`] did.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct AddedDiskReport {
+    /// The new disk's index and bucket.
+    pub disk: usize,
+    pub bucket: usize,
+    pub hpg: usize,
+    pub column: usize,
+    /// Its parity disks (`hP` of its group, `vP` of its column).
+    pub hp: usize,
+    pub vp: usize,
+    pub capacity_bytes: u64,
+    /// The geometry's version after the add (0 = as created).
+    pub geometry_version: u64,
+    /// The grid after the add, e.g. `8x6:4+1 +1 disk (hPG 0 col 5)`.
+    pub geometry: String,
+    /// Wall time of the add.
+    pub millis: u64,
+}
+
+/// The geometry the journal records, with `config.disks` made to follow it: a disk the journal added but
+/// `grid.toml` does not list yet gets the spec recorded with it; a listed disk the journal does not know is
+/// dropped (an add that did not reach its commit point).
+pub(super) fn load_geometry(
+    dir: &Path,
+    config: &mut GridConfig,
+    journal: &Journal,
+) -> Result<Geometry> {
+    let rows = journal.added_disks()?;
+    let base = config.layout.disks();
+    let mut added = Vec::with_capacity(rows.len());
+    for (i, row) in rows.iter().enumerate() {
+        if row.disk != base + i {
+            return Err(Error::Config(format!(
+                "{JOURNAL_FILE}: added disk {} where disk {} was expected (the added disks must follow the \
+                 layout's {base} in order)",
+                row.disk,
+                base + i
+            )));
+        }
+        added.push(AddedDisk {
+            hpg: row.hpg,
+            column: row.column,
+        });
+    }
+    let geometry = Geometry::grown(config.layout, &added)
+        .map_err(|e| Error::Config(format!("{JOURNAL_FILE}: the grid's added disks: {e}")))?;
+    if config.disks.len() > geometry.disks() {
+        tracing::warn!(
+            "{}: {} disks listed beyond the {} of the grid's geometry (an add that did not finish); ignoring them",
+            dir.join(crate::CONFIG_FILE).display(),
+            config.disks.len() - geometry.disks(),
+            geometry.disks()
+        );
+        config.disks.truncate(geometry.disks());
+    }
+    for row in &rows[config.disks.len().saturating_sub(base).min(rows.len())..] {
+        let spec: DiskSpec = serde_json::from_str(&row.spec_json).map_err(|e| {
+            Error::Config(format!(
+                "{JOURNAL_FILE}: the spec of added disk {}: {e}",
+                row.disk
+            ))
+        })?;
+        config.disks.push(spec);
+    }
+    Ok(geometry)
+}
+
+/// Raw capacity of a configured disk without any I/O: a file's configured size, a device's size (an ioctl, which
+/// does not spin the drive up). `None` when a device cannot be opened.
+fn configured_capacity(dir: &Path, spec: &DiskSpec) -> Option<u64> {
+    match spec {
+        DiskSpec::File { capacity_bytes, .. } => Some(*capacity_bytes),
+        DiskSpec::Block { .. } => BlockDisk::open(spec.resolved_path(dir))
+            .ok()
+            .map(|d| d.capacity_bytes()),
+    }
+}
+
+impl Engine {
+    /// Add a data disk to the (closed) grid in `dir`: see the module doc. No other disk is read, written or spun
+    /// up. The grid must not be open elsewhere (the CLI takes care of that for a running server).
+    pub fn add_disk(dir: impl AsRef<Path>, request: AddDisk) -> Result<AddedDiskReport> {
+        let started = Instant::now();
+        let dir = dir.as_ref();
+        let mut config = GridConfig::load(dir)?;
+        let journal = Journal::open(&dir.join(JOURNAL_FILE))?;
+        let geometry = load_geometry(dir, &mut config, &journal)?;
+        let index = geometry.disks();
+        let path = request.spec.resolved_path(dir);
+        let name = path.display().to_string();
+        let refuse = |message: String| Error::Header {
+            disk: index,
+            name: name.clone(),
+            message,
+        };
+        if let Some(other) =
+            (0..config.disks.len()).find(|&d| config.disks[d].resolved_path(dir) == path)
+        {
+            return Err(refuse(format!("is already disk {other} of this grid")));
+        }
+        let capacity = match &request.spec {
+            DiskSpec::File { capacity_bytes, .. } => *capacity_bytes,
+            DiskSpec::Block { .. } => BlockDisk::open(&path)?.capacity_bytes(),
+        };
+        let sizes: Vec<Option<u64>> = config
+            .disks
+            .iter()
+            .map(|spec| configured_capacity(dir, spec))
+            .collect();
+        if let Some(smallest) = sizes.iter().flatten().min() {
+            if capacity < *smallest {
+                return Err(refuse(format!(
+                    "too small: {capacity} bytes, the grid's disks have at least {smallest}; every bucket of a \
+                     grid has the same capacity"
+                )));
+            }
+        }
+        let group_size = |group: GroupId| geometry.group_members(group).len() + 1;
+        let fits = |hpg: usize, column: usize| -> std::result::Result<(), String> {
+            for (what, parity) in [
+                (
+                    format!("horizontal parity group {hpg}"),
+                    geometry.group_parity(GroupId::Horizontal(hpg)),
+                ),
+                (
+                    format!("column {column}"),
+                    geometry.group_parity(GroupId::Vertical(column)),
+                ),
+            ] {
+                if let Some(size) = sizes[parity] {
+                    if capacity > size {
+                        return Err(format!(
+                            "is larger ({capacity} bytes) than disk {parity} ({}, {size} bytes), the parity disk of \
+                             {what}: its bytes beyond the parity's could not be protected. `permafrost grid \
+                             swap-parity` would be needed (the larger disk becomes that parity and the old parity a \
+                             data disk); it is not available yet",
+                            config.disks[parity].resolved_path(dir).display()
+                        ));
+                    }
+                }
+            }
+            for group in [GroupId::Horizontal(hpg), GroupId::Vertical(column)] {
+                if group_size(group) > config.spinning_max {
+                    return Err(format!(
+                        "would make {group:?} {} disks wide, more than spinning_max = {} (a recovery spins a whole \
+                         group)",
+                        group_size(group),
+                        config.spinning_max
+                    ));
+                }
+            }
+            Ok(())
+        };
+        let (hpg, column) = match (request.hpg, request.column) {
+            (Some(hpg), Some(column)) => {
+                geometry
+                    .with_added_disk(AddedDisk { hpg, column })
+                    .map_err(|e| refuse(e.to_string()))?;
+                fits(hpg, column).map_err(refuse)?;
+                (hpg, column)
+            }
+            (hpg, column) => {
+                // The place that keeps the groups narrowest: the smallest resulting hPG, then column, then the
+                // lowest numbers.
+                let mut best: Option<((usize, usize, usize, usize), String)> = None;
+                let mut why_not = None;
+                for h in 0..geometry.hpgs() {
+                    if hpg.is_some_and(|wanted| wanted != h) {
+                        continue;
+                    }
+                    for c in geometry.free_columns(h) {
+                        if column.is_some_and(|wanted| wanted != c) {
+                            continue;
+                        }
+                        match fits(h, c) {
+                            Ok(()) => {
+                                let key = (
+                                    group_size(GroupId::Horizontal(h)),
+                                    group_size(GroupId::Vertical(c)),
+                                    h,
+                                    c,
+                                );
+                                if best.as_ref().is_none_or(|(b, _)| key < *b) {
+                                    best = Some((key, String::new()));
+                                }
+                            }
+                            Err(e) => {
+                                why_not.get_or_insert(e);
+                            }
+                        }
+                    }
+                }
+                match best {
+                    Some(((_, _, h, c), _)) => (h, c),
+                    None => {
+                        return Err(refuse(why_not.unwrap_or_else(|| {
+                            "no horizontal parity group has a free column there (a column may hold one disk of \
+                             each group)"
+                                .to_string()
+                        })))
+                    }
+                }
+            }
+        };
+        let grown = geometry
+            .with_added_disk(AddedDisk { hpg, column })
+            .map_err(|e| refuse(e.to_string()))?;
+
+        // Step 1: the disk and its header.
+        let disk: Arc<dyn Disk> = match &request.spec {
+            DiskSpec::File { capacity_bytes, .. } => {
+                if let Some(parent) = path.parent() {
+                    std::fs::create_dir_all(parent).map_err(|e| {
+                        Error::Io(format!("cannot create {}: {e}", parent.display()))
+                    })?;
+                }
+                if path.exists() {
+                    // Only the leftover of an add of this very disk that did not reach its commit point.
+                    let existing = FileDisk::open(&path)?;
+                    match DiskHeader::read(&existing) {
+                        Ok(Some(h))
+                            if h.grid_id == config.grid_id && h.disk_index as usize == index => {}
+                        _ => return Err(refuse("exists already; give a new file".to_string())),
+                    }
+                }
+                Arc::new(FileDisk::create_or_replace(&path, *capacity_bytes)?)
+            }
+            DiskSpec::Block { .. } => {
+                let disk = BlockDisk::open(&path)?;
+                if let Ok(Some(existing)) = DiskHeader::read(&disk) {
+                    if existing.grid_id != config.grid_id || existing.disk_index as usize != index {
+                        return Err(refuse(format!(
+                            "already holds disk {} of grid {}; wipe its first {} bytes to reuse it",
+                            existing.disk_index,
+                            existing.grid_id,
+                            crate::HEADER_BYTES
+                        )));
+                    }
+                }
+                Arc::new(disk)
+            }
+        };
+        DiskHeader::new(config.grid_id, &grown, index, capacity, config.idr)
+            .write(disk.as_ref())?;
+        drop(disk);
+
+        // Step 2: the commit point.
+        let spec_json = serde_json::to_string(&request.spec)
+            .map_err(|e| Error::Config(format!("cannot encode the disk's spec: {e}")))?;
+        journal.batch(|b| {
+            b.add_disk(&AddedDiskRow {
+                disk: index,
+                hpg,
+                column,
+                spec_json: spec_json.clone(),
+            })
+        })?;
+        // Step 3: grid.toml lists it.
+        config.disks.push(request.spec);
+        config.save(dir)?;
+        let targets = grown.parity_targets(index);
+        let report = AddedDiskReport {
+            disk: index,
+            bucket: grown
+                .disk_bucket(index)
+                .expect("an added disk is a data disk"),
+            hpg,
+            column,
+            hp: targets.hp,
+            vp: targets.vp,
+            capacity_bytes: capacity,
+            geometry_version: grown.version(),
+            geometry: grown.describe(),
+            millis: started.elapsed().as_millis() as u64,
+        };
+        tracing::info!(
+            "grid {}: disk {index} ({name}) added as bucket {} in horizontal parity group {hpg} and column {column}; \
+             geometry version {}",
+            config.grid_id,
+            report.bucket,
+            report.geometry_version
+        );
+        Ok(report)
+    }
+}

@@ -1,0 +1,254 @@
+//! Growing a grid by a data disk (`Engine::add_disk`): no other disk touched or spun up, parity valid without
+//! recomputation, the new bucket usable, three failures of the grown geometry survived, refusals, and a crash at
+//! either side of the commit point.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::time::{Instant, SystemTime};
+
+use common::*;
+use permafrost_engine::{AddDisk, DiskSpec, Engine, Error, WriteMode};
+use permafrost_grid::{GroupId, Role};
+
+fn file_spec(index: usize, capacity_bytes: u64) -> DiskSpec {
+    DiskSpec::File {
+        path: PathBuf::from(format!("disks/disk-{index:02}.img")),
+        capacity_bytes,
+    }
+}
+
+fn add(
+    dir: &Path,
+    spec: DiskSpec,
+    hpg: Option<usize>,
+    column: Option<usize>,
+) -> Result<permafrost_engine::AddedDiskReport, Error> {
+    Engine::add_disk(dir, AddDisk { spec, hpg, column })
+}
+
+/// Modification time and length of every disk file.
+fn disk_files(dir: &Path, disks: usize) -> Vec<(SystemTime, u64)> {
+    (0..disks)
+        .map(|d| {
+            let meta = std::fs::metadata(dir.join(format!("disks/disk-{d:02}.img"))).unwrap();
+            (meta.modified().unwrap(), meta.len())
+        })
+        .collect()
+}
+
+fn spin_ups_persisted(engine: &Engine) -> Vec<u64> {
+    engine
+        .status()
+        .unwrap()
+        .disks
+        .iter()
+        .map(|d| d.power.spin_ups)
+        .collect()
+}
+
+/// A grid with data in a few buckets (every write mode), closed; returns what was written where.
+fn filled_grid(dir: &Path) -> Vec<(usize, u64, Vec<u8>)> {
+    let engine = create(dir);
+    let writes = vec![
+        (0, 0, pattern(1, (3 * MIB) as usize), WriteMode::Serialized),
+        (1, MIB, pattern(2, (2 * MIB) as usize), WriteMode::Delayed),
+        (7, 0, pattern(3, MIB as usize), WriteMode::Direct),
+        (31, 4096, pattern(4, MIB as usize), WriteMode::Delayed),
+    ];
+    for (bucket, offset, data, mode) in &writes {
+        write(&engine, *bucket, *offset, data, *mode);
+    }
+    engine.flush().unwrap();
+    engine.close().unwrap();
+    writes.into_iter().map(|(b, o, d, _)| (b, o, d)).collect()
+}
+
+#[test]
+fn adding_a_data_disk_touches_no_other_disk_and_its_bucket_takes_data() {
+    let temp = tempfile::tempdir().unwrap();
+    let dir = temp.path();
+    let written = filled_grid(dir);
+    let engine = Engine::open(dir).unwrap();
+    let spin_ups_before = spin_ups_persisted(&engine);
+    engine.close().unwrap();
+    let files_before = disk_files(dir, 48);
+    std::thread::sleep(std::time::Duration::from_millis(20)); // a touched file would get a later mtime
+
+    let started = Instant::now();
+    let report = add(dir, file_spec(48, DISK_BYTES), None, None).unwrap();
+    let elapsed = started.elapsed();
+    println!(
+        "added disk {} ({}) in {:.1} ms: {report:?}",
+        report.disk,
+        report.geometry,
+        elapsed.as_secs_f64() * 1e3
+    );
+    assert!(elapsed.as_secs_f64() < 5.0, "add took {elapsed:?}");
+    assert_eq!(
+        (
+            report.disk,
+            report.bucket,
+            report.hpg,
+            report.column,
+            report.geometry_version
+        ),
+        (48, 32, 0, 5, 1),
+        "the narrowest place: hPG 0 and its first free column"
+    );
+    assert_eq!((report.hp, report.vp), (4, 45));
+    assert_eq!(
+        disk_files(dir, 48),
+        files_before,
+        "no other disk file was written"
+    );
+
+    let engine = Engine::open(dir).unwrap();
+    let g = engine.geometry().clone();
+    assert_eq!((g.disks(), g.buckets(), g.version()), (49, 33, 1));
+    assert_eq!(g.role(48), Role::Data { bucket: 32 });
+    let status = engine.status().unwrap();
+    assert_eq!(status.geometry_version, 1);
+    assert_eq!(status.geometry, "8x6:4+1 +1 disk (hPG 0 col 5)");
+    let spin_ups_after = spin_ups_persisted(&engine);
+    assert_eq!(
+        &spin_ups_after[..48],
+        &spin_ups_before[..],
+        "no disk spun up for the add"
+    );
+    assert_eq!(spin_ups_after[48], 0);
+    // The never-written disk reads as zeros, so its groups' parity is valid as it was.
+    assert_parity_clean(&engine);
+    assert_eq!(read(&engine, 32, 0, MIB).unwrap(), vec![0u8; MIB as usize]);
+    for (bucket, offset, data) in &written {
+        assert_eq!(
+            &read(&engine, *bucket, *offset, data.len() as u64).unwrap(),
+            data
+        );
+    }
+    // The new bucket takes data in every write mode, and its parity follows.
+    let fresh = pattern(9, (3 * MIB) as usize);
+    write(
+        &engine,
+        32,
+        0,
+        &fresh[..MIB as usize],
+        WriteMode::Serialized,
+    );
+    write(
+        &engine,
+        32,
+        MIB,
+        &fresh[MIB as usize..2 * MIB as usize],
+        WriteMode::Delayed,
+    );
+    write(
+        &engine,
+        32,
+        2 * MIB,
+        &fresh[2 * MIB as usize..],
+        WriteMode::Direct,
+    );
+    engine.flush().unwrap();
+    assert_parity_clean(&engine);
+    assert_eq!(read(&engine, 32, 0, fresh.len() as u64).unwrap(), fresh);
+
+    // Three failures of the new geometry: the new disk, its hP and a disk of its column.
+    let column_mate = g.group_members(GroupId::Vertical(5))[0];
+    for disk in [48, 4, column_mate] {
+        engine.fail_disk(disk).unwrap();
+    }
+    assert_eq!(read(&engine, 32, 0, fresh.len() as u64).unwrap(), fresh);
+    for (bucket, offset, data) in &written {
+        assert_eq!(
+            &read(&engine, *bucket, *offset, data.len() as u64).unwrap(),
+            data
+        );
+    }
+    // Replaced and rebuilt, the grown grid is whole again.
+    for disk in [48, 4, column_mate] {
+        engine.replace_disk(disk, None).unwrap();
+    }
+    for disk in [48, 4, column_mate] {
+        let report = engine.rebuild(disk, &|_, _| {}).unwrap();
+        assert!(report.unrecoverable.is_empty(), "{report:?}");
+    }
+    assert_parity_clean(&engine);
+    engine.close().unwrap();
+    let engine = Engine::open(dir).unwrap();
+    assert_eq!(engine.geometry().disks(), 49);
+    assert_eq!(read(&engine, 32, 0, fresh.len() as u64).unwrap(), fresh);
+    engine.close().unwrap();
+}
+
+#[test]
+fn a_disk_larger_than_its_parity_or_smaller_than_the_grid_or_in_a_taken_column_is_refused() {
+    let temp = tempfile::tempdir().unwrap();
+    let dir = temp.path();
+    create(dir).close().unwrap();
+    let error = add(dir, file_spec(48, 2 * DISK_BYTES), Some(0), Some(5))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        error.contains("than disk 4 (") && error.contains("grid swap-parity"),
+        "{error}"
+    );
+    let error = add(dir, file_spec(48, 2 * DISK_BYTES), None, None)
+        .unwrap_err()
+        .to_string();
+    assert!(error.contains("swap-parity"), "{error}");
+    let error = add(dir, file_spec(48, DISK_BYTES / 2), None, None)
+        .unwrap_err()
+        .to_string();
+    assert!(error.contains("too small"), "{error}");
+    let error = add(dir, file_spec(48, DISK_BYTES), Some(0), Some(2))
+        .unwrap_err()
+        .to_string();
+    assert!(error.contains("column 2 already holds disk 2"), "{error}");
+    let error = add(dir, file_spec(3, DISK_BYTES), None, None)
+        .unwrap_err()
+        .to_string();
+    assert!(error.contains("already disk 3"), "{error}");
+    // Nothing of the refused adds stayed behind.
+    assert!(!dir.join("disks/disk-48.img").exists());
+    let engine = Engine::open(dir).unwrap();
+    assert_eq!(engine.geometry().disks(), 48);
+    engine.close().unwrap();
+}
+
+#[test]
+fn a_crash_on_either_side_of_the_commit_point_leaves_the_old_or_the_new_geometry() {
+    let temp = tempfile::tempdir().unwrap();
+    let dir = temp.path();
+    create(dir).close().unwrap();
+    let saved = |name: &str| std::fs::read(dir.join(name)).unwrap();
+    let (toml, journal) = (saved("grid.toml"), saved("journal.sqlite"));
+
+    // Crash after the header, before the journal: the old geometry; the disk is reused by the next add.
+    add(dir, file_spec(48, DISK_BYTES), Some(2), Some(7)).unwrap();
+    let wal = dir.join("journal.sqlite-wal");
+    let _ = std::fs::remove_file(&wal);
+    std::fs::write(dir.join("grid.toml"), &toml).unwrap();
+    std::fs::write(dir.join("journal.sqlite"), &journal).unwrap();
+    let engine = Engine::open(dir).unwrap();
+    assert_eq!(engine.geometry().disks(), 48);
+    engine.close().unwrap();
+    let report = add(dir, file_spec(48, DISK_BYTES), Some(2), Some(7)).unwrap();
+    assert_eq!((report.disk, report.geometry_version), (48, 1));
+
+    // Crash after the journal, before grid.toml: the new geometry, grid.toml repaired from the journal.
+    std::fs::write(dir.join("grid.toml"), &toml).unwrap();
+    let engine = Engine::open(dir).unwrap();
+    assert_eq!(engine.geometry().disks(), 49);
+    assert_eq!(engine.config().disks.len(), 49);
+    assert_eq!(engine.geometry().added()[0].hpg, 2);
+    write(
+        &engine,
+        32,
+        0,
+        &pattern(5, MIB as usize),
+        WriteMode::Serialized,
+    );
+    assert_parity_clean(&engine);
+    engine.close().unwrap();
+}
