@@ -645,7 +645,7 @@ impl Sim {
                 if self.stores[x][k] != Some(v) || survivors > 0 {
                     continue;
                 }
-                if !self.dir.under[k].is_some_and(|u| u.lm >= v) {
+                if self.dir.under[k].is_none_or(|u| u.lm < v) {
                     return Err(format!(
                         "destroying n{x} loses the acknowledged k{k} v{v}: its only copy, and the directory does \
                          not record it as short of copies"
