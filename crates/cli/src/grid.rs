@@ -8,7 +8,7 @@ use std::time::Instant;
 use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
 use permafrost_disk::power::PowerControl;
-use permafrost_engine::{DiskSpec, Engine, GridConfig, WriteMode};
+use permafrost_engine::{AddDisk, DiskSpec, Engine, GridConfig, WriteMode};
 use permafrost_grid::Layout;
 
 use crate::progress::bytes_bar;
@@ -28,6 +28,9 @@ pub enum GridCommand {
     Fail(DiskArgs),
     /// Put a fresh disk in a failed disk's place (a new file, or --device) and mark it for rebuild.
     Replace(ReplaceArgs),
+    /// Add a data disk to a grid (file --size or --device) in a horizontal parity group (--row) and column: no
+    /// parity is recomputed and no other disk spins (the new disk reads as zeros until written).
+    AddDisk(AddDiskArgs),
     /// Rebuild a replaced disk from the smaller intact parity group.
     Rebuild(DiskArgs),
     /// Verify (and repair) disks: one disk, all disks, or the ranges whose last verification is overdue.
@@ -157,6 +160,29 @@ pub struct ReplaceArgs {
 }
 
 #[derive(Args)]
+pub struct AddDiskArgs {
+    #[arg(long)]
+    dir: PathBuf,
+    /// The new drive (a block device); it must not be larger than the parity disks of its group and column.
+    #[arg(long, conflicts_with = "size", required_unless_present = "size")]
+    device: Option<PathBuf>,
+    /// A new sparse file-backed disk of this size (`disks/disk-NN.img` in the grid directory).
+    #[arg(long, value_parser = parse_bytes)]
+    size: Option<u64>,
+    /// What spins the new drive down and up (see `grid init --power-control`) [default: simulated].
+    #[arg(long, requires = "device")]
+    power_control: Option<PowerControl>,
+    /// The horizontal parity group ("row") to join [default: the narrowest that fits].
+    #[arg(long, alias = "hpg")]
+    row: Option<usize>,
+    /// The column to join [default: the narrowest free column of the row].
+    #[arg(long)]
+    column: Option<usize>,
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args)]
 pub struct ScrubArgs {
     #[arg(long)]
     dir: PathBuf,
@@ -248,6 +274,7 @@ pub fn run(command: GridCommand) -> Result<()> {
             }
             close(engine)
         }
+        GridCommand::AddDisk(args) => add_disk(args),
         GridCommand::Rebuild(args) => rebuild(args),
         GridCommand::Scrub(args) => scrub(args),
         GridCommand::VerifyParity(args) => verify_parity(args),
@@ -465,6 +492,12 @@ fn status(args: StatusArgs) -> Result<()> {
 }
 
 fn print_status(status: &permafrost_engine::GridStatus) {
+    if status.geometry_version > 0 {
+        println!(
+            "grown grid: {} (geometry version {})",
+            status.geometry, status.geometry_version
+        );
+    }
     println!(
         "grid {} ({}): {} buckets of {}, {} disks spinning now (most at once: {}), {} pending parity delta, {} journal rows",
         status.layout,
@@ -510,6 +543,68 @@ fn print_status(status: &permafrost_engine::GridStatus) {
         "total: {spin_ups} spin-ups, {:.3} kWh (power states of file-backed disks are simulated)",
         joules / 3.6e6
     );
+}
+
+fn add_disk(args: AddDiskArgs) -> Result<()> {
+    // A server keeps the grid of DATA/grid open and holds DATA/.lock: growing the grid under it is not possible
+    // yet. Holding the lock for the add also keeps a server from starting meanwhile.
+    let _lock = match args.dir.parent().map(|data| data.join(".lock")) {
+        Some(path) if path.exists() => {
+            let file = File::options()
+                .read(true)
+                .write(true)
+                .open(&path)
+                .with_context(|| format!("cannot open {}", path.display()))?;
+            if file.try_lock().is_err() {
+                bail!(
+                    "{} is held: a server (or another command) has this grid open; stop it, add the disk, start it again",
+                    path.display()
+                );
+            }
+            Some(file)
+        }
+        _ => None,
+    };
+    let geometry = Engine::stored_geometry(&args.dir)
+        .with_context(|| format!("cannot read the grid in {}", args.dir.display()))?;
+    let spec = match (args.device, args.size) {
+        (Some(path), None) => DiskSpec::Block {
+            path,
+            power_control: args.power_control.unwrap_or(PowerControl::Simulated),
+        },
+        (None, Some(capacity_bytes)) => DiskSpec::File {
+            path: PathBuf::from(format!("disks/disk-{:02}.img", geometry.disks())),
+            capacity_bytes,
+        },
+        _ => bail!("give either --device or --size"),
+    };
+    let report = Engine::add_disk(
+        &args.dir,
+        AddDisk {
+            spec,
+            hpg: args.row,
+            column: args.column,
+        },
+    )
+    .with_context(|| format!("cannot add a disk to the grid in {}", args.dir.display()))?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        println!(
+            "disk {} added as bucket {} ({}) in row (horizontal parity group) {} and column {}, parity disks {} and {}, in {} ms; grid now {} (geometry version {}); no parity recomputed, no other disk touched",
+            report.disk,
+            report.bucket,
+            format_bytes(report.capacity_bytes),
+            report.hpg,
+            report.column,
+            report.hp,
+            report.vp,
+            report.millis,
+            report.geometry,
+            report.geometry_version
+        );
+    }
+    Ok(())
 }
 
 fn rebuild(args: DiskArgs) -> Result<()> {

@@ -120,6 +120,14 @@ fn configured_capacity(dir: &Path, spec: &DiskSpec) -> Option<u64> {
 }
 
 impl Engine {
+    /// The geometry of the grid in `dir` as its configuration and journal record it, without opening any disk.
+    pub fn stored_geometry(dir: impl AsRef<Path>) -> Result<Geometry> {
+        let dir = dir.as_ref();
+        let mut config = GridConfig::load(dir)?;
+        let journal = Journal::open(&dir.join(JOURNAL_FILE))?;
+        load_geometry(dir, &mut config, &journal)
+    }
+
     /// Add a data disk to the (closed) grid in `dir`: see the module doc. No other disk is read, written or spun
     /// up. The grid must not be open elsewhere (the CLI takes care of that for a running server).
     pub fn add_disk(dir: impl AsRef<Path>, request: AddDisk) -> Result<AddedDiskReport> {
