@@ -157,7 +157,7 @@ pub(crate) struct Restores {
 }
 
 impl Restores {
-    fn wake(&self) {
+    pub(crate) fn wake(&self) {
         *self.wake.lock() = true;
         self.wake_cv.notify_all();
     }

@@ -1207,6 +1207,7 @@ impl Store {
     fn stop_threads(&self) {
         self.inner.stop.store(true, Ordering::SeqCst);
         self.inner.wake_persister();
+        self.inner.restores.wake(); // else the restore thread sleeps out its poll (a second) before it stops
         for t in std::mem::take(&mut *self.threads.lock()) {
             let _ = t.join();
         }
