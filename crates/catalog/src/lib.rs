@@ -37,6 +37,8 @@ mod archive;
 pub mod cluster;
 mod list;
 mod namespace;
+#[doc(hidden)]
+pub mod planted_bugs;
 mod postgres;
 mod sql;
 mod sqlite;

@@ -44,6 +44,8 @@ mod multipart;
 mod multipart_checksum;
 mod operator;
 mod persist;
+#[doc(hidden)]
+pub mod planted_bugs;
 mod pipeline;
 mod prefetch;
 mod put;

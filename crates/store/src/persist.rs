@@ -742,6 +742,9 @@ fn persist_batch(
         &new_extents,
         &ids,
     )?;
+    if crate::planted_bugs::on(&crate::planted_bugs::PERSISTED_BEFORE_DURABLE) {
+        inner.catalog.mark_persisted(&ids)?; // the planted bug: persisted before the extents are written
+    }
     let started = std::time::Instant::now();
     match write_units(inner, grid_bucket, ready, &units, &records, in_flight) {
         Ok((written, segments, delayed)) => {

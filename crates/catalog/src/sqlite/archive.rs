@@ -718,6 +718,9 @@ impl SqlCatalog {
                     }
                     let due = match &v.object {
                         Some(o) => {
+                            let mut lock = o.attributes.lock;
+                            // Off unless the store's simulation proves it catches this bug (planted_bugs.rs).
+                            lock.legal_hold &= !planted_bugs::on(&planted_bugs::LIFECYCLE_IGNORES_LEGAL_HOLD);
                             let due = lifecycle.noncurrent_expired(
                                 &v.key,
                                 &o.attributes.tags,
@@ -725,7 +728,7 @@ impl SqlCatalog {
                                 row.since_ms,
                                 newer,
                                 now_ms,
-                            ) && !o.attributes.lock.is_locked(now_ms);
+                            ) && !lock.is_locked(now_ms);
                             newer += 1;
                             due
                         }
