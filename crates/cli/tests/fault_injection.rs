@@ -88,6 +88,43 @@ fn create_filled_grid(dir: &Path, mode: WriteMode, seed: u64) -> Vec<Vec<u8>> {
     expected
 }
 
+/// A filled grid grown by `grow` data disks after it was filled (`Engine::add_disk`, each where the engine
+/// chooses), whose new buckets are then filled too; returns every bucket's content.
+fn create_filled_grown_grid(dir: &Path, mode: WriteMode, seed: u64, grow: usize) -> Vec<Vec<u8>> {
+    create_filled_grid(dir, mode, seed);
+    for i in 0..grow {
+        let report = Engine::add_disk(
+            dir,
+            permafrost_engine::AddDisk {
+                spec: permafrost_engine::DiskSpec::File {
+                    path: disk_path(Path::new(""), DISKS + i),
+                    capacity_bytes: DISK_BYTES,
+                },
+                hpg: None,
+                column: None,
+            },
+        )
+        .unwrap();
+        assert_eq!(report.disk, DISKS + i);
+    }
+    let engine = Engine::open(dir).unwrap();
+    let capacity = engine.bucket_capacity_bytes();
+    let expected = expected_buckets(seed, engine.buckets(), capacity);
+    for (bucket, data) in expected.iter().enumerate().skip(engine.buckets() - grow) {
+        let mut promise = engine.write(bucket, 0, capacity, mode).unwrap();
+        promise.append(data).unwrap();
+        promise.commit().unwrap();
+    }
+    engine.flush().unwrap();
+    let report = engine.verify_parity(&|_, _| {}).unwrap();
+    assert!(
+        report.mismatches.is_empty() && report.groups_skipped == 0,
+        "parity wrong after growing and filling: {report:?}"
+    );
+    engine.close().unwrap();
+    expected
+}
+
 fn read_bucket(engine: &Engine, bucket: usize, buf: &mut [u8]) {
     let mut promise = engine
         .read(bucket, 0, buf.len() as u64)
@@ -147,15 +184,21 @@ fn available_bytes(path: &Path) -> Option<u64> {
     ok.then(|| stat.f_bavail as u64 * stat.f_frsize as u64)
 }
 
-fn fault_mode(mode: WriteMode, seed: u64) {
+/// `grow` > 0: the grid is grown by that many data disks before the failure sets (a ragged grid).
+fn fault_mode(mode: WriteMode, seed: u64, grow: usize) {
     let temp = temp_dir();
     let dir = temp.path().join("grid");
-    let expected = create_filled_grid(&dir, mode, seed);
+    let expected = if grow == 0 {
+        create_filled_grid(&dir, mode, seed)
+    } else {
+        create_filled_grown_grid(&dir, mode, seed, grow)
+    };
+    let disks = DISKS + grow;
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
-    let all: Vec<usize> = (0..DISKS).collect();
+    let all: Vec<usize> = (0..disks).collect();
     let mut phases = Phases::default();
     // The FaultyDisk handle of each disk, replaced when the engine opens or replaces the disk.
-    let handles: Arc<Mutex<Vec<Option<FaultHandle>>>> = Arc::new(Mutex::new(vec![None; DISKS]));
+    let handles: Arc<Mutex<Vec<Option<FaultHandle>>>> = Arc::new(Mutex::new(vec![None; disks]));
     for set in 0..SETS_PER_MODE {
         let count = 1 + set % 3;
         let failed: Vec<usize> = all.choose_multiple(&mut rng, count).copied().collect();
@@ -249,7 +292,7 @@ fn fault_mode(mode: WriteMode, seed: u64) {
             parity.groups_skipped
         );
         timed(&mut phases.scrub, || {
-            for disk in 0..DISKS {
+            for disk in 0..disks {
                 let report = engine
                     .scrub(disk, 0, engine.bucket_capacity_bytes())
                     .unwrap();
@@ -262,7 +305,7 @@ fn fault_mode(mode: WriteMode, seed: u64) {
                 );
             }
         });
-        for disk in 0..DISKS {
+        for disk in 0..disks {
             assert!(
                 !engine.is_failed(disk) && engine.defect_bytes(disk) == 0,
                 "{context}: disk {disk} after the rebuild: failed {}, {} defect bytes",
@@ -281,7 +324,7 @@ fn fault_mode(mode: WriteMode, seed: u64) {
     );
     engine.close().unwrap();
     println!(
-        "mode {mode}: {SETS_PER_MODE} failure sets of 1–3 disks, every bucket byte-exact; time in open {:.1} s, \
+        "mode {mode}, {disks} disks: {SETS_PER_MODE} failure sets of 1–3 disks, every bucket byte-exact; time in open {:.1} s, \
          reads {:.1} s, replace + rebuild {:.1} s, verify-parity {:.1} s, scrub {:.1} s",
         phases.open.as_secs_f64(),
         phases.read.as_secs_f64(),
@@ -293,17 +336,29 @@ fn fault_mode(mode: WriteMode, seed: u64) {
 
 #[test]
 fn every_bucket_survives_up_to_three_failed_disks_serialized() {
-    fault_mode(WriteMode::Serialized, 0x51);
+    fault_mode(WriteMode::Serialized, 0x51, 0);
 }
 
 #[test]
 fn every_bucket_survives_up_to_three_failed_disks_direct() {
-    fault_mode(WriteMode::Direct, 0xd1);
+    fault_mode(WriteMode::Direct, 0xd1, 0);
 }
 
 #[test]
 fn every_bucket_survives_up_to_three_failed_disks_delayed() {
-    fault_mode(WriteMode::Delayed, 0xde);
+    fault_mode(WriteMode::Delayed, 0xde, 0);
+}
+
+/// The same probe on the embedded 8x6:4+1 grid grown by one data disk (filled after the add): every failure set
+/// of 1–3 disks of the new geometry, the new disk included, reads back byte-exact and rebuilds clean.
+#[test]
+fn every_bucket_of_a_grown_grid_survives_up_to_three_failed_disks_serialized() {
+    fault_mode(WriteMode::Serialized, 0x9a, 1);
+}
+
+#[test]
+fn every_bucket_of_a_grown_grid_survives_up_to_three_failed_disks_delayed() {
+    fault_mode(WriteMode::Delayed, 0x9d, 1);
 }
 
 /// Flipped bits on a data disk are found and repaired by IDR without spinning up any other disk.
