@@ -31,8 +31,8 @@ pub const CONFIG_FILE: &str = "permafrost.toml";
 pub const LISTEN_DEFAULT: &str = "127.0.0.1:9000";
 
 /// The tables of the file; the store's keys may stand at the top level next to them.
-const TABLES: [&str; 7] = [
-    "server", "store", "catalog", "cluster", "mount", "power", "record",
+const TABLES: [&str; 8] = [
+    "server", "store", "catalog", "cluster", "mount", "power", "record", "smart",
 ];
 
 /// A data directory's configuration: each table, its defaults where the file says nothing.
@@ -52,6 +52,8 @@ pub struct Config {
     pub power: PowerSection,
     /// `[record]`, checked.
     pub record: RecordConfig,
+    /// `[smart]`: SMART read only at spin-ups made for other work (docs/smart.md).
+    pub smart: permafrost_disk::smart::SmartSettings,
 }
 
 /// What the `[server]` table may hold.
@@ -139,6 +141,7 @@ struct File {
     mount: MountSection,
     power: PowerSection,
     record: RecordConfig,
+    smart: permafrost_disk::smart::SmartSettings,
 }
 
 impl Config {
@@ -199,6 +202,7 @@ impl Config {
             mount,
             power,
             record,
+            smart,
         } = file;
         // `[catalog]` is a table of its own in the file (docs/catalog.md); one inside `[store]` comes first.
         if let Some(catalog) = catalog {
@@ -226,6 +230,7 @@ impl Config {
             mount,
             power,
             record,
+            smart,
         })
     }
 

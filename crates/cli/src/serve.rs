@@ -170,6 +170,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
         mount: mount_section,
         power: power_section,
         record: record_config,
+        smart: smart_settings,
     } = Config::load(data_dir)?;
     let block_public_access = server_section.block_public_access();
     let listen = server_section.listen(args.listen.as_deref());
@@ -321,6 +322,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
             Arc::clone(&access),
             permafrost_admin::AdminOptions {
                 config_path: Some(config_path.clone()),
+                smart: smart_settings,
                 ..Default::default()
             },
         );
