@@ -179,6 +179,14 @@ pub fn join(
     database_url: &str,
     listen: &str,
 ) -> Result<Membership> {
+    if section.orphan_grace_ms == 0 {
+        bail!(
+            "[cluster] orphan_grace_ms = 0: a placement stores its fragments before it publishes them, so no grace \
+             would delete the fragments of placements in progress; set a grace longer than a placement takes \
+             (default {} = 6 h)",
+            crate::orphans::ORPHAN_GRACE_DEFAULT_MS
+        );
+    }
     let address = section.address.clone().unwrap_or_else(|| listen.to_owned());
     if address.ends_with(":0") {
         bail!(
@@ -916,6 +924,28 @@ fn start_relay(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn no_grace_for_orphans_is_refused_before_the_database_is_asked() {
+        let section: ClusterSection = serde_json::from_value(serde_json::json!({
+            "name": "c",
+            "node": "n1",
+            "orphan_grace_ms": 0,
+        }))
+        .unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let refused = join(
+            dir.path(),
+            section,
+            "postgresql://nowhere.invalid/db",
+            "127.0.0.1:9000",
+        );
+        let message = refused.err().expect("refused").to_string();
+        assert!(
+            message.starts_with("[cluster] orphan_grace_ms = 0: "),
+            "{message}"
+        );
+    }
 
     #[test]
     fn the_relay_listens_where_configured_else_on_the_node_s_own_host_never_everywhere() {
