@@ -37,8 +37,8 @@ mod model;
 pub use explore::{explore, grid_layouts, ExploreOptions, LayoutRow};
 pub use layout::PlanLayout;
 pub use model::{
-    mttdl_hours, plan_system, unit_reliability, GridDepth, IdrParams, ModelParams, SystemPlan,
-    UnitReliability, TIB,
+    grid_reliability, mttdl_hours, plan_system, unit_reliability, GridDepth, IdrParams,
+    ModelParams, SystemPlan, UnitReliability, TIB,
 };
 
 /// Why a plan could not be made (bad input; the model itself has no failure modes).

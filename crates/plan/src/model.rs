@@ -211,6 +211,34 @@ pub fn unit_reliability(
         }
     };
     let disks = layout.disks();
+    reliability(disks, tolerances, fatal_counts, params)
+}
+
+/// MTTDL of one grid of any geometry, a grown (ragged) one included (`Geometry::grown`, after `grid add-disk`):
+/// the fatal-set counts come from the geometry itself, not from a layout.
+pub fn grid_reliability(
+    geometry: &permafrost_grid::Geometry,
+    params: &ModelParams,
+    depth: GridDepth,
+) -> Result<UnitReliability, PlanError> {
+    params.validate()?;
+    if depth.0 < 1 || depth.0 > fatal::FAILURES_MAX {
+        return Err(PlanError::Parameter(format!(
+            "failure depth must be 1..={}, not {}",
+            fatal::FAILURES_MAX,
+            depth.0
+        )));
+    }
+    let counts = fatal::count(geometry, depth.0);
+    reliability(geometry.disks(), counts.tolerances(), Some(counts), params)
+}
+
+fn reliability(
+    disks: usize,
+    tolerances: Vec<f64>,
+    fatal_counts: Option<FatalCounts>,
+    params: &ModelParams,
+) -> Result<UnitReliability, PlanError> {
     let mttdl_hours = mttdl_hours(
         disks,
         &tolerances,

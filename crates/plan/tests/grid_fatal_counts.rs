@@ -154,3 +154,47 @@ fn grid_model_depth_six_has_converged() {
         );
     }
 }
+
+#[test]
+fn fatal_counts_and_mttdl_follow_a_grown_grid() {
+    use permafrost_grid::AddedDisk;
+    use permafrost_plan::grid_reliability;
+    let base = geometry("8x6:4+1");
+    // One disk (where `grid add-disk` puts it first), and one in every hPG.
+    let one = Geometry::grown(base.layout(), &[AddedDisk { hpg: 0, column: 5 }]).unwrap();
+    let every: Vec<AddedDisk> = (0..base.hpgs())
+        .map(|hpg| AddedDisk {
+            hpg,
+            column: base.free_columns(hpg)[0],
+        })
+        .collect();
+    let every = Geometry::grown(base.layout(), &every).unwrap();
+    for (name, grid) in [("8x6:4+1 +1", &one), ("8x6:4+1 +8", &every)] {
+        let fast = fatal::count(grid, 5);
+        let slow = fatal::exhaustive(grid, 5);
+        assert_eq!(fast.unrecoverable, slow.unrecoverable, "{name}");
+        assert!(
+            fast.unrecoverable[..4].iter().all(|&n| n == 0),
+            "{name}: every ≤3 failure is recoverable"
+        );
+        assert_eq!(fast.unrecoverable[4], grid.fatal_pattern_count(), "{name}");
+    }
+    // More disks, more ways to lose four: the grown grid's MTTDL is lower than the base's, and still finite.
+    let params = ModelParams::thesis(true);
+    let depth = GridDepth(5);
+    let before = grid_reliability(&base, &params, depth).unwrap();
+    let after = grid_reliability(&one, &params, depth).unwrap();
+    let layout_based = permafrost_plan::unit_reliability(
+        &"8x6:4+1".parse::<PlanLayout>().unwrap(),
+        &params,
+        depth,
+    )
+    .unwrap();
+    assert_eq!(before.mttdl_hours, layout_based.mttdl_hours);
+    println!(
+        "MTTDL of one grid: 8x6:4+1 {:.3e} h, grown by one data disk {:.3e} h",
+        before.mttdl_hours, after.mttdl_hours
+    );
+    assert!(after.mttdl_hours < before.mttdl_hours && after.mttdl_hours > 0.0);
+    assert_eq!(after.disks, 49);
+}
