@@ -33,6 +33,8 @@ pub enum GridCommand {
     AddDisk(AddDiskArgs),
     /// Rebuild a replaced disk from the smaller intact parity group.
     Rebuild(DiskArgs),
+    /// Copy a disk to a replacement while it still reads (the grid fills what it cannot read), then retire it.
+    Evacuate(crate::grid_evacuate::EvacuateArgs),
     /// Verify (and repair) disks: one disk, all disks, or the ranges whose last verification is overdue.
     Scrub(ScrubArgs),
     /// Recompute every parity disk from its members and report mismatches (exit code 2 if any).
@@ -276,6 +278,7 @@ pub fn run(command: GridCommand) -> Result<()> {
         }
         GridCommand::AddDisk(args) => add_disk(args),
         GridCommand::Rebuild(args) => rebuild(args),
+        GridCommand::Evacuate(args) => crate::grid_evacuate::run(args),
         GridCommand::Scrub(args) => scrub(args),
         GridCommand::VerifyParity(args) => verify_parity(args),
         GridCommand::Flush(args) => {
@@ -537,6 +540,7 @@ fn print_status(status: &permafrost_engine::GridStatus) {
             format_bytes(disk.defect_bytes),
         );
     }
+    crate::grid_evacuate::print_evacuations(status);
     let joules: f64 = status.disks.iter().map(|d| d.power.joules).sum();
     let spin_ups: u64 = status.disks.iter().map(|d| d.power.spin_ups).sum();
     println!(
@@ -587,8 +591,25 @@ fn add_disk(args: AddDiskArgs) -> Result<()> {
         },
     )
     .with_context(|| format!("cannot add a disk to the grid in {}", args.dir.display()))?;
+    // The failure guarantees before and after: the minimal fatal 4-disk sets (EP1 + EP2; every set of at most 3
+    // failed disks stays recoverable) and the thesis model's MTTDL of one grid.
+    let grown = Engine::stored_geometry(&args.dir)?;
+    let params = permafrost_plan::ModelParams::thesis(true);
+    let depth = permafrost_plan::GridDepth::default();
+    let mttdl = |g: &permafrost_grid::Geometry| {
+        permafrost_plan::grid_reliability(g, &params, depth).map(|r| r.mttdl_hours)
+    };
+    let (mttdl_before, mttdl_after) = (mttdl(&geometry)?, mttdl(&grown)?);
+    let (fatal_before, fatal_after) = (geometry.fatal_pattern_count(), grown.fatal_pattern_count());
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&serde_json::json!({
+                "added": report,
+                "fatal_four_sets_before": fatal_before, "fatal_four_sets_after": fatal_after,
+                "mttdl_hours_before": mttdl_before, "mttdl_hours_after": mttdl_after,
+            }))?
+        );
     } else {
         println!(
             "disk {} added as bucket {} ({}) in row (horizontal parity group) {} and column {}, parity disks {} and {}, in {} ms; grid now {} (geometry version {}); no parity recomputed, no other disk touched",
@@ -602,6 +623,11 @@ fn add_disk(args: AddDiskArgs) -> Result<()> {
             report.millis,
             report.geometry,
             report.geometry_version
+        );
+        println!(
+            "every set of up to 3 failed disks stays recoverable; fatal 4-disk sets {fatal_before} -> {fatal_after}; \
+             MTTDL of the grid (thesis model, IDR) {:.3e} -> {:.3e} hours",
+            mttdl_before, mttdl_after
         );
     }
     Ok(())
