@@ -464,8 +464,10 @@ mod tests {
 
     #[test]
     fn the_file_a_first_start_writes_reads_back_the_same() {
-        let mut store = StoreConfig::default();
-        store.cache_bytes_max = 123 << 20;
+        let store = StoreConfig {
+            cache_bytes_max: 123 << 20,
+            ..StoreConfig::default()
+        };
         let text = first_start_text("127.0.0.1:9555", &store).unwrap();
         let config = parse(&text).unwrap();
         assert_eq!(config.store, store);
