@@ -44,6 +44,7 @@ use crate::promise::{ReadPromise, WritePromise};
 use crate::rangeset::RangeSet;
 use crate::{Error, Result};
 
+mod evacuate;
 mod grow;
 mod io;
 mod open;
@@ -101,6 +102,8 @@ pub enum CrashPoint {
     ParityHalfWritten,
     /// The drain set its start marks and wrote half of its first region.
     DrainHalfWritten,
+    /// An evacuation copied its first recovery chunk (journaled) and starts the next one.
+    EvacuationCopied,
 }
 
 /// A range of a parity disk that is not the XOR of its group's members.
@@ -195,6 +198,8 @@ pub struct GridStatus {
     pub journal_syncs: u64,
     pub spinning_now: usize,
     pub max_spinning_seen: usize,
+    /// Evacuations of disks (copying, or retired old disks), from `evacuations.json`.
+    pub evacuations: Vec<evacuate::Evacuation>,
 }
 
 /// In-memory copies of the journal's per-disk state (updated only after the journal committed).
@@ -209,9 +214,12 @@ struct Maps {
     ages: Vec<RangeAges>,
 }
 
+pub use evacuate::{Evacuation, EvacuationReport, EvacuationState, EVACUATIONS_FILE};
 pub use grow::{AddDisk, AddedDiskReport};
 
 pub(crate) struct Shared {
+    /// Old disks being evacuated, read by the recovery of their replacements (`evacuate`).
+    evacuation_sources: evacuate::EvacuationSources,
     pub dir: PathBuf,
     pub config: RwLock<GridConfig>,
     pub geometry: Geometry,
@@ -487,6 +495,7 @@ impl Engine {
             journal_syncs: s.journal.syncs(),
             spinning_now: s.power.spinning_now(),
             max_spinning_seen: s.power.max_spinning_seen(),
+            evacuations: evacuate::evacuations(&s.dir)?,
         })
     }
 

@@ -41,8 +41,9 @@ mod rangeset;
 pub use config::{DiskSpec, GridConfig, WriteMode, CONFIG_FILE, RECOVERY_CHUNK_BYTES_DEFAULT};
 pub use disks::IoStats;
 pub use engine::{
-    AddDisk, AddedDiskReport, CrashPoint, DiskStatus, Engine, GridStatus, OpenOptions,
-    OverdueScrubReport, ParityMismatch, ParityReport, RecoveryReport, WrapDisk,
+    AddDisk, AddedDiskReport, CrashPoint, DiskStatus, Engine, Evacuation, EvacuationReport,
+    EvacuationState, GridStatus, OpenOptions, OverdueScrubReport, ParityMismatch, ParityReport,
+    RecoveryReport, WrapDisk, EVACUATIONS_FILE,
 };
 pub use header::HEADER_BYTES;
 pub use promise::{ReadPromise, WritePromise};

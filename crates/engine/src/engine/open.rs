@@ -256,6 +256,7 @@ impl Engine {
             deltas,
             drain_mutexes: (0..n).map(|_| Mutex::new(())).collect(),
             recovery_mutexes: (0..n).map(|_| Mutex::new(())).collect(),
+            evacuation_sources: Default::default(),
             bytes_recovered: (0..n).map(|_| AtomicU64::new(0)).collect(),
             maps: Mutex::new(Maps {
                 written,

@@ -104,7 +104,7 @@ impl Shared {
             while piece < end && !self.stopped() {
                 let piece_end = (piece + self.piece_bytes_max()).min(end);
                 let mut data =
-                    match self.reconstruct_piece(disk, piece, piece_end - piece, snapshot, pool) {
+                    match self.recovery_piece(disk, piece, piece_end - piece, snapshot, pool) {
                         Ok(data) => data,
                         Err(e @ Error::Unrecoverable { .. }) => {
                             // Recover what can be; this piece stays defect.
