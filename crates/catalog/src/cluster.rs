@@ -645,8 +645,21 @@ impl ClusterDb {
             let mut published = 0;
             for entry in held {
                 let id = (entry.bucket.clone(), entry.key.as_bytes().to_vec());
-                if listed.remove(&id).map(|(e, _)| e).as_deref() != Some(entry.etag.as_str()) {
-                    if publish_write_in(c, node_id, entry, default_copies)? {
+                let row = listed.remove(&id);
+                let stale = match &row {
+                    Some((e, _)) if *e == entry.etag => continue,
+                    // This node's row names a newer version than its store holds (a copy of an older one
+                    // committed here while the database was away, after the newer one went): the row is
+                    // handled below as one the store no longer holds, the older copy gets a tombstone
+                    // (found by the cluster simulation).
+                    Some((_, lm)) => *lm > entry.last_modified_ms as i64,
+                    None => false,
+                };
+                if stale {
+                    listed.extend(row.map(|r| (id, r)));
+                }
+                {
+                    if !stale && publish_write_in(c, node_id, entry, default_copies)? {
                         published += 1;
                     } else {
                         // A newer version is listed: this node's copy is stale. A tombstone of it makes the
@@ -975,12 +988,32 @@ fn after_row_removed(
 /// [`ClusterDb::record_copies`] inside a transaction.
 fn record_copies_in(c: &Connection, entry: &DirEntry, wanted: i64, held: i64) -> Result<()> {
     let key = entry.key.as_bytes();
+    let lm = entry.last_modified_ms as i64;
+    let listed: Option<i64> = c
+        .query_row(
+            "SELECT 1 FROM permafrost_cluster.objects WHERE bucket = ?1 AND key = ?2 AND etag = ?3 \
+             AND last_modified_ms = ?4 LIMIT 1",
+            params![entry.bucket, key, entry.etag, lm],
+            |r| r.get(0),
+        )
+        .optional()
+        .map_err(sql_err)?;
+    // The record of this version goes, and so do a record of a version the directory no longer lists and,
+    // when this version is listed, an older version's. A version no longer listed (deleted or replaced while
+    // its copies were made) is not recorded: nothing is left to copy, and its record would keep a listed
+    // version's out (found by the cluster simulation).
     c.execute(
-        "DELETE FROM permafrost_cluster.under_replicated WHERE bucket = ?1 AND key = ?2 \
-         AND last_modified_ms <= ?3",
-        params![entry.bucket, key, entry.last_modified_ms as i64],
+        "DELETE FROM permafrost_cluster.under_replicated u WHERE u.bucket = ?1 AND u.key = ?2 \
+         AND (u.last_modified_ms = ?3 OR (?4 AND u.last_modified_ms < ?3) \
+           OR NOT EXISTS (SELECT 1 FROM permafrost_cluster.objects o \
+             WHERE o.bucket = u.bucket AND o.key = u.key AND o.etag = u.etag \
+             AND o.last_modified_ms = u.last_modified_ms))",
+        params![entry.bucket, key, lm, listed.is_some()],
     )
     .map_err(sql_err)?;
+    if listed.is_none() {
+        return Ok(());
+    }
     if rules::short_of_copies(wanted, held) {
         c.execute(
             "INSERT INTO permafrost_cluster.under_replicated (bucket, key, etag, last_modified_ms, wanted, \

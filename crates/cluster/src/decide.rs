@@ -60,6 +60,12 @@ pub fn tombstone_deletes(local_ms: u64, tombstone_ms: u64) -> bool {
     local_ms <= tombstone_ms
 }
 
+/// Whether a copy of the version last modified at `copy_ms` may replace what the receiving node holds
+/// (`local_ms`: its version's time, `None`: nothing): never a newer version.
+pub fn copy_replaces(local_ms: Option<u64>, copy_ms: u64) -> bool {
+    local_ms.is_none_or(|l| l <= copy_ms)
+}
+
 /// Nodes XOR parity needs up to place an object's three fragments on three different nodes.
 pub const XOR_NODES: usize = 3;
 
@@ -124,6 +130,9 @@ mod tests {
         assert!(tombstone_deletes(10, 10));
         assert!(tombstone_deletes(9, 10));
         assert!(!tombstone_deletes(11, 10));
+        assert!(copy_replaces(None, 10));
+        assert!(copy_replaces(Some(10), 10));
+        assert!(!copy_replaces(Some(11), 10));
     }
 
     #[test]

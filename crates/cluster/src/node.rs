@@ -954,9 +954,29 @@ pub fn copy_sink(
             }),
             ..PutOptions::default()
         };
-        let handle = store
+        let mut handle = store
             .begin_put(&meta.bucket, &meta.key, options)
             .map_err(|e| std::io::Error::other(e.to_string()))?;
+        // A copy never replaces a newer version this node holds (a write of the key here raced the copy of an
+        // older one: found by the cluster simulation), and commits only if the local version is still the one
+        // seen now.
+        match store.head_object(&meta.bucket, &meta.key) {
+            Ok(local) => {
+                if !crate::decide::copy_replaces(
+                    Some(local.last_modified_ms),
+                    meta.last_modified_ms,
+                ) {
+                    return Err(std::io::Error::other(format!(
+                        "{}/{}: this node holds a newer version (last modified at {} ms, the copy's at {} ms); \
+                         the copy is refused",
+                        meta.bucket, meta.key, local.last_modified_ms, meta.last_modified_ms
+                    )));
+                }
+                handle.set_condition(WriteCondition::EtagMatches(vec![local.etag]));
+            }
+            Err(StoreError::NoSuchKey { .. }) => handle.set_condition(WriteCondition::Absent),
+            Err(e) => return Err(std::io::Error::other(e.to_string())),
+        }
         Ok(Box::new(CopySink {
             handle,
             store,
