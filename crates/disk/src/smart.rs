@@ -39,6 +39,8 @@ pub const START_STOP: u32 = 4;
 pub const LOAD_CYCLE: u32 = 193;
 /// The most spin-ups waiting for the reader; more are dropped (a disk already waiting is not queued twice).
 const QUEUE_MAX: usize = 1024;
+/// How long dropping a monitor waits for a reading under way.
+const DROP_WAIT: Duration = Duration::from_secs(2);
 
 /// The stable name of an attribute the monitor knows (`attribute_<id>` otherwise).
 pub fn attribute_name(id: u32) -> String {
@@ -428,7 +430,7 @@ pub type DiskNames = Box<dyn Fn(usize) -> Option<String> + Send + Sync>;
 pub type UnixClock = Box<dyn Fn() -> u64 + Send + Sync>;
 
 /// Reads SMART at spin-ups the power manager made for other work (see the module's documentation). The reader
-/// thread stops when the monitor drops.
+/// thread stops when the monitor drops (after the reading under way, waited for at most 2 s).
 pub struct SmartMonitor {
     inner: Arc<Inner>,
     thread: Mutex<Option<JoinHandle<()>>>,
@@ -533,7 +535,14 @@ impl Drop for SmartMonitor {
         self.inner.stop.store(true, Ordering::SeqCst);
         self.inner.wake.notify_all();
         if let Some(thread) = self.thread.lock().take() {
-            let _ = thread.join();
+            // A reading under way (smartctl may take seconds) is waited for a moment, then left to end alone.
+            let start = std::time::Instant::now();
+            while !thread.is_finished() && start.elapsed() < DROP_WAIT {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            if thread.is_finished() {
+                let _ = thread.join();
+            }
         }
     }
 }
