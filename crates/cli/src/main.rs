@@ -9,6 +9,7 @@ mod cluster;
 mod config;
 mod data_dir;
 mod grid;
+mod grid_evacuate;
 mod key;
 mod object;
 mod pattern;
