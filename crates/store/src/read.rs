@@ -670,7 +670,7 @@ impl Source for GridSource {
                 return Ok(Some(block));
             }
             // The segment's output is delivered: finish its check, then go on in the next one.
-            stream.read(&mut [])?;
+            stream.read_to_check(&mut [])?;
             self.current = None;
         }
     }
@@ -962,8 +962,9 @@ impl SegmentStream {
     fn take_block(&mut self, max: usize) -> io::Result<Option<Bytes>> {
         use std::io::BufRead;
         if self.at < self.out_start {
-            // Consume (and check) the bytes before the window.
-            self.read(&mut [])?;
+            // An empty buffer takes no output: this consumes (and checks) the bytes before the window.
+            let delivered = self.read(&mut [])?;
+            debug_assert_eq!(delivered, 0);
         }
         if self.at < self.out_start || self.at >= self.out_end || max == 0 {
             return Ok(None);
