@@ -102,6 +102,14 @@ pub(crate) struct Prefetcher {
     hot_read_bytes: AtomicU64,
 }
 
+impl Prefetcher {
+    /// Wake the prefetch thread (the store is stopping).
+    pub(crate) fn wake(&self) {
+        let _queue = self.queue.lock();
+        self.wake.notify_all();
+    }
+}
+
 #[derive(Default)]
 struct Remembered {
     order: VecDeque<ContentId>,

@@ -1208,6 +1208,7 @@ impl Store {
         self.inner.stop.store(true, Ordering::SeqCst);
         self.inner.wake_persister();
         self.inner.restores.wake(); // else the restore thread sleeps out its poll (a second) before it stops
+        self.inner.prefetch.wake();
         for t in std::mem::take(&mut *self.threads.lock()) {
             let _ = t.join();
         }
