@@ -28,7 +28,11 @@ struct CatalogHistory {
 impl SmartHistory for CatalogHistory {
     fn latest(&self) -> Result<Vec<(usize, SmartReading)>, String> {
         let store = self.store.upgrade().ok_or("the store is closed")?;
-        let rows = store.catalog().smart_latest().map_err(|e| e.to_string())?;
+        // Called once when the server starts, inside its async runtime, where the PostgreSQL catalog's client
+        // (which blocks on a runtime of its own) cannot run: the query runs on a plain thread.
+        let rows = std::thread::scope(|s| s.spawn(|| store.catalog().smart_latest()).join())
+            .map_err(|_| "the query of the latest readings panicked".to_string())?
+            .map_err(|e| e.to_string())?;
         Ok(rows
             .into_iter()
             .filter_map(|r| {
