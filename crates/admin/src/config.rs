@@ -2,7 +2,6 @@
 //! `toml_edit`, so the operator's comments and layout survive, and replaced atomically (written beside, synced,
 //! renamed).
 
-use std::io::Write as _;
 use std::path::Path;
 
 use permafrost_policy::WatchdogConfig;
@@ -38,18 +37,8 @@ pub fn save_watchdog(path: &Path, watchdog: &WatchdogConfig) -> Result<(), ApiEr
     table["persist_spinning_above_bytes"] = int(watchdog.persist_spinning_above_bytes);
     table["pressure_fill_percent"] = toml_edit::value(watchdog.pressure_fill_percent);
     table["persist_under_pressure_above_bytes"] = int(watchdog.persist_under_pressure_above_bytes);
-    let temporary = path.with_extension("toml.new");
-    let write = || -> std::io::Result<()> {
-        let mut file = std::fs::File::create(&temporary)?;
-        file.write_all(doc.to_string().as_bytes())?;
-        file.sync_all()?;
-        std::fs::rename(&temporary, path)?;
-        if let Some(dir) = path.parent() {
-            std::fs::File::open(dir)?.sync_all()?;
-        }
-        Ok(())
-    };
-    write().map_err(|e| fail(format!("cannot write it: {e}")))
+    permafrost_disk::durable::write_durable(path, doc.to_string().as_bytes())
+        .map_err(|e| fail(format!("cannot write it: {e}")))
 }
 
 #[cfg(test)]
