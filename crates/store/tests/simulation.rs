@@ -28,7 +28,11 @@
 //! marked persisted before their grid write is durable, and a lifecycle that ignores legal holds; the tests at the
 //! end switch each on and require the simulation to report it, of the right kind, within the CI seed budget.
 //!
-//! CI runs seeds from 1 on for `CI_SECONDS` (at least `CI_SEEDS_MIN` seeds). On failure the seed, the violation and
+//! Engine crash points fire only on an undamaged grid, and the engine's defect recovery runs right after each
+//! crash's replay; ranges it cannot repair then are counted and logged, not failed (see `Sim::crash_defects`).
+//!
+//! CI runs seeds from 1 on for `CI_SECONDS` (at least `CI_SEEDS_MIN` seeds), `PERMAFROST_SIM_THREADS` (default 4)
+//! at a time; each seed is deterministic on its own. On failure the seed, the violation and
 //! the last operations are printed with the command that replays it:
 //! `PERMAFROST_SIM_SEED=<seed> cargo test --workspace --test simulation -- --ignored store_simulation_replay --nocapture`;
 //! `PERMAFROST_SIM_SEEDS=<count>` runs that many seeds from 1 instead (`scripts/test --soak` runs the ignored
