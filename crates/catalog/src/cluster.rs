@@ -1347,20 +1347,16 @@ impl ClusterDb {
 
     /// Retire up to `limit` copies held by lost nodes (last heartbeat older than `lost_after_ms`, database
     /// clock) whose version another node that is up (heartbeat within the timeout) still holds: in one
-    /// transaction, each such row goes and the object is recorded as under-replicated (`wanted` = the holders it
-    /// had, `held` = those left), so the catch-up makes a new copy on a node that holds none. The lost node gets
-    /// no tombstone: if it comes back, its reconcile publishes its copy again (one copy more than wanted), since
-    /// that copy may be the last one by then (its other holder may have died after this pass; found by the
-    /// cluster simulation). A version deleted or replaced meanwhile is not published: `delete_everywhere` leaves
-    /// every node a tombstone, and the reconcile leaves one for a copy older than the version listed. Copies that no other live node
-    /// holds stay (nothing to copy from: the object waits for its node). Returns what was retired, by node,
-    /// bucket and key.
+    /// transaction, each such row goes, its node gets a [`Tombstone`] for that version (so it deletes the copy if
+    /// it ever comes back, instead of republishing it), and the object is recorded as under-replicated (`wanted`
+    /// = the holders it had, `held` = those left), so the catch-up makes a new copy on a node that holds none.
+    /// Copies that no other node up holds stay (nothing to copy from: the object waits for its node). Returns
+    /// what was retired, by node, bucket and key.
     pub fn retire_lost(&self, lost_after_ms: u64, limit: usize) -> Result<Vec<Retired>> {
         let lost_after = i64::try_from(lost_after_ms).unwrap_or(i64::MAX);
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         // The other holder must be up, not merely not lost yet: a holder that is down may be gone for good, and
-        // the lost node's copy, deleted by its tombstone when it comes back, would then have been the last one
-        // (found by the cluster simulation).
+        // the lost node's copy, deleted by its tombstone when it comes back, would then have been the last one.
         let up_within = i64::try_from(self.timeout_ms).unwrap_or(i64::MAX);
         self.write(|c| {
             // The lost nodes first (a small table): the common case, none, costs no scan of the directory.
@@ -1411,6 +1407,14 @@ impl ClusterDb {
             }
             let mut retired = Vec::with_capacity(rows.len());
             for (node_id, name, bucket, key, etag, lm) in rows {
+                c.execute(
+                    "INSERT INTO permafrost_cluster.tombstones (node_id, bucket, key, etag, last_modified_ms) \
+                     VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT (node_id, bucket, key) DO UPDATE SET \
+                     etag = excluded.etag, last_modified_ms = GREATEST(permafrost_cluster.tombstones.last_modified_ms, \
+                     excluded.last_modified_ms)",
+                    params![node_id, bucket, key, etag, lm],
+                )
+                .map_err(sql_err)?;
                 c.execute(
                     "DELETE FROM permafrost_cluster.objects WHERE bucket = ?1 AND key = ?2 AND node_id = ?3",
                     params![bucket, key, node_id],

@@ -30,9 +30,8 @@
 //!   ([`ClusterNode::catch_up`], on a holder's heartbeat) makes the missing copies when nodes are back.
 //! - **Lost nodes.** A node silent for `[cluster] lost_after_ms` is lost: each catch-up pass first retires up to
 //!   [`LOST_COPIES_PER_PASS`] of its copies that a node that is up also holds ([`ClusterDb::retire_lost`]: its
-//!   row goes, the object is recorded as under-replicated), so the catch-up makes new copies elsewhere; the
-//!   node, should it return, publishes its copies again (one more than wanted: the other holder may have died
-//!   meanwhile), except the versions deleted or replaced while it was away (their tombstones).
+//!   row goes, it gets a tombstone, the object is recorded as under-replicated), so the catch-up makes new
+//!   copies elsewhere and the node, should it return, drops its stale copies instead of republishing them.
 //! - **A copy racing a DELETE**: the holder publishes a copy only while the version still exists elsewhere
 //!   ([`ClusterDb::publish_copy`], one transaction); else it deletes the copy again and does not acknowledge it.
 //! - Versioning and `copies > 1` exclude each other (PutBucketVersioning answers `400`): copies do not cover
@@ -475,7 +474,7 @@ impl ClusterNode {
 
 impl ClusterNode {
     /// Re-replication after the timeout: the copies of nodes lost for `lost_after_ms` whose version a node that is
-    /// up still holds are retired (their rows go) and recorded as under-replicated, at
+    /// up still holds are retired (their rows go, their nodes get tombstones) and recorded as under-replicated, at
     /// most [`LOST_COPIES_PER_PASS`] per pass; the catch-up that follows makes the new copies. One log line per
     /// pass that retired any. Returns the copies retired.
     fn retire_lost(&self) -> Result<usize, ClusterError> {
@@ -488,8 +487,8 @@ impl ClusterNode {
                 *by_node.entry(r.node.as_str()).or_default() += 1;
             }
             tracing::warn!(
-                "cluster: lost node(s) (no heartbeat for {:.0} s): retired {} of their copies ({}); new copies \
-                 follow{}",
+                "cluster: lost node(s) (no heartbeat for {:.0} s): retired {} of their copies ({}); tombstones left, \
+                 new copies follow{}",
                 self.replication.lost_after_ms as f64 / 1000.0,
                 retired.len(),
                 by_node

@@ -324,8 +324,8 @@ impl Sim {
         Ok(())
     }
 
-    /// `retire_lost`: each row of a lost node whose version a node that is up lists goes and the object is
-    /// recorded as under-replicated.
+    /// `retire_lost`: each row of a lost node whose version a node that is up lists goes, its node gets a
+    /// tombstone, and the object is recorded as under-replicated.
     fn retire_lost(&mut self) -> Step<usize> {
         self.db()?;
         let mut retired = 0;
@@ -342,6 +342,7 @@ impl Sim {
                 if !live {
                     continue;
                 }
+                self.tombstone(n, k, lm);
                 self.dir.rows[n][k] = None;
                 let held = (0..NODES_MAX)
                     .filter(|&o| self.dir.rows[o][k] == Some(lm))
@@ -763,15 +764,16 @@ impl Sim {
             .count()
     }
 
-    /// Whether destroying `x` is within what the cluster claims to survive: every other node is intact (up,
-    /// or down for less than `lost_after`) or destroyed and no longer listed (its loss processed).
+    /// Whether destroying `x` is within what the cluster claims to survive: every other node is up or destroyed
+    /// and no longer listed (its loss processed).
     fn loss_tolerated(&self, x: usize) -> bool {
         (0..NODES_MAX)
             .filter(|&n| n != x)
             .all(|n| match self.procs[n] {
                 Proc::Absent => true,
                 Proc::Destroyed => self.dir.rows[n].iter().all(Option::is_none),
-                Proc::Running | Proc::Crashed => self.age(n) <= LOST_AFTER,
+                // A node down counts as failed until it is back: its copies may be retired meanwhile.
+                Proc::Running | Proc::Crashed => self.health_up(n),
             })
     }
 
@@ -802,7 +804,7 @@ impl Sim {
                 !(0..NODES_MAX).any(|o| {
                     o != x
                         && matches!(self.procs[o], Proc::Running | Proc::Crashed)
-                        && self.age(o) <= LOST_AFTER
+                        && self.health_up(o)
                         && self.dir.rows[o][k].is_some_and(|r| r >= v)
                 })
             };
