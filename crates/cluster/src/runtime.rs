@@ -24,7 +24,6 @@
 
 use std::collections::{BTreeMap, VecDeque};
 use std::fmt::Display;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -64,20 +63,6 @@ impl<T, E: Display> Context<T> for std::result::Result<T, E> {
 /// Any error as [`ClusterError::Runtime`], its message kept.
 fn runtime(e: impl Display) -> ClusterError {
     ClusterError::Runtime(e.to_string())
-}
-
-/// Write `text` to `path` durably: a temporary file, fsynced, renamed over it.
-fn write_durable(path: &Path, text: &str) -> Result<()> {
-    let mut tmp_name = path.file_name().unwrap_or_default().to_os_string();
-    tmp_name.push(".tmp");
-    let tmp = path.with_file_name(tmp_name);
-    let mut file =
-        std::fs::File::create(&tmp).with_context(|| format!("cannot create {}", tmp.display()))?;
-    file.write_all(text.as_bytes())
-        .and_then(|()| file.sync_all())
-        .with_context(|| format!("cannot write {}", tmp.display()))?;
-    std::fs::rename(&tmp, path)
-        .with_context(|| format!("cannot rename {} to {}", tmp.display(), path.display()))
 }
 
 /// The file in the data directory that records the cluster the directory belongs to.
@@ -238,7 +223,8 @@ pub fn join(
                 "# The cluster this data directory belongs to (written when it first joined; do not edit).\n\
                  cluster_id = \"{cluster_id}\"\ninstance = \"{instance}\"\n"
             );
-            write_durable(&id_path, &text)?;
+            permafrost_disk::durable::write_durable(&id_path, text.as_bytes())
+                .with_context(|| format!("cannot write {}", id_path.display()))?;
             instance
         }
         Err(e) => return Err(e).with_context(|| format!("cannot read {}", id_path.display())),
