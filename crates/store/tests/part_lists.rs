@@ -363,50 +363,6 @@ fn a_damaged_part_fails_the_whole_read_checked_by_the_objects_crc() {
     assert_eq!(report.errors.len(), 1, "{report:?}");
 }
 
-/// Where `needle` (at least 64 bytes) starts on the grid: `(grid bucket, offset)`.
-fn find_on_grid(store: &Store, needle: &[u8]) -> (usize, u64) {
-    let engine = store.engine();
-    let scan = 32 << 20;
-    (0..engine.buckets())
-        .find_map(|b| {
-            let mut bytes = Vec::new();
-            engine
-                .read(b, 0, scan)
-                .unwrap()
-                .read_to_end(&mut bytes)
-                .unwrap();
-            bytes
-                .windows(64)
-                .position(|w| w == &needle[..64])
-                .map(|p| (b, p as u64))
-        })
-        .expect("the bytes are on some grid bucket")
-}
-
-/// XOR `mask` into the grid byte at `at` of `bucket`, through the engine (parity and IDR stay consistent: only the
-/// store's own checks can see it).
-fn flip_on_grid(store: &Store, bucket: usize, at: u64, mask: u8) {
-    let engine = store.engine();
-    let block = at / 4096 * 4096;
-    let mut bytes = Vec::new();
-    engine
-        .read(bucket, block, 4096)
-        .unwrap()
-        .read_to_end(&mut bytes)
-        .unwrap();
-    bytes[(at - block) as usize] ^= mask;
-    let mut promise = engine
-        .write(
-            bucket,
-            block,
-            4096,
-            permafrost_engine::WriteMode::Serialized,
-        )
-        .unwrap();
-    promise.append(&bytes).unwrap();
-    promise.commit().unwrap();
-}
-
 /// A persisted part-list object read from the grid (each part's read promise opened ahead of the reader): byte
 /// exact in any read size, a reader dropped in the middle leaves nothing behind, and a byte changed behind the
 /// engine in any part's payload (its first or last byte) never gives a clean end: the whole read fails with

@@ -38,29 +38,6 @@ fn frames_on_grid(store: &Store, bucket: usize, scan: u64) -> Vec<u64> {
         .collect()
 }
 
-/// XOR `mask` into the grid byte at `at` of `bucket` through the engine (only the store's checks can see it).
-fn flip_on_grid(store: &Store, bucket: usize, at: u64, mask: u8) {
-    let engine = store.engine();
-    let block = at / 4096 * 4096;
-    let mut bytes = Vec::new();
-    engine
-        .read(bucket, block, 4096)
-        .unwrap()
-        .read_to_end(&mut bytes)
-        .unwrap();
-    bytes[(at - block) as usize] ^= mask;
-    let mut promise = engine
-        .write(
-            bucket,
-            block,
-            4096,
-            permafrost_engine::WriteMode::Serialized,
-        )
-        .unwrap();
-    promise.append(&bytes).unwrap();
-    promise.commit().unwrap();
-}
-
 /// Read `reader` to its end as the HTTP body does: decoded blocks taken whole where the reader has them, the
 /// rest copied in 256 KiB pieces. The bytes, or the first error, and how many blocks were taken whole.
 fn read_taking(reader: &mut ObjectReader) -> (std::io::Result<Vec<u8>>, usize) {

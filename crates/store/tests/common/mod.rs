@@ -108,3 +108,48 @@ pub fn wait_all_off(store: &Store) {
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
 }
+
+/// Where `needle` (at least 64 bytes) starts on the grid, within the first 32 MiB of each grid bucket:
+/// `(grid bucket, offset)`.
+pub fn find_on_grid(store: &Store, needle: &[u8]) -> (usize, u64) {
+    let engine = store.engine();
+    let scan = 32 << 20;
+    (0..engine.buckets())
+        .find_map(|b| {
+            let mut bytes = Vec::new();
+            engine
+                .read(b, 0, scan)
+                .unwrap()
+                .read_to_end(&mut bytes)
+                .unwrap();
+            bytes
+                .windows(64)
+                .position(|w| w == &needle[..64])
+                .map(|p| (b, p as u64))
+        })
+        .expect("the bytes are on some grid bucket")
+}
+
+/// XOR `mask` into the grid byte at `at` of `bucket`, through the engine (parity and IDR stay consistent: only the
+/// store's own checks can see it).
+pub fn flip_on_grid(store: &Store, bucket: usize, at: u64, mask: u8) {
+    let engine = store.engine();
+    let block = at / 4096 * 4096;
+    let mut bytes = Vec::new();
+    engine
+        .read(bucket, block, 4096)
+        .unwrap()
+        .read_to_end(&mut bytes)
+        .unwrap();
+    bytes[(at - block) as usize] ^= mask;
+    let mut promise = engine
+        .write(
+            bucket,
+            block,
+            4096,
+            permafrost_engine::WriteMode::Serialized,
+        )
+        .unwrap();
+    promise.append(&bytes).unwrap();
+    promise.commit().unwrap();
+}
