@@ -509,6 +509,7 @@ mod tests {
                      DROP TABLE cache_inline; DROP TABLE access_keys; DROP TABLE access_grants;
                      DROP TABLE bucket_access; DROP TABLE object_acls; ALTER TABLE multipart_parts DROP COLUMN checksums;
                      DROP TABLE completed_uploads; ALTER TABLE content_parts DROP COLUMN checksums;
+                     DROP TABLE smart_readings;
                      UPDATE meta SET value = '3' WHERE key = 'schema_version';",
                 )
             })
