@@ -44,9 +44,9 @@ mod multipart;
 mod multipart_checksum;
 mod operator;
 mod persist;
+mod pipeline;
 #[doc(hidden)]
 pub mod planted_bugs;
-mod pipeline;
 mod prefetch;
 mod put;
 mod read;

@@ -720,7 +720,8 @@ impl SqlCatalog {
                         Some(o) => {
                             let mut lock = o.attributes.lock;
                             // Off unless the store's simulation proves it catches this bug (planted_bugs.rs).
-                            lock.legal_hold &= !planted_bugs::on(&planted_bugs::LIFECYCLE_IGNORES_LEGAL_HOLD);
+                            lock.legal_hold &=
+                                !planted_bugs::on(&planted_bugs::LIFECYCLE_IGNORES_LEGAL_HOLD);
                             let due = lifecycle.noncurrent_expired(
                                 &v.key,
                                 &o.attributes.tags,
