@@ -181,3 +181,59 @@ fn a_failed_disk_or_a_parity_disk_is_handled() {
     assert_held(&engine, &held);
     engine.close().unwrap();
 }
+
+#[test]
+fn a_read_during_the_evacuation_comes_from_the_old_disk_without_spinning_the_group() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = create(dir.path());
+    let (disk, bucket) = data_disk(&engine);
+    let held = fill(&engine, bucket);
+    engine.flush().unwrap();
+    let (_, data) = &held[0];
+    let checked = std::sync::atomic::AtomicBool::new(false);
+    let report = engine
+        .evacuate(disk, None, &|done, total| {
+            // Between two recovery chunks: part copied, part still only on the old disk.
+            if done == 0 || done >= total || checked.load(std::sync::atomic::Ordering::SeqCst) {
+                return;
+            }
+            assert!(engine.defect_bytes(disk) > 0, "nothing left to copy");
+            // Every other disk spun down, so a reconstruction would have to spin the group up.
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+            while (0..engine.geometry().disks()).any(|d| {
+                d != disk && engine.power().state(d) != permafrost_disk::power::PowerState::Off
+            }) {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "disks did not spin down"
+                );
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            let before = spin_ups(&engine);
+            let back = read(&engine, bucket, 0, data.len() as u64).unwrap();
+            assert!(
+                back == *data,
+                "the evacuating disk read back different bytes"
+            );
+            let spun = spun_up(&before, &spin_ups(&engine));
+            assert!(
+                spun.iter().all(|&d| d == disk),
+                "a read during the evacuation spun {spun:?}, not only disk {disk}"
+            );
+            checked.store(true, std::sync::atomic::Ordering::SeqCst);
+        })
+        .unwrap();
+    assert!(
+        checked.into_inner(),
+        "the evacuation made no progress call mid-way"
+    );
+    assert!(report.retired, "{report:?}");
+    assert!(
+        report.bytes_served_to_readers >= 4 * MIB,
+        "the read was not served from the old disk: {report:?}"
+    );
+    assert_eq!(report.bytes_reconstructed, 0, "{report:?}");
+    assert_held(&engine, &held);
+    assert_parity_clean(&engine);
+    engine.close().unwrap();
+}

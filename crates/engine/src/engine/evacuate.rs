@@ -16,6 +16,10 @@
 //!   resumes from the defects the journal still holds; nothing copied is copied twice.
 //! - The old disk is retired (state `retired` in the record, shown by `grid status`) only after every defect of
 //!   the replacement was recovered and journaled.
+//! - While a data disk is evacuated, a reader of its ranges not yet copied gets them from the old disk
+//!   (IDR-verified, under the reader's shared lock of the range, the same bytes the copy would write), not from
+//!   the whole parity group, so a read during an evacuation spins only the disk being evacuated; a range the old
+//!   disk cannot serve is reconstructed as without an evacuation.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -74,6 +78,8 @@ pub struct EvacuationReport {
     pub bytes_copied: u64,
     /// Bytes this run reconstructed from the grid (unreadable on the old disk, or a parity disk).
     pub bytes_reconstructed: u64,
+    /// Bytes readers were served from the old disk while this run copied (ranges not yet copied).
+    pub bytes_served_to_readers: u64,
     /// True when the old disk is retired (every byte is on the replacement).
     pub retired: bool,
     /// The recovery run underneath.
@@ -85,6 +91,7 @@ pub(crate) struct EvacuationSource {
     slot: DiskSlot,
     copied: AtomicU64,
     reconstructed: AtomicU64,
+    served: AtomicU64,
 }
 
 /// The evacuation sources of an open grid, by disk position.
@@ -210,6 +217,7 @@ impl Engine {
             disk,
             bytes_copied: source.copied.load(Ordering::SeqCst),
             bytes_reconstructed: source.reconstructed.load(Ordering::SeqCst),
+            bytes_served_to_readers: source.served.load(Ordering::SeqCst),
             ..Default::default()
         };
         // Re-read the record: nothing else writes it for this disk, but keep other disks' entries as they are.
@@ -277,6 +285,7 @@ impl Shared {
             slot,
             copied: AtomicU64::new(0),
             reconstructed: AtomicU64::new(0),
+            served: AtomicU64::new(0),
         })
     }
 
@@ -292,13 +301,8 @@ impl Shared {
         pool: &BufferPool,
     ) -> Result<Vec<u8>> {
         let source = self.evacuation_sources.lock().get(&disk).cloned();
-        let is_parity = self
-            .geometry
-            .groups_of(disk)
-            .into_iter()
-            .any(|g| self.geometry.group_parity(g) == disk);
         let source = match source {
-            Some(source) if !is_parity => source,
+            Some(source) if !self.protects_a_group(disk) => source,
             Some(source) => {
                 let data = self.reconstruct_piece(disk, offset, len, snapshot, pool)?;
                 source.reconstructed.fetch_add(len, Ordering::Relaxed);
@@ -347,5 +351,92 @@ impl Shared {
             stripe = stripe_end;
         }
         Ok(out)
+    }
+
+    /// True when `disk` is the parity disk of a group.
+    fn protects_a_group(&self, disk: usize) -> bool {
+        self.geometry
+            .groups_of(disk)
+            .into_iter()
+            .any(|g| self.geometry.group_parity(g) == disk)
+    }
+
+    /// A reader's `[offset, offset + buf.len())` of `disk` while the disk is being evacuated: its defect ranges
+    /// (not yet copied) from the old disk, IDR-verified, the rest from the replacement. False (with `buf` in any
+    /// state) when `disk` is not being evacuated, protects a group, or a part cannot be served this way (unreadable,
+    /// or an all-zero block IDR cannot tell from a wiped disk); the caller then reads as without an evacuation.
+    /// The caller holds a shared lock over the range of `disk`: a range still defect under it holds on the
+    /// replacement exactly what the old disk holds (nothing is written to a data disk's defect range before it is
+    /// recovered).
+    pub(super) fn read_evacuating(&self, disk: usize, offset: u64, buf: &mut [u8]) -> bool {
+        let Some(source) = self.evacuation_sources.lock().get(&disk).cloned() else {
+            return false;
+        };
+        if self.protects_a_group(disk) {
+            return false;
+        }
+        let end = offset + buf.len() as u64;
+        let mut at = offset;
+        let mut served = 0;
+        let mut defects = self.defects_in(disk, offset, end);
+        defects.sort_unstable();
+        for (s, e) in defects {
+            let (s, e) = (s.max(at), e.min(end));
+            if s >= e {
+                continue;
+            }
+            if s > at
+                && self
+                    .read_true(
+                        disk,
+                        at,
+                        &mut buf[(at - offset) as usize..(s - offset) as usize],
+                        &Snapshot::default(),
+                    )
+                    .is_err()
+            {
+                return false;
+            }
+            if !self.read_source(
+                &source,
+                s,
+                &mut buf[(s - offset) as usize..(e - offset) as usize],
+            ) {
+                return false;
+            }
+            served += e - s;
+            at = e;
+        }
+        if at < end
+            && self
+                .read_true(
+                    disk,
+                    at,
+                    &mut buf[(at - offset) as usize..],
+                    &Snapshot::default(),
+                )
+                .is_err()
+        {
+            return false;
+        }
+        source.served.fetch_add(served, Ordering::Relaxed);
+        true
+    }
+
+    /// `[offset, offset + part.len())` (defect on the replacement: the disk's written ranges when it was replaced)
+    /// of the old disk `source`, read in whole stripes and IDR-verified (false when they do not read or hold an
+    /// all-zero block).
+    fn read_source(&self, source: &EvacuationSource, offset: u64, part: &mut [u8]) -> bool {
+        let end = offset + part.len() as u64;
+        let (from, to) = self.stripe_range(offset, end);
+        if (from, to) == (offset, end) {
+            return source.slot.idr.read(offset, part).is_ok() && !has_zero_block(part);
+        }
+        let mut whole = vec![0u8; (to - from) as usize];
+        if source.slot.idr.read(from, &mut whole).is_err() || has_zero_block(&whole) {
+            return false;
+        }
+        part.copy_from_slice(&whole[(offset - from) as usize..(end - from) as usize]);
+        true
     }
 }

@@ -207,6 +207,10 @@ impl Shared {
             match self.read_true(disk, offset, buf, &Snapshot::default()) {
                 Ok(()) => return Ok(()),
                 Err(ReadFail::Ranges(ranges)) => {
+                    // Being evacuated: what is not copied yet comes from the old disk, not from the grid.
+                    if self.read_evacuating(disk, offset, buf) {
+                        return Ok(());
+                    }
                     for (s, e) in ranges {
                         self.add_defect(disk, s, e)?;
                     }
@@ -239,7 +243,9 @@ impl Shared {
             let from = stripe.max(offset);
             let to = s_end.min(end);
             let part = &mut buf[(from - offset) as usize..(to - offset) as usize];
-            if self.read_true(disk, from, part, &snapshot).is_err() {
+            if self.read_true(disk, from, part, &snapshot).is_err()
+                && !self.read_evacuating(disk, from, part)
+            {
                 run_start.get_or_insert(stripe);
             } else if let Some(run) = run_start.take() {
                 reconstruct_run(buf, run, stripe)?;
