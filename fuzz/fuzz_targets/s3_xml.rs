@@ -45,7 +45,13 @@ fuzz_target!(|data: &[u8]| {
         1 => check::<Delete>(body),
         2 => check::<BucketLifecycleConfiguration>(body),
         3 => check::<Tagging>(body),
-        4 => check::<AccessControlPolicy>(body),
+        // The server keeps only what an ACL means (grantee ID or group URI, permission) and writes that back,
+        // never the parsed body: a garbled `xsi:type` does not serialize stably in s3s
+        // (fuzz/regressions/s3_xml-acl-grantee-type-does-not-round-trip) and does not matter here. The check is
+        // the server's own: an accepted ACL survives GetBucketAcl after PutBucketAcl.
+        4 => {
+            permafrost_s3::fuzzing::access_control_policy(body);
+        }
         5 => check::<RestoreRequest>(body),
         6 => check::<ObjectLockConfiguration>(body),
         7 => check::<ObjectLockRetention>(body),

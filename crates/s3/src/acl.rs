@@ -68,7 +68,7 @@ fn bucket_owner(access: &Access, bucket: &str) -> Owner {
     }
 }
 
-fn grantee_dto(grantee: &Grantee) -> s3s::dto::Grantee {
+pub(crate) fn grantee_dto(grantee: &Grantee) -> s3s::dto::Grantee {
     let (type_, id, uri) = match grantee {
         Grantee::Key(name) => (Type::CANONICAL_USER, Some(name.clone()), None),
         Grantee::AllUsers => (
@@ -179,7 +179,7 @@ pub(crate) fn header_grants(
 }
 
 /// The ACL a request asks for: a canned ACL, grant headers or a body (exactly one kind).
-fn requested_acl(
+pub(crate) fn requested_acl(
     canned: Option<&str>,
     policy: Option<&AccessControlPolicy>,
     headers: [Option<&String>; 5],
