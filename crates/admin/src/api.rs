@@ -10,6 +10,7 @@
 //! | `POST /disks/{disk}/fail` | mark it failed now |
 //! | `POST /disks/{disk}/replace` | a fresh disk in its place; `{"rebuild": true}` (default) queues its rebuild |
 //! | `POST /disks/{disk}/rebuild` | task: recover its defect ranges |
+//! | `POST /disks/{disk}/evacuate` | task: copy the disk to a replacement (`{"to": "/dev/sdX"}`; default a new file beside a file-backed disk) while it still reads, then retire it ([`crate::evacuate`]) |
 //! | `POST /scrub` | task: scrub what is overdue (`{"max_age_hours": H}`, default the grid's setting) |
 //! | `POST /persist` | task: persist everything waiting (every version, part list and upload part); fails naming what is still not on the grid after the run |
 //! | `POST /cache/evict` | drop persisted contents from the cache now |
@@ -51,6 +52,11 @@ pub(crate) fn add_routes(admin: &Admin) {
     admin.route(Method::POST, "/disks/{disk}/fail", handler(fail_disk));
     admin.route(Method::POST, "/disks/{disk}/replace", handler(replace_disk));
     admin.route(Method::POST, "/disks/{disk}/rebuild", handler(rebuild_disk));
+    admin.route(
+        Method::POST,
+        "/disks/{disk}/evacuate",
+        handler(crate::evacuate::evacuate_disk),
+    );
     admin.route(Method::POST, "/scrub", handler(scrub_overdue));
     admin.route(Method::POST, "/persist", handler(persist));
     admin.route(Method::POST, "/cache/evict", handler(evict));
@@ -190,6 +196,9 @@ pub struct DiskState {
     /// Datasets whose data lives on this disk (data disks; at most [`DATASETS_SHOWN`], then `datasets_more`).
     pub datasets: Vec<String>,
     pub datasets_more: usize,
+    /// The disk's last evacuation (`null`: never evacuated): `state` (`copying`, `stopped`, `retired`), old and new disk,
+    /// bytes copied and reconstructed, and the running task's id and progress ([`crate::evacuate`]).
+    pub evacuation: Option<serde_json::Value>,
 }
 
 /// Datasets named per disk in the state.
@@ -273,6 +282,7 @@ pub fn state(admin: &Admin) -> Result<State, ApiError> {
             datasets_of[geometry.bucket_disk(b as usize)].push(d.id);
         }
     }
+    let evacuations = crate::evacuate::evacuation_states(admin);
     let mut disks_by_state = std::collections::BTreeMap::new();
     let mut total_watts = 0.0;
     let mut total_joules = 0.0;
@@ -366,6 +376,7 @@ pub fn state(admin: &Admin) -> Result<State, ApiError> {
                     .take(DATASETS_SHOWN)
                     .cloned()
                     .collect(),
+                evacuation: evacuations.get(&d.index).cloned(),
             }
         })
         .collect();
@@ -431,7 +442,7 @@ async fn get_disks(admin: Admin, _: ApiRequest) -> ApiResult {
 }
 
 /// The disk named by the request's `{disk}`, checked against the grid.
-fn disk_param(admin: &Admin, request: &ApiRequest) -> Result<usize, ApiError> {
+pub(crate) fn disk_param(admin: &Admin, request: &ApiRequest) -> Result<usize, ApiError> {
     let text = request.param("disk");
     let n = admin.store().engine().geometry().disks();
     match text.parse::<usize>() {
@@ -449,7 +460,7 @@ async fn get_disk(admin: Admin, request: ApiRequest) -> ApiResult {
     json(&state.disks[disk])
 }
 
-fn accepted(task: &crate::TaskInfo) -> ApiResult {
+pub(crate) fn accepted(task: &crate::TaskInfo) -> ApiResult {
     Ok(json_status(
         StatusCode::ACCEPTED,
         &serde_json::json!({ "task": task }),

@@ -32,6 +32,7 @@ pub mod api;
 pub mod auth;
 pub mod cluster;
 pub mod config;
+pub mod evacuate;
 pub mod events;
 pub mod history;
 pub mod keys;
