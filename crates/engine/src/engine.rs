@@ -54,6 +54,7 @@ mod recovery;
 mod replay;
 mod scrub;
 mod state;
+mod swap_parity;
 mod verify;
 mod write;
 mod write_delayed;
@@ -104,6 +105,8 @@ pub enum CrashPoint {
     DrainHalfWritten,
     /// An evacuation copied its first recovery chunk (journaled) and starts the next one.
     EvacuationCopied,
+    /// A parity swap stopped after this step (`SwapParity::crash_after`).
+    ParitySwap(swap_parity::SwapStep),
 }
 
 /// A range of a parity disk that is not the XOR of its group's members.
@@ -200,6 +203,8 @@ pub struct GridStatus {
     pub max_spinning_seen: usize,
     /// Evacuations of disks (copying, or retired old disks), from `evacuations.json`.
     pub evacuations: Vec<evacuate::Evacuation>,
+    /// Parity swaps (in progress, or done), from `parity_swaps.json`.
+    pub parity_swaps: Vec<swap_parity::ParitySwap>,
 }
 
 /// In-memory copies of the journal's per-disk state (updated only after the journal committed).
@@ -216,6 +221,9 @@ struct Maps {
 
 pub use evacuate::{Evacuation, EvacuationReport, EvacuationState, EVACUATIONS_FILE};
 pub use grow::{AddDisk, AddedDiskReport};
+pub use swap_parity::{
+    ParitySwap, ParitySwapReport, SwapParity, SwapState, SwapStep, PARITY_SWAPS_FILE,
+};
 
 pub(crate) struct Shared {
     /// Old disks being evacuated, read by the recovery of their replacements (`evacuate`).
@@ -496,6 +504,7 @@ impl Engine {
             spinning_now: s.power.spinning_now(),
             max_spinning_seen: s.power.max_spinning_seen(),
             evacuations: evacuate::evacuations(&s.dir)?,
+            parity_swaps: swap_parity::parity_swaps(&s.dir)?,
         })
     }
 

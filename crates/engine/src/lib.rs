@@ -43,7 +43,8 @@ pub use disks::IoStats;
 pub use engine::{
     AddDisk, AddedDiskReport, CrashPoint, DiskStatus, Engine, Evacuation, EvacuationReport,
     EvacuationState, GridStatus, OpenOptions, OverdueScrubReport, ParityMismatch, ParityReport,
-    RecoveryReport, WrapDisk, EVACUATIONS_FILE,
+    ParitySwap, ParitySwapReport, RecoveryReport, SwapParity, SwapState, SwapStep, WrapDisk,
+    EVACUATIONS_FILE, PARITY_SWAPS_FILE,
 };
 pub use header::HEADER_BYTES;
 pub use promise::{ReadPromise, WritePromise};

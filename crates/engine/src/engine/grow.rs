@@ -182,10 +182,12 @@ impl Engine {
                     if capacity > size {
                         return Err(format!(
                             "is larger ({capacity} bytes) than disk {parity} ({}, {size} bytes), the parity disk of \
-                             {what}: its bytes beyond the parity's could not be protected. `permafrost grid \
-                             swap-parity` would be needed (the larger disk becomes that parity and the old parity a \
-                             data disk); it is not available yet",
-                            config.disks[parity].resolved_path(dir).display()
+                             {what}: its bytes beyond the parity's could not be protected. Swap it in as that \
+                             parity instead: `permafrost grid swap-parity --dir {} --parity {parity} {}` (the larger \
+                             disk becomes parity disk {parity}, the old parity disk a data disk; restartable)",
+                            config.disks[parity].resolved_path(dir).display(),
+                            dir.display(),
+                            super::swap_parity::new_disk_argument(&request.spec),
                         ));
                     }
                 }

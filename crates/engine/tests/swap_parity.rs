@@ -1,0 +1,425 @@
+//! Parity swap: a disk twice the size of a parity disk takes its place, the old parity disk becomes a data disk that
+//! reads as zeros, every object stays byte-exact and the parity clean, and a crash after any step (or in the middle
+//! of the rebuild, or inside the replacement) resumes to the same end.
+
+mod common;
+
+use std::path::Path;
+
+use common::*;
+use permafrost_engine::{
+    AddDisk, CrashPoint, DiskSpec, Engine, Error, GridConfig, OpenOptions, SwapParity, SwapState,
+    SwapStep, WriteMode,
+};
+use permafrost_grid::Role;
+
+/// The parity disk swapped in these tests: the hP of horizontal parity group 0.
+fn hp0(engine: &Engine) -> usize {
+    (0..engine.geometry().disks())
+        .find(|&d| engine.geometry().role(d) == Role::HParity { hpg: 0 })
+        .expect("hP of hPG 0")
+}
+
+fn big_disk() -> DiskSpec {
+    DiskSpec::File {
+        path: "disks/big-parity.img".into(),
+        capacity_bytes: 2 * DISK_BYTES,
+    }
+}
+
+/// A grid with objects: 12 MiB (three recovery chunks) in two buckets of hPG 0, 4 MiB in a bucket elsewhere, and
+/// a delayed write to hPG 0 whose parity delta is still pending when the grid closes.
+fn setup(dir: &Path) -> (usize, Vec<(usize, u64, Vec<u8>)>) {
+    let engine = create(dir);
+    let parity = hp0(&engine);
+    let buckets: Vec<usize> = engine
+        .geometry()
+        .group_members(permafrost_grid::GroupId::Horizontal(0))
+        .iter()
+        .filter_map(|&d| engine.geometry().disk_bucket(d))
+        .collect();
+    assert!(buckets.len() >= 2);
+    let mut held = Vec::new();
+    for (i, &(bucket, offset, len, mode)) in [
+        (buckets[0], 0, 12 * MIB, WriteMode::Serialized),
+        (buckets[1], 2 * MIB, 12 * MIB, WriteMode::Direct),
+        (20, 0, 4 * MIB, WriteMode::Serialized),
+        (buckets[0], 16 * MIB, 3 * MIB, WriteMode::Delayed),
+    ]
+    .iter()
+    .enumerate()
+    {
+        let data = pattern(700 + i as u64, len as usize);
+        write(&engine, bucket, offset, &data, mode);
+        held.push((bucket, offset, data));
+    }
+    engine.close().unwrap();
+    (parity, held)
+}
+
+fn assert_held(engine: &Engine, held: &[(usize, u64, Vec<u8>)], when: &str) {
+    for (bucket, offset, data) in held {
+        let back = read(engine, *bucket, *offset, data.len() as u64).unwrap();
+        assert!(back == *data, "bucket {bucket} at {offset} differs {when}");
+    }
+}
+
+fn swap(
+    dir: &Path,
+    parity: Option<usize>,
+    crash: Option<SwapStep>,
+) -> permafrost_engine::Result<permafrost_engine::ParitySwapReport> {
+    Engine::swap_parity(
+        dir,
+        SwapParity {
+            parity,
+            new: parity.map(|_| big_disk()),
+            hpg: None,
+            column: None,
+            crash_after: crash,
+        },
+        OpenOptions::default(),
+        &|_, _, _| {},
+    )
+}
+
+/// The end state of every swap: the big disk is the parity, the old one data disk 48 (bucket 32) that reads as
+/// zeros, objects byte-exact, parity clean, and a write to the new bucket keeps it clean.
+fn assert_swapped(dir: &Path, parity: usize, held: &[(usize, u64, Vec<u8>)], when: &str) {
+    let engine = Engine::open(dir).unwrap();
+    assert_eq!(engine.geometry().disks(), 49, "{when}");
+    assert_eq!(engine.geometry().version(), 1, "{when}");
+    let config = engine.config();
+    assert_eq!(config.disks[parity], big_disk(), "{when}");
+    assert_eq!(
+        config.disks[48],
+        DiskSpec::File {
+            path: format!("disks/disk-{parity:02}.img").into(),
+            capacity_bytes: DISK_BYTES,
+        },
+        "{when}"
+    );
+    assert_eq!(
+        engine.geometry().role(48),
+        Role::Data { bucket: 32 },
+        "{when}"
+    );
+    let status = engine.status().unwrap();
+    assert!(
+        status
+            .disks
+            .iter()
+            .all(|d| !d.failed && d.defect_bytes == 0),
+        "{when}"
+    );
+    assert_eq!(status.disks[48].written_bytes, 0, "{when}");
+    assert_eq!(status.parity_swaps.len(), 1, "{when}");
+    assert_eq!(status.parity_swaps[0].state, SwapState::Done, "{when}");
+    assert_eq!(status.parity_swaps[0].data_disk, Some(48), "{when}");
+    assert_held(&engine, held, when);
+    assert_parity_clean(&engine);
+    // The old parity disk reads as zeros (its bytes are the old parity, never trusted) and takes new data.
+    assert_eq!(
+        read(&engine, 32, 0, MIB).unwrap(),
+        vec![0u8; MIB as usize],
+        "{when}"
+    );
+    let fresh = pattern(999, (5 * MIB) as usize);
+    write(&engine, 32, MIB, &fresh, WriteMode::Serialized);
+    assert_parity_clean(&engine);
+    engine.close().unwrap();
+    let engine = Engine::open(dir).unwrap();
+    assert_eq!(read(&engine, 32, MIB, 5 * MIB).unwrap(), fresh, "{when}");
+    assert_held(&engine, held, when);
+    engine.close().unwrap();
+}
+
+#[test]
+fn a_disk_twice_the_size_becomes_the_parity_and_the_old_parity_a_data_disk() {
+    let dir = tempfile::tempdir().unwrap();
+    let (parity, held) = setup(dir.path());
+    // add-disk refuses the larger disk and names the parity disk and the command.
+    let err = Engine::add_disk(
+        dir.path(),
+        AddDisk {
+            spec: DiskSpec::File {
+                path: "disks/too-big.img".into(),
+                capacity_bytes: 2 * DISK_BYTES,
+            },
+            hpg: Some(0),
+            column: None,
+        },
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.contains(&format!("than disk {parity} "))
+            && err.contains(&format!("grid swap-parity --dir {}", dir.path().display()))
+            && err.contains(&format!("--parity {parity} --size {}", 2 * DISK_BYTES)),
+        "{err}"
+    );
+    let states = std::sync::Mutex::new(Vec::new());
+    let report = Engine::swap_parity(
+        dir.path(),
+        SwapParity {
+            parity: Some(parity),
+            new: Some(big_disk()),
+            ..Default::default()
+        },
+        OpenOptions::default(),
+        &|state, done, total| {
+            assert!(done <= total || total == 0);
+            let mut s = states.lock().unwrap();
+            if s.last() != Some(&state) {
+                s.push(state);
+            }
+        },
+    )
+    .unwrap();
+    assert_eq!(
+        *states.lock().unwrap(),
+        [
+            SwapState::Replacing,
+            SwapState::Rebuilding,
+            SwapState::Moving
+        ]
+    );
+    assert_eq!(report.parity, parity);
+    assert_eq!(report.data_disk, 48);
+    assert_eq!(report.bucket, 32);
+    assert_eq!(report.new_capacity_bytes, 2 * DISK_BYTES);
+    assert_eq!(report.old_capacity_bytes, DISK_BYTES);
+    assert!(!report.resumed);
+    // The parity holds what its members wrote: 0..14 MiB and 16..19 MiB = 17 MiB.
+    assert_eq!(report.bytes_rebuilt, 17 * MIB, "{report:?}");
+    assert_eq!(report.geometry_version, 1);
+    assert_swapped(dir.path(), parity, &held, "after the swap");
+    // Nothing is left to resume.
+    let err = swap(dir.path(), None, None).unwrap_err().to_string();
+    assert!(err.contains("no parity swap is in progress"), "{err}");
+}
+
+/// A crash after every step: the grid opens and reads every object right after it, and the swap run again
+/// finishes it.
+#[test]
+fn a_crash_after_any_step_resumes_and_every_object_reads() {
+    for step in [
+        SwapStep::Recorded,
+        SwapStep::Replaced,
+        SwapStep::Rebuilding,
+        SwapStep::Rebuilt,
+        SwapStep::HeaderWritten,
+        SwapStep::Added,
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let (parity, held) = setup(dir.path());
+        let err = swap(dir.path(), Some(parity), Some(step)).unwrap_err();
+        assert!(
+            matches!(err, Error::SimulatedCrash(CrashPoint::ParitySwap(s)) if s == step),
+            "{step:?}: {err}"
+        );
+        let when = format!("after a crash at {step:?}");
+        {
+            // Opened before the swap resumes (any command may do that): every object reads.
+            let engine = Engine::open_paused(dir.path(), OpenOptions::default()).unwrap();
+            assert_held(&engine, &held, &when);
+            let status = engine.status().unwrap();
+            assert_eq!(status.parity_swaps.len(), 1);
+            assert_ne!(status.parity_swaps[0].state, SwapState::Done, "{when}");
+            if step == SwapStep::Rebuilding {
+                let left = engine.defect_bytes(parity);
+                assert!(
+                    left > 0 && left < 17 * MIB,
+                    "{when}: the first chunk is journaled, {left} left"
+                );
+            }
+            engine.close().unwrap();
+        }
+        // Another swap cannot start; the same one with another disk is refused too.
+        let other = Engine::swap_parity(
+            dir.path(),
+            SwapParity {
+                parity: Some(parity),
+                new: Some(DiskSpec::File {
+                    path: "disks/other.img".into(),
+                    capacity_bytes: 3 * DISK_BYTES,
+                }),
+                ..Default::default()
+            },
+            OpenOptions::default(),
+            &|_, _, _| {},
+        );
+        assert!(other.is_err(), "{when}");
+        let report = swap(dir.path(), None, None).unwrap();
+        assert!(report.resumed, "{when}");
+        assert_eq!(report.data_disk, 48, "{when}");
+        assert_swapped(dir.path(), parity, &held, &when);
+    }
+}
+
+/// The replacement cut off between `grid.toml` naming the new disk and the journal's defects (the old parity is
+/// marked failed first), and the added disk's `grid.toml` entry lost after the journal committed it.
+#[test]
+fn a_crash_inside_the_replacement_or_the_add_resumes() {
+    let dir = tempfile::tempdir().unwrap();
+    let (parity, held) = setup(dir.path());
+    swap(dir.path(), Some(parity), Some(SwapStep::Recorded)).unwrap_err();
+    {
+        let engine = Engine::open(dir.path()).unwrap();
+        engine.fail_disk(parity).unwrap();
+        engine.close().unwrap();
+        let mut config = GridConfig::load(dir.path()).unwrap();
+        config.disks[parity] = big_disk();
+        config.save(dir.path()).unwrap();
+        std::fs::write(dir.path().join("disks/big-parity.img"), b"").unwrap();
+        std::fs::File::options()
+            .write(true)
+            .open(dir.path().join("disks/big-parity.img"))
+            .unwrap()
+            .set_len(2 * DISK_BYTES)
+            .unwrap();
+        let engine = Engine::open_paused(dir.path(), OpenOptions::default()).unwrap();
+        assert!(engine.is_failed(parity));
+        assert_held(&engine, &held, "with the replacement cut off");
+        engine.close().unwrap();
+    }
+    swap(dir.path(), None, Some(SwapStep::Added)).unwrap_err();
+    let mut config = GridConfig::load(dir.path()).unwrap();
+    assert_eq!(config.disks.len(), 49);
+    config.disks.pop();
+    config.save(dir.path()).unwrap();
+    {
+        // The journal's row is the geometry: the grid has the disk anyway.
+        let engine = Engine::open(dir.path()).unwrap();
+        assert_eq!(engine.geometry().disks(), 49);
+        assert_held(&engine, &held, "with grid.toml behind the journal");
+        engine.close().unwrap();
+    }
+    let report = swap(dir.path(), None, None).unwrap();
+    assert!(report.resumed);
+    assert_eq!(GridConfig::load(dir.path()).unwrap().disks.len(), 49);
+    assert_swapped(dir.path(), parity, &held, "after crashes inside the steps");
+}
+
+/// Two crashes in a row, and a place chosen for the old parity disk.
+#[test]
+fn crashes_in_a_row_and_a_chosen_place() {
+    let dir = tempfile::tempdir().unwrap();
+    let (parity, held) = setup(dir.path());
+    let request = |crash| SwapParity {
+        parity: Some(parity),
+        new: Some(big_disk()),
+        hpg: Some(1),
+        column: None,
+        crash_after: crash,
+    };
+    Engine::swap_parity(
+        dir.path(),
+        request(Some(SwapStep::Rebuilding)),
+        OpenOptions::default(),
+        &|_, _, _| {},
+    )
+    .unwrap_err();
+    Engine::swap_parity(
+        dir.path(),
+        request(Some(SwapStep::HeaderWritten)),
+        OpenOptions::default(),
+        &|_, _, _| {},
+    )
+    .unwrap_err();
+    let report = Engine::swap_parity(
+        dir.path(),
+        request(None),
+        OpenOptions::default(),
+        &|_, _, _| {},
+    )
+    .unwrap();
+    assert!(report.resumed);
+    assert_eq!(report.hpg, 1);
+    let engine = Engine::open(dir.path()).unwrap();
+    assert_held(&engine, &held, "after two crashes");
+    assert_parity_clean(&engine);
+    engine.close().unwrap();
+}
+
+#[test]
+fn what_a_swap_refuses() {
+    let dir = tempfile::tempdir().unwrap();
+    let (parity, held) = setup(dir.path());
+    let try_swap = |p: usize, new: DiskSpec| {
+        Engine::swap_parity(
+            dir.path(),
+            SwapParity {
+                parity: Some(p),
+                new: Some(new),
+                ..Default::default()
+            },
+            OpenOptions::default(),
+            &|_, _, _| {},
+        )
+        .unwrap_err()
+        .to_string()
+    };
+    let err = try_swap(0, big_disk());
+    assert!(err.contains("disk 0 is not a parity disk"), "{err}");
+    let err = try_swap(
+        parity,
+        DiskSpec::File {
+            path: "disks/small.img".into(),
+            capacity_bytes: DISK_BYTES / 2,
+        },
+    );
+    assert!(err.contains("smaller"), "{err}");
+    let err = try_swap(
+        parity,
+        DiskSpec::File {
+            path: "disks/disk-00.img".into(),
+            capacity_bytes: 2 * DISK_BYTES,
+        },
+    );
+    assert!(err.contains("already disk 0"), "{err}");
+    {
+        let engine = Engine::open(dir.path()).unwrap();
+        engine.fail_disk(0).unwrap();
+        engine.close().unwrap();
+    }
+    let err = try_swap(parity, big_disk());
+    assert!(err.contains("before a parity swap"), "{err}");
+    // Nothing was recorded, and the grid is as it was.
+    assert!(Engine::parity_swaps(dir.path()).unwrap().is_empty());
+    let engine = Engine::open(dir.path()).unwrap();
+    assert_eq!(engine.geometry().disks(), 48);
+    assert_held(&engine, &held, "after refused swaps");
+    engine.close().unwrap();
+}
+
+/// `replace` with a larger disk keeps working: a data disk replaced by one twice the size is rebuilt and reads.
+#[test]
+fn replacing_a_data_disk_by_a_larger_one_still_works() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_, held) = setup(dir.path());
+    let engine = Engine::open(dir.path()).unwrap();
+    let disk = engine.geometry().bucket_disk(held[0].0);
+    engine.fail_disk(disk).unwrap();
+    engine
+        .replace_disk(
+            disk,
+            Some(DiskSpec::File {
+                path: "disks/bigger-data.img".into(),
+                capacity_bytes: 2 * DISK_BYTES,
+            }),
+        )
+        .unwrap();
+    let report = engine.rebuild(disk, &|_, _| {}).unwrap();
+    assert!(report.unrecoverable.is_empty());
+    engine.close().unwrap();
+    let engine = Engine::open(dir.path()).unwrap();
+    assert_eq!(engine.defect_bytes(disk), 0);
+    assert_held(
+        &engine,
+        &held,
+        "after replacing a data disk by a larger one",
+    );
+    assert_parity_clean(&engine);
+    engine.close().unwrap();
+}
