@@ -6,6 +6,7 @@
 //! | `POST /login`, `POST /logout`, `GET /session` | dashboard session (`{"access_key", "secret_key"}`; `/session` says whether the caller's is valid) |
 //! | `GET /state` | everything at once: disks, cache, tasks, energy ([`state`]) |
 //! | `GET /disks`, `GET /disks/{disk}` | the disks |
+//! | `POST /disks` | grow the grid by a data disk (`{"device"}` or `{"size"}`, optional `"row"`, `"column"`) (`grow.rs`) |
 //! | `POST /disks/{disk}/scrub` | task: verify the disk's written ranges |
 //! | `POST /disks/{disk}/fail` | mark it failed now |
 //! | `POST /disks/{disk}/replace` | a fresh disk in its place; `{"rebuild": true}` (default) queues its rebuild |
@@ -47,6 +48,7 @@ pub(crate) fn add_routes(admin: &Admin) {
     admin.route(Method::GET, "/session", handler(session));
     admin.route(Method::GET, "/state", handler(get_state));
     admin.route(Method::GET, "/disks", handler(get_disks));
+    admin.route(Method::POST, "/disks", handler(crate::grow::add_disk));
     admin.route(Method::GET, "/disks/{disk}", handler(get_disk));
     admin.route(Method::POST, "/disks/{disk}/scrub", handler(scrub_disk));
     admin.route(Method::POST, "/disks/{disk}/fail", handler(fail_disk));

@@ -34,6 +34,7 @@ pub mod cluster;
 pub mod config;
 pub mod evacuate;
 pub mod events;
+mod grow;
 pub mod history;
 pub mod keys;
 pub mod metrics;

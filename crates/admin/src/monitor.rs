@@ -144,8 +144,7 @@ impl Shared {
     fn run(&self) {
         let engine = self.store.engine();
         let power = engine.power().clone();
-        let n = engine.geometry().disks();
-        let mut io_before: Vec<(u64, u64)> = vec![(0, 0); n];
+        let mut io_before: Vec<(u64, u64)> = Vec::new();
         // Spin-ups up to this number are announced; `announced` holds those above it already announced.
         let mut wake_seq = power.last_wake_seq();
         let mut announced = std::collections::BTreeSet::new();
@@ -154,6 +153,9 @@ impl Shared {
         let mut restore_seq = 0u64;
         let mut first = true;
         loop {
+            // The grid may have grown since the previous sample (`POST /disks`).
+            let n = engine.geometry().disks();
+            io_before.resize(n, (0, 0));
             let snapshot = power.snapshot();
             let io = engine.io_stats();
             let now = crate::unix_ms();

@@ -230,9 +230,14 @@ pub(crate) struct Shared {
     evacuation_sources: evacuate::EvacuationSources,
     pub dir: PathBuf,
     pub config: RwLock<GridConfig>,
-    pub geometry: Geometry,
+    /// The geometry, grown in place by `add_disk_live` (`grow::GeometryCell`: only ever grows).
+    pub geometry: grow::GeometryCell,
     pub power: Arc<PowerManager>,
-    slots: Vec<RwLock<Arc<DiskSlot>>>,
+    /// One per disk of the geometry (a replacement swaps one, `add_disk_live` appends one).
+    slots: RwLock<Vec<Arc<DiskSlot>>>,
+    /// This and the other per-disk vectors below (drain and recovery mutexes, recovered bytes, readers, power
+    /// base) have an entry for every disk index a grid may grow to (`Layout::MAX_DISKS`), so growing the grid
+    /// never moves what threads index without a lock.
     counters: Vec<Arc<IoCounters>>,
     /// Logical bytes of every disk's IDR space (the bucket capacity).
     pub logical_bytes: u64,
@@ -261,6 +266,8 @@ pub(crate) struct Shared {
     wrap_disk: Option<WrapDisk>,
     /// Power counters of earlier processes (from the journal); this process's are added on top.
     power_base: Vec<PowerStats>,
+    /// Held while the grid grows (`add_disk_live`) or a disk is replaced: both change `config.disks`.
+    grow_mutex: Mutex<()>,
 }
 
 /// An open grid. Cheap to share by reference across threads (`&Engine` is `Send + Sync`).
@@ -451,12 +458,17 @@ impl Engine {
 
     /// Bytes moved per disk, by disk index.
     pub fn io_stats(&self) -> Vec<IoStats> {
-        self.shared.counters.iter().map(|c| c.snapshot()).collect()
+        self.shared.counters[..self.shared.geometry.disks()]
+            .iter()
+            .map(|c| c.snapshot())
+            .collect()
     }
 
     /// Zero the I/O counters.
     pub fn reset_io_stats(&self) {
-        self.shared.counters.iter().for_each(|c| c.reset());
+        self.shared.counters[..self.shared.geometry.disks()]
+            .iter()
+            .for_each(|c| c.reset());
     }
 
     /// The grid's state.
@@ -544,7 +556,7 @@ impl Engine {
 
 impl Shared {
     pub(crate) fn slot(&self, disk: usize) -> Arc<DiskSlot> {
-        Arc::clone(&self.slots[disk].read())
+        Arc::clone(&self.slots.read()[disk])
     }
 
     pub(crate) fn is_failed(&self, disk: usize) -> bool {

@@ -1,6 +1,6 @@
-//! Growing a grid by a data disk (`Engine::add_disk`): no other disk touched or spun up, parity valid without
-//! recomputation, the new bucket usable, three failures of the grown geometry survived, refusals, and a crash at
-//! either side of the commit point.
+//! Growing a grid by a data disk (`Engine::add_disk`, and `Engine::add_disk_live` on an open grid): no other disk
+//! touched or spun up, parity valid without recomputation, the new bucket usable, three failures of the grown
+//! geometry survived, refusals, and a crash at either side of the commit point.
 
 mod common;
 
@@ -249,6 +249,154 @@ fn a_crash_on_either_side_of_the_commit_point_leaves_the_old_or_the_new_geometry
         &pattern(5, MIB as usize),
         WriteMode::Serialized,
     );
+    assert_parity_clean(&engine);
+    engine.close().unwrap();
+}
+
+#[test]
+fn an_open_grid_grows_while_it_serves_and_its_new_disk_fails_and_recovers() {
+    let temp = tempfile::tempdir().unwrap();
+    let dir = temp.path();
+    let written = filled_grid(dir);
+    let engine = std::sync::Arc::new(Engine::open(dir).unwrap());
+    // Let the disks the open's recovery or scrub touched go off, so a spin-up during the add would show.
+    wait_all_off(&engine);
+    let before = spin_ups(&engine);
+
+    // A writer and a reader of other buckets run during the add.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let busy = {
+        let (engine, stop) = (engine.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let data = pattern(11, MIB as usize);
+            let mut rounds = 0u32;
+            while !stop.load(std::sync::atomic::Ordering::SeqCst) || rounds == 0 {
+                write(&engine, 2, 0, &data, WriteMode::Delayed);
+                assert_eq!(read(&engine, 2, 0, MIB).unwrap(), data);
+                rounds += 1;
+            }
+            rounds
+        })
+    };
+    let busy_disk = engine.geometry().bucket_disk(2);
+    let started = Instant::now();
+    let report = engine
+        .add_disk_live(AddDisk {
+            spec: file_spec(48, DISK_BYTES),
+            hpg: None,
+            column: None,
+        })
+        .unwrap();
+    let elapsed = started.elapsed();
+    let after_add = spin_ups(&engine);
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    assert!(busy.join().unwrap() >= 1);
+    println!(
+        "open grid grew to {} in {:.1} ms (engine: {} ms)",
+        report.geometry,
+        elapsed.as_secs_f64() * 1e3,
+        report.millis
+    );
+    assert!(elapsed.as_secs_f64() < 5.0, "add took {elapsed:?}");
+    assert_eq!(
+        (report.disk, report.bucket, report.hpg, report.column),
+        (48, 32, 0, 5)
+    );
+    // The busy bucket's disk and its parity disks may spin for the writer; no other disk spun up.
+    let busy_targets = engine.geometry().parity_targets(busy_disk);
+    let allowed = [
+        busy_disk,
+        busy_targets.hp,
+        busy_targets.vp,
+        busy_targets.vhp,
+    ];
+    let spun: Vec<usize> = spun_up(&before, &after_add)
+        .into_iter()
+        .filter(|d| !allowed.contains(d))
+        .collect();
+    assert!(spun.is_empty(), "disks spun up during the add: {spun:?}");
+    assert_eq!(engine.power().stats(48).spin_ups, 0, "the new disk is off");
+
+    // Every per-disk view follows the grown geometry.
+    let g = engine.geometry();
+    assert_eq!((g.disks(), g.buckets(), g.version()), (49, 33, 1));
+    assert_eq!(engine.buckets(), 33);
+    assert_eq!(engine.power().n_disks(), 49);
+    assert_eq!(engine.io_stats().len(), 49);
+    let status = engine.status().unwrap();
+    assert_eq!(status.disks.len(), 49);
+    assert_eq!(status.geometry, "8x6:4+1 +1 disk (hPG 0 col 5)");
+    assert_eq!(status.disks[48].role, Role::Data { bucket: 32 });
+    assert_eq!(engine.config().disks.len(), 49);
+    engine.flush().unwrap();
+    assert_parity_clean(&engine);
+
+    // The new bucket reads as zeros and takes data in every write mode; its parity follows.
+    assert_eq!(read(&engine, 32, 0, MIB).unwrap(), vec![0u8; MIB as usize]);
+    let fresh = pattern(12, (3 * MIB) as usize);
+    for (i, mode) in [WriteMode::Serialized, WriteMode::Delayed, WriteMode::Direct]
+        .into_iter()
+        .enumerate()
+    {
+        let part = &fresh[i * MIB as usize..(i + 1) * MIB as usize];
+        write(&engine, 32, i as u64 * MIB, part, mode);
+    }
+    engine.flush().unwrap();
+    assert_parity_clean(&engine);
+    assert_eq!(read(&engine, 32, 0, 3 * MIB).unwrap(), fresh);
+    for (bucket, offset, data) in &written {
+        assert_eq!(
+            &read(&engine, *bucket, *offset, data.len() as u64).unwrap(),
+            data
+        );
+    }
+
+    // A second add while open: refused when larger than its parity disk (the grid unchanged), then a fit.
+    let error = engine
+        .add_disk_live(AddDisk {
+            spec: file_spec(49, 2 * DISK_BYTES),
+            hpg: Some(1),
+            column: None,
+        })
+        .unwrap_err()
+        .to_string();
+    assert!(error.contains("swap-parity"), "{error}");
+    assert_eq!(engine.geometry().disks(), 49);
+    let second = engine
+        .add_disk_live(AddDisk {
+            spec: file_spec(49, DISK_BYTES),
+            hpg: None,
+            column: None,
+        })
+        .unwrap();
+    assert_eq!((second.disk, second.bucket), (49, 33));
+    assert_eq!(engine.geometry().disks(), 50);
+
+    // The new disk fails: its bucket is reconstructed from the grid, then it is replaced and recovered.
+    engine.fail_disk(48).unwrap();
+    assert_eq!(read(&engine, 32, 0, 3 * MIB).unwrap(), fresh);
+    engine.replace_disk(48, None).unwrap();
+    let rebuilt = engine.rebuild(48, &|_, _| {}).unwrap();
+    assert!(rebuilt.unrecoverable.is_empty(), "{rebuilt:?}");
+    assert!(
+        rebuilt.bytes_recovered + rebuilt.bytes_recovered_concurrently >= 3 * MIB,
+        "the background recovery or the rebuild recovered the new disk's data: {rebuilt:?}"
+    );
+    assert!(!engine.is_failed(48));
+    assert_eq!(engine.defect_bytes(48), 0);
+    assert_parity_clean(&engine);
+    assert_eq!(read(&engine, 32, 0, 3 * MIB).unwrap(), fresh);
+
+    // Reopened, the grid has both disks and their data.
+    let engine = std::sync::Arc::try_unwrap(engine)
+        .ok()
+        .expect("the only handle");
+    engine.close().unwrap();
+    let engine = Engine::open(dir).unwrap();
+    assert_eq!(engine.geometry().disks(), 50);
+    assert_eq!(engine.geometry().version(), 2);
+    assert_eq!(read(&engine, 32, 0, 3 * MIB).unwrap(), fresh);
+    assert_eq!(read(&engine, 2, 0, MIB).unwrap(), pattern(11, MIB as usize));
     assert_parity_clean(&engine);
     engine.close().unwrap();
 }

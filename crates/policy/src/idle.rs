@@ -139,6 +139,11 @@ impl IdleTimeouts {
         }
     }
 
+    /// One more disk (a grid grown by a disk), numbered after the others, with no history.
+    pub fn add_disk(&mut self) {
+        self.disks.push(DiskHistory::default());
+    }
+
     /// The settings.
     pub fn config(&self) -> &IdleConfig {
         &self.config

@@ -62,6 +62,9 @@ pub struct BucketView {
     /// members of one group share two of their three parity disks (`hP` and `vhP`), so delayed writes to them
     /// at the same offsets merge their parity deltas (thesis §4.3.5); [`DatasetAffinity`] uses it.
     pub parity_group: Option<usize>,
+    /// The bucket's data disk was added to the grid after it was created (a grown grid): the operator added
+    /// it for new data, so [`DatasetAffinity`] sends new datasets there while it is among the emptiest.
+    pub added: bool,
 }
 
 impl BucketView {
@@ -214,6 +217,22 @@ fn least_full(size_bytes: u64, buckets: &[BucketView], only_spinning: bool) -> O
     best.map(|(i, _)| i)
 }
 
+/// The accepting added bucket ([`BucketView::added`]) of the least fill, if that fill is at most `fill_min` (the
+/// least fill of every accepting bucket); ties go to the latest added (the highest index).
+fn emptiest_added(size_bytes: u64, buckets: &[BucketView], fill_min: f64) -> Option<usize> {
+    let mut best: Option<(usize, f64)> = None;
+    for (i, b) in buckets.iter().enumerate() {
+        if !b.added || !b.accepts(size_bytes) {
+            continue;
+        }
+        let fill = b.fill();
+        if best.is_none_or(|(_, f)| fill <= f) {
+            best = Some((i, fill));
+        }
+    }
+    best.filter(|&(_, fill)| fill <= fill_min).map(|(i, _)| i)
+}
+
 /// An accepting bucket with nothing waiting and a fill of at most `fill_max`, in a horizontal parity group where
 /// another bucket has bytes waiting: the one whose used bytes are nearest such a bucket's (ties: lower fill, then
 /// lower index). `None` when no group has data waiting or no member qualifies.
@@ -279,6 +298,10 @@ impl Default for DatasetAffinityConfig {
 /// the object. Otherwise (a new dataset, or its bucket is full, failed or
 /// rebuilding) the dataset moves to a new bucket for its *future* objects,
 /// the first of:
+/// 0. an *added* bucket ([`BucketView::added`], a disk the grid grew by) whose fill is the least of all
+///    accepting buckets (ties: the latest added). Without this rule a new disk would wait behind spinning
+///    buckets and merge partners within the fill slack, and an operator who grew the grid because the old
+///    disks fill would see new datasets go on filling them;
 /// 1. a *merge partner*: a bucket with nothing waiting in a horizontal parity
 ///    group where another bucket has data waiting to be persisted, the one
 ///    whose used bytes are nearest that bucket's (so both are written at about
@@ -372,11 +395,14 @@ impl Placement for DatasetAffinity {
             .ok_or_else(|| no_room(object, buckets))?;
         let slack = self.config.spinning_fill_slack_percent / 100.0;
         let fill_max = buckets[coldest].fill() + slack;
-        let chosen = match merge_partner(object.size_bytes, buckets, fill_max) {
-            Some(m) => m,
-            None => match least_full(object.size_bytes, buckets, true) {
-                Some(s) if buckets[s].fill() <= fill_max => s,
-                _ => coldest,
+        let chosen = match emptiest_added(object.size_bytes, buckets, buckets[coldest].fill()) {
+            Some(a) => a,
+            None => match merge_partner(object.size_bytes, buckets, fill_max) {
+                Some(m) => m,
+                None => match least_full(object.size_bytes, buckets, true) {
+                    Some(s) if buckets[s].fill() <= fill_max => s,
+                    _ => coldest,
+                },
             },
         };
         self.assign(dataset, chosen);
@@ -506,6 +532,7 @@ mod tests {
             spinning: false,
             health: BucketHealth::Ok,
             parity_group: None,
+            added: false,
         }
     }
 
@@ -568,6 +595,65 @@ mod tests {
         assert_eq!(p.place(&obj("s", "a/x", GB), &buckets).unwrap(), 1);
         buckets[1].used_bytes = 40 * GB; // now 40 points fuller: balance wins
         assert_eq!(p.place(&obj("s", "b/x", GB), &buckets).unwrap(), 0);
+    }
+
+    #[test]
+    fn new_datasets_go_to_an_added_disk_while_it_is_the_emptiest() {
+        let mut p = DatasetAffinity::new(DatasetAffinityConfig::default());
+        // An empty grid that grew by bucket 3; bucket 1 spins, bucket 0's group has data waiting.
+        let mut buckets: Vec<BucketView> = (0..4)
+            .map(|i| BucketView {
+                parity_group: Some(i / 2),
+                ..bucket(0)
+            })
+            .collect();
+        buckets[1].spinning = true;
+        buckets[0].waiting_bytes = GB / 1000;
+        buckets[3].added = true;
+        assert_eq!(
+            p.place(&obj("s", "new/x", GB), &buckets).unwrap(),
+            3,
+            "the added bucket ties for the emptiest: it wins over the spinning bucket and the merge partner"
+        );
+        assert_eq!(
+            p.place(&obj("s", "new/y", GB), &buckets).unwrap(),
+            3,
+            "affinity"
+        );
+        // Once it holds more than another bucket, the usual rules decide again.
+        buckets[3].used_bytes = 2 * GB;
+        assert_eq!(p.place(&obj("s", "other/x", GB), &buckets).unwrap(), 1);
+        // Two added buckets: the emptier; equally empty: the latest added.
+        let mut grown: Vec<BucketView> = (0..5).map(|_| bucket(50 * GB)).collect();
+        grown[3].added = true;
+        grown[4].added = true;
+        grown[3].used_bytes = GB;
+        grown[4].used_bytes = 2 * GB;
+        assert_eq!(p.place(&obj("s", "g/x", GB), &grown).unwrap(), 3);
+        grown[4].used_bytes = GB;
+        assert_eq!(p.place(&obj("s", "h/x", GB), &grown).unwrap(), 4);
+        // A failed or full added bucket is never chosen.
+        grown[4].health = BucketHealth::Failed;
+        grown[3].used_bytes = 100 * GB;
+        assert_eq!(p.place(&obj("s", "i/x", GB), &grown).unwrap(), 0);
+    }
+
+    #[test]
+    fn a_dataset_whose_bucket_is_full_moves_to_the_added_disk() {
+        let mut p = DatasetAffinity::new(DatasetAffinityConfig::default());
+        let mut buckets = vec![bucket(8 * GB), bucket(99 * GB), bucket(5 * GB)];
+        buckets[0].spinning = true;
+        p.remember(&obj("s", "d/old", GB), 1);
+        assert_eq!(p.place(&obj("s", "d/a", GB), &buckets).unwrap(), 1);
+        buckets[1].used_bytes = 100 * GB;
+        // Full: without an added disk the dataset goes to the spinning bucket within the fill slack ...
+        let mut plain = DatasetAffinity::new(DatasetAffinityConfig::default());
+        plain.remember(&obj("s", "d/old", GB), 1);
+        assert_eq!(plain.place(&obj("s", "d/b", GB), &buckets).unwrap(), 0);
+        // ... and to the added disk, the emptiest, with one.
+        buckets[2].added = true;
+        assert_eq!(p.place(&obj("s", "d/b", GB), &buckets).unwrap(), 2);
+        assert_eq!(p.place(&obj("s", "d/c", GB), &buckets).unwrap(), 2);
     }
 
     #[test]

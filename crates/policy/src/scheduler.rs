@@ -225,6 +225,11 @@ impl Scheduler {
         }
     }
 
+    /// One more disk (a grid grown by a disk), numbered after the others, with nothing queued.
+    pub fn add_disk(&mut self) {
+        self.disks.push(DiskQueue::default());
+    }
+
     /// The settings.
     pub fn config(&self) -> &SchedulerConfig {
         &self.config

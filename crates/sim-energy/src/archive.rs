@@ -1094,6 +1094,7 @@ impl ArchiveSim {
                 spinning,
                 health: BucketHealth::Ok,
                 parity_group: None,
+                added: false,
             });
         }
         let names = PlacementNames::of(record);

@@ -555,6 +555,7 @@ fn every_registered_placement_chooses_in_the_simulator_what_the_policy_crate_cho
                 spinning: false,
                 health: BucketHealth::Ok,
                 parity_group: None,
+                added: false,
             };
             geometry.buckets()
         ];

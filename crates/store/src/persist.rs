@@ -231,6 +231,8 @@ fn bucket_views(inner: &Inner) -> Result<Vec<BucketView>> {
                 health,
                 // Identified by its hP disk: members share hP and vhP, so their parity deltas merge.
                 parity_group: Some(geometry.parity_targets(disk).hp),
+                // A disk the grid grew by (numbered after the layout's disks).
+                added: disk >= geometry.layout().disks(),
             }
         })
         .collect())

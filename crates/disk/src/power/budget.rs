@@ -128,6 +128,17 @@ impl PowerBudget {
         })
     }
 
+    /// One more disk, Off at `now_ms`, numbered after the others (a grid grown by a disk); returns its index.
+    pub fn add_disk(&mut self, now_ms: u64) -> usize {
+        self.disks.push(Slot {
+            model: PowerModel::new(self.profile.clone(), now_ms),
+            powered: false,
+            powering_down: false,
+            keep_until_ms: 0,
+        });
+        self.disks.len() - 1
+    }
+
     /// Number of disks.
     pub fn n_disks(&self) -> usize {
         self.disks.len()

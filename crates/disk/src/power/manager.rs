@@ -877,6 +877,26 @@ impl PowerManager {
         self.inner.controllers.write()[disk] = controller;
     }
 
+    /// Manage one more disk (a grid grown by a disk while open), Off, controlled by `controller`; returns its
+    /// index (the next after the others). No other disk changes state. The disk is usable once this returns:
+    /// [`PowerManager::n_disks`] counts it last.
+    pub fn add_disk(&self, controller: Arc<dyn PowerController>) -> usize {
+        let now_ms = self.inner.clock.now_ms();
+        self.inner.wakes.lock().add_disk();
+        let mut st = self.inner.state.lock();
+        let index = st.budget.add_disk(now_ms);
+        st.sched.add_disk();
+        if let Some(idle) = st.idle.as_mut() {
+            idle.add_disk();
+        }
+        st.disks.push(DiskActivity::default());
+        drop(st);
+        // Counted last: callers check indices against `n_disks()`.
+        self.inner.controllers.write().push(controller);
+        self.inner.changed.notify_all();
+        index
+    }
+
     /// Every disk's state and counters up to now, read at one instant.
     pub fn snapshot(&self) -> Vec<(PowerState, PowerStats)> {
         let now_ms = self.inner.clock.now_ms();

@@ -306,6 +306,12 @@ pub(crate) struct WakeLog {
 }
 
 impl WakeLog {
+    /// One more disk, never woken.
+    pub(crate) fn add_disk(&mut self) {
+        self.last.push(None);
+        self.counts.push([0; WakeKind::ALL.len()]);
+    }
+
     pub(crate) fn new(n_disks: usize) -> WakeLog {
         WakeLog {
             next_seq: 1,

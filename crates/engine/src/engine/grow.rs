@@ -1,4 +1,5 @@
-//! Growing a grid by one data disk at a time (`Engine::add_disk`, docs/grid.md "Growing a grid").
+//! Growing a grid by one data disk at a time, closed (`Engine::add_disk`) or open (`Engine::add_disk_live`, a
+//! running server), docs/grid.md "Growing a grid". Both run the same durable steps (`add_durable`).
 //!
 //! A disk never written reads as zeros (the written map), so a new data disk leaves the parity of its horizontal
 //! parity group and of its column valid: nothing is recomputed, no other disk is opened for I/O, nothing spins.
@@ -8,26 +9,73 @@
 //! 2. one journal transaction records the disk (`added_disks`): the commit point, the geometry's version bumps;
 //! 3. `grid.toml` lists the disk too (a crash before it is repaired on open from the journal's row).
 //!
+//! An open engine then grows what it holds per disk, the geometry last: the power manager's entry (the new disk
+//! alone, Off), the disk's slot (its stack of counters, power and IDR), its maps (nothing written, no defect) and
+//! the configuration. Until the geometry is published no thread names the new disk; a thread still working with
+//! the geometry it read before is right too: the never-written disk adds zeros to its groups' parity.
+//!
 //! **Invariants.**
 //! - The journal's `added_disks` rows are the geometry: `Geometry::grown(layout, rows)`; `grid.toml`'s `disks`
 //!   follow it (an entry without a row, from a crash between steps 1 and 2, is ignored).
 //! - A data disk is never larger than the parity disks of its groups (its bytes beyond theirs could not be
 //!   protected), nor smaller than the grid's disks (every bucket has the grid's bucket capacity).
 //! - A recovery of a group needs every member spinning: a group never grows beyond `spinning_max` disks.
+//! - A geometry only grows: a disk index, once valid, keeps its role and groups' parity disks (`GeometryCell`).
+//! - One growth at a time per engine, never during a replacement (`Shared::grow_mutex`).
 
+use std::ops::Deref;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
 
+use parking_lot::RwLock;
 use permafrost_disk::{BlockDisk, Disk, FileDisk};
 use permafrost_grid::{AddedDisk, Geometry, GroupId};
 use serde::Serialize;
 
 use super::{Engine, JOURNAL_FILE};
+use crate::ages::RangeAges;
 use crate::config::{DiskSpec, GridConfig};
+use crate::disks::{DiskSlot, MissingDisk};
 use crate::header::DiskHeader;
-use crate::journal::{AddedDiskRow, Journal};
+use crate::journal::{AddedDiskRow, Journal, ScrubRow};
+use crate::rangeset::RangeSet;
 use crate::{Error, Result};
+
+/// The geometry of an open engine: the one it opened with, then the latest grown one. Dereferences to the
+/// current geometry without holding a lock, so `&Geometry` can be handed out (`Engine::geometry`) and kept:
+/// a grown geometry is leaked on purpose (a few hundred bytes per disk added during the process's life), so a
+/// reference taken before a growth stays valid, and stays right for every disk it names (geometries only grow).
+pub(crate) struct GeometryCell {
+    opened: Geometry,
+    grown: RwLock<Option<&'static Geometry>>,
+}
+
+impl GeometryCell {
+    pub(crate) fn new(opened: Geometry) -> GeometryCell {
+        GeometryCell {
+            opened,
+            grown: RwLock::new(None),
+        }
+    }
+
+    /// Make `grown` the current geometry (it must extend the current one).
+    fn publish(&self, grown: Geometry) {
+        debug_assert!(grown.disks() > self.disks());
+        *self.grown.write() = Some(Box::leak(Box::new(grown)));
+    }
+}
+
+impl Deref for GeometryCell {
+    type Target = Geometry;
+
+    fn deref(&self) -> &Geometry {
+        match *self.grown.read() {
+            Some(grown) => grown,
+            None => &self.opened,
+        }
+    }
+}
 
 /// What to add: a disk, and optionally where.
 #[derive(Debug, Clone)]
@@ -129,13 +177,124 @@ impl Engine {
     }
 
     /// Add a data disk to the (closed) grid in `dir`: see the module doc. No other disk is read, written or spun
-    /// up. The grid must not be open elsewhere (the CLI takes care of that for a running server).
+    /// up. The grid must not be open elsewhere: a running server grows with [`Engine::add_disk_live`].
     pub fn add_disk(dir: impl AsRef<Path>, request: AddDisk) -> Result<AddedDiskReport> {
         let started = Instant::now();
         let dir = dir.as_ref();
         let mut config = GridConfig::load(dir)?;
         let journal = Journal::open(&dir.join(JOURNAL_FILE))?;
         let geometry = load_geometry(dir, &mut config, &journal)?;
+        let (_, mut report) = add_durable(dir, &config, &journal, &geometry, &request)?;
+        // Step 3: grid.toml lists it.
+        config.disks.push(request.spec);
+        config.save(dir)?;
+        report.millis = started.elapsed().as_millis() as u64;
+        Ok(report)
+    }
+
+    /// Add a data disk to this open grid (a running server): the durable steps of [`Engine::add_disk`], then the
+    /// engine grows every per-disk structure in place (module doc). No other disk is read, written or spun up;
+    /// reads and writes go on meanwhile, and the new bucket takes writes as soon as this returns.
+    pub fn add_disk_live(&self, request: AddDisk) -> Result<AddedDiskReport> {
+        let started = Instant::now();
+        let s = &self.shared;
+        if s.stopped() {
+            return Err(Error::Closed);
+        }
+        let _one_at_a_time = s.grow_mutex.lock();
+        let config = s.config.read().clone();
+        let (grown, mut report) = add_durable(&s.dir, &config, &s.journal, &s.geometry, &request)?;
+        let index = report.disk;
+        // Committed: from here on the grid has the disk, whatever fails below (the next open finds it).
+        {
+            let mut config = s.config.write();
+            config.disks.push(request.spec.clone());
+            if let Err(e) = config.save(&s.dir) {
+                tracing::warn!(
+                    "disk {index} added, but {} was not updated (the next open repairs it from the journal): {e}",
+                    s.dir.join(crate::CONFIG_FILE).display()
+                );
+            }
+        }
+        let config = s.config.read().clone();
+        let controller = request.spec.power_controller(&s.dir)?;
+        let backend = super::open::open_backend(
+            &s.dir,
+            &config,
+            &grown,
+            index,
+            &request.spec,
+            s.wrap_disk.as_ref(),
+        )?;
+        let failed = backend.is_none();
+        let backend: Arc<dyn Disk> = backend.unwrap_or_else(|| {
+            Arc::new(MissingDisk {
+                name: request.spec.resolved_path(&s.dir).display().to_string(),
+                capacity_bytes: report.capacity_bytes,
+            })
+        });
+        let power_index = s.power.add_disk(controller);
+        if power_index != index {
+            return Err(Error::Config(format!(
+                "the power manager numbers the new disk {power_index}, the grid {index} (reopen the grid)"
+            )));
+        }
+        let slot = DiskSlot::build(
+            backend,
+            Arc::clone(&s.counters[index]),
+            &s.power,
+            index,
+            config.idr,
+        )?;
+        if slot.idr.logical_capacity() < s.logical_bytes {
+            return Err(Error::Header {
+                disk: index,
+                name: slot.name.clone(),
+                message: format!(
+                    "too small: {} logical bytes, the grid's buckets have {}",
+                    slot.idr.logical_capacity(),
+                    s.logical_bytes
+                ),
+            });
+        }
+        s.slots.write().push(Arc::new(slot));
+        {
+            let mut maps = s.maps.lock();
+            maps.written.push(RangeSet::new());
+            maps.defects.push(RangeSet::new());
+            maps.failed.push(false);
+            maps.scrub.push(ScrubRow::default());
+            maps.ages.push(RangeAges::new());
+        }
+        s.geometry.publish(grown);
+        if failed {
+            s.mark_failed(index, "could not be opened right after it was added")?;
+        }
+        s.notify();
+        report.millis = started.elapsed().as_millis() as u64;
+        tracing::info!(
+            "grid {}: the open grid grew to {} ({} ms); bucket {} takes writes now",
+            config.grid_id,
+            report.geometry,
+            report.millis,
+            report.bucket
+        );
+        Ok(report)
+    }
+}
+
+/// The durable steps 1 and 2 of adding a disk (module doc) to the grid in `dir` of `config`, `journal` and
+/// `geometry`, shared by [`Engine::add_disk`] and [`Engine::add_disk_live`]: choose and check the place, write the
+/// disk's header, commit the journal row. Returns the grown geometry and the report (its `millis` left to the
+/// caller); step 3 (`grid.toml`) is the caller's.
+fn add_durable(
+    dir: &Path,
+    config: &GridConfig,
+    journal: &Journal,
+    geometry: &Geometry,
+    request: &AddDisk,
+) -> Result<(Geometry, AddedDiskReport)> {
+    {
         let index = geometry.disks();
         let path = request.spec.resolved_path(dir);
         let name = path.display().to_string();
@@ -308,9 +467,6 @@ impl Engine {
                 spec_json: spec_json.clone(),
             })
         })?;
-        // Step 3: grid.toml lists it.
-        config.disks.push(request.spec);
-        config.save(dir)?;
         let targets = grown.parity_targets(index);
         let report = AddedDiskReport {
             disk: index,
@@ -324,7 +480,7 @@ impl Engine {
             capacity_bytes: capacity,
             geometry_version: grown.version(),
             geometry: grown.describe(),
-            millis: started.elapsed().as_millis() as u64,
+            millis: 0,
         };
         tracing::info!(
             "grid {}: disk {index} ({name}) added as bucket {} in horizontal parity group {hpg} and column {column}; \
@@ -333,6 +489,6 @@ impl Engine {
             report.bucket,
             report.geometry_version
         );
-        Ok(report)
+        Ok((grown, report))
     }
 }

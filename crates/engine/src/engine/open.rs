@@ -17,9 +17,9 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use parking_lot::{Condvar, Mutex, RwLock};
-use permafrost_disk::power::PowerManager;
+use permafrost_disk::power::{PowerManager, PowerStats};
 use permafrost_disk::{BlockDisk, Disk, DiskError, FileDisk};
-use permafrost_grid::Geometry;
+use permafrost_grid::{Geometry, Layout};
 
 use super::{Engine, Maps, OpenOptions, Shared, JOURNAL_FILE};
 use crate::config::{DiskSpec, GridConfig, CONFIG_FILE};
@@ -155,13 +155,23 @@ impl Engine {
         let failed_in_journal: HashMap<usize, String> =
             journal.failed_disks()?.into_iter().collect();
 
-        let counters: Vec<Arc<IoCounters>> =
-            (0..n).map(|_| Arc::new(IoCounters::default())).collect();
+        // Per-disk entries for every index the grid may grow to (see `Shared::counters`).
+        let per_disk = Layout::MAX_DISKS.max(n);
+        let counters: Vec<Arc<IoCounters>> = (0..per_disk)
+            .map(|_| Arc::new(IoCounters::default()))
+            .collect();
         let mut backends: Vec<Option<Arc<dyn Disk>>> = Vec::with_capacity(n);
         let mut failed = vec![false; n];
         let mut newly_failed = Vec::new();
         for (index, spec) in config.disks.iter().enumerate() {
-            match open_backend(&dir, &config, &geometry, index, spec, &options)? {
+            match open_backend(
+                &dir,
+                &config,
+                &geometry,
+                index,
+                spec,
+                options.wrap_disk.as_ref(),
+            )? {
                 Some(disk) => backends.push(Some(disk)),
                 None => {
                     backends.push(None);
@@ -231,7 +241,8 @@ impl Engine {
         let defects = journal.ranges(RangeTable::Defects, n)?;
         let scrub = journal.scrub_rows(n)?;
         let ages = journal.ages(n)?;
-        let power_base = journal.power(n)?;
+        let mut power_base = journal.power(n)?;
+        power_base.resize(per_disk, PowerStats::default());
         let next_txn = journal.next_txn()?;
         let deltas =
             DeltaCache::new(delta_dir(&dir), config.delta_cache_bytes_max).map_err(|e| {
@@ -242,22 +253,19 @@ impl Engine {
             })?;
         let shared = Arc::new(Shared {
             dir,
-            geometry,
+            geometry: super::grow::GeometryCell::new(geometry),
             power: Arc::clone(&power),
-            slots: slots
-                .into_iter()
-                .map(|s| RwLock::new(Arc::new(s)))
-                .collect(),
+            slots: RwLock::new(slots.into_iter().map(Arc::new).collect()),
             counters,
             logical_bytes,
             stripe_bytes,
             journal,
             locks: LockManager::new(),
             deltas,
-            drain_mutexes: (0..n).map(|_| Mutex::new(())).collect(),
-            recovery_mutexes: (0..n).map(|_| Mutex::new(())).collect(),
+            drain_mutexes: (0..per_disk).map(|_| Mutex::new(())).collect(),
+            recovery_mutexes: (0..per_disk).map(|_| Mutex::new(())).collect(),
             evacuation_sources: Default::default(),
-            bytes_recovered: (0..n).map(|_| AtomicU64::new(0)).collect(),
+            bytes_recovered: (0..per_disk).map(|_| AtomicU64::new(0)).collect(),
             maps: Mutex::new(Maps {
                 written,
                 defects,
@@ -272,9 +280,10 @@ impl Engine {
             wake: Condvar::new(),
             wake_mutex: Mutex::new(()),
             scrub_queue: Mutex::new(VecDeque::new()),
-            readers: (0..n).map(|_| AtomicUsize::new(0)).collect(),
+            readers: (0..per_disk).map(|_| AtomicUsize::new(0)).collect(),
             wrap_disk: options.wrap_disk,
             power_base,
+            grow_mutex: Mutex::new(()),
             config: RwLock::new(config),
         });
         shared.paused.store(paused, Ordering::SeqCst);
@@ -361,14 +370,15 @@ pub(super) fn spawn(name: &str, f: impl FnOnce() + Send + 'static) -> JoinHandle
         .expect("spawn an engine thread")
 }
 
-/// Open one disk's backend and check its header. `Ok(None)`: the disk cannot be opened (it runs as failed).
-fn open_backend(
+/// Open one disk's backend, wrap it (`wrap`: the caller's wrapper, tests) and check its header. `Ok(None)`: the
+/// disk cannot be opened (it runs as failed).
+pub(super) fn open_backend(
     dir: &Path,
     config: &GridConfig,
     geometry: &Geometry,
     index: usize,
     spec: &DiskSpec,
-    options: &OpenOptions,
+    wrap: Option<&super::WrapDisk>,
 ) -> Result<Option<Arc<dyn Disk>>> {
     let path = spec.resolved_path(dir);
     let name = path.display().to_string();
@@ -396,7 +406,7 @@ fn open_backend(
             )));
         }
     }
-    let disk = match &options.wrap_disk {
+    let disk = match wrap {
         Some(wrap) => wrap(index, disk),
         None => disk,
     };

@@ -29,6 +29,8 @@ impl Shared {
         // No I/O of `disk` in flight while its slot and maps change: writers, drains, recoveries and readers all
         // hold a range lock of the disk while they use it.
         let _lock = self.lock(vec![RangeLock::exclusive(disk, 0, self.logical_bytes)]);
+        // Not while the grid grows: both rewrite `config.disks`.
+        let _grow = self.grow_mutex.lock();
         let mut config = self.config.read().clone();
         if let Some(spec) = spec {
             config.disks[disk] = spec;
@@ -121,7 +123,7 @@ impl Shared {
             b.clear_ages(disk)?;
             b.clear_failed(disk)
         })?;
-        *self.slots[disk].write() = Arc::new(slot);
+        self.slots.write()[disk] = Arc::new(slot);
         maps.written[disk] = RangeSet::new();
         maps.defects[disk] = defects;
         maps.scrub[disk] = ScrubRow::default();
