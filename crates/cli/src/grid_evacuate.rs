@@ -1,21 +1,28 @@
 //! `permafrost grid evacuate`: move a disk's contents to a replacement while the disk still reads, then retire it.
+//!
+//! With `--dir` the grid is opened here (its server stopped); without it the command asks the running server
+//! (`--endpoint`, or the server running on `--data-dir`) to evacuate the disk (`POST /disks/{disk}/evacuate` of
+//! the admin API) and follows the task's progress until it ends, while the server keeps serving reads.
 
 use std::path::PathBuf;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use permafrost_disk::power::PowerControl;
 use permafrost_engine::{DiskSpec, Engine, EvacuationState, GridStatus};
 
+use crate::object::remote::Remote;
+use crate::object::{server_endpoint, Target};
 use crate::progress::bytes_bar;
 use crate::units::format_bytes;
 
 #[derive(Args)]
 pub struct EvacuateArgs {
-    /// The grid directory.
+    /// The grid directory, opened here (its server must be stopped). Without it, the running server evacuates the
+    /// disk (`--endpoint`, or the server on `--data-dir`) while it keeps serving.
     #[arg(long)]
-    dir: PathBuf,
+    dir: Option<PathBuf>,
     /// The disk to evacuate (row-major position in the grid).
     #[arg(long)]
     disk: usize,
@@ -26,13 +33,17 @@ pub struct EvacuateArgs {
     /// What spins the replacement down and up (see `grid init --power-control`) [default: the old drive's].
     #[arg(long, requires = "to")]
     power_control: Option<PowerControl>,
-    #[arg(long)]
-    json: bool,
+    #[command(flatten)]
+    target: Target,
 }
 
 pub fn run(args: EvacuateArgs) -> Result<()> {
-    let engine = Engine::open(&args.dir)
-        .with_context(|| format!("cannot open the grid in {}", args.dir.display()))?;
+    let Some(dir) = args.dir.clone() else {
+        return run_on_server(args);
+    };
+    let json = args.target.json;
+    let engine =
+        Engine::open(&dir).with_context(|| format!("cannot open the grid in {}", dir.display()))?;
     let previous_control = match engine.config().disks.get(args.disk) {
         Some(DiskSpec::Block { power_control, .. }) => power_control.clone(),
         _ => PowerControl::Simulated,
@@ -41,7 +52,7 @@ pub fn run(args: EvacuateArgs) -> Result<()> {
         path,
         power_control: args.power_control.unwrap_or(previous_control),
     });
-    let bar = bytes_bar("evacuating", args.json);
+    let bar = bytes_bar("evacuating", json);
     let started = Instant::now();
     let result = engine.evacuate(args.disk, to, &|done, total| {
         bar.set_length(total);
@@ -69,7 +80,7 @@ pub fn run(args: EvacuateArgs) -> Result<()> {
         }
     };
     let seconds = started.elapsed().as_secs_f64();
-    if args.json {
+    if json {
         println!(
             "{}",
             serde_json::json!({ "disk": args.disk, "report": report, "seconds": seconds })
@@ -94,6 +105,100 @@ pub fn run(args: EvacuateArgs) -> Result<()> {
             "disk {} is not fully evacuated (ranges above); run the command again to resume",
             args.disk
         );
+    }
+    Ok(())
+}
+
+/// The admin API's prefix.
+const API: &str = "/_permafrost/api/v1";
+
+/// Ask the running server to evacuate the disk and follow the task until it ends.
+fn run_on_server(args: EvacuateArgs) -> Result<()> {
+    let Some(endpoint) = server_endpoint(&args.target) else {
+        bail!(
+            "no server runs on {} and no --endpoint is given: give --dir GRID to evacuate the disk of a stopped \
+             server's grid here",
+            args.target.data_dir.display()
+        );
+    };
+    let json = args.target.json;
+    let server = Remote::connect(&endpoint, &args.target)?;
+    let mut body = serde_json::json!({});
+    if let Some(to) = &args.to {
+        body["to"] = serde_json::json!(to);
+    }
+    if let Some(control) = &args.power_control {
+        body["power_control"] = serde_json::to_value(control)?;
+    }
+    let answer = server
+        .admin(
+            "POST",
+            &format!("{API}/disks/{}/evacuate", args.disk),
+            Some(&body),
+        )
+        .with_context(|| format!("asking {endpoint} to evacuate disk {}", args.disk))?;
+    let id = answer["task"]["id"]
+        .as_u64()
+        .with_context(|| format!("the server's answer names no task: {answer}"))?;
+    if !json {
+        eprintln!(
+            "disk {}: evacuation running on {endpoint} as task {id}",
+            args.disk
+        );
+    }
+    let bar = bytes_bar("evacuating", json);
+    let lines = bar.is_hidden() && !json;
+    let started = Instant::now();
+    let mut last_line = Instant::now();
+    let task = loop {
+        let task = server.admin("GET", &format!("{API}/tasks/{id}"), None)?;
+        let (done, total) = (
+            task["done_bytes"].as_u64().unwrap_or(0),
+            task["total_bytes"].as_u64().unwrap_or(0),
+        );
+        bar.set_length(total);
+        bar.set_position(done);
+        if lines && total > 0 && last_line.elapsed() >= Duration::from_secs(5) {
+            eprintln!(
+                "disk {}: {} of {} ({:.0}%)",
+                args.disk,
+                format_bytes(done),
+                format_bytes(total),
+                done as f64 * 100.0 / total as f64
+            );
+            last_line = Instant::now();
+        }
+        if matches!(task["state"].as_str(), Some("done" | "failed")) {
+            break task;
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    };
+    bar.finish_and_clear();
+    let seconds = started.elapsed().as_secs_f64();
+    if task["state"] == "failed" {
+        bail!(
+            "evacuating disk {} stopped: {}; run the command again to resume",
+            args.disk,
+            task["error"].as_str().unwrap_or("no reason given")
+        );
+    }
+    let report = &task["result"];
+    if json {
+        println!(
+            "{}",
+            serde_json::json!({ "disk": args.disk, "task": id, "report": report, "seconds": seconds })
+        );
+    } else {
+        let bytes = |name: &str| format_bytes(report[name].as_u64().unwrap_or(0));
+        eprintln!(
+            "disk {}: {} copied from the old disk, {} reconstructed from the grid, {} served to readers from \
+             the old disk in {seconds:.1} s",
+            args.disk,
+            bytes("bytes_copied"),
+            bytes("bytes_reconstructed"),
+            bytes("bytes_served_to_readers")
+        );
+        eprintln!("disk {} evacuated; the old disk is retired", args.disk);
     }
     Ok(())
 }
