@@ -35,6 +35,9 @@ pub enum GridCommand {
     Rebuild(DiskArgs),
     /// Copy a disk to a replacement while it still reads (the grid fills what it cannot read), then retire it.
     Evacuate(crate::grid_evacuate::EvacuateArgs),
+    /// Put a disk larger than a parity disk in that parity's place; the old parity disk becomes a data disk
+    /// (Unraid's parity swap). Restartable: run it again to resume.
+    SwapParity(crate::grid_swap_parity::SwapParityArgs),
     /// Verify (and repair) disks: one disk, all disks, or the ranges whose last verification is overdue.
     Scrub(ScrubArgs),
     /// Recompute every parity disk from its members and report mismatches (exit code 2 if any).
@@ -279,6 +282,7 @@ pub fn run(command: GridCommand) -> Result<()> {
         GridCommand::AddDisk(args) => add_disk(args),
         GridCommand::Rebuild(args) => rebuild(args),
         GridCommand::Evacuate(args) => crate::grid_evacuate::run(args),
+        GridCommand::SwapParity(args) => crate::grid_swap_parity::run(args),
         GridCommand::Scrub(args) => scrub(args),
         GridCommand::VerifyParity(args) => verify_parity(args),
         GridCommand::Flush(args) => {
@@ -541,6 +545,7 @@ fn print_status(status: &permafrost_engine::GridStatus) {
         );
     }
     crate::grid_evacuate::print_evacuations(status);
+    crate::grid_swap_parity::print_swaps(status);
     let joules: f64 = status.disks.iter().map(|d| d.power.joules).sum();
     let spin_ups: u64 = status.disks.iter().map(|d| d.power.spin_ups).sum();
     println!(
