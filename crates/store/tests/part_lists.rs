@@ -142,16 +142,6 @@ fn a_precompressed_multipart_upload_is_served_as_sent_and_decoded() {
     }
 }
 
-fn grid_used_bytes(store: &Store) -> u64 {
-    store
-        .status()
-        .unwrap()
-        .used_bytes_per_grid_bucket
-        .iter()
-        .map(|(_, b)| b)
-        .sum()
-}
-
 fn contents(store: &Store) -> u64 {
     store
         .status()

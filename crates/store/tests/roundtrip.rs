@@ -183,34 +183,10 @@ fn bytes_changed_behind_the_engine_are_reported_not_returned() {
     store.evict_cache().unwrap();
     assert_eq!(get(&store, "dmg", "k"), body, "clean grid read");
 
-    // Find the object's bytes on the grid: the bucket and offset where its first 64 bytes are.
-    let engine = store.engine();
-    let scan = 8 << 20;
-    let (bucket, at) = (0..engine.buckets())
-        .find_map(|b| {
-            let mut bytes = Vec::new();
-            std::io::Read::read_to_end(&mut engine.read(b, 0, scan).unwrap(), &mut bytes).unwrap();
-            bytes
-                .windows(64)
-                .position(|w| w == &body[..64])
-                .map(|p| (b, p as u64))
-        })
-        .expect("the object's bytes are on some grid bucket");
-    // Rewrite the 4 KiB block holding body byte 1 MiB through the engine (parity and IDR stay consistent).
-    let block = (at + (1 << 20)) / 4096 * 4096;
-    let mut bytes = Vec::new();
-    std::io::Read::read_to_end(&mut engine.read(bucket, block, 4096).unwrap(), &mut bytes).unwrap();
-    bytes[100] ^= 0x40;
-    let mut promise = engine
-        .write(
-            bucket,
-            block,
-            4096,
-            permafrost_engine::WriteMode::Serialized,
-        )
-        .unwrap();
-    promise.append(&bytes).unwrap();
-    promise.commit().unwrap();
+    // Change one byte of the object on the grid, 1 MiB into its body, through the engine (parity and IDR stay
+    // consistent).
+    let (bucket, at) = find_on_grid(&store, &body);
+    flip_on_grid(&store, bucket, at + (1 << 20) + 100, 0x40);
 
     let (_, mut reader) = store.open_object("dmg", "k", None, None).unwrap();
     let mut out = Vec::new();

@@ -22,16 +22,6 @@ fn content_count(store: &Store) -> u64 {
         .sum()
 }
 
-fn grid_used_bytes(store: &Store) -> u64 {
-    store
-        .status()
-        .unwrap()
-        .used_bytes_per_grid_bucket
-        .iter()
-        .map(|(_, b)| b)
-        .sum()
-}
-
 #[test]
 fn identical_content_under_ten_keys_is_stored_once_and_freed_after_the_last_delete() {
     let dir = tempfile::tempdir().unwrap();
@@ -374,13 +364,20 @@ fn restart_requeues_unpersisted_contents_and_drops_partial_uploads() {
         std::mem::forget(partial); // as if the process died mid-upload
                                    // Drop without close or persist: a crash as far as the store's data is concerned.
     }
-    assert!(
-        std::fs::read_dir(dir.path().join("cache/tmp"))
-            .unwrap()
-            .next()
-            .is_some(),
-        "the partial upload left a file"
-    );
+    // The upload's writer lane creates the file on a thread of its own: wait for it (a loaded machine may take a
+    // while), then restart as after the crash.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while std::fs::read_dir(dir.path().join("cache/tmp"))
+        .unwrap()
+        .next()
+        .is_none()
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the partial upload left a file"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
     let store = open(dir.path());
     assert_eq!(
         std::fs::read_dir(dir.path().join("cache/tmp"))

@@ -97,6 +97,17 @@ pub fn spin_ups_per_disk(store: &Store) -> Vec<u64> {
         .collect()
 }
 
+/// Bytes the store's extents take on the grid, over every grid bucket.
+pub fn grid_used_bytes(store: &Store) -> u64 {
+    store
+        .status()
+        .unwrap()
+        .used_bytes_per_grid_bucket
+        .iter()
+        .map(|(_, b)| b)
+        .sum()
+}
+
 /// Wait until every disk is off (the test profile's idle timeout is short).
 pub fn wait_all_off(store: &Store) {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
