@@ -378,6 +378,24 @@ fn what_a_swap_refuses() {
         },
     );
     assert!(err.contains("already disk 0"), "{err}");
+    // No place for the old parity disk as a data disk: a row that does not exist.
+    let err = Engine::swap_parity(
+        dir.path(),
+        SwapParity {
+            parity: Some(parity),
+            new: Some(big_disk()),
+            hpg: Some(99),
+            ..Default::default()
+        },
+        OpenOptions::default(),
+        &|_, _, _| {},
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.contains(&format!("parity disk {parity} cannot become a data disk")),
+        "{err}"
+    );
     {
         let engine = Engine::open(dir.path()).unwrap();
         engine.fail_disk(0).unwrap();
@@ -421,5 +439,106 @@ fn replacing_a_data_disk_by_a_larger_one_still_works() {
         "after replacing a data disk by a larger one",
     );
     assert_parity_clean(&engine);
+    engine.close().unwrap();
+}
+
+/// On block devices (loop devices; needs root, skipped otherwise) the old parity disk is not wiped when it becomes
+/// a data disk: its bytes still hold the old parity, and the grid reads it as zeros anyway (the written map), with
+/// the parity of its new group and column valid. A crash after its header was rewritten resumes on devices too.
+#[test]
+fn on_block_devices_the_old_parity_bytes_are_never_read_as_data() {
+    use permafrost_disk::{Disk, LoopDevice};
+    const DEVICE_BYTES: u64 = 8 << 20;
+    let temp = tempfile::tempdir().unwrap();
+    let mut devices = Vec::new();
+    for i in 0..10 {
+        let backing = temp.path().join(format!("backing-{i}.img"));
+        let size = if i == 9 {
+            2 * DEVICE_BYTES
+        } else {
+            DEVICE_BYTES
+        };
+        std::fs::File::create(&backing)
+            .unwrap()
+            .set_len(size)
+            .unwrap();
+        match LoopDevice::attach(&backing) {
+            Ok(device) => devices.push(device),
+            // SAFETY: geteuid has no preconditions.
+            Err(why) if unsafe { libc::geteuid() } != 0 => {
+                println!("skipped: not root, no loop devices ({why})");
+                return;
+            }
+            Err(why) => panic!("running as root but losetup failed: {why}"),
+        }
+    }
+    let paths: Vec<std::path::PathBuf> = devices.iter().map(|d| d.path().to_path_buf()).collect();
+    // 4x2:1+1: row 0 is b0 hP0 b1 hP1, row 1 the four vP.
+    let mut config =
+        GridConfig::with_block_devices("4x2:1+1".parse().unwrap(), &paths[..8], &[]).unwrap();
+    config.power = permafrost_disk::power::PowerProfile::for_tests();
+    let dir = temp.path().join("grid");
+    let engine = Engine::create(&dir, config).unwrap();
+    let parity = 1;
+    assert_eq!(engine.geometry().role(parity), Role::HParity { hpg: 0 });
+    let data = pattern(31, (3 * MIB) as usize);
+    write(&engine, 0, 0, &data, WriteMode::Serialized);
+    let other = pattern(32, (2 * MIB) as usize);
+    write(&engine, 1, MIB, &other, WriteMode::Serialized);
+    engine.close().unwrap();
+    let held = vec![(0, 0, data), (1, MIB, other)];
+
+    let request = |crash| SwapParity {
+        parity: Some(parity),
+        new: Some(DiskSpec::Block {
+            path: paths[9].clone(),
+            power_control: Default::default(),
+        }),
+        hpg: Some(1),
+        column: None,
+        crash_after: crash,
+    };
+    let err = Engine::swap_parity(
+        &dir,
+        request(Some(SwapStep::HeaderWritten)),
+        OpenOptions::default(),
+        &|_, _, _| {},
+    )
+    .unwrap_err();
+    assert!(matches!(err, Error::SimulatedCrash(_)), "{err}");
+    let engine = Engine::open(&dir).unwrap();
+    assert_held(
+        &engine,
+        &held,
+        "after a crash with the old parity's header rewritten",
+    );
+    engine.close().unwrap();
+    let report =
+        Engine::swap_parity(&dir, request(None), OpenOptions::default(), &|_, _, _| {}).unwrap();
+    assert!(report.resumed);
+    assert_eq!((report.data_disk, report.hpg), (8, 1));
+
+    // The old parity's bytes are still on the device (the parity of b0's 3 MiB)...
+    let old = permafrost_disk::BlockDisk::open(&paths[parity]).unwrap();
+    let mut raw = vec![0u8; MIB as usize];
+    old.read_at(2 * MIB, &mut raw).unwrap();
+    assert!(raw.iter().any(|&b| b != 0), "the old parity disk was wiped");
+    drop(old);
+    // ...and the grid reads its bucket as zeros, with every object and the parity intact.
+    let engine = Engine::open(&dir).unwrap();
+    let bucket = report.bucket;
+    assert_eq!(
+        read(&engine, bucket, 0, 4 * MIB).unwrap(),
+        vec![0u8; (4 * MIB) as usize]
+    );
+    assert_held(&engine, &held, "after the swap on devices");
+    assert_parity_clean(&engine);
+    let fresh = pattern(33, (MIB / 2) as usize);
+    write(&engine, bucket, MIB + 8192, &fresh, WriteMode::Serialized);
+    assert_parity_clean(&engine);
+    let back = read(&engine, bucket, MIB, 2 * MIB).unwrap();
+    assert!(back[..8192].iter().all(|&b| b == 0));
+    assert_eq!(&back[8192..8192 + fresh.len()], &fresh[..]);
+    assert!(back[8192 + fresh.len()..].iter().all(|&b| b == 0));
     engine.close().unwrap();
 }
