@@ -214,8 +214,16 @@ pub struct State {
     pub cluster_node: bool,
     pub grid_id: String,
     pub layout: String,
+    /// The layout and the disks added to it (`8x6:4+1 +1 disk (hPG 0 col 5)`), and how many were added.
+    pub geometry: String,
+    pub geometry_version: u64,
     pub columns: usize,
+    /// Rows of the drawing: the layout's, and more where disks were added to a column.
     pub rows: usize,
+    /// Buckets (data disks) and the logical bytes of each and of all.
+    pub buckets: usize,
+    pub bucket_capacity_bytes: u64,
+    pub capacity_bytes: u64,
     pub disks: Vec<DiskState>,
     pub disks_by_state: std::collections::BTreeMap<&'static str, usize>,
     pub spinning_now: usize,
@@ -395,8 +403,16 @@ pub fn state(admin: &Admin) -> Result<State, ApiError> {
         cluster_node: admin.cluster_source().is_some(),
         grid_id: report.engine.grid_id.clone(),
         layout: report.engine.layout.clone(),
+        geometry: report.engine.geometry.clone(),
+        geometry_version: report.engine.geometry_version,
         columns: layout.x,
-        rows: layout.y,
+        rows: (0..geometry.disks())
+            .map(|d| geometry.row(d) + 1)
+            .max()
+            .unwrap_or(layout.y),
+        buckets: report.engine.buckets,
+        bucket_capacity_bytes: report.engine.bucket_capacity_bytes,
+        capacity_bytes: report.engine.buckets as u64 * report.engine.bucket_capacity_bytes,
         disks,
         disks_by_state,
         spinning_now: report.engine.spinning_now,

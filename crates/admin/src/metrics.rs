@@ -454,6 +454,30 @@ impl Collector for Snapshot {
         )?;
         gauge(
             &mut e,
+            "permafrost_grid_disks",
+            "Disks of the grid, the added ones included",
+            [(vec![], disks.len() as f64)],
+        )?;
+        gauge(
+            &mut e,
+            "permafrost_grid_buckets",
+            "Buckets (data disks) of the grid",
+            [(vec![], s.buckets as f64)],
+        )?;
+        gauge(
+            &mut e,
+            "permafrost_grid_capacity_bytes",
+            "Logical bytes all buckets of the grid hold",
+            [(vec![], s.capacity_bytes as f64)],
+        )?;
+        gauge(
+            &mut e,
+            "permafrost_grid_geometry_version",
+            "Data disks added to the grid since it was created",
+            [(vec![], s.geometry_version as f64)],
+        )?;
+        gauge(
+            &mut e,
             "permafrost_disk_capacity_bytes",
             "Logical bytes each disk holds",
             per_disk(&|d| d.capacity_bytes as f64),

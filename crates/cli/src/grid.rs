@@ -183,6 +183,10 @@ pub struct AddDiskArgs {
     /// The column to join [default: the narrowest free column of the row].
     #[arg(long)]
     column: Option<usize>,
+    /// A running server to grow the grid of, e.g. http://127.0.0.1:9000 [default: the server that has DIR's data
+    /// directory open, if any]. The server adds the disk to its open grid (POST /_permafrost/api/v1/disks).
+    #[arg(long)]
+    server: Option<String>,
     #[arg(long)]
     json: bool,
 }
@@ -555,8 +559,18 @@ fn print_status(status: &permafrost_engine::GridStatus) {
 }
 
 fn add_disk(args: AddDiskArgs) -> Result<()> {
-    // A server keeps the grid of DATA/grid open and holds DATA/.lock: growing the grid under it is not possible
-    // yet. Holding the lock for the add also keeps a server from starting meanwhile.
+    if let Some(server) = crate::grid_grow::server_for(&args.dir, args.server.as_deref()) {
+        let disk = crate::grid_grow::NewDisk {
+            device: args.device,
+            size: args.size,
+            power_control: args.power_control,
+            row: args.row,
+            column: args.column,
+        };
+        return crate::grid_grow::add_disk_on_server(&server, &args.dir, disk, args.json);
+    }
+    // A server keeps the grid of DATA/grid open and holds DATA/.lock (it is asked above when it wrote its
+    // endpoint). Holding the lock for the add also keeps a server from starting meanwhile.
     let _lock = match args.dir.parent().map(|data| data.join(".lock")) {
         Some(path) if path.exists() => {
             let file = File::options()
@@ -566,7 +580,7 @@ fn add_disk(args: AddDiskArgs) -> Result<()> {
                 .with_context(|| format!("cannot open {}", path.display()))?;
             if file.try_lock().is_err() {
                 bail!(
-                    "{} is held: a server (or another command) has this grid open; stop it, add the disk, start it again",
+                    "{} is held: a server (or another command) has this grid open; give the running server with --server URL, or stop it and add the disk",
                     path.display()
                 );
             }

@@ -10,6 +10,7 @@ mod config;
 mod data_dir;
 mod grid;
 mod grid_evacuate;
+mod grid_grow;
 mod grid_swap_parity;
 mod key;
 mod object;

@@ -53,6 +53,21 @@ pub struct Target {
     pub(crate) json: bool,
 }
 
+impl Target {
+    /// The server at `endpoint` serving the archive in `data_dir` (credentials from the environment or
+    /// `DATA/credentials`).
+    pub(crate) fn of_server(data_dir: PathBuf, endpoint: &str) -> Target {
+        Target {
+            data_dir,
+            endpoint: Some(endpoint.to_string()),
+            access_key: None,
+            secret_key: None,
+            region: "us-east-1".to_string(),
+            json: false,
+        }
+    }
+}
+
 #[derive(Args, Debug)]
 pub struct PutArgs {
     /// File to upload, or `-` for standard input.

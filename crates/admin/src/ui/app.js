@@ -160,7 +160,7 @@ function renderCluster(c) {
 }
 
 function render() {
-  text($("grid-name"), `${state.layout} · grid ${state.grid_id.slice(0, 8)} · ${state.spinning_now} of at most ${state.spinning_max} spinning · ` +
+  text($("grid-name"), `${state.geometry || state.layout} · ${bytes(state.capacity_bytes || 0)} in ${state.buckets} buckets · grid ${state.grid_id.slice(0, 8)} · ${state.spinning_now} of at most ${state.spinning_max} spinning · ` +
     `${state.scheduler} scheduler` + (state.spin_ups_per_day_max ? ` · at most ${state.spin_ups_per_day_max} spin-ups per disk a day` : ""));
   renderGrid();
   renderCache();
@@ -197,6 +197,9 @@ function fillDisk(el, d) {
   el.dataset.role = d.role;
   el.dataset.state = d.shown_state;
   el.setAttribute("role", "gridcell");
+  // Placed by position: a disk added to a grown grid sits below its column.
+  el.style.gridColumnStart = d.column + 1;
+  el.style.gridRowStart = d.row + 1;
   const s = STATES[d.shown_state] || { symbol: "?", word: d.shown_state };
   el.setAttribute("aria-label", `disk ${d.disk}, ${roleLabel(d)}, ${s.word}`);
   el.replaceChildren();
