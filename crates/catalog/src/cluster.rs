@@ -558,6 +558,24 @@ impl ClusterDb {
         self.write(|c| publish_write_in(c, node_id, entry, default_copies).map(|_| ()))
     }
 
+    /// [`ClusterDb::publish_write`] of a version `node_id`'s store holds, found by its reconcile, unless the
+    /// node has a tombstone of that version or a newer one ([`rules::reconcile_publishes`]: the tombstone
+    /// deletes the copy). Whether it published (false too when a newer version is listed).
+    pub fn publish_held(
+        &self,
+        node_id: i64,
+        entry: &DirEntry,
+        default_copies: u32,
+    ) -> Result<bool> {
+        self.write(|c| {
+            let tombstone = tombstone_in(c, node_id, &entry.bucket, entry.key.as_bytes())?;
+            if !rules::reconcile_publishes(tombstone.map(|(_, t)| t), entry.last_modified_ms) {
+                return Ok(false);
+            }
+            publish_write_in(c, node_id, entry, default_copies)
+        })
+    }
+
     /// [`ClusterDb::publish_write`] of a conditional write (`If-None-Match: *`, `If-Match`): the condition is
     /// checked against the directory in the same transaction, so it holds cluster-wide. The directory's current
     /// version of `bucket/key` is its newest row on any node (held whole or as parity fragments; rows of this very
@@ -603,8 +621,9 @@ impl ClusterDb {
 
     /// Make the directory's rows of `node_id` equal to `held` (what its store holds): rows for objects it no
     /// longer holds go, missing rows are published as [`ClusterDb::publish_write`] publishes them (a write
-    /// whose publish the database's absence or a crash stopped still needs its copies). Returns (published,
-    /// removed).
+    /// whose publish the database's absence or a crash stopped still needs its copies), except a version the
+    /// node has a tombstone for ([`rules::reconcile_publishes`]: a received copy never published, which its
+    /// tombstone pass deletes). Returns (published, removed).
     pub fn reconcile(
         &self,
         node_id: i64,
@@ -657,6 +676,15 @@ impl ClusterDb {
                 };
                 if stale {
                     listed.extend(row.map(|r| (id, r)));
+                } else if !rules::reconcile_publishes(
+                    tombstone_in(c, node_id, &entry.bucket, entry.key.as_bytes())?.map(|(_, t)| t),
+                    entry.last_modified_ms,
+                ) {
+                    // This node has a tombstone of that version or a newer one (a received copy never
+                    // published keeps its mark: `rules`): the tombstone deletes the copy, nothing is published,
+                    // and a row of an older version goes as one the store no longer holds.
+                    listed.extend(row.map(|r| (id, r)));
+                    continue;
                 }
                 {
                     if !stale && publish_write_in(c, node_id, entry, default_copies)? {
@@ -780,6 +808,23 @@ impl ClusterDb {
             })
         })
     }
+}
+
+/// `node_id`'s tombstone of `bucket/key` (its ETag and last-modified time), if it has one.
+fn tombstone_in(
+    c: &Connection,
+    node_id: i64,
+    bucket: &str,
+    key: &[u8],
+) -> Result<Option<(String, u64)>> {
+    c.query_row(
+        "SELECT etag, last_modified_ms FROM permafrost_cluster.tombstones \
+         WHERE node_id = ?1 AND bucket = ?2 AND key = ?3",
+        params![node_id, bucket, key],
+        |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?.max(0) as u64)),
+    )
+    .optional()
+    .map_err(sql_err)
 }
 
 fn publish_in(c: &Connection, node_id: i64, entry: &DirEntry) -> Result<bool> {
@@ -1450,25 +1495,50 @@ impl ClusterDb {
         })
     }
 
-    /// Publish a copy `node_id` just stored (the relay's sink, after its local commit) — unless the version is
-    /// gone meanwhile: a DELETE committed while the copy was on its way (no other node holds that version any
-    /// more: the sender published it before sending, so only a delete removes every row of it), this node has
-    /// a tombstone for it, or a newer version is in the directory. One transaction: a DELETE is ordered either
-    /// before it (the copy is refused: `false`, the caller deletes it) or after it (the row it publishes gets
-    /// its tombstone like every other holder's).
+    /// Before a copy that arrived from another node commits in `node_id`'s store (the relay's sink): leave the
+    /// node a tombstone of the copy's version, its *mark* ([`rules`]: a received copy is covered by a tombstone
+    /// until it is published), unless it has a tombstone of that version or a newer one already
+    /// ([`rules::mark_replaces`]). Only [`ClusterDb::publish_copy`] removes the mark, in the transaction that
+    /// publishes the copy; a copy committed and never published (a crash, the database gone) is deleted by the
+    /// node's next tombstone pass, which comes before any reconcile, instead of being published by it.
+    pub fn mark_copy(&self, node_id: i64, entry: &DirEntry) -> Result<()> {
+        self.write(|c| {
+            let key = entry.key.as_bytes();
+            let tombstone = tombstone_in(c, node_id, &entry.bucket, key)?;
+            if rules::mark_replaces(tombstone.map(|(_, lm)| lm), entry.last_modified_ms) {
+                c.execute(
+                    "INSERT INTO permafrost_cluster.tombstones (node_id, bucket, key, etag, last_modified_ms) \
+                     VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT (node_id, bucket, key) DO UPDATE SET \
+                     etag = excluded.etag, last_modified_ms = excluded.last_modified_ms",
+                    params![
+                        node_id,
+                        entry.bucket,
+                        key,
+                        entry.etag,
+                        entry.last_modified_ms as i64
+                    ],
+                )
+                .map_err(sql_err)?;
+            }
+            Ok(())
+        })
+    }
+
+    /// Publish a copy `node_id` just stored (the relay's sink, after [`ClusterDb::mark_copy`] and its local
+    /// commit) and remove its mark — unless the copy must not stay ([`rules::copy_admitted`]): its mark is gone
+    /// (the node applied it and deleted the copy, or a DELETE or a newer version's tombstone replaced it), a
+    /// DELETE committed while the copy was on its way (no other node holds that version any more: the sender
+    /// published it before sending, so only a delete removes every row of it), or a newer version is in the
+    /// directory. One transaction: a DELETE is ordered either before it (the copy is refused: `false`, the
+    /// caller deletes it, and the tombstone left stays for the node's next pass) or after it (the row it
+    /// publishes gets its tombstone like every other holder's).
     pub fn publish_copy(&self, node_id: i64, entry: &DirEntry) -> Result<bool> {
         self.write(|c| {
             let key = entry.key.as_bytes();
             let lm = entry.last_modified_ms as i64;
-            let tombstone: Option<i64> = c
-                .query_row(
-                    "SELECT 1 FROM permafrost_cluster.tombstones WHERE node_id = ?1 AND bucket = ?2 \
-                     AND key = ?3 AND last_modified_ms >= ?4",
-                    params![node_id, entry.bucket, key, lm],
-                    |r| r.get(0),
-                )
-                .optional()
-                .map_err(sql_err)?;
+            let marked = tombstone_in(c, node_id, &entry.bucket, key)?.is_some_and(|(etag, t)| {
+                etag == entry.etag && t == entry.last_modified_ms
+            });
             let origin: Option<i64> = c
                 .query_row(
                     "SELECT 1 FROM permafrost_cluster.objects WHERE bucket = ?1 AND key = ?2 AND node_id <> ?3 \
@@ -1479,9 +1549,14 @@ impl ClusterDb {
                 .optional()
                 .map_err(sql_err)?;
             let newer = newer_version_listed(c, &entry.bucket, key, lm)?;
-            if !rules::copy_admitted(tombstone.is_some(), origin.is_some(), newer) {
+            if !rules::copy_admitted(marked, origin.is_some(), newer) {
                 return Ok(false);
             }
+            c.execute(
+                "DELETE FROM permafrost_cluster.tombstones WHERE node_id = ?1 AND bucket = ?2 AND key = ?3",
+                params![node_id, entry.bucket, key],
+            )
+            .map_err(sql_err)?;
             publish_in(c, node_id, entry)?;
             Ok(true)
         })

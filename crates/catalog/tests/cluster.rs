@@ -339,16 +339,21 @@ fn a_lost_node_s_copies_are_retired_and_a_copy_of_a_deleted_version_is_not_publi
     );
     assert_eq!(db.holders("bk", "y").unwrap().len(), 1);
     assert!(db.retire_lost(500, 10).unwrap().is_empty(), "done once");
-    // A copy arriving at b while a still holds the version: published.
+    // A copy arriving at b while a still holds the version: marked before its commit, published, unmarked.
+    db.mark_copy(b, &x).unwrap();
     assert!(db.publish_copy(b, &x).unwrap());
+    assert!(db.tombstone(b, "bk", "x").unwrap().is_none());
     // A copy of a version no other node holds any more (deleted while on its way): refused, no row.
     let mut others = db.delete_everywhere(a, "bk", "x").unwrap();
     others.sort();
     assert_eq!(others, ["b"]);
     assert!(!db.publish_copy(b, &x).unwrap());
     assert!(db.holders("bk", "x").unwrap().is_empty());
-    // A copy for a node with a tombstone of that version: refused although the origin still holds it.
+    // A copy whose mark is gone (its node applied it: the copy was deleted): refused although the origin still
+    // holds it.
     db.publish(a, &x).unwrap();
+    let t = db.tombstone(c, "bk", "x").unwrap().unwrap();
+    db.clear_tombstone(c, &t).unwrap();
     assert!(!db.publish_copy(c, &x).unwrap());
     // A copy older than what the directory holds: refused.
     db.publish(a, &entry("bk", "x", "e3", 300)).unwrap();

@@ -22,7 +22,10 @@
 //!   (`permafrost_relay::auth`) and is BLAKE3-checked per piece; a parity fragment is compared with the
 //!   directory's BLAKE3 before it is stored or its last bytes are served.
 //! - A node never brings back an object the cluster deleted: its tombstone is applied before a read or a
-//!   conditional write of the key is decided on that node.
+//!   conditional write of the key is decided on that node, and before its reconcile. A copy received from
+//!   another node is covered by a tombstone of its version from before its local commit until its publish
+//!   (`ClusterDb::mark_copy`), and a reconcile never publishes a version its node has a tombstone for, so a
+//!   copy committed but never published is deleted, not published later.
 //! - Errors are [`ClusterError`]: the directory's ([`CatalogError`]) or this node's own store's; nothing
 //!   panics on a database outage.
 //!
@@ -41,8 +44,8 @@ pub mod status;
 pub use node::{
     apply_tombstone, conditional_hold, conditional_pending, conditional_wait, copy_sink, fnv1a,
     local_version, tree_for_write, undo_local_commit, CatchUp, ClusterNode, ConditionalWrite,
-    CopiesInFlight, Refused, Replication, ReportGate, WritePlan, COPY_PIECE_BYTES,
-    LOST_COPIES_PER_PASS,
+    CopiesInFlight, Receiving, ReceivingGuard, Refused, Replication, ReportGate, WritePlan,
+    COPY_PIECE_BYTES, LOST_COPIES_PER_PASS,
 };
 pub use parity::{fetch_fragment, fragment_source, half, plan, rebuild_lost, ways, ROLES, XOR};
 

@@ -34,6 +34,14 @@
 //!   copies elsewhere and the node, should it return, drops its stale copies instead of republishing them.
 //! - **A copy racing a DELETE**: the holder publishes a copy only while the version still exists elsewhere
 //!   ([`ClusterDb::publish_copy`], one transaction); else it deletes the copy again and does not acknowledge it.
+//! - **A received copy is covered by a tombstone until it is published.** Before a copy commits, its holder
+//!   leaves itself a tombstone of the copy's version ([`ClusterDb::mark_copy`]), which only the publish
+//!   removes; tombstone passes leave the keys being received alone ([`ClusterNode::receiving`]). So a copy
+//!   committed and never published (a crash or the database gone between the two) is deleted by its node's
+//!   next tombstone pass, before any reconcile, and a reconcile never publishes a version its node has a
+//!   tombstone for: such a copy is not the node's to publish (its sender counted it as failed, the directory
+//!   records the version as short, the catch-up makes a new copy), and after an acknowledged DELETE it would
+//!   bring the object back (`permafrost_catalog::cluster::rules`).
 //! - Versioning and `copies > 1` exclude each other (PutBucketVersioning answers `400`): copies do not cover
 //!   versions.
 //! - **DELETE** (and each key of DeleteObjects) of the current version removes every copy: the local delete, then one directory transaction
@@ -78,6 +86,57 @@ pub struct ClusterNode {
     /// is behind this node's store until a reconcile. The heartbeat reconciles when it sees this set, so an
     /// outage shorter than a heartbeat is repaired too.
     pub directory_behind: std::sync::atomic::AtomicBool,
+    /// The `bucket/key`s of copies this node is receiving now, from their mark to their publish
+    /// ([`copy_sink`]): a tombstone pass leaves their tombstones for a later pass, so that it never deletes a
+    /// copy between its commit and its publish.
+    pub receiving: Receiving,
+}
+
+/// The `bucket/key`s of the copies a node is receiving ([`ClusterNode::receiving`]), each with how many
+/// arrive at once.
+#[derive(Default)]
+pub struct Receiving {
+    keys: std::sync::Mutex<std::collections::HashMap<(String, String), usize>>,
+}
+
+impl Receiving {
+    /// A copy of `bucket/key` is about to be marked, committed and published; until the guard is dropped.
+    pub fn enter(&self, bucket: &str, key: &str) -> ReceivingGuard<'_> {
+        let id = (bucket.to_owned(), key.to_owned());
+        *self
+            .keys
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(id.clone())
+            .or_default() += 1;
+        ReceivingGuard { set: self, id }
+    }
+
+    /// Whether a copy of `bucket/key` is being received now.
+    pub fn contains(&self, bucket: &str, key: &str) -> bool {
+        self.keys
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains_key(&(bucket.to_owned(), key.to_owned()))
+    }
+}
+
+/// One copy's hold on its key in [`Receiving`], given up when dropped.
+pub struct ReceivingGuard<'a> {
+    set: &'a Receiving,
+    id: (String, String),
+}
+
+impl Drop for ReceivingGuard<'_> {
+    fn drop(&mut self) {
+        let mut keys = self.set.keys.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(n) = keys.get_mut(&self.id) {
+            *n -= 1;
+            if *n == 0 {
+                keys.remove(&self.id);
+            }
+        }
+    }
 }
 
 /// The `bucket/key`s whose copies this node is making ([`ClusterNode::copying`]): a write waits for the
@@ -672,6 +731,10 @@ impl ClusterNode {
         bucket: &str,
         key: &str,
     ) -> Result<(), ClusterError> {
+        // A copy of the key arriving now is covered by its own tombstone until its publish: left for later.
+        if self.receiving.contains(bucket, key) {
+            return Ok(());
+        }
         if let Some(t) = self.db.tombstone(self.node_id, bucket, key)? {
             apply_tombstone(store, &t).map_err(ClusterError::Store)?;
             self.db.clear_tombstone(self.node_id, &t)?;
@@ -1009,13 +1072,39 @@ impl Sink for CopySink {
             node,
             started,
         } = *self;
+        if meta.bucket == permafrost_catalog::cluster::FRAGMENTS_BUCKET {
+            // A parity fragment: its sender publishes it with the other two (`crate::parity::place`).
+            handle
+                .finish()
+                .map_err(|e| std::io::Error::other(e.to_string()))?;
+            return Ok(());
+        }
+        // The copy's mark before its commit: until its publish removes it, the copy is covered by this node's
+        // tombstone of its version, so a copy committed and never published (a crash, the database gone) is
+        // deleted by the node's next tombstone pass and never published by a reconcile
+        // (`permafrost_catalog::cluster::rules`). The database unreachable: nothing commits.
+        let _receiving = node.receiving.enter(&meta.bucket, &meta.key);
+        node.db
+            .mark_copy(
+                node.node_id,
+                &DirEntry {
+                    bucket: meta.bucket.clone(),
+                    key: meta.key.clone(),
+                    size_bytes: 0,
+                    etag: meta.etag.clone(),
+                    last_modified_ms: meta.last_modified_ms,
+                    content_type: None,
+                },
+            )
+            .map_err(|e| {
+                std::io::Error::other(format!(
+                    "{}/{}: marking the copy before its commit: {e}",
+                    meta.bucket, meta.key
+                ))
+            })?;
         let info = handle
             .finish()
             .map_err(|e| std::io::Error::other(e.to_string()))?;
-        if meta.bucket == permafrost_catalog::cluster::FRAGMENTS_BUCKET {
-            // A parity fragment: its sender publishes it with the other two (`crate::parity::place`).
-            return Ok(());
-        }
         let entry = DirEntry {
             bucket: meta.bucket,
             key: meta.key,

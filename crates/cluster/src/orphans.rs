@@ -14,10 +14,11 @@
 //! later, never earlier).
 //!
 //! **Whole copies** are not collected here: the directory is made equal to what the store holds
-//! (`crate::runtime::reconcile` publishes a copy no row names, and leaves a tombstone for a copy older than the
-//! version listed), and a newer version's publish or a DELETE leaves every other holder a tombstone, so a whole
-//! copy is deleted by its node's next tombstone pass instead of staying unlisted (not counted in the orphan
-//! metrics).
+//! (`crate::runtime::reconcile` publishes a copy no row names unless its node has a tombstone for it, and leaves
+//! a tombstone for a copy older than the version listed), a copy received from another node is covered by its
+//! mark (a tombstone) until its publish, and a newer version's publish or a DELETE leaves every other holder a
+//! tombstone, so a whole copy is deleted by its node's next tombstone pass instead of staying unlisted (not
+//! counted in the orphan metrics).
 //!
 //! Collected objects and bytes are counted for the metrics ([`collected`]).
 

@@ -517,14 +517,17 @@ fn local_entries(store: &Store) -> Result<(Vec<String>, Vec<DirEntry>)> {
 /// Make the directory's rows of this node equal to what its store holds; returns (published, removed).
 /// What it publishes is recorded as short of copies as a write's publish is (`default_copies`: `[cluster]
 /// copies`), so a write whose publish was lost still gets its copies from the catch-up.
+/// A version the node has a tombstone for is not published (a received copy never published keeps its mark:
+/// `permafrost_catalog::cluster::rules`); `receiving` are the copies arriving now (their tombstones wait).
 pub fn reconcile(
     store: &Store,
     db: &ClusterDb,
     node_id: i64,
     default_copies: u32,
+    receiving: &crate::Receiving,
 ) -> Result<(usize, usize)> {
     // Deletes made while this node was away first: what they removed must not be published again.
-    let deleted = apply_tombstones(store, db, node_id)?;
+    let deleted = apply_tombstones(store, db, node_id, receiving)?;
     if deleted > 0 {
         tracing::info!(
             deleted,
@@ -553,19 +556,33 @@ pub fn reconcile(
                 last_modified_ms: info.last_modified_ms,
                 content_type: info.content_type,
             };
-            db.publish_write(node_id, &entry, default_copies)
-                .map_err(runtime)?;
-            kept += 1;
+            // Not a version this node has a tombstone for (a received copy never published: its mark).
+            if db
+                .publish_held(node_id, &entry, default_copies)
+                .map_err(runtime)?
+            {
+                kept += 1;
+            }
         }
     }
     Ok((published + kept, removed.len() - kept))
 }
 
 /// Delete the copies other nodes' DELETEs left this node tombstones for (the version deleted or an older one; a
-/// newer local version stays). Returns the copies deleted.
-pub fn apply_tombstones(store: &Store, db: &ClusterDb, node_id: i64) -> Result<usize> {
+/// newer local version stays), and the copies received but never published (their marks). The tombstone of a
+/// key whose copy is arriving now (`receiving`) waits for a later pass: it is that copy's mark, removed by its
+/// publish, or a delete its publish refuses. Returns the copies deleted.
+pub fn apply_tombstones(
+    store: &Store,
+    db: &ClusterDb,
+    node_id: i64,
+    receiving: &crate::Receiving,
+) -> Result<usize> {
     let mut deleted = 0;
     for t in db.tombstones(node_id).map_err(runtime)? {
+        if receiving.contains(&t.bucket, &t.key) {
+            continue;
+        }
         if crate::apply_tombstone(store, &t).map_err(runtime)? {
             deleted += 1;
         }
@@ -632,8 +649,10 @@ pub fn start(store: &Arc<Store>, m: &Membership) -> Result<(Arc<ClusterNode>, He
         },
         copying: Default::default(),
         directory_behind: Default::default(),
+        receiving: Default::default(),
     });
-    let (published, removed) = reconcile(store, &m.db, m.node_id, m.section.copies)?;
+    let (published, removed) =
+        reconcile(store, &m.db, m.node_id, m.section.copies, &node.receiving)?;
     tracing::info!(
         node = %m.section.node,
         published,
@@ -693,7 +712,7 @@ pub fn start(store: &Arc<Store>, m: &Membership) -> Result<(Arc<ClusterNode>, He
                         behind = Some("a write or delete whose directory update failed");
                     }
                     match beat {
-                        Ok(()) if behind.is_some() => match reconcile(&store, &db, node_id, me.replication.copies) {
+                        Ok(()) if behind.is_some() => match reconcile(&store, &db, node_id, me.replication.copies, &me.receiving) {
                             Ok((p, r)) => {
                                 tracing::warn!(
                                     "cluster: directory reconciled with this node's store after {}: {p} object(s) published, {r} removed",
@@ -709,7 +728,7 @@ pub fn start(store: &Arc<Store>, m: &Membership) -> Result<(Arc<ClusterNode>, He
                             }
                         },
                         Ok(()) => {
-                            if let Err(e) = apply_tombstones(&store, &db, node_id) {
+                            if let Err(e) = apply_tombstones(&store, &db, node_id, &me.receiving) {
                                 tracing::warn!("cluster: applying deletes failed: {e:#}");
                             }
                             if beats.is_multiple_of(CATCH_UP_BEATS) {

@@ -38,6 +38,7 @@ fn a_write_whose_store_cannot_be_read_back_is_not_acknowledged_with_one_copy() {
         },
         copying: Default::default(),
         directory_behind: Default::default(),
+        receiving: Default::default(),
     };
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(dir.path(), config()).unwrap();

@@ -7,7 +7,7 @@
 //! **What runs.** The directory lives in PostgreSQL only, so 10,000 schedules cannot each use one. The model
 //! keeps the directory's tables (`objects`, `tombstones`, `under_replicated`, the heartbeats) in fixed arrays
 //! and applies each transaction of `permafrost_catalog::cluster::ClusterDb` the sim uses as one step that mirrors
-//! its SQL (publish, publish_write, publish_copy, record_copies, delete_everywhere, clear_tombstone,
+//! its SQL (publish, publish_write, mark_copy, publish_copy, record_copies, delete_everywhere, clear_tombstone,
 //! retire_lost, reconcile_keys), calling the rules those transactions decide in Rust
 //! (`permafrost_catalog::cluster::rules`). The node's side (the write and its copies, the copy sink, the
 //! catch-up, applying tombstones, the reconcile after an outage or a restart) follows `permafrost_cluster::node`
@@ -283,14 +283,27 @@ impl Sim {
         Ok(())
     }
 
+    /// `mark_copy`: before a received copy commits, its node's tombstone of the copy's version (its mark),
+    /// unless it has one of that version or a newer one.
+    fn mark_copy(&mut self, n: usize, k: usize, lm: u64) -> Step<()> {
+        self.db()?;
+        if rules::mark_replaces(self.dir.tombs[n][k], lm) {
+            self.dir.tombs[n][k] = Some(lm);
+        }
+        Ok(())
+    }
+
+    /// `publish_copy`: admitted only while the copy's mark is there, its origin lists it and nothing newer is
+    /// listed; the publish removes the mark.
     fn publish_copy(&mut self, n: usize, k: usize, lm: u64) -> Step<bool> {
         self.db()?;
-        let tombstoned = self.dir.tombs[n][k].is_some_and(|t| t >= lm);
+        let marked = self.dir.tombs[n][k] == Some(lm);
         let origin = (0..NODES_MAX).any(|o| o != n && self.dir.rows[o][k] == Some(lm));
         let newer = (0..NODES_MAX).any(|o| self.dir.rows[o][k].is_some_and(|v| v > lm));
-        if !rules::copy_admitted(tombstoned, origin, newer) {
+        if !rules::copy_admitted(marked, origin, newer) {
             return Ok(false);
         }
+        self.dir.tombs[n][k] = None;
         self.publish_in(n, k, lm);
         Ok(true)
     }
@@ -375,6 +388,11 @@ impl Sim {
                     // copy gets a tombstone.
                     self.tombstone(n, k, lm);
                     self.row_removed(n, k);
+                }
+                // A version this node has a tombstone for (a received copy never published keeps its mark):
+                // not published, the tombstone deletes it; an older row of this node goes as one not held.
+                Some(lm) if !rules::reconcile_publishes(self.dir.tombs[n][k], lm) => {
+                    self.row_removed(n, k)
                 }
                 Some(lm) => {
                     self.dir.rows[n][k] = None;
@@ -533,13 +551,22 @@ impl Sim {
             if self.procs[t] != Proc::Running || !decide::copy_replaces(self.stores[t][k], lm) {
                 continue;
             }
-            // No crash point between this commit and the publish: a copy that lands after its key's DELETE
-            // was acknowledged and its node's tombstone cleared, committed but never published (a crash
-            // between the two), is published again by that node's next reconcile: a known gap of the
-            // directory (`PERMAFROST_SIM_SEED=12085273042658610450` with a crash point here shows it), not
-            // fixed yet. The synchronous copies of `send_copy` keep their crash point (there the DELETE comes
-            // after the copy's publish or its failure).
+            // The copy's mark before its commit (`copy_sink`), then a crash point between the commit and the
+            // publish: a copy that lands after its key's DELETE was acknowledged and its node's tombstone
+            // cleared, committed but never published, was published again by that node's next reconcile
+            // before copies were marked (`PERMAFROST_SIM_SEED=12085273042658610450` showed it); now its mark
+            // deletes it. (The node's tombstone passes skip keys whose copy is arriving: here a landing is one
+            // step, so no pass runs in between.)
+            if self.mark_copy(t, k, lm).is_err() {
+                self.note(format!(
+                    "copy of k{k} v{lm} on n{t} refused before its commit (database down)"
+                ));
+                continue;
+            }
             self.stores[t][k] = Some(lm);
+            if self.crash_point(t).is_err() {
+                continue;
+            }
             match self.publish_copy(t, k, lm) {
                 Ok(true) => {
                     stored += 1;
@@ -632,11 +659,14 @@ impl Sim {
         Ok(held)
     }
 
-    /// A copy of `k` at `lm` sent to node `to` (`copy_sink`): stored, then published, else deleted again.
+    /// A copy of `k` at `lm` sent to node `to` (`copy_sink`): marked, stored, then published, else deleted again.
     /// Whether it was acknowledged; `Err` only when the database failed on the sender's side of the protocol
     /// (never: the sink's failures are the sender's failed acknowledgement).
     fn send_copy(&mut self, to: usize, k: usize, lm: u64) -> Step<bool> {
         if self.procs[to] != Proc::Running || !decide::copy_replaces(self.stores[to][k], lm) {
+            return Ok(false);
+        }
+        if self.mark_copy(to, k, lm).is_err() {
             return Ok(false);
         }
         self.stores[to][k] = Some(lm);
@@ -785,9 +815,14 @@ impl Sim {
         for k in 0..KEYS {
             let Some(v) = self.acked[k] else { continue };
             let lost = if tolerated {
+                // A copy its node has a tombstone for does not survive: its node deletes it (a received copy
+                // never published keeps its mark; its sender counted it as failed).
                 let survivors = (0..NODES_MAX)
                     .filter(|&o| {
-                        o != x && self.procs[o] != Proc::Destroyed && self.stores[o][k] == Some(v)
+                        o != x
+                            && self.procs[o] != Proc::Destroyed
+                            && self.stores[o][k] == Some(v)
+                            && rules::reconcile_publishes(self.dir.tombs[o][k], v)
                     })
                     .count();
                 if self.stores[x][k] != Some(v) || survivors > 0 {
