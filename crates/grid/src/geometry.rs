@@ -57,6 +57,27 @@ pub struct AddedDisk {
     pub column: usize,
 }
 
+/// A horizontal parity group added to a grid after `grid init` ([`Geometry::with_added_group`]): data disks that
+/// were added before (`members`, taken out of their hPGs) and a new parity disk in column `column`, numbered after
+/// the disks before it. The group's number is the next hPG number.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct AddedGroup {
+    /// The added data disks the group protects (disk numbers, each `≥ x·y`), in any order.
+    pub members: Vec<usize>,
+    /// The column of the group's new parity disk (none of the members may be in it).
+    pub column: usize,
+}
+
+/// One step of a grid's growth, in the order the disks were numbered: each step adds exactly one disk.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Growth {
+    /// A data disk ([`Geometry::with_added_disk`]).
+    Disk(AddedDisk),
+    /// A parity group and its new parity disk ([`Geometry::with_added_group`]).
+    Group(AddedGroup),
+}
+
 /// Marker in [`Geometry::disk_groups`] for "no horizontal group" (a `vP`).
 pub(crate) const NO_GROUP: u16 = u16::MAX;
 
@@ -71,10 +92,16 @@ pub(crate) const NO_GROUP: u16 = u16::MAX;
 ///
 /// A grown grid ([`Geometry::grown`]) adds data disks numbered from `x·y` on, each a member of one hPG and one
 /// column ([`AddedDisk`]); groups then differ in size (a ragged grid). A group's parity disk stays its last member.
+/// An added parity group ([`Geometry::with_added_group`]) takes added data disks out of their hPGs into a new hPG
+/// whose parity disk is a new disk; hPG numbers of the layout and of earlier groups do not change.
 #[derive(Clone, Debug)]
 pub struct Geometry {
     layout: Layout,
+    /// Per added disk (index `disk − x·y`): a data disk's hPG (as added) and column; a new group's parity disk: its
+    /// hPG and column.
     added: Vec<AddedDisk>,
+    /// The parity groups added, in order; group `i` is hPG `hpgs() − groups.len() + i`.
+    groups: Vec<AddedGroup>,
     /// Per added disk (index `disk − x·y`): its drawing row, `y + ` the number of disks added to its column before it.
     added_rows: Vec<usize>,
     roles: Vec<Role>,
@@ -168,6 +195,146 @@ impl Geometry {
         Ok(grown)
     }
 
+    /// The geometry of `layout` grown by `steps`, in the order their disks were numbered (disk `x·y + i` is the
+    /// disk step `i` adds).
+    pub fn grown_by(layout: Layout, steps: &[Growth]) -> Result<Geometry, LayoutError> {
+        let mut geometry = Geometry::new(layout)?;
+        for step in steps {
+            geometry = match step {
+                Growth::Disk(disk) => geometry.with_added_disk(*disk)?,
+                Growth::Group(group) => geometry.with_added_group(group)?,
+            };
+        }
+        Ok(geometry)
+    }
+
+    /// This geometry with one more horizontal parity group, hPG number `hpgs()`: `group.members` (data disks added
+    /// after `grid init`) leave their hPGs and join it, and a new disk, numbered `disks()`, becomes its parity `hP`
+    /// in column `group.column` (drawn below that column like an added data disk). The members keep their buckets
+    /// and columns. Refused unless: at least one member; every member is a distinct added data disk; no two members
+    /// and the new parity share a column; every hPG a member leaves keeps at least one data disk. So no hPG has two
+    /// disks in one column and every set of at most 3 failed disks stays recoverable (see the crate doc).
+    pub fn with_added_group(&self, group: &AddedGroup) -> Result<Geometry, LayoutError> {
+        let refuse = |reason: String| LayoutError::GroupRefused {
+            layout: self.layout.to_string(),
+            reason,
+        };
+        let AddedGroup { members, column } = group;
+        let column = *column;
+        if members.is_empty() {
+            return Err(refuse("a group needs at least one data disk".into()));
+        }
+        if column >= self.layout.x {
+            return Err(refuse(format!(
+                "column {column} does not exist (the grid has {} columns)",
+                self.layout.x
+            )));
+        }
+        if self.disks() >= Layout::MAX_DISKS {
+            return Err(LayoutError::TooLarge {
+                layout: self.layout.to_string(),
+                disks: self.disks() + 1,
+                max: Layout::MAX_DISKS,
+            });
+        }
+        let base = self.layout.disks();
+        let mut used = vec![None; self.layout.x];
+        used[column] = Some(self.disks());
+        for &member in members {
+            if member < base
+                || member >= self.disks()
+                || !matches!(self.role(member), Role::Data { .. })
+            {
+                return Err(refuse(format!(
+                    "disk {member} is not a data disk added after `grid init` (disks {base}.. of this grid;                      only those can move into a new group)"
+                )));
+            }
+            if let Some(other) = used[self.column(member)].replace(member) {
+                return Err(refuse(if other == member {
+                    format!("disk {member} is named twice")
+                } else if other == self.disks() {
+                    format!("disk {member} is in column {column}, the new parity disk's column")
+                } else {
+                    format!(
+                        "disks {other} and {member} are both in column {}; a group has at most one disk per column",
+                        self.column(member)
+                    )
+                }));
+            }
+        }
+        let hpg = self.hpgs();
+        let index = self.disks();
+        let mut grown = self.clone();
+        for (h, list) in grown.hpg_members.iter_mut().enumerate() {
+            list.retain(|m| !members.contains(m));
+            if list.len() < 2 {
+                return Err(refuse(format!(
+                    "horizontal parity group {h} would be left without a data disk"
+                )));
+            }
+        }
+        let mut list = members.clone();
+        list.sort_unstable();
+        list.push(index);
+        grown.hpg_members.push(list);
+        grown.roles.push(Role::HParity { hpg });
+        grown.disk_buckets.push(None);
+        grown.parity_disks.push(index);
+        let members_of_column = &mut grown.column_members[column];
+        members_of_column.insert(members_of_column.len() - 1, index);
+        let row = self.layout.y
+            + self
+                .added
+                .iter()
+                .filter(|earlier| earlier.column == column)
+                .count();
+        grown.added.push(AddedDisk { hpg, column });
+        grown.added_rows.push(row);
+        grown.groups.push(group.clone());
+        // Dense group numbers: the columns come after the hPGs, so they all shift by one.
+        let hpgs = grown.hpgs();
+        let mut disk_groups = vec![[NO_GROUP, 0]; grown.disks()];
+        for (disk, groups) in disk_groups.iter_mut().enumerate() {
+            groups[1] = (hpgs + grown.column(disk)) as u16;
+        }
+        for (h, list) in grown.hpg_members.iter().enumerate() {
+            for &m in list {
+                disk_groups[m][0] = h as u16;
+            }
+        }
+        grown.disk_groups = disk_groups;
+        Ok(grown)
+    }
+
+    /// The parity groups added after `grid init`, in order: group `i` is hPG `hpgs() − added_groups().len() + i`.
+    pub fn added_groups(&self) -> &[AddedGroup] {
+        &self.groups
+    }
+
+    /// The hPG number of added group `i` (see [`Geometry::added_groups`]).
+    pub fn added_group_hpg(&self, i: usize) -> usize {
+        self.hpgs() - self.groups.len() + i
+    }
+
+    /// The growth steps that give this geometry from its layout ([`Geometry::grown_by`]).
+    pub fn growth(&self) -> Vec<Growth> {
+        let mut groups = self.groups.iter();
+        let base = self.layout.disks();
+        self.added
+            .iter()
+            .enumerate()
+            .map(|(i, disk)| match self.roles[base + i] {
+                Role::Data { .. } => Growth::Disk(*disk),
+                _ => Growth::Group(
+                    groups
+                        .next()
+                        .expect("one group per added parity disk")
+                        .clone(),
+                ),
+            })
+            .collect()
+    }
+
     /// The columns a disk added to hPG `hpg` may go to: those without a member of the group. Panics if `hpg` is
     /// out of range (a caller bug).
     pub fn free_columns(&self, hpg: usize) -> Vec<usize> {
@@ -177,33 +344,66 @@ impl Geometry {
             .collect()
     }
 
-    /// The data disks added after `grid init`, in the order they were added (disk `x·y + i` is `added()[i]`).
+    /// The disks added after `grid init`, in the order they were added (disk `x·y + i` is `added()[i]`): a data
+    /// disk's hPG as it was added (an added group may have moved it since) and column; an added group's parity
+    /// disk: the group's hPG and column.
     pub fn added(&self) -> &[AddedDisk] {
         &self.added
     }
 
-    /// Version of the geometry: 0 as laid out by `grid init`, +1 for every disk added since.
+    /// Version of the geometry: 0 as laid out by `grid init`, +1 for every disk added since (a data disk, or the
+    /// parity disk of an added group).
     pub fn version(&self) -> u64 {
         self.added.len() as u64
     }
 
-    /// The layout, and the disks added to it: `8x6:4+1` or `8x6:4+1 +1 disk (hPG 0 col 5)`.
+    /// The layout, and the disks and groups added to it: `8x6:4+1`, `8x6:4+1 +1 disk (hPG 0 col 5)`, or with a
+    /// group `8x6:4+1 +2 disks (hPG 0 col 5, hPG 0 col 6) +1 group (hPG 8: disks 48, 49, hP 50 col 0)`.
     pub fn describe(&self) -> String {
         if self.added.is_empty() {
             return self.layout.to_string();
         }
+        let base = self.layout.disks();
         let disks: Vec<String> = self
             .added
             .iter()
-            .map(|a| format!("hPG {} col {}", a.hpg, a.column))
+            .enumerate()
+            .filter(|(i, _)| matches!(self.roles[base + i], Role::Data { .. }))
+            .map(|(_, a)| format!("hPG {} col {}", a.hpg, a.column))
             .collect();
-        format!(
+        let mut text = format!(
             "{} +{} disk{} ({})",
             self.layout,
-            self.added.len(),
-            if self.added.len() == 1 { "" } else { "s" },
+            disks.len(),
+            if disks.len() == 1 { "" } else { "s" },
             disks.join(", ")
-        )
+        );
+        if !self.groups.is_empty() {
+            let groups: Vec<String> = self
+                .groups
+                .iter()
+                .enumerate()
+                .map(|(i, group)| {
+                    let hpg = self.added_group_hpg(i);
+                    let mut members = group.members.clone();
+                    members.sort_unstable();
+                    let members: Vec<String> = members.iter().map(usize::to_string).collect();
+                    format!(
+                        "hPG {hpg}: disks {}, hP {} col {}",
+                        members.join(", "),
+                        self.group_parity(GroupId::Horizontal(hpg)),
+                        group.column
+                    )
+                })
+                .collect();
+            text.push_str(&format!(
+                " +{} group{} ({})",
+                groups.len(),
+                if groups.len() == 1 { "" } else { "s" },
+                groups.join("; ")
+            ));
+        }
+        text
     }
 
     /// The construction proper; assumes the sizes are sane but checks the
@@ -275,6 +475,7 @@ impl Geometry {
         Ok(Geometry {
             layout,
             added: Vec::new(),
+            groups: Vec::new(),
             added_rows: Vec::new(),
             roles,
             bucket_disks,
@@ -645,6 +846,107 @@ mod tests {
         .unwrap();
         assert_eq!(same.added(), g.added());
         assert_eq!(same.disk_groups, g.disk_groups);
+    }
+
+    #[test]
+    fn an_added_group_takes_added_disks_out_of_their_hpg_under_a_new_parity() {
+        let base = geometry("8x6:4+1");
+        let steps =
+            [(0, 5), (0, 6), (0, 7)].map(|(hpg, column)| Growth::Disk(AddedDisk { hpg, column }));
+        let wide = Geometry::grown_by(base.layout(), &steps).unwrap();
+        assert_eq!(
+            wide.group_members(GroupId::Horizontal(0)),
+            &[0, 1, 2, 3, 48, 49, 50, 4]
+        );
+        let group = AddedGroup {
+            members: vec![50, 48, 49],
+            column: 0,
+        };
+        let g = wide.with_added_group(&group).unwrap();
+        assert_eq!(
+            (g.disks(), g.buckets(), g.hpgs(), g.version()),
+            (52, 35, 9, 4)
+        );
+        assert_eq!(g.role(51), Role::HParity { hpg: 8 });
+        assert_eq!(g.group_members(GroupId::Horizontal(0)), &[0, 1, 2, 3, 4]);
+        assert_eq!(g.group_members(GroupId::Horizontal(8)), &[48, 49, 50, 51]);
+        assert_eq!(
+            g.group_members(GroupId::Vertical(0)),
+            &[0, 8, 16, 24, 32, 51, 40]
+        );
+        assert_eq!((g.row(51), g.column(51)), (6, 0));
+        assert_eq!(g.role(48), Role::Data { bucket: 32 });
+        assert_eq!(
+            g.parity_targets(49),
+            ParityTargets {
+                hp: 51,
+                vp: 46,
+                vhp: 40
+            }
+        );
+        assert_eq!(
+            g.groups_of(51),
+            vec![GroupId::Horizontal(8), GroupId::Vertical(0)]
+        );
+        assert!(g.parity_disks().contains(&51));
+        assert_eq!(g.added_groups(), &[group.clone()]);
+        assert_eq!(g.added_group_hpg(0), 8);
+        assert_eq!(
+            g.describe(),
+            "8x6:4+1 +3 disks (hPG 0 col 5, hPG 0 col 6, hPG 0 col 7) +1 group (hPG 8: disks 48, 49, 50, hP 51 col 0)"
+        );
+        // The steps reproduce it, dense group numbers included; a disk may join the new group afterwards.
+        let again = Geometry::grown_by(base.layout(), &g.growth()).unwrap();
+        assert_eq!(again.disk_groups, g.disk_groups);
+        assert_eq!(again.describe(), g.describe());
+        let more = g.with_added_disk(AddedDisk { hpg: 8, column: 1 }).unwrap();
+        assert_eq!(
+            more.group_members(GroupId::Horizontal(8)),
+            &[48, 49, 50, 52, 51]
+        );
+        for disk in 0..g.disks() {
+            for group in g.groups_of(disk) {
+                assert!(g.group_members(group).contains(&disk), "{disk} {group:?}");
+            }
+        }
+        // Refusals: a layout disk, a parity disk, two members in one column, the parity's column taken, nothing.
+        let refused = |members: Vec<usize>, column: usize| {
+            matches!(
+                wide.with_added_group(&AddedGroup { members, column }),
+                Err(LayoutError::GroupRefused { .. })
+            )
+        };
+        assert!(refused(vec![3, 48], 0));
+        assert!(refused(vec![48, 48], 0));
+        assert!(refused(vec![48, 49], 5));
+        assert!(refused(vec![], 0));
+        assert!(refused(vec![48], 8));
+        let same_column = Geometry::grown_by(
+            base.layout(),
+            &[(0, 5), (3, 5)].map(|(hpg, column)| Growth::Disk(AddedDisk { hpg, column })),
+        )
+        .unwrap();
+        assert!(matches!(
+            same_column.with_added_group(&AddedGroup {
+                members: vec![48, 49],
+                column: 0
+            }),
+            Err(LayoutError::GroupRefused { .. })
+        ));
+        // Taking every data disk of an added group would leave it empty; with one more disk it is allowed.
+        assert!(more
+            .with_added_group(&AddedGroup {
+                members: vec![48, 49, 50],
+                column: 3
+            })
+            .is_ok());
+        assert!(matches!(
+            g.with_added_group(&AddedGroup {
+                members: vec![48, 49, 50],
+                column: 3
+            }),
+            Err(LayoutError::GroupRefused { .. })
+        ));
     }
 
     #[test]

@@ -133,6 +133,14 @@ pub enum LayoutError {
         /// The member of the group already in that column.
         disk: usize,
     },
+    /// A new horizontal parity group ([`crate::Geometry::with_added_group`]) that the rules refuse.
+    #[error("layout {layout}: cannot add the parity group: {reason}")]
+    GroupRefused {
+        /// The layout as given.
+        layout: String,
+        /// Which rule the group breaks, in words.
+        reason: String,
+    },
     /// Two members of one horizontal parity group would share a column.
     #[error(
         "layout {layout}: horizontal parity group {hpg} has two disks in column {column}; \

@@ -30,7 +30,9 @@
 //! **Growth.** [`Geometry::grown`] adds data disks after the fact (a *ragged* grid): each added disk, numbered
 //! from `x·y` on, joins one hPG and one column that holds no other member of that hPG, before their parity disks.
 //! A disk never written reads as zeros, so its groups' parity stays valid without recomputation (the engine's
-//! written map, docs/grid.md "Growing a grid").
+//! written map, docs/grid.md "Growing a grid"). [`Geometry::with_added_group`] adds a horizontal parity group: added
+//! data disks leave their (widened) hPGs for a new hPG whose parity is a new disk, in a column none of them uses
+//! (docs/grid.md "Adding a parity group"); [`Geometry::grown_by`] replays both kinds of step in disk order.
 //!
 //! **Invariants.**
 //! - Every data disk and every `hP` belongs to exactly one hPG and one column;
@@ -53,6 +55,6 @@ mod geometry;
 mod layout;
 mod recovery;
 
-pub use geometry::{AddedDisk, Geometry, GroupId, ParityTargets, Role};
+pub use geometry::{AddedDisk, AddedGroup, Geometry, GroupId, Growth, ParityTargets, Role};
 pub use layout::{Layout, LayoutError};
 pub use recovery::{PartialRecovery, RecoveryPlan, RecoveryStep, Unrecoverable};

@@ -1,7 +1,7 @@
 //! Recoverability promises of the grid: exhaustive small failure sets, fatal-set
 //! counts, and recovery plans that really reconstruct the lost contents.
 
-use permafrost_grid::{AddedDisk, Geometry, GroupId, Layout, Role};
+use permafrost_grid::{AddedDisk, AddedGroup, Geometry, GroupId, Layout, Role};
 use proptest::prelude::*;
 
 fn geometry(text: &str) -> Geometry {
@@ -92,7 +92,26 @@ fn grown_grids() -> Vec<(String, Geometry)> {
             grown("8x6:4+1", &[(2, 7), (2, 0), (2, 1)]),
         ),
         ("12x6:9+1 + 2".into(), grown("12x6:9+1", &[(0, 10), (3, 5)])),
+        (
+            "8x6:4+1 + 3 in hPG 2 + a group of them".into(),
+            with_group(),
+        ),
     ]
+}
+
+/// 8x6:4+1 grown by three disks in hPG 2, then a new parity group of the three (hP 51 in column 2), then one more
+/// disk in that group and one in hPG 0.
+fn with_group() -> Geometry {
+    grown("8x6:4+1", &[(2, 7), (2, 0), (2, 1)])
+        .with_added_group(&AddedGroup {
+            members: vec![48, 49, 50],
+            column: 2,
+        })
+        .unwrap()
+        .with_added_disk(AddedDisk { hpg: 8, column: 3 })
+        .unwrap()
+        .with_added_disk(AddedDisk { hpg: 0, column: 5 })
+        .unwrap()
 }
 
 #[test]
@@ -324,6 +343,7 @@ proptest! {
         seeds in prop::collection::vec(any::<u64>(), 256),
         grow in prop::sample::select(vec![0usize, 0, 1, 3, 7]),
         failed in prop::collection::vec(0usize..1000, 0..12),
+        add_group in any::<bool>(),
     ) {
         let g = if grow == 0 {
             geometry(text)
@@ -336,6 +356,22 @@ proptest! {
                     g = g.with_added_disk(AddedDisk { hpg, column }).unwrap();
                 }
             }
+            g
+        };
+        // Then, sometimes, a new parity group of the added disks (one per column) with its parity in a free column.
+        let g = if add_group && grow > 0 {
+            let mut members: Vec<usize> = Vec::new();
+            for disk in g.layout().disks()..g.disks() {
+                if members.iter().all(|&m| g.column(m) != g.column(disk)) {
+                    members.push(disk);
+                }
+            }
+            let column = (0..g.layout().x).find(|&c| members.iter().all(|&m| g.column(m) != c));
+            match column.map(|column| g.with_added_group(&AddedGroup { members: members.clone(), column })) {
+                Some(Ok(grown)) => grown,
+                _ => g,
+            }
+        } else {
             g
         };
         let failed: Vec<usize> = failed.into_iter().map(|d| d % g.disks()).collect();
