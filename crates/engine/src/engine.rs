@@ -44,6 +44,7 @@ use crate::promise::{ReadPromise, WritePromise};
 use crate::rangeset::RangeSet;
 use crate::{Error, Result};
 
+mod add_group;
 mod evacuate;
 mod grow;
 mod io;
@@ -107,6 +108,8 @@ pub enum CrashPoint {
     EvacuationCopied,
     /// A parity swap stopped after this step (`SwapParity::crash_after`).
     ParitySwap(swap_parity::SwapStep),
+    /// Adding a parity group stopped after this step (`AddGroup::crash_after`).
+    AddGroup(add_group::AddGroupStep),
 }
 
 /// A range of a parity disk that is not the XOR of its group's members.
@@ -219,6 +222,7 @@ struct Maps {
     ages: Vec<RangeAges>,
 }
 
+pub use add_group::{AddGroup, AddGroupPhase, AddGroupStep, AddedGroupReport};
 pub use evacuate::{Evacuation, EvacuationReport, EvacuationState, EVACUATIONS_FILE};
 pub use grow::{AddDisk, AddedDiskReport};
 pub use swap_parity::{

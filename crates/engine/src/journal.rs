@@ -52,6 +52,18 @@ pub(crate) struct AddedDiskRow {
     pub spec_json: String,
 }
 
+/// A parity group added after `grid init` (table `added_groups`): its new parity disk `disk`, the group's hPG, the
+/// parity disk's column and the data disks moved into the group.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct AddedGroupRow {
+    pub disk: usize,
+    pub hpg: usize,
+    pub column: usize,
+    pub members: Vec<usize>,
+    /// The parity disk's `DiskSpec` as JSON.
+    pub spec_json: String,
+}
+
 /// The four disks of a promise, in the order their marks are stored.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Slot {
@@ -221,7 +233,9 @@ impl Journal {
                 ms_off INTEGER NOT NULL, ms_spinning_up INTEGER NOT NULL, ms_idle INTEGER NOT NULL,
                 ms_active INTEGER NOT NULL, joules REAL NOT NULL);
              CREATE TABLE IF NOT EXISTS added_disks(disk INTEGER PRIMARY KEY, hpg INTEGER NOT NULL,
-                col INTEGER NOT NULL, spec TEXT NOT NULL, added_ms INTEGER NOT NULL);",
+                col INTEGER NOT NULL, spec TEXT NOT NULL, added_ms INTEGER NOT NULL);
+             CREATE TABLE IF NOT EXISTS added_groups(disk INTEGER PRIMARY KEY, hpg INTEGER NOT NULL,
+                col INTEGER NOT NULL, members TEXT NOT NULL, spec TEXT NOT NULL, added_ms INTEGER NOT NULL);",
         )?;
         let version: Option<String> = conn
             .query_row(
@@ -553,6 +567,28 @@ impl Journal {
         rows.collect()
     }
 
+    /// The parity groups added after `grid init` (`Geometry::with_added_group`), in disk order of their parity
+    /// disks.
+    pub(crate) fn added_groups(&self) -> rusqlite::Result<Vec<AddedGroupRow>> {
+        let conn = self.conn.lock();
+        let mut stmt =
+            conn.prepare("SELECT disk, hpg, col, members, spec FROM added_groups ORDER BY disk")?;
+        let rows = stmt.query_map([], |r| {
+            let members: String = r.get(3)?;
+            Ok(AddedGroupRow {
+                disk: r.get::<_, i64>(0)? as usize,
+                hpg: r.get::<_, i64>(1)? as usize,
+                column: r.get::<_, i64>(2)? as usize,
+                members: members
+                    .split(',')
+                    .filter_map(|m| m.trim().parse().ok())
+                    .collect(),
+                spec_json: r.get(4)?,
+            })
+        })?;
+        rows.collect()
+    }
+
     pub(crate) fn failed_disks(&self) -> rusqlite::Result<Vec<(usize, String)>> {
         let conn = self.conn.lock();
         let mut stmt = conn.prepare("SELECT disk, reason FROM failed ORDER BY disk")?;
@@ -756,6 +792,23 @@ impl Batch<'_> {
                 row.disk as i64,
                 row.hpg as i64,
                 row.column as i64,
+                row.spec_json,
+                now_ms() as i64
+            ],
+        )?;
+        Ok(())
+    }
+
+    /// Record an added parity group: with the defects it causes, the commit point of adding it.
+    pub(crate) fn add_group(&self, row: &AddedGroupRow) -> rusqlite::Result<()> {
+        let members: Vec<String> = row.members.iter().map(usize::to_string).collect();
+        self.tx.execute(
+            "INSERT INTO added_groups(disk, hpg, col, members, spec, added_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            params![
+                row.disk as i64,
+                row.hpg as i64,
+                row.column as i64,
+                members.join(","),
                 row.spec_json,
                 now_ms() as i64
             ],

@@ -41,10 +41,10 @@ mod rangeset;
 pub use config::{DiskSpec, GridConfig, WriteMode, CONFIG_FILE, RECOVERY_CHUNK_BYTES_DEFAULT};
 pub use disks::IoStats;
 pub use engine::{
-    AddDisk, AddedDiskReport, CrashPoint, DiskStatus, Engine, Evacuation, EvacuationReport,
-    EvacuationState, GridStatus, OpenOptions, OverdueScrubReport, ParityMismatch, ParityReport,
-    ParitySwap, ParitySwapReport, RecoveryReport, SwapParity, SwapState, SwapStep, WrapDisk,
-    EVACUATIONS_FILE, PARITY_SWAPS_FILE,
+    AddDisk, AddGroup, AddGroupPhase, AddGroupStep, AddedDiskReport, AddedGroupReport, CrashPoint,
+    DiskStatus, Engine, Evacuation, EvacuationReport, EvacuationState, GridStatus, OpenOptions,
+    OverdueScrubReport, ParityMismatch, ParityReport, ParitySwap, ParitySwapReport, RecoveryReport,
+    SwapParity, SwapState, SwapStep, WrapDisk, EVACUATIONS_FILE, PARITY_SWAPS_FILE,
 };
 pub use header::HEADER_BYTES;
 pub use promise::{ReadPromise, WritePromise};

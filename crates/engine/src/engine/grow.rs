@@ -30,7 +30,7 @@ use std::time::Instant;
 
 use parking_lot::RwLock;
 use permafrost_disk::{BlockDisk, Disk, FileDisk};
-use permafrost_grid::{AddedDisk, Geometry, GroupId};
+use permafrost_grid::{AddedDisk, Geometry, GroupId, Growth};
 use serde::Serialize;
 
 use super::{Engine, JOURNAL_FILE};
@@ -116,24 +116,11 @@ pub(super) fn load_geometry(
     config: &mut GridConfig,
     journal: &Journal,
 ) -> Result<Geometry> {
-    let rows = journal.added_disks()?;
     let base = config.layout.disks();
-    let mut added = Vec::with_capacity(rows.len());
-    for (i, row) in rows.iter().enumerate() {
-        if row.disk != base + i {
-            return Err(Error::Config(format!(
-                "{JOURNAL_FILE}: added disk {} where disk {} was expected (the added disks must follow the \
-                 layout's {base} in order)",
-                row.disk,
-                base + i
-            )));
-        }
-        added.push(AddedDisk {
-            hpg: row.hpg,
-            column: row.column,
-        });
-    }
-    let geometry = Geometry::grown(config.layout, &added)
+    // Added data disks and added parity groups, in disk order (`add_group`).
+    let rows = super::add_group::growth_steps(journal, base)?;
+    let added: Vec<Growth> = rows.iter().map(|row| row.growth.clone()).collect();
+    let geometry = Geometry::grown_by(config.layout, &added)
         .map_err(|e| Error::Config(format!("{JOURNAL_FILE}: the grid's added disks: {e}")))?;
     if config.disks.len() > geometry.disks() {
         tracing::warn!(
@@ -202,6 +189,8 @@ impl Engine {
             return Err(Error::Closed);
         }
         let _one_at_a_time = s.grow_mutex.lock();
+        // What can fail without the disk is done before the commit point.
+        let controller = request.spec.power_controller(&s.dir)?;
         let config = s.config.read().clone();
         let (grown, mut report) = add_durable(&s.dir, &config, &s.journal, &s.geometry, &request)?;
         let index = report.disk;
@@ -217,7 +206,6 @@ impl Engine {
             }
         }
         let config = s.config.read().clone();
-        let controller = request.spec.power_controller(&s.dir)?;
         let backend = super::open::open_backend(
             &s.dir,
             &config,
