@@ -95,7 +95,9 @@ pub struct AddedGroupReport {
     /// The parity disks recomputed: the old `hP`s the members left and the `vP`s concerned.
     pub recomputed: Vec<usize>,
     pub capacity_bytes: u64,
-    /// Bytes of parity computed by this run (also those the background recovery did meanwhile).
+    /// Bytes of parity left to compute when this run started its computation (defects of the grid's disks).
+    pub bytes_to_compute: u64,
+    /// Bytes of parity computed by the runs of this call (the background recovery may have done part of the rest).
     pub bytes_computed: u64,
     /// Whether the group was already committed (this run resumed its computation).
     pub resumed: bool,
@@ -292,6 +294,7 @@ impl Engine {
             members,
             recomputed,
             capacity_bytes: capacity_of(dir, &config.disks[parity])?,
+            bytes_to_compute: total,
             bytes_computed,
             resumed,
             geometry_version: geometry.version(),
