@@ -11,14 +11,15 @@ them from its cache; then, per round,
   1. the baseline: the same O_DIRECT `dd` copy of the disk file's allocated bytes, before and after the
      evacuation (the mean of the two: the device's speed swings between minutes);
   2. --readers (8) boto3 clients GET the objects of that disk in a loop, each checked byte-exact (SHA-256 against
-     the upload's), the cache evicted every 0.5 s so the reads keep going to the disks;
+     the upload's), the cache evicted every 0.5 s so the reads keep going to the disks; as fast as they can, or
+     paced to --reader-mb-per-s MB/s together;
   3. `POST /_permafrost/api/v1/disks/{disk}/evacuate`, timed from the request to the task's end (GET /tasks/{id}).
 Reports the evacuation time against the copy (ratio, goal <= 1.2), the readers' GETs, bytes, MB/s and their
 errors and mismatches (must be 0). The next round evacuates the disk's new file again; the retired file of the
 round before is deleted. The grid, the cache and two copies of the disk need about 6x --gib GiB of free space.
 
 Usage: bench/evacuate.py [--bin target/release/permafrost] [--gib 1] [--dir /var/tmp/evac-bench]
-       bench/evacuate.py --live [--gib 2] [--readers 8] [--rounds 3] [--bin PATH] [--dir DIR]
+       bench/evacuate.py --live [--gib 2] [--readers 8] [--reader-mb-per-s 0] [--rounds 3] [--bin PATH] [--dir DIR]
 Results of --live: bench/out/evacuate-live-<UTC time>/ (results.json, summary.txt, server log)."""
 
 import argparse
@@ -55,6 +56,8 @@ def main():
     p.add_argument("--dir", default="/var/tmp/evac-bench")
     p.add_argument("--live", action="store_true", help="evacuate inside a running server while clients read")
     p.add_argument("--readers", type=int, default=8, help="--live: reading clients")
+    p.add_argument("--reader-mb-per-s", type=float, default=0.0,
+                   help="--live: the readers' bytes per second together, in MB/s (0: as fast as they can)")
     p.add_argument("--rounds", type=int, default=3, help="--live: evacuations measured")
     p.add_argument("--out", default=None, help="--live: results directory")
     a = p.parse_args()
@@ -150,8 +153,11 @@ class Readers:
     """`n` boto3 clients GETting `keys` in a loop (each from its own random order), every body checked against
     its SHA-256; an evictor drops the cache every 0.5 s so the GETs keep reading the disks."""
 
-    def __init__(self, pf, endpoint: str, keys: list, digests: dict, n: int):
+    def __init__(self, pf, endpoint: str, keys: list, digests: dict, n: int, mb_per_s: float = 0.0):
         self.pf, self.endpoint, self.keys, self.digests = pf, endpoint, keys, digests
+        # Each reader's pace (bytes per second; 0: none): an archive's clients read at their own speed.
+        self.pace = mb_per_s * 1e6 / n if mb_per_s > 0 and n else 0.0
+        self.n = n
         self.stop = threading.Event()
         self.lock = threading.Lock()
         self.gets, self.bytes, self.errors, self.mismatches = 0, 0, [], []
@@ -171,8 +177,12 @@ class Readers:
         import random
         s3 = self.pf.s3_client(self.endpoint)
         rng = random.Random(i)
+        if self.pace:
+            # Staggered: the paced readers' GETs spread evenly over time, not all at once.
+            self.stop.wait(i * OBJECT_BYTES / self.pace / self.n)
         while not self.stop.is_set():
             key = rng.choice(self.keys)
+            started = time.monotonic()
             try:
                 body = s3.get_object(Bucket=self.pf.BUCKET, Key=key)["Body"]
                 h, n = hashlib.sha256(), 0
@@ -187,6 +197,8 @@ class Readers:
             except Exception as e:  # noqa: BLE001 - every failure is counted and reported
                 with self.lock:
                     self.errors.append(f"{key}: {e}")
+            if self.pace:
+                self.stop.wait(max(0.0, OBJECT_BYTES / self.pace - (time.monotonic() - started)))
 
     def evict(self):
         while not self.stop.is_set():
@@ -225,10 +237,11 @@ def live(a):
     commit = subprocess.run(["git", "-C", str(pf.REPO), "rev-parse", "--short", "HEAD"], capture_output=True,
                             text=True).stdout.strip()
     results = dict(machine=pf.machine(scratch), binary=str(a.bin), commit=commit, data_bytes=data_bytes,
-                   readers=a.readers, started=time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
+                   readers=a.readers, reader_mb_per_s_cap=a.reader_mb_per_s, started=time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
                    load_start=pf.loadavg(), rounds=[])
     m = results["machine"]
-    say(f"evacuation in a running server with {a.readers} readers, {m.get('date (UTC)')} UTC: {m.get('cpu')}, "
+    pace = f" paced to {a.reader_mb_per_s:g} MB/s together" if a.reader_mb_per_s > 0 else ""
+    say(f"evacuation in a running server with {a.readers} readers{pace}, {m.get('date (UTC)')} UTC: {m.get('cpu')}, "
         f"{m.get('ram')}, {m.get('kernel')}, {m.get('file system')}")
     say(f"   binary {a.bin} (commit {commit}), {data_bytes >> 20} MiB on the disk in {objects} objects, "
         f"load {pf.loadavg()}")
@@ -265,7 +278,7 @@ def live(a):
             path = Path(name) if Path(name).is_absolute() else grid / name
             before = odirect_copy(path, scratch)
             drop_caches()
-            readers = Readers(pf, s.endpoint, keys, digests, a.readers).start()
+            readers = Readers(pf, s.endpoint, keys, digests, a.readers, a.reader_mb_per_s).start()
             while readers.counts()[0] < a.readers and not (readers.errors or readers.mismatches):
                 time.sleep(0.05)
             gets0, bytes0 = readers.counts()
