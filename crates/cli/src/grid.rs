@@ -38,6 +38,9 @@ pub enum GridCommand {
     /// Put a disk larger than a parity disk in that parity's place; the old parity disk becomes a data disk
     /// (Unraid's parity swap). Restartable: run it again to resume.
     SwapParity(crate::grid_swap_parity::SwapParityArgs),
+    /// Add a parity group (a new row) with its own parity disk, made of data disks added since `grid init`; its
+    /// parity is computed with progress within the power budget. Restartable: run it again to resume.
+    AddGroup(crate::grid_add_group::AddGroupArgs),
     /// Verify (and repair) disks: one disk, all disks, or the ranges whose last verification is overdue.
     Scrub(ScrubArgs),
     /// Recompute every parity disk from its members and report mismatches (exit code 2 if any).
@@ -287,6 +290,7 @@ pub fn run(command: GridCommand) -> Result<()> {
         GridCommand::Rebuild(args) => rebuild(args),
         GridCommand::Evacuate(args) => crate::grid_evacuate::run(args),
         GridCommand::SwapParity(args) => crate::grid_swap_parity::run(args),
+        GridCommand::AddGroup(args) => crate::grid_add_group::run(args),
         GridCommand::Scrub(args) => scrub(args),
         GridCommand::VerifyParity(args) => verify_parity(args),
         GridCommand::Flush(args) => {

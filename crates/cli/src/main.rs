@@ -9,6 +9,7 @@ mod cluster;
 mod config;
 mod data_dir;
 mod grid;
+mod grid_add_group;
 mod grid_evacuate;
 mod grid_grow;
 mod grid_swap_parity;
