@@ -898,7 +898,8 @@ pub fn apply_tombstone(
                 )
             })?;
             tracing::info!(
-                "cluster: deleted this node's copy of {}/{} (deleted on another node)",
+                "cluster: deleted this node's copy of {}/{} (deleted or replaced on another node, or received \
+                 here and never published)",
                 t.bucket,
                 t.key
             );
