@@ -889,7 +889,7 @@ mod tests {
             vec![GroupId::Horizontal(8), GroupId::Vertical(0)]
         );
         assert!(g.parity_disks().contains(&51));
-        assert_eq!(g.added_groups(), &[group.clone()]);
+        assert_eq!(g.added_groups(), std::slice::from_ref(&group));
         assert_eq!(g.added_group_hpg(0), 8);
         assert_eq!(
             g.describe(),
