@@ -85,8 +85,12 @@ def test_a_running_server_grows_by_a_disk_and_new_objects_land_on_it(tmp_path):
         assert {d: after[d] for d in before} == before, "another disk spun up during the add"
 
         # The API, the state and the metrics show the grown grid.
-        disks = ok(server.endpoint, "GET", "/disks")["disks"]
+        listed = ok(server.endpoint, "GET", "/disks")
+        disks = listed["disks"]
         assert len(disks) == 50
+        assert listed["buckets"] == 34 and listed["capacity_bytes"] == 34 * listed["bucket_capacity_bytes"], listed
+        assert listed["geometry_version"] == 2, listed["geometry"]
+        assert listed["geometry"].startswith("8x6:4+1 +2 disks"), listed["geometry"]
         for d in (48, 49):
             assert disks[d]["role"] == "data" and disks[d]["capacity_bytes"] > 0, disks[d]
         assert disks[48]["column"] == 5 and disks[48]["row"] == 6, disks[48]

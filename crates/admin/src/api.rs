@@ -456,7 +456,14 @@ async fn get_state(admin: Admin, _: ApiRequest) -> ApiResult {
 
 async fn get_disks(admin: Admin, _: ApiRequest) -> ApiResult {
     let state = blocking(move || state(&admin)).await?;
-    json(&serde_json::json!({ "disks": state.disks }))
+    json(&serde_json::json!({
+        "disks": state.disks,
+        "geometry": state.geometry,
+        "geometry_version": state.geometry_version,
+        "buckets": state.buckets,
+        "bucket_capacity_bytes": state.bucket_capacity_bytes,
+        "capacity_bytes": state.capacity_bytes,
+    }))
 }
 
 /// The disk named by the request's `{disk}`, checked against the grid.

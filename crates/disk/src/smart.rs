@@ -553,11 +553,16 @@ impl Inner {
         if !self.settings.enabled {
             return;
         }
-        let last = self
-            .disks
-            .lock()
-            .get(disk)
-            .map(|d| d.last.as_ref().map(|r| r.at_unix_ms));
+        let last = {
+            let mut disks = self.disks.lock();
+            // A disk the grid grew by after the monitor started (numbered after the others).
+            if disk >= disks.len() && self.power.upgrade().is_some_and(|p| disk < p.n_disks()) {
+                disks.resize(disk + 1, DiskSmart::default());
+            }
+            disks
+                .get(disk)
+                .map(|d| d.last.as_ref().map(|r| r.at_unix_ms))
+        };
         let Some(last) = last else { return };
         if !due(last, (self.now_unix_ms)(), self.settings.max_age_ms()) {
             return;

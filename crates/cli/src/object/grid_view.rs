@@ -45,15 +45,32 @@ pub(crate) fn render(state: &Value) -> String {
         "grid      {} columns x {} rows (o off, ^ spinning up, - idle, > active, X failed)",
         columns, state["rows"]
     );
-    for row in disks.chunks(columns) {
+    // Each disk at its position (`row`, `column`; by its number without them): a disk added to a grown grid is
+    // drawn below its column.
+    let mut rows: Vec<Vec<Option<&Value>>> = Vec::new();
+    for (i, d) in disks.iter().enumerate() {
+        let row = d["row"].as_u64().map_or(i / columns, |r| r as usize);
+        let column = d["column"]
+            .as_u64()
+            .map_or(i % columns, |c| c as usize)
+            .min(columns - 1);
+        if rows.len() <= row {
+            rows.resize(row + 1, vec![None; columns]);
+        }
+        rows[row][column] = Some(d);
+    }
+    for row in &rows {
         let mut line = String::from("         ");
         for d in row {
-            let cell = format!(
-                "{:>2} {:<4} {:<6}",
-                num(&d["disk"]),
-                role(d),
-                state_mark(d["shown_state"].as_str().unwrap_or(""))
-            );
+            let cell = match d {
+                Some(d) => format!(
+                    "{:>2} {:<4} {:<6}",
+                    num(&d["disk"]),
+                    role(d),
+                    state_mark(d["shown_state"].as_str().unwrap_or(""))
+                ),
+                None => String::new(),
+            };
             let _ = write!(line, " {cell:<15}");
         }
         let _ = writeln!(out, "{}", line.trim_end());
@@ -171,6 +188,31 @@ pub(crate) fn render(state: &Value) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_disk_added_to_a_grown_grid_is_drawn_below_its_column() {
+        let disk = |n: u64, row: u64, column: u64, role: &str| {
+            serde_json::json!({"disk": n, "row": row, "column": column, "role": role, "role_index": n,
+                               "shown_state": "off", "defect_bytes": 0, "last_wake": null})
+        };
+        let state = serde_json::json!({
+            "columns": 2, "rows": 3, "energy": {},
+            "disks": [disk(0, 0, 0, "data"), disk(1, 0, 1, "hp"), disk(2, 1, 0, "vp"), disk(3, 1, 1, "vp"),
+                      disk(4, 2, 1, "data")],
+        });
+        let text = render(&state);
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(
+            lines[2].contains(" 2 vP2") && lines[2].contains(" 3 vP3"),
+            "{text}"
+        );
+        let added = lines[3];
+        assert!(added.contains(" 4 D4"), "{text}");
+        assert!(
+            added.find(" 4 D4").unwrap() >= lines[1].find(" 1 hP1").unwrap(),
+            "the added disk sits in column 1: {text}"
+        );
+    }
 
     #[test]
     fn the_grid_is_drawn_row_by_row_with_roles_symbols_and_reasons() {
