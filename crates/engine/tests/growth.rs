@@ -362,6 +362,9 @@ fn an_open_grid_grows_while_it_serves_and_its_new_disk_fails_and_recovers() {
         .to_string();
     assert!(error.contains("swap-parity"), "{error}");
     assert_eq!(engine.geometry().disks(), 49);
+    // With every disk off and nothing running, an add spins up no disk at all.
+    wait_all_off(&engine);
+    let quiet: Vec<u64> = (0..49).map(|d| engine.power().stats(d).spin_ups).collect();
     let second = engine
         .add_disk_live(AddDisk {
             spec: file_spec(49, DISK_BYTES),
@@ -371,6 +374,9 @@ fn an_open_grid_grows_while_it_serves_and_its_new_disk_fails_and_recovers() {
         .unwrap();
     assert_eq!((second.disk, second.bucket), (49, 33));
     assert_eq!(engine.geometry().disks(), 50);
+    let after_quiet: Vec<u64> = (0..50).map(|d| engine.power().stats(d).spin_ups).collect();
+    assert_eq!(&after_quiet[..49], &quiet[..], "a disk spun up for the add");
+    assert_eq!(after_quiet[49], 0);
 
     // The new disk fails: its bucket is reconstructed from the grid, then it is replaced and recovered.
     engine.fail_disk(48).unwrap();
