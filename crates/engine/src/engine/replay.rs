@@ -7,6 +7,16 @@
 //!   replay (which simply runs again) loses none.
 //! - A write into never-written space that did not finish leaves the written map (it reads as zeros again, no disk
 //!   is spun up); one over written space becomes defect and is recovered from parity (the old data).
+//! - The write hole (RAID's): a range of a data disk that only an unacknowledged write touched holds nothing anyone
+//!   was promised, so its content is replay's to choose. A write into never-written space that did not finish
+//!   takes the range back to never-written (zeros) together with any defect found there meanwhile (a scrub or a
+//!   reconstruction that met the write in flight, e.g. the background threads of an engine stopped at a test crash
+//!   point, which let go of the writer's range locks with its row still open); the parity disks whose update was
+//!   in flight are then recomputed from their members, this range included. Were such a defect kept, the data disk
+//!   and the write's three parity disks would all be defect over the same range (direct mode) and none could be
+//!   recovered. This never applies to a range holding acknowledged data: the row says the whole range was
+//!   unwritten when the write took its exclusive lock on it, so nothing acknowledged is there; a data disk range
+//!   the written map says held committed bytes keeps its defects and is recovered from parity.
 //! - Direct writes settle their data disk stripe by stripe: a stripe that verifies is kept, one that does not is
 //!   re-encoded as it reads; only those.
 
@@ -69,8 +79,9 @@ impl Shared {
                 add_parity_defects(&unfinished_parities)?;
             }
             if row.data_was_unwritten {
-                // Back to never-written: reads as zeros again.
-                self.unmark_written(disk, start, end)?;
+                // Back to never-written: reads as zeros again, and whatever was found wrong there meanwhile goes
+                // with it (see the module doc).
+                self.forget_unfinished_write(disk, start, end)?;
             } else if direct {
                 self.settle_direct_data(disk, start, end)?;
             } else {
@@ -144,6 +155,34 @@ impl Shared {
         self.journal
             .batch(|b| b.sync_ranges(RangeTable::Written, disk, &set, lo, hi))?;
         maps.written[disk] = set;
+        Ok(())
+    }
+
+    /// `[start, end)` of data disk `disk` held nothing before an unfinished write into it (the row's
+    /// `data_was_unwritten`): remove it from the written map and from the defects in one journal transaction. A
+    /// defect there describes only the write in flight, which nobody was promised; kept, it would make the range
+    /// unrecoverable whenever the write's parity disks are being recomputed from their members (direct mode).
+    fn forget_unfinished_write(&self, disk: usize, start: u64, end: u64) -> Result<()> {
+        let unit = self.stripe_bytes;
+        let (lo, hi) = (start / unit, end.div_ceil(unit));
+        let mut maps = self.maps.lock();
+        let mut written = maps.written[disk].clone();
+        written.remove(lo, hi);
+        let mut defects = maps.defects[disk].clone();
+        defects.remove(lo * unit, (hi * unit).min(self.logical_bytes));
+        let voided = maps.defects[disk].total() - defects.total();
+        self.journal.batch(|b| {
+            b.sync_ranges(RangeTable::Written, disk, &written, lo, hi)?;
+            b.sync_ranges(RangeTable::Defects, disk, &defects, lo * unit, hi * unit)
+        })?;
+        maps.written[disk] = written;
+        maps.defects[disk] = defects;
+        drop(maps);
+        if voided > 0 {
+            tracing::info!(
+                "replay: disk {disk} {start}..{end} held nothing before an unfinished write; its {voided} defect bytes there are void"
+            );
+        }
         Ok(())
     }
 
