@@ -15,7 +15,8 @@
 //! the geometry it read before is right too: the never-written disk adds zeros to its groups' parity.
 //!
 //! **Invariants.**
-//! - The journal's `added_disks` rows are the geometry: `Geometry::grown(layout, rows)`; `grid.toml`'s `disks`
+//! - The journal's `added_disks` rows, with its `added_groups` rows (`add_group`), are the geometry:
+//!   `Geometry::grown_by(layout, rows in disk order)`; `grid.toml`'s `disks`
 //!   follow it (an entry without a row, from a crash between steps 1 and 2, is ignored).
 //! - A data disk is never larger than the parity disks of its groups (its bytes beyond theirs could not be
 //!   protected), nor smaller than the grid's disks (every bucket has the grid's bucket capacity).
