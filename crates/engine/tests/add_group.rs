@@ -108,6 +108,14 @@ fn assert_grouped(dir: &Path, held: &[(usize, u64, Vec<u8>)], when: &str) {
     );
     assert_eq!(g.column(51), 0, "{when}");
     assert_eq!(engine.config().disks[51], parity_disk(), "{when}");
+    assert_eq!(
+        permafrost_engine::GridConfig::load(dir)
+            .unwrap()
+            .disks
+            .len(),
+        52,
+        "{when}: grid.toml lists the new parity disk"
+    );
     let status = engine.status().unwrap();
     assert!(
         status

@@ -285,6 +285,12 @@ impl Engine {
             recomputed
         };
         let config = s.config.read().clone();
+        // Step 4 again when a crash cut it off (the open repaired the list in memory only).
+        let mut on_disk = GridConfig::load(dir)?;
+        if on_disk.disks.len() < config.disks.len() {
+            on_disk.disks = config.disks.clone();
+            on_disk.save(dir)?;
+        }
         let mut members = request.members.clone();
         members.sort_unstable();
         let report = AddedGroupReport {
