@@ -86,7 +86,9 @@ def test_add_group_survives_sigkill_mid_computation(tmp_path):
     assert_objects(grid, tmp_path, objects)
 
     out = run(*command[1:])
-    report = json.loads(out.stdout)["added_group"]
+    resumed = json.loads(out.stdout)
+    report = resumed["added_group"]
+    print(f"resumed: {report['bytes_to_compute']} bytes of parity left, computed in {resumed['seconds']:.2f} s")
     assert report["resumed"], report
     assert (report["hpg"], report["parity"], report["column"]) == (8, 51, 0), report
     assert journal_progress(grid) == (True, 0)
