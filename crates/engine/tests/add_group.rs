@@ -169,6 +169,14 @@ fn three_added_disks_move_into_a_new_group_whose_parity_is_computed() {
         "8x6:4+1 +3 disks (hPG 0 col 5, hPG 0 col 6, hPG 0 col 7) +1 group (hPG 8: disks 48, 49, 50, hP 51 col 0)"
     );
     assert_grouped(dir.path(), &held, "after an uninterrupted add");
+    // Three failures of the new geometry that need its new row: member 48, the new parity 51 and disk 5 (in 48's
+    // column): 5 comes back from hPG 1, then 48 from its column, then 51 from hPG 8. Every object reads.
+    let engine = Engine::open(dir.path()).unwrap();
+    for disk in [48, 51, 5] {
+        engine.fail_disk(disk).unwrap();
+    }
+    assert_held(&engine, &held, "with disks 48, 51 and 5 failed");
+    engine.close().unwrap();
 }
 
 #[test]
