@@ -5,7 +5,8 @@
 //! exactly as `replace_disk` does (everything the disk holds becomes defect, in the journal), the old disk stays
 //! open as the evacuation's *source*, and the recovery run (`recover_disk`, with its locks, chunks, journal and
 //! power accounting) fills each piece with the source's IDR-verified bytes, reconstructing from the grid only the
-//! stripes the source cannot read (or reads as zero blocks, which IDR cannot tell from a wiped disk).
+//! stripes the source cannot read (or reads as all-zero 4 KiB blocks where a scrub of the stripe cannot vouch for
+//! them, as the read path judges zeros: a wiped stretch reads as zeros without complaint).
 //!
 //! **Invariants.**
 //! - Only a data disk (parity of no group) is copied: no delta is ever drained onto it, so a range still defect on
@@ -29,7 +30,6 @@ use std::sync::Arc;
 use permafrost_disk::{BlockDisk, Disk, FileDisk};
 use serde::{Deserialize, Serialize};
 
-use super::io::has_zero_block;
 use super::{CrashPoint, Engine, RecoveryReport, Shared};
 use crate::buffer_pool::BufferPool;
 use crate::config::DiskSpec;
@@ -314,7 +314,7 @@ impl Shared {
             self.crash_at(CrashPoint::EvacuationCopied)?;
         }
         let mut out = pool.take(len as usize);
-        if source.slot.idr.read(offset, &mut out).is_ok() && !has_zero_block(&out) {
+        if self.read_trusted(&source, offset, &mut out) {
             source.copied.fetch_add(len, Ordering::Relaxed);
             return Ok(out);
         }
@@ -323,7 +323,7 @@ impl Shared {
         while stripe < end {
             let stripe_end = (stripe + self.stripe_bytes).min(end);
             let part = &mut out[(stripe - offset) as usize..(stripe_end - offset) as usize];
-            if source.slot.idr.read(stripe, part).is_ok() && !has_zero_block(part) {
+            if self.read_trusted(&source, stripe, part) {
                 source
                     .copied
                     .fetch_add(stripe_end - stripe, Ordering::Relaxed);
@@ -364,7 +364,7 @@ impl Shared {
     /// A reader's `[offset, offset + buf.len())` of `disk` while the disk is being evacuated: its defect ranges
     /// (not yet copied) from the old disk, IDR-verified, the rest from the replacement. False (with `buf` in any
     /// state) when `disk` is not being evacuated, protects a group, or a part cannot be served this way (unreadable,
-    /// or an all-zero block IDR cannot tell from a wiped disk); the caller then reads as without an evacuation.
+    /// or zeros IDR cannot vouch for, see [`Shared::read_trusted`]); the caller then reads as without an evacuation.
     /// The caller holds a shared lock over the range of `disk`: a range still defect under it holds on the
     /// replacement exactly what the old disk holds (nothing is written to a data disk's defect range before it is
     /// recovered).
@@ -423,17 +423,29 @@ impl Shared {
         true
     }
 
+    /// Read `[offset, offset + buf.len())` (whole stripes) of the old disk `source`, IDR-verified; false when it
+    /// does not read or holds an all-zero 4 KiB block in a stripe IDR cannot vouch for (never written, unverifiable
+    /// or with repaired check blocks: a wiped stretch reads as zeros without complaint), as the read path judges
+    /// the grid's own disks (`untrusted_zero_stripes`). Zeros a writer wrote (the padding of a stripe) are trusted.
+    fn read_trusted(&self, source: &EvacuationSource, offset: u64, buf: &mut [u8]) -> bool {
+        match source.slot.idr.read(offset, buf) {
+            Ok(report) => self
+                .untrusted_zero_stripes(&source.slot, offset, buf, report.check_blocks_repaired > 0)
+                .is_ok_and(|untrusted| untrusted.is_empty()),
+            Err(_) => false,
+        }
+    }
+
     /// `[offset, offset + part.len())` (defect on the replacement: the disk's written ranges when it was replaced)
-    /// of the old disk `source`, read in whole stripes and IDR-verified (false when they do not read or hold an
-    /// all-zero block).
+    /// of the old disk `source`, read in whole stripes and IDR-verified (false when [`Shared::read_trusted`] is).
     fn read_source(&self, source: &EvacuationSource, offset: u64, part: &mut [u8]) -> bool {
         let end = offset + part.len() as u64;
         let (from, to) = self.stripe_range(offset, end);
         if (from, to) == (offset, end) {
-            return source.slot.idr.read(offset, part).is_ok() && !has_zero_block(part);
+            return self.read_trusted(source, offset, part);
         }
         let mut whole = vec![0u8; (to - from) as usize];
-        if source.slot.idr.read(from, &mut whole).is_err() || has_zero_block(&whole) {
+        if !self.read_trusted(source, from, &mut whole) {
             return false;
         }
         part.copy_from_slice(&whole[(offset - from) as usize..(end - from) as usize]);

@@ -106,7 +106,7 @@ impl Shared {
     /// all-zero 4 KiB block is damaged when `distrust` (the read repaired check blocks or failed elsewhere, which
     /// may have erased the evidence) or when a scrub of that one stripe finds it never written, unverifiable or
     /// with repaired check blocks. Data without zero blocks costs nothing extra. The caller holds a lock on them.
-    fn untrusted_zero_stripes(
+    pub(super) fn untrusted_zero_stripes(
         &self,
         slot: &DiskSlot,
         offset: u64,
