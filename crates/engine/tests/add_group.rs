@@ -180,6 +180,38 @@ fn three_added_disks_move_into_a_new_group_whose_parity_is_computed() {
 }
 
 #[test]
+fn the_new_row_takes_added_disks_like_any_other() {
+    let dir = tempfile::tempdir().unwrap();
+    let held = setup(dir.path());
+    add_group(dir.path(), None).unwrap();
+    let report = Engine::add_disk(
+        dir.path(),
+        AddDisk {
+            spec: DiskSpec::File {
+                path: "disks/disk-52.img".into(),
+                capacity_bytes: DISK_BYTES,
+            },
+            hpg: Some(8),
+            column: None,
+        },
+    )
+    .unwrap();
+    assert_eq!((report.disk, report.hpg, report.hp), (52, 8, 51));
+    let engine = Engine::open(dir.path()).unwrap();
+    assert_eq!(
+        engine.geometry().group_members(GroupId::Horizontal(8)),
+        &[48, 49, 50, 52, 51]
+    );
+    assert_parity_clean(&engine);
+    let data = pattern(77, (6 * MIB) as usize);
+    write(&engine, report.bucket, MIB, &data, WriteMode::Serialized);
+    assert_parity_clean(&engine);
+    assert_held(&engine, &held, "after a disk joined the new row");
+    assert_eq!(read(&engine, report.bucket, MIB, 6 * MIB).unwrap(), data);
+    engine.close().unwrap();
+}
+
+#[test]
 fn a_crash_after_any_step_resumes_to_the_same_end() {
     for step in [
         AddGroupStep::HeaderWritten,
