@@ -9,7 +9,8 @@
 //! queued by a spin-up, the recovery thread) may still run before the engine is dropped. The test runs a scrub of
 //! every disk of the group and a recovery on the crashed engine to stand for them: what they would find in a
 //! range whose write is in flight is that write, not damage, and it must not outlive the crash (a real crash stops
-//! everything at once).
+//! everything at once). Each case also runs with one disk failed while the writes are in flight (replaced and
+//! rebuilt after the replay).
 
 mod common;
 
@@ -56,8 +57,11 @@ struct Member {
     new: Vec<u8>,
 }
 
-fn run(mode: WriteMode, point: CrashPoint, old_data: bool) {
-    let what = format!("{mode} {point:?} (old data: {old_data})");
+/// `one_failed`: a data disk of another group, in the column of the group's first member, holds acknowledged data
+/// over the same range and is failed before the crash (the grid is degraded while the write is in flight); it is
+/// replaced and rebuilt after the replay.
+fn run(mode: WriteMode, point: CrashPoint, old_data: bool, one_failed: bool) {
+    let what = format!("{mode} {point:?} (old data: {old_data}, one disk failed: {one_failed})");
     let dir = tempfile::tempdir().unwrap();
     let engine = create(dir.path());
     engine.pause_background(true);
@@ -75,6 +79,25 @@ fn run(mode: WriteMode, point: CrashPoint, old_data: bool) {
             new: pattern(200 + i as u64, LEN),
         })
         .collect();
+    let failed = one_failed.then(|| {
+        let column = geometry.column(members[0].disk);
+        let disk = *geometry
+            .group_members(GroupId::Vertical(column))
+            .iter()
+            .find(|&&d| geometry.disk_bucket(d).is_some() && !data_disks.contains(&d))
+            .expect("another data disk in the column");
+        let bucket = geometry.disk_bucket(disk).expect("a data disk");
+        let data = pattern(400, NEIGHBOR as usize + LEN);
+        write(
+            &engine,
+            bucket,
+            OFFSET - NEIGHBOR,
+            &data,
+            WriteMode::Serialized,
+        );
+        engine.fail_disk(disk).unwrap();
+        (disk, bucket, data)
+    });
     for m in &members {
         if let Some(old) = &m.old {
             write(
@@ -144,6 +167,17 @@ fn run(mode: WriteMode, point: CrashPoint, old_data: bool) {
         "{what}: unrecoverable after the crash: {:?}",
         report.unrecoverable
     );
+    if let Some((disk, bucket, data)) = &failed {
+        engine.replace_disk(*disk, None).unwrap();
+        let report = engine.rebuild(*disk, &|_, _| {}).unwrap();
+        assert!(
+            report.unrecoverable.is_empty(),
+            "{what}: rebuild of disk {disk}: unrecoverable {:?}",
+            report.unrecoverable
+        );
+        let back = read(&engine, *bucket, OFFSET - NEIGHBOR, data.len() as u64).unwrap();
+        assert!(back == *data, "{what}: the rebuilt disk {disk} differs");
+    }
     engine.flush().unwrap();
     let status = engine.status().unwrap();
     assert_eq!(status.open_promises, 0, "{what}: replay left promises");
@@ -215,23 +249,26 @@ fn disks_of(geometry: &permafrost_grid::Geometry, data_disks: &[usize]) -> Vec<u
 #[test]
 fn direct_crash_with_a_group_written_at_once_leaves_every_range_recoverable() {
     for point in points(WriteMode::Direct) {
-        run(WriteMode::Direct, point, false);
-        run(WriteMode::Direct, point, true);
+        run(WriteMode::Direct, point, false, false);
+        run(WriteMode::Direct, point, true, false);
+        run(WriteMode::Direct, point, true, true);
     }
 }
 
 #[test]
 fn serialized_crash_with_a_group_written_at_once_leaves_every_range_recoverable() {
     for point in points(WriteMode::Serialized) {
-        run(WriteMode::Serialized, point, false);
-        run(WriteMode::Serialized, point, true);
+        run(WriteMode::Serialized, point, false, false);
+        run(WriteMode::Serialized, point, true, false);
+        run(WriteMode::Serialized, point, true, true);
     }
 }
 
 #[test]
 fn delayed_crash_with_a_group_written_at_once_leaves_every_range_recoverable() {
     for point in points(WriteMode::Delayed) {
-        run(WriteMode::Delayed, point, false);
-        run(WriteMode::Delayed, point, true);
+        run(WriteMode::Delayed, point, false, false);
+        run(WriteMode::Delayed, point, true, false);
+        run(WriteMode::Delayed, point, true, true);
     }
 }
