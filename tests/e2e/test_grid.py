@@ -153,3 +153,18 @@ def test_everything_reads_back_byte_exact_from_the_grid_and_after_3_disks_fail(t
         raise
     finally:
         server.kill()
+
+
+def test_a_reader_that_closes_the_pipe_early_ends_grid_status_quietly(tmp_path):
+    """`permafrost grid status | true`: the command stops when the pipe closes, as a tool stopped by SIGPIPE
+    does (status 141), without a panic message."""
+    from conftest import binary
+    import subprocess
+    grid = tmp_path / "grid"
+    subprocess.run([str(binary()), "grid", "init", "--dir", str(grid), "--layout", "8x6:4+1", "--disk-size",
+                    "64MiB"], check=True, capture_output=True)
+    # `true` exits at once: the pipe is closed before the command, which opens the grid first, writes a line.
+    p = subprocess.run(f"'{binary()}' grid status --dir '{grid}' | true; echo ${{PIPESTATUS[0]}}", shell=True,
+                       capture_output=True, text=True, executable="/bin/bash")
+    assert "panicked" not in p.stderr, p.stderr
+    assert p.stdout.strip() == "141", (p.stdout, p.stderr)

@@ -132,8 +132,27 @@ fn bound_allocator_retention() {
     }
 }
 
+/// `permafrost grid status | head`: a reader that closes stdout early ends a command quietly, with the status a
+/// shell reports for a tool the pipe stopped (128 + SIGPIPE), as other Unix tools do; std's printing macros
+/// panic on a closed stdout. SIGPIPE itself stays ignored, so a closed socket is an error, never a silent exit.
+fn quiet_on_closed_stdout() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let message = info
+            .payload()
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .unwrap_or("");
+        if message.starts_with("failed printing to stdout") && message.contains("Broken pipe") {
+            std::process::exit(128 + libc::SIGPIPE);
+        }
+        default(info);
+    }));
+}
+
 fn main() {
     bound_allocator_retention();
+    quiet_on_closed_stdout();
     let cli = Cli::parse();
     let default_filter = match cli.command {
         Command::Serve(_) | Command::Record(_) => LOG_FILTER_SERVICE,
