@@ -124,3 +124,56 @@ def test_a_risen_reallocated_count_is_an_event_a_metric_and_a_mark_at_the_next_s
         assert wakes and all(w["kind"] != "unattributed" for w in wakes), wakes
     finally:
         server.stop()
+
+
+def test_with_evacuate_when_failing_a_risen_count_evacuates_the_disk_and_a_wear_alert_does_not(tmp_path):
+    """`[smart] evacuate_when_failing = true`: the disk whose reallocated count rose is evacuated by the server
+    on its own (the old disk retired, every object exact); a disk whose start/stop count only nears its rating is
+    not."""
+    from admin import GRID_BUCKET_HEADER, data_disk_of
+    rng = random.Random(34)
+    server = Server(tmp_path / "data", config=TEST_CONFIG + "\n[smart]\nmax_age_hours = 0\n"
+                    "evacuate_when_failing = true\nstart_stop_rating = 100\n")
+    server.start()
+    try:
+        disks = ok(server.endpoint, "GET", "/disks")["disks"]
+        files = smart_files(server, disks)
+        for f in files:
+            f.write_text(fixture(0))
+        s3 = client(server.endpoint)
+        s3.create_bucket(Bucket="failing")
+        bodies = {}
+        for i in range(4):
+            body = rng.randbytes(rng.randint(300_000, 900_000))
+            s3.put_object(Bucket="failing", Key=f"obj-{i}", Body=body)
+            bodies[f"obj-{i}"] = body
+        wait_persisted(server.endpoint, expect_contents=len(bodies))
+        evict(server.endpoint)
+        wait_all_off(server.endpoint, timeout_s=60)
+        head = s3.head_object(Bucket="failing", Key="obj-0")
+        bucket = int(head["ResponseMetadata"]["HTTPHeaders"][GRID_BUCKET_HEADER.lower()])
+        disk = data_disk_of(status(server.endpoint), bucket)["index"]
+        # Every disk is past 90 % of its (tiny) start/stop rating: wear alerts everywhere, no evacuation for them.
+        # The disk holding the objects also reallocated sectors: that one is failing.
+        for i, f in enumerate(files):
+            f.write_text(fixture(8 if disks[i]["disk"] == disk else 0))
+        for key, body in bodies.items():
+            assert s3.get_object(Bucket="failing", Key=key)["Body"].read() == body, key
+        deadline = time.time() + 60
+        while True:
+            view = {d["disk"]: d for d in ok(server.endpoint, "GET", "/disks")["disks"]}
+            evacuation = view[disk]["evacuation"]
+            if evacuation and evacuation["state"] == "retired":
+                break
+            assert time.time() < deadline, f"disk {disk} not evacuated: {view[disk]}"
+            time.sleep(0.3)
+        others = {i: d["evacuation"] for i, d in view.items() if i != disk and d["evacuation"]}
+        assert not others, f"disks evacuated for wear alone: {others}"
+        assert any("near" in a or "rating" in a for d in view.values() for a in d["smart"].get("last_alerts", [])), \
+            "the start/stop rating alerts did not happen, so this test shows nothing about them"
+        for key, body in bodies.items():
+            assert s3.get_object(Bucket="failing", Key=key)["Body"].read() == body, key
+        tasks = ok(server.endpoint, "GET", "/tasks")["tasks"]
+        assert [t["state"] for t in tasks if t["kind"] == "evacuate"] == ["done"], tasks
+    finally:
+        server.stop()

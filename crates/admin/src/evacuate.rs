@@ -15,14 +15,17 @@
 
 use std::collections::HashMap;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use permafrost_disk::power::PowerControl;
 use permafrost_engine::{DiskSpec, EvacuationState};
+use permafrost_store::Store;
 use serde::Deserialize;
 
 use crate::api::{accepted, disk_param};
+use crate::events::EventBus;
 use crate::router::{ApiError, ApiRequest, ApiResult};
-use crate::tasks::{Lane, TaskState};
+use crate::tasks::{Lane, TaskState, Tasks};
 use crate::Admin;
 
 /// The kind of the evacuation tasks.
@@ -38,8 +41,8 @@ struct EvacuateBody {
 }
 
 /// The queued or running evacuation task of `disk`, if any.
-fn active_task(admin: &Admin, disk: usize) -> Option<crate::TaskInfo> {
-    admin.tasks().list().into_iter().find(|t| {
+fn active_task(tasks: &Tasks, disk: usize) -> Option<crate::TaskInfo> {
+    tasks.list().into_iter().find(|t| {
         t.kind == TASK_KIND
             && t.disk == Some(disk)
             && matches!(t.state, TaskState::Queued | TaskState::Running)
@@ -50,17 +53,6 @@ pub(crate) async fn evacuate_disk(admin: Admin, request: ApiRequest) -> ApiResul
     let disk = disk_param(&admin, &request)?;
     let body: EvacuateBody = request.json()?;
     let engine = admin.store().engine();
-    if engine.is_failed(disk) {
-        return Err(ApiError::conflict(format!(
-            "disk {disk} has failed and cannot be read: replace and rebuild it (POST .../disks/{disk}/replace)"
-        )));
-    }
-    if let Some(task) = active_task(&admin, disk) {
-        return Err(ApiError::conflict(format!(
-            "disk {disk} is already being evacuated (task {})",
-            task.id
-        )));
-    }
     if body.power_control.is_some() && body.to.is_none() {
         return Err(ApiError::bad_request(
             "power_control names the replacement device's controller: give \"to\" too",
@@ -76,9 +68,36 @@ pub(crate) async fn evacuate_disk(admin: Admin, request: ApiRequest) -> ApiResul
             power_control: body.power_control.unwrap_or(previous),
         }
     });
-    let store = admin.store().clone();
-    let events = admin.events().clone();
-    let task = admin.tasks().submit(
+    let task = start_evacuation(admin.tasks(), admin.store(), admin.events(), disk, to, "")?;
+    accepted(&task)
+}
+
+/// Queue the evacuation task of `disk` to `to` (default: a new file beside a file-backed disk); `why` is said in
+/// its events after the disk (e.g. " because SMART says it is failing"). Refused (409) for a failed disk and
+/// while the disk's evacuation task is queued or running.
+pub(crate) fn start_evacuation(
+    tasks: &Tasks,
+    store: &Arc<Store>,
+    events: &Arc<EventBus>,
+    disk: usize,
+    to: Option<DiskSpec>,
+    why: &str,
+) -> Result<crate::TaskInfo, ApiError> {
+    if store.engine().is_failed(disk) {
+        return Err(ApiError::conflict(format!(
+            "disk {disk} has failed and cannot be read: replace and rebuild it (POST .../disks/{disk}/replace)"
+        )));
+    }
+    if let Some(task) = active_task(tasks, disk) {
+        return Err(ApiError::conflict(format!(
+            "disk {disk} is already being evacuated (task {})",
+            task.id
+        )));
+    }
+    let why = why.to_string();
+    let store = Arc::clone(store);
+    let events = Arc::clone(events);
+    let task = tasks.submit(
         TASK_KIND,
         format!("disk {disk}"),
         Some(disk),
@@ -91,7 +110,7 @@ pub(crate) async fn evacuate_disk(admin: Admin, request: ApiRequest) -> ApiResul
             .enter();
             events.emit(
                 "disk",
-                format!("evacuation of disk {disk} started"),
+                format!("evacuation of disk {disk} started{why}"),
                 serde_json::json!({ "disk": disk, "evacuation": "started" }),
             );
             let started = std::time::Instant::now();
@@ -151,7 +170,7 @@ pub(crate) async fn evacuate_disk(admin: Admin, request: ApiRequest) -> ApiResul
             Ok(value)
         },
     );
-    accepted(&task)
+    Ok(task)
 }
 
 /// The last evacuation of each disk that has one, as `GET /disks` shows it (reads the grid directory's small

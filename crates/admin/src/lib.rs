@@ -114,7 +114,7 @@ struct Inner {
     auth: auth::Auth,
     router: RwLock<router::Router>,
     events: Arc<EventBus>,
-    tasks: Tasks,
+    tasks: Arc<Tasks>,
     metrics: Metrics,
     options: AdminOptions,
     monitor: monitor::Monitor,
@@ -144,15 +144,16 @@ impl Admin {
         let events = Arc::new(EventBus::new());
         let metrics = Metrics::new();
         let monitor = monitor::Monitor::start(store.clone(), events.clone(), options.sample_ms);
+        let tasks = Arc::new(Tasks::new(events.clone()));
         let smart = (options.smart.enabled)
-            .then(|| smart::start(&store, events.clone(), options.smart.clone()));
+            .then(|| smart::start(&store, events.clone(), tasks.clone(), options.smart.clone()));
         let admin = Admin {
             inner: Arc::new(Inner {
                 store,
                 access,
                 auth: auth::Auth::new(&root.access_key, &root.secret_key),
                 router: RwLock::new(router::Router::default()),
-                tasks: Tasks::new(events.clone()),
+                tasks,
                 events,
                 metrics,
                 options,

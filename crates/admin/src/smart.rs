@@ -7,7 +7,7 @@ use std::sync::{Arc, Weak};
 
 use permafrost_catalog::SmartRecord;
 use permafrost_disk::smart::{
-    attribute_name, system_unix_ms, DiskSmart, SmartEvent, SmartHistory, SmartMonitor,
+    attribute_name, system_unix_ms, DiskSmart, SmartAlert, SmartEvent, SmartHistory, SmartMonitor,
     SmartReading, SmartSettings, LOAD_CYCLE, START_STOP, WATCHED,
 };
 use permafrost_store::Store;
@@ -16,6 +16,7 @@ use prometheus_client::encoding::DescriptorEncoder;
 
 use crate::events::EventBus;
 use crate::metrics::{counter, gauge, Labels};
+use crate::tasks::Tasks;
 
 /// Readings kept per disk in the catalog (a year of daily readings).
 pub const READINGS_KEPT: u64 = 400;
@@ -67,6 +68,7 @@ impl SmartHistory for CatalogHistory {
 pub(crate) fn start(
     store: &Arc<Store>,
     events: Arc<EventBus>,
+    tasks: Arc<Tasks>,
     settings: SmartSettings,
 ) -> SmartMonitor {
     let weak = Arc::downgrade(store);
@@ -79,18 +81,25 @@ pub(crate) fn start(
             (!d.failed).then_some(d.name)
         })
     };
+    let evacuate_when_failing = settings.evacuate_when_failing;
     let monitor = SmartMonitor::start(
         settings,
         store.engine().power(),
         names,
-        Arc::new(CatalogHistory { store: weak }),
+        Arc::new(CatalogHistory { store: weak.clone() }),
         Box::new(system_unix_ms),
     );
+    let store = weak;
     monitor.set_listener(Box::new(move |e: &SmartEvent| {
         if e.alerts.is_empty() {
             return;
         }
         let said: Vec<String> = e.alerts.iter().map(|a| a.to_string()).collect();
+        if evacuate_when_failing && e.alerts.iter().any(SmartAlert::is_failing) {
+            if let Some(store) = store.upgrade() {
+                evacuate_failing(&tasks, &store, &events, e.disk, &said.join("; "));
+            }
+        }
         events.emit(
             "smart",
             format!("disk {} SMART: {}", e.disk, said.join("; ")),
@@ -104,6 +113,41 @@ pub(crate) fn start(
         );
     }));
     monitor
+}
+
+/// `[smart] evacuate_when_failing`: start the evacuation of `disk`, whose SMART says it is failing (`said`), unless
+/// it is under way already; a refusal is an event that says why.
+fn evacuate_failing(
+    tasks: &Tasks,
+    store: &Arc<Store>,
+    events: &Arc<EventBus>,
+    disk: usize,
+    said: &str,
+) {
+    let file_backed = matches!(
+        store.engine().config().disks.get(disk),
+        Some(permafrost_engine::DiskSpec::File { .. })
+    );
+    let refused = if !file_backed {
+        Some(format!(
+            "disk {disk} is a block device: name its replacement (permafrost grid evacuate --disk {disk} --to DEVICE)"
+        ))
+    } else {
+        let why = format!(" because its SMART says it is failing ({said})");
+        crate::evacuate::start_evacuation(tasks, store, events, disk, None, &why)
+            .err()
+            .map(|e| e.to_string())
+    };
+    if let Some(reason) = refused {
+        // Already being evacuated is the expected refusal of a second alert: nothing to say.
+        if !reason.contains("already being evacuated") {
+            events.emit(
+                "smart",
+                format!("disk {disk} is failing but is not evacuated automatically: {reason}"),
+                serde_json::json!({ "disk": disk, "evacuation": "not started", "reason": reason }),
+            );
+        }
+    }
 }
 
 /// The `smart` object of a disk in `GET /disks` (`None` monitor: SMART is off in the configuration).

@@ -70,6 +70,10 @@ pub struct SmartSettings {
     pub rating_warn_percent: f64,
     /// The smartctl program (Debian's smartmontools).
     pub smartctl: PathBuf,
+    /// Opt-in: a disk whose SMART says it is failing ([`SmartAlert::is_failing`]) is evacuated by the server at
+    /// once (`grid evacuate`'s task, to a new file beside a file-backed disk; a block device needs its
+    /// replacement named, so for one the alert says to evacuate it by hand).
+    pub evacuate_when_failing: bool,
 }
 
 impl Default for SmartSettings {
@@ -81,6 +85,7 @@ impl Default for SmartSettings {
             load_cycle_rating: 300_000,
             rating_warn_percent: 90.0,
             smartctl: PathBuf::from("smartctl"),
+            evacuate_when_failing: false,
         }
     }
 }
@@ -195,6 +200,14 @@ impl std::fmt::Display for SmartAlert {
             ),
             SmartAlert::HealthFailed => f.write_str("the drive's overall health assessment failed"),
         }
+    }
+}
+
+impl SmartAlert {
+    /// Whether the alert says the drive is failing (a watched error count rose, or its health failed), as
+    /// opposed to wearing towards its rated start/stop or load cycles.
+    pub fn is_failing(&self) -> bool {
+        matches!(self, SmartAlert::Rose { .. } | SmartAlert::HealthFailed)
     }
 }
 
