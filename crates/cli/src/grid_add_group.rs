@@ -3,7 +3,6 @@
 //! progress bar; restartable: running the same command again resumes the computation (docs/grid.md "Adding a
 //! parity group").
 
-use std::cell::Cell;
 use std::fs::File;
 use std::path::PathBuf;
 use std::time::Instant;
@@ -13,7 +12,7 @@ use clap::Args;
 use permafrost_disk::power::PowerControl;
 use permafrost_engine::{AddGroup, AddGroupPhase, DiskSpec, Engine, OpenOptions};
 
-use crate::progress::bytes_bar;
+use crate::progress::{bytes_bar, step_progress};
 use crate::units::{format_bytes, parse_bytes};
 
 #[derive(Args)]
@@ -61,8 +60,6 @@ pub fn run(args: AddGroupArgs) -> Result<()> {
         _ => bail!("give the new parity disk: --device or --size"),
     };
     let bar = bytes_bar("computing the parity", args.json);
-    let last = Cell::new(None);
-    let json = args.json;
     let started = Instant::now();
     let result = Engine::add_group(
         &args.dir,
@@ -73,18 +70,7 @@ pub fn run(args: AddGroupArgs) -> Result<()> {
             crash_after: None,
         },
         OpenOptions::default(),
-        &|phase, done, total| {
-            if last.get() != Some(phase) {
-                last.set(Some(phase));
-                if !json {
-                    bar.suspend(|| eprintln!("{}", step_line(phase)));
-                }
-            }
-            if phase == AddGroupPhase::Computing {
-                bar.set_length(total);
-                bar.set_position(done);
-            }
-        },
+        &step_progress(&bar, args.json, AddGroupPhase::Computing, step_line),
     );
     bar.finish_and_clear();
     let report = result.with_context(|| {

@@ -2,7 +2,6 @@
 //! data disk of the grid (Unraid's "parity swap"). Restartable: running the command again (with the same disk, or
 //! with none) resumes a swap that was interrupted, at whatever step it was.
 
-use std::cell::Cell;
 use std::fs::File;
 use std::path::PathBuf;
 use std::time::Instant;
@@ -14,7 +13,7 @@ use permafrost_engine::{
     DiskSpec, Engine, GridStatus, OpenOptions, SwapParity, SwapState, PARITY_SWAPS_FILE,
 };
 
-use crate::progress::bytes_bar;
+use crate::progress::{bytes_bar, step_progress};
 use crate::units::{format_bytes, parse_bytes};
 
 #[derive(Args)]
@@ -100,8 +99,6 @@ pub fn run(args: SwapParityArgs) -> Result<()> {
         }
     }
     let bar = bytes_bar("rebuilding the new parity", args.json);
-    let last = Cell::new(None);
-    let json = args.json;
     let started = Instant::now();
     let result = Engine::swap_parity(
         &args.dir,
@@ -113,18 +110,7 @@ pub fn run(args: SwapParityArgs) -> Result<()> {
             crash_after: None,
         },
         OpenOptions::default(),
-        &|state, done, total| {
-            if last.get() != Some(state) {
-                last.set(Some(state));
-                if !json {
-                    bar.suspend(|| eprintln!("{}", step_line(state)));
-                }
-            }
-            if state == SwapState::Rebuilding {
-                bar.set_length(total);
-                bar.set_position(done);
-            }
-        },
+        &step_progress(&bar, args.json, SwapState::Rebuilding, step_line),
     );
     bar.finish_and_clear();
     let report = result.with_context(|| {

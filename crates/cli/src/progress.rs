@@ -19,3 +19,27 @@ pub fn bytes_bar(message: &str, json: bool) -> ProgressBar {
     bar.set_message(message.to_string());
     bar
 }
+
+/// The progress of work in steps, one of which moves bytes: a line on stderr when the step changes (not with
+/// `--json`), and `bar` following the bytes of the step `measured`. For `Engine` calls that report
+/// `(step, done, total)`.
+pub fn step_progress<'a, S: Copy + Eq + 'a>(
+    bar: &'a ProgressBar,
+    json: bool,
+    measured: S,
+    step_line: fn(S) -> &'static str,
+) -> impl Fn(S, u64, u64) + 'a {
+    let last = std::cell::Cell::new(None);
+    move |step, done, total| {
+        if last.get() != Some(step) {
+            last.set(Some(step));
+            if !json {
+                bar.suspend(|| eprintln!("{}", step_line(step)));
+            }
+        }
+        if step == measured {
+            bar.set_length(total);
+            bar.set_position(done);
+        }
+    }
+}
