@@ -86,7 +86,9 @@ pub(crate) fn start(
         settings,
         store.engine().power(),
         names,
-        Arc::new(CatalogHistory { store: weak.clone() }),
+        Arc::new(CatalogHistory {
+            store: weak.clone(),
+        }),
         Box::new(system_unix_ms),
     );
     let store = weak;
