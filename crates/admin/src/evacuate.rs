@@ -83,15 +83,16 @@ pub(crate) fn start_evacuation(
     to: Option<DiskSpec>,
     why: &str,
 ) -> Result<crate::TaskInfo, ApiError> {
-    if store.engine().is_failed(disk) {
-        return Err(ApiError::conflict(format!(
-            "disk {disk} has failed and cannot be read: replace and rebuild it (POST .../disks/{disk}/replace)"
-        )));
-    }
+    // A running evacuation first: while its replacement takes the disk's place, the disk shows as failed.
     if let Some(task) = active_task(tasks, disk) {
         return Err(ApiError::conflict(format!(
             "disk {disk} is already being evacuated (task {})",
             task.id
+        )));
+    }
+    if store.engine().is_failed(disk) {
+        return Err(ApiError::conflict(format!(
+            "disk {disk} has failed and cannot be read: replace and rebuild it (POST .../disks/{disk}/replace)"
         )));
     }
     let why = why.to_string();
