@@ -33,10 +33,9 @@
 use std::collections::BTreeSet;
 use std::path::Path;
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
 use std::time::Instant;
 
-use permafrost_disk::{BlockDisk, Disk, FileDisk};
+use permafrost_disk::{BlockDisk, Disk};
 use permafrost_grid::{AddedDisk, AddedGroup, Geometry, GroupId, Growth, Role};
 use serde::Serialize;
 
@@ -446,39 +445,10 @@ impl Engine {
 
         // Step 2: the new parity disk and its header.
         progress(AddGroupPhase::Committing, 0, 0);
-        let disk: Arc<dyn Disk> = match &request.spec {
-            DiskSpec::File { capacity_bytes, .. } => {
-                if let Some(parent) = path.parent() {
-                    std::fs::create_dir_all(parent).map_err(|e| {
-                        Error::Io(format!("cannot create {}: {e}", parent.display()))
-                    })?;
-                }
-                if path.exists() {
-                    // Only the leftover of an add that did not reach its commit point.
-                    let existing = FileDisk::open(&path)?;
-                    match DiskHeader::read(&existing) {
-                        Ok(Some(h))
-                            if h.grid_id == config.grid_id && h.disk_index as usize == index => {}
-                        _ => return Err(refuse(format!("{name} exists already; give a new file"))),
-                    }
-                }
-                Arc::new(FileDisk::create_or_replace(&path, *capacity_bytes)?)
-            }
-            DiskSpec::Block { .. } => {
-                let disk = BlockDisk::open(&path)?;
-                if let Ok(Some(existing)) = DiskHeader::read(&disk) {
-                    if existing.grid_id != config.grid_id || existing.disk_index as usize != index {
-                        return Err(refuse(format!(
-                            "{name} already holds disk {} of grid {}; wipe its first {} bytes to reuse it",
-                            existing.disk_index,
-                            existing.grid_id,
-                            crate::HEADER_BYTES
-                        )));
-                    }
-                }
-                Arc::new(disk)
-            }
-        };
+        let disk =
+            super::grow::create_grid_disk(&request.spec, &path, config.grid_id, index, &|m| {
+                refuse(format!("{name} {m}"))
+            })?;
         debug_assert_eq!(grown.role(index), Role::HParity { hpg });
         DiskHeader::new(config.grid_id, &grown, index, capacity, config.idr)
             .write(disk.as_ref())?;

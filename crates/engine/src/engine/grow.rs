@@ -408,39 +408,7 @@ fn add_durable(
             .map_err(|e| refuse(e.to_string()))?;
 
         // Step 1: the disk and its header.
-        let disk: Arc<dyn Disk> = match &request.spec {
-            DiskSpec::File { capacity_bytes, .. } => {
-                if let Some(parent) = path.parent() {
-                    std::fs::create_dir_all(parent).map_err(|e| {
-                        Error::Io(format!("cannot create {}: {e}", parent.display()))
-                    })?;
-                }
-                if path.exists() {
-                    // Only the leftover of an add of this very disk that did not reach its commit point.
-                    let existing = FileDisk::open(&path)?;
-                    match DiskHeader::read(&existing) {
-                        Ok(Some(h))
-                            if h.grid_id == config.grid_id && h.disk_index as usize == index => {}
-                        _ => return Err(refuse("exists already; give a new file".to_string())),
-                    }
-                }
-                Arc::new(FileDisk::create_or_replace(&path, *capacity_bytes)?)
-            }
-            DiskSpec::Block { .. } => {
-                let disk = BlockDisk::open(&path)?;
-                if let Ok(Some(existing)) = DiskHeader::read(&disk) {
-                    if existing.grid_id != config.grid_id || existing.disk_index as usize != index {
-                        return Err(refuse(format!(
-                            "already holds disk {} of grid {}; wipe its first {} bytes to reuse it",
-                            existing.disk_index,
-                            existing.grid_id,
-                            crate::HEADER_BYTES
-                        )));
-                    }
-                }
-                Arc::new(disk)
-            }
-        };
+        let disk = create_grid_disk(&request.spec, &path, config.grid_id, index, &refuse)?;
         DiskHeader::new(config.grid_id, &grown, index, capacity, config.idr)
             .write(disk.as_ref())?;
         drop(disk);
@@ -480,4 +448,48 @@ fn add_durable(
         );
         Ok((grown, report))
     }
+}
+
+/// Open the disk `spec` names at `path` for grid index `index` of grid `grid_id`, before its header is written: a
+/// file is created (a leftover file is reused only when its header is this very disk's, from an add that did not
+/// reach its commit point); a block device is refused when it holds another grid's or another index's disk.
+/// `refuse` words a refusal.
+pub(super) fn create_grid_disk(
+    spec: &DiskSpec,
+    path: &Path,
+    grid_id: uuid::Uuid,
+    index: usize,
+    refuse: &dyn Fn(String) -> Error,
+) -> Result<Arc<dyn Disk>> {
+    Ok(match spec {
+        DiskSpec::File { capacity_bytes, .. } => {
+            if let Some(parent) = path.parent() {
+                std::fs::create_dir_all(parent)
+                    .map_err(|e| Error::Io(format!("cannot create {}: {e}", parent.display())))?;
+            }
+            if path.exists() {
+                // Only the leftover of an add of this very disk that did not reach its commit point.
+                let existing = FileDisk::open(path)?;
+                match DiskHeader::read(&existing) {
+                    Ok(Some(h)) if h.grid_id == grid_id && h.disk_index as usize == index => {}
+                    _ => return Err(refuse("exists already; give a new file".to_string())),
+                }
+            }
+            Arc::new(FileDisk::create_or_replace(path, *capacity_bytes)?)
+        }
+        DiskSpec::Block { .. } => {
+            let disk = BlockDisk::open(path)?;
+            if let Ok(Some(existing)) = DiskHeader::read(&disk) {
+                if existing.grid_id != grid_id || existing.disk_index as usize != index {
+                    return Err(refuse(format!(
+                        "already holds disk {} of grid {}; wipe its first {} bytes to reuse it",
+                        existing.disk_index,
+                        existing.grid_id,
+                        crate::HEADER_BYTES
+                    )));
+                }
+            }
+            Arc::new(disk)
+        }
+    })
 }
