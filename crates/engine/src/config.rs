@@ -118,6 +118,34 @@ fn scrub_overdue_after_ms_default() -> u64 {
     30 * 24 * 3600 * 1000
 }
 
+/// The evacuation's priority over client reads of the disk being evacuated (`[evacuation]` in `grid.toml`; docs/grid.md
+/// "Evacuating a disk"). While a disk is evacuated, reads of its position (from the old disk or the replacement) are
+/// admitted in bytes: `reader_share` of the bytes the evacuation moved so far plus `reader_floor_bytes_per_s` since
+/// it started; a read beyond that waits for its turn, in arrival order, at most `reader_wait_ms_max`. The disk may
+/// fail at any moment, so its copy comes first; no reader starves. Without an evacuation reads are not held.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct EvacuationConfig {
+    /// Bytes readers of the disk may read per byte the evacuation copies or reconstructs (default 0.1; 0: only the
+    /// floor).
+    pub reader_share: f64,
+    /// Bytes per second readers of the disk may read however slowly the evacuation moves (default 8 MB/s).
+    pub reader_floor_bytes_per_s: u64,
+    /// The longest a read of the disk waits for its turn (default 5000 ms; a read chunk is `chunk_bytes_max`;
+    /// 0: reads never wait, the evacuation has no priority).
+    pub reader_wait_ms_max: u64,
+}
+
+impl Default for EvacuationConfig {
+    fn default() -> Self {
+        EvacuationConfig {
+            reader_share: 0.1,
+            reader_floor_bytes_per_s: 8_000_000,
+            reader_wait_ms_max: 5000,
+        }
+    }
+}
+
 /// Configuration of one grid.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct GridConfig {
@@ -152,6 +180,9 @@ pub struct GridConfig {
     /// `Engine::scrub_overdue`). Default 30 days.
     #[serde(default = "scrub_overdue_after_ms_default")]
     pub scrub_overdue_after_ms: u64,
+    /// The evacuation's priority over reads of the disk being evacuated.
+    #[serde(default)]
+    pub evacuation: EvacuationConfig,
     /// The disks, in grid order (disk index = position).
     pub disks: Vec<DiskSpec>,
 }
@@ -172,6 +203,7 @@ impl GridConfig {
             readahead_chunks: 2,
             scrub_slice_bytes: 64 << 20,
             scrub_overdue_after_ms: scrub_overdue_after_ms_default(),
+            evacuation: EvacuationConfig::default(),
             disks,
         }
     }
@@ -258,6 +290,12 @@ impl GridConfig {
             return bad(format!(
                 "readahead_chunks = {} must be between 1 and 64",
                 self.readahead_chunks
+            ));
+        }
+        let share = self.evacuation.reader_share;
+        if !share.is_finite() || share < 0.0 {
+            return bad(format!(
+                "evacuation.reader_share = {share} must be a number of at least 0"
             ));
         }
         self.power.validate().map_err(Error::Config)?;

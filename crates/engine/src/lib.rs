@@ -38,7 +38,9 @@ mod locks;
 mod promise;
 mod rangeset;
 
-pub use config::{DiskSpec, GridConfig, WriteMode, CONFIG_FILE, RECOVERY_CHUNK_BYTES_DEFAULT};
+pub use config::{
+    DiskSpec, EvacuationConfig, GridConfig, WriteMode, CONFIG_FILE, RECOVERY_CHUNK_BYTES_DEFAULT,
+};
 pub use disks::IoStats;
 pub use engine::{
     AddDisk, AddGroup, AddGroupPhase, AddGroupStep, AddedDiskReport, AddedGroupReport, CrashPoint,

@@ -11,7 +11,8 @@
 //! **Invariants.**
 //! - Only a data disk (parity of no group) is copied: no delta is ever drained onto it, so a range still defect on
 //!   the replacement holds exactly what the old disk holds. A parity disk's replacement is reconstructed from the
-//!   grid (drains may have changed its ranges since), which is correct and only slower.
+//!   grid (drains may have changed its ranges since), which is correct and only slower. A parity swap's old parity
+//!   disk is copied all the same (`copies_parity`): nothing changes its ranges while it is copied (`swap_parity`).
 //! - The evacuation's record (`evacuations.json` in the grid directory: the disk, the old and the new spec, the
 //!   state) is durable before the replacement takes the disk's place, so a restart finds the old disk again and
 //!   resumes from the defects the journal still holds; nothing copied is copied twice.
@@ -21,18 +22,24 @@
 //!   (IDR-verified, under the reader's shared lock of the range, the same bytes the copy would write), not from
 //!   the whole parity group, so a read during an evacuation spins only the disk being evacuated; a range the old
 //!   disk cannot serve is reconstructed as without an evacuation.
+//! - The evacuation comes before client reads of the disk (it may fail any moment): while it runs, each read of
+//!   the disk's position waits for its turn before it takes any lock ([`ReaderShare`], `[evacuation]` in
+//!   `grid.toml`): readers together get `reader_share` of the bytes the evacuation moved plus
+//!   `reader_floor_bytes_per_s`, in arrival order, and no read waits longer than `reader_wait_ms_max`. A read
+//!   waiting for its turn holds no lock, so it never holds up the copy; without an evacuation reads never wait.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use permafrost_disk::{BlockDisk, Disk, FileDisk};
 use serde::{Deserialize, Serialize};
 
 use super::{CrashPoint, Engine, RecoveryReport, Shared};
 use crate::buffer_pool::BufferPool;
-use crate::config::DiskSpec;
+use crate::config::{DiskSpec, EvacuationConfig};
 use crate::delta::Snapshot;
 use crate::disks::DiskSlot;
 use crate::journal::now_ms;
@@ -80,6 +87,13 @@ pub struct EvacuationReport {
     pub bytes_reconstructed: u64,
     /// Bytes readers were served from the old disk while this run copied (ranges not yet copied).
     pub bytes_served_to_readers: u64,
+    /// Reads of the disk (chunks of a client's read) admitted while this run copied, and how many of them waited
+    /// for their turn behind the evacuation (`[evacuation]` in `grid.toml`).
+    pub reads_admitted: u64,
+    pub reads_waited: u64,
+    /// The longest a read of the disk waited for its turn, in ms (at most `reader_wait_ms_max`, give or take the
+    /// timer's precision).
+    pub read_wait_ms_longest: u64,
     /// True when the old disk is retired (every byte is on the replacement).
     pub retired: bool,
     /// The recovery run underneath.
@@ -89,9 +103,179 @@ pub struct EvacuationReport {
 /// An old disk being evacuated, open for reading.
 pub(crate) struct EvacuationSource {
     slot: DiskSlot,
-    copied: AtomicU64,
-    reconstructed: AtomicU64,
+    pub(super) copied: AtomicU64,
+    pub(super) reconstructed: AtomicU64,
     served: AtomicU64,
+    /// The disk is a parity disk whose ranges nothing changes while it is copied (a parity swap on a closed grid,
+    /// see `swap_parity`): its pieces are copied too.
+    pub(super) copies_parity: bool,
+    /// When the readers of the disk may read.
+    admission: ReadAdmission,
+}
+
+/// Unused reader allowance kept for later, in bytes: a pause of the readers does not buy them a burst later
+/// that would hold up the evacuation (a few read chunks of the default 8 MiB).
+pub(crate) const READER_BURST_BYTES: u64 = 32 << 20;
+
+/// Whether a read may go now ([`ReaderShare::admit`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Admission {
+    /// Read now.
+    Now,
+    /// Ask again after at most this many ms (sooner when the evacuation moved bytes meanwhile).
+    WaitMs(u64),
+}
+
+/// The readers' share of a disk being evacuated, in bytes (a token bucket; the caller gives the time, so it is
+/// a pure function of its calls). The bucket fills with `reader_share` of each byte the evacuation moves and
+/// `reader_floor_bytes_per_s` of time, up to [`READER_BURST_BYTES`]; a read takes its bytes from it. Reads go in
+/// arrival order: only the first waiting read is admitted from the bucket (once it holds the read's bytes, or
+/// [`READER_BURST_BYTES`] for a larger read); any read that waited `reader_wait_ms_max` goes at once, its bytes
+/// taken all the same (the bucket runs into debt, which later reads wait out), so no read waits longer.
+#[derive(Debug)]
+pub(crate) struct ReaderShare {
+    config: EvacuationConfig,
+    /// Bytes readers may read now (negative: owed by reads that went at their wait limit).
+    credit: f64,
+    /// The time the floor was last added.
+    last_ms: u64,
+    /// Tickets of the reads waiting for their turn, in arrival order.
+    waiting: VecDeque<u64>,
+    next_ticket: u64,
+    /// The evacuation ended: every read goes at once.
+    finished: bool,
+}
+
+impl ReaderShare {
+    pub(crate) fn new(config: EvacuationConfig, now_ms: u64) -> ReaderShare {
+        ReaderShare {
+            config,
+            credit: 0.0,
+            last_ms: now_ms,
+            waiting: VecDeque::new(),
+            next_ticket: 0,
+            finished: false,
+        }
+    }
+
+    /// The evacuation moved `bytes` (copied or reconstructed).
+    pub(crate) fn moved(&mut self, bytes: u64) {
+        self.credit =
+            (self.credit + self.config.reader_share * bytes as f64).min(READER_BURST_BYTES as f64);
+    }
+
+    /// The evacuation ended: every read, waiting or new, goes at once.
+    pub(crate) fn finish(&mut self) {
+        self.finished = true;
+        self.waiting.clear();
+    }
+
+    /// A read arrives: its ticket (its place in the order).
+    pub(crate) fn arrive(&mut self) -> u64 {
+        let ticket = self.next_ticket;
+        self.next_ticket += 1;
+        if !self.finished {
+            self.waiting.push_back(ticket);
+        }
+        ticket
+    }
+
+    /// May the read `ticket` of `len` bytes, waiting since `arrived_ms`, go at `now_ms`?
+    pub(crate) fn admit(
+        &mut self,
+        ticket: u64,
+        len: u64,
+        arrived_ms: u64,
+        now_ms: u64,
+    ) -> Admission {
+        let floor = self.config.reader_floor_bytes_per_s as f64;
+        if now_ms > self.last_ms {
+            self.credit = (self.credit + floor * (now_ms - self.last_ms) as f64 / 1000.0)
+                .min(READER_BURST_BYTES as f64);
+            self.last_ms = now_ms;
+        }
+        if self.finished {
+            return Admission::Now;
+        }
+        let waited_ms = now_ms.saturating_sub(arrived_ms);
+        let first = self.waiting.front() == Some(&ticket);
+        let need = len.min(READER_BURST_BYTES) as f64;
+        if waited_ms >= self.config.reader_wait_ms_max || (first && self.credit >= need) {
+            self.waiting.retain(|&t| t != ticket);
+            self.credit -= len as f64;
+            return Admission::Now;
+        }
+        let limit_ms = self.config.reader_wait_ms_max - waited_ms;
+        // Only the floor is sure to fill the bucket; the evacuation's bytes wake the caller sooner.
+        let wait_ms = if first && floor > 0.0 {
+            ((need - self.credit) / floor * 1000.0).ceil() as u64
+        } else {
+            limit_ms
+        };
+        Admission::WaitMs(wait_ms.clamp(1, limit_ms))
+    }
+}
+
+/// [`ReaderShare`] for the threads of a running grid: readers wait in [`ReadAdmission::wait_turn`], the
+/// evacuation reports its bytes in [`ReadAdmission::moved`].
+pub(crate) struct ReadAdmission {
+    share: parking_lot::Mutex<ReaderShare>,
+    changed: parking_lot::Condvar,
+    epoch: Instant,
+    admitted: AtomicU64,
+    waited: AtomicU64,
+    wait_ms_longest: AtomicU64,
+}
+
+impl ReadAdmission {
+    fn new(config: EvacuationConfig) -> ReadAdmission {
+        ReadAdmission {
+            share: parking_lot::Mutex::new(ReaderShare::new(config, 0)),
+            changed: parking_lot::Condvar::new(),
+            epoch: Instant::now(),
+            admitted: AtomicU64::new(0),
+            waited: AtomicU64::new(0),
+            wait_ms_longest: AtomicU64::new(0),
+        }
+    }
+
+    fn now_ms(&self) -> u64 {
+        self.epoch.elapsed().as_millis() as u64
+    }
+
+    /// Wait until a read of `len` bytes may go (at most `reader_wait_ms_max`). The caller holds no lock.
+    fn wait_turn(&self, len: u64) {
+        let mut share = self.share.lock();
+        let arrived_ms = self.now_ms();
+        let ticket = share.arrive();
+        loop {
+            match share.admit(ticket, len, arrived_ms, self.now_ms()) {
+                Admission::Now => break,
+                Admission::WaitMs(ms) => {
+                    self.changed.wait_for(&mut share, Duration::from_millis(ms));
+                }
+            }
+        }
+        drop(share);
+        // The next read in line may go now.
+        self.changed.notify_all();
+        let waited_ms = self.now_ms() - arrived_ms;
+        self.admitted.fetch_add(1, Ordering::Relaxed);
+        if waited_ms > 0 {
+            self.waited.fetch_add(1, Ordering::Relaxed);
+            self.wait_ms_longest.fetch_max(waited_ms, Ordering::Relaxed);
+        }
+    }
+
+    fn moved(&self, bytes: u64) {
+        self.share.lock().moved(bytes);
+        self.changed.notify_all();
+    }
+
+    fn finish(&self) {
+        self.share.lock().finish();
+        self.changed.notify_all();
+    }
 }
 
 /// The evacuation sources of an open grid, by disk position.
@@ -213,11 +397,15 @@ impl Engine {
             s.recover_disk(disk, progress)
         })();
         s.evacuation_sources.lock().remove(&disk);
+        source.admission.finish();
         let mut report = EvacuationReport {
             disk,
             bytes_copied: source.copied.load(Ordering::SeqCst),
             bytes_reconstructed: source.reconstructed.load(Ordering::SeqCst),
             bytes_served_to_readers: source.served.load(Ordering::SeqCst),
+            reads_admitted: source.admission.admitted.load(Ordering::SeqCst),
+            reads_waited: source.admission.waited.load(Ordering::SeqCst),
+            read_wait_ms_longest: source.admission.wait_ms_longest.load(Ordering::SeqCst),
             ..Default::default()
         };
         // Re-read the record: nothing else writes it for this disk, but keep other disks' entries as they are.
@@ -263,7 +451,11 @@ impl Engine {
 impl Shared {
     /// Open the old disk of an evacuation for reading, wrapped as the grid's disks are (power, counters, tests'
     /// faults).
-    fn open_evacuation_source(&self, disk: usize, spec: &DiskSpec) -> Result<EvacuationSource> {
+    pub(super) fn open_evacuation_source(
+        &self,
+        disk: usize,
+        spec: &DiskSpec,
+    ) -> Result<EvacuationSource> {
         let path = spec.resolved_path(&self.dir);
         let backend: Arc<dyn Disk> = match spec {
             DiskSpec::File { .. } => Arc::new(FileDisk::open(&path)?),
@@ -273,7 +465,10 @@ impl Shared {
             Some(wrap) => wrap(disk, backend),
             None => backend,
         };
-        let idr = self.config.read().idr;
+        let (idr, priority) = {
+            let config = self.config.read();
+            (config.idr, config.evacuation)
+        };
         let slot = DiskSlot::build(
             backend,
             Arc::clone(&self.counters[disk]),
@@ -286,7 +481,18 @@ impl Shared {
             copied: AtomicU64::new(0),
             reconstructed: AtomicU64::new(0),
             served: AtomicU64::new(0),
+            copies_parity: false,
+            admission: ReadAdmission::new(priority),
         })
+    }
+
+    /// A read of `len` bytes of `disk` waits here for its turn while the disk is being evacuated (see
+    /// [`ReaderShare`]); at once otherwise. The caller holds no lock.
+    pub(super) fn wait_evacuation_turn(&self, disk: usize, len: u64) {
+        let source = self.evacuation_sources.lock().get(&disk).cloned();
+        if let Some(source) = source {
+            source.admission.wait_turn(len);
+        }
     }
 
     /// The content a recovery writes to `disk` over `[offset, offset + len)` (stripe aligned): copied from the
@@ -302,10 +508,11 @@ impl Shared {
     ) -> Result<Vec<u8>> {
         let source = self.evacuation_sources.lock().get(&disk).cloned();
         let source = match source {
-            Some(source) if !self.protects_a_group(disk) => source,
+            Some(source) if source.copies_parity || !self.protects_a_group(disk) => source,
             Some(source) => {
                 let data = self.reconstruct_piece(disk, offset, len, snapshot, pool)?;
                 source.reconstructed.fetch_add(len, Ordering::Relaxed);
+                source.admission.moved(len);
                 return Ok(data);
             }
             None => return self.reconstruct_piece(disk, offset, len, snapshot, pool),
@@ -316,6 +523,7 @@ impl Shared {
         let mut out = pool.take(len as usize);
         if self.read_trusted(&source, offset, &mut out) {
             source.copied.fetch_add(len, Ordering::Relaxed);
+            source.admission.moved(len);
             return Ok(out);
         }
         let end = offset + len;
@@ -348,6 +556,7 @@ impl Shared {
                     .reconstructed
                     .fetch_add(stripe_end - stripe, Ordering::Relaxed);
             }
+            source.admission.moved(stripe_end - stripe);
             stripe = stripe_end;
         }
         Ok(out)
@@ -450,5 +659,136 @@ impl Shared {
         }
         part.copy_from_slice(&whole[(offset - from) as usize..(end - from) as usize]);
         true
+    }
+}
+
+#[cfg(test)]
+mod reader_share_tests {
+    use super::{Admission, ReaderShare, READER_BURST_BYTES};
+    use crate::config::EvacuationConfig;
+
+    const MB: u64 = 1_000_000;
+
+    fn share(reader_share: f64, floor_bytes_per_s: u64, wait_ms_max: u64) -> ReaderShare {
+        ReaderShare::new(
+            EvacuationConfig {
+                reader_share,
+                reader_floor_bytes_per_s: floor_bytes_per_s,
+                reader_wait_ms_max: wait_ms_max,
+            },
+            0,
+        )
+    }
+
+    #[test]
+    fn readers_get_their_share_of_the_bytes_the_evacuation_moved() {
+        let mut s = share(0.1, 0, 60_000);
+        let t = s.arrive();
+        assert!(matches!(s.admit(t, 8 * MB, 0, 0), Admission::WaitMs(_)));
+        s.moved(79 * MB);
+        assert!(
+            matches!(s.admit(t, 8 * MB, 0, 10), Admission::WaitMs(_)),
+            "an 8 MB read went after the evacuation moved 79 MB (share 0.1)"
+        );
+        s.moved(MB);
+        assert_eq!(s.admit(t, 8 * MB, 0, 20), Admission::Now);
+        // The bytes are taken: the next read waits for the next 80 MB.
+        let u = s.arrive();
+        assert!(matches!(s.admit(u, 8 * MB, 20, 20), Admission::WaitMs(_)));
+        s.moved(80 * MB);
+        assert_eq!(s.admit(u, 8 * MB, 20, 30), Admission::Now);
+    }
+
+    #[test]
+    fn the_floor_admits_reads_when_the_evacuation_moves_nothing() {
+        let mut s = share(0.1, 8 * MB, 60_000);
+        let t = s.arrive();
+        // 8 MB at 8 MB/s: one second, and the read is told so.
+        assert_eq!(s.admit(t, 8 * MB, 0, 0), Admission::WaitMs(1000));
+        assert_eq!(s.admit(t, 8 * MB, 0, 500), Admission::WaitMs(500));
+        assert_eq!(s.admit(t, 8 * MB, 0, 1000), Admission::Now);
+    }
+
+    #[test]
+    fn no_read_waits_longer_than_the_limit() {
+        let mut s = share(0.0, 0, 5000);
+        let first = s.arrive();
+        let second = s.arrive();
+        // Nothing fills the bucket: each read is told to wait at most until its limit, then goes.
+        assert_eq!(s.admit(first, MB, 0, 0), Admission::WaitMs(5000));
+        assert_eq!(s.admit(second, MB, 100, 1000), Admission::WaitMs(4100));
+        assert_eq!(s.admit(first, MB, 0, 4999), Admission::WaitMs(1));
+        assert_eq!(s.admit(first, MB, 0, 5000), Admission::Now);
+        assert_eq!(s.admit(second, MB, 100, 5100), Admission::Now);
+        // Their bytes are owed: a share of 0.1 must first pay back 2 MB (20 MB moved) before 1 MB more goes.
+        let mut s = share(0.1, 0, 5000);
+        let (a, b) = (s.arrive(), s.arrive());
+        assert_eq!(s.admit(a, MB, 0, 5000), Admission::Now);
+        assert_eq!(s.admit(b, MB, 0, 5000), Admission::Now);
+        let c = s.arrive();
+        s.moved(29 * MB);
+        assert!(matches!(s.admit(c, MB, 5000, 5000), Admission::WaitMs(_)));
+        s.moved(MB);
+        assert_eq!(s.admit(c, MB, 5000, 5000), Admission::Now);
+    }
+
+    #[test]
+    fn reads_go_in_arrival_order() {
+        let mut s = share(0.1, 0, 60_000);
+        let big = s.arrive();
+        let small = s.arrive();
+        s.moved(20 * MB);
+        // 2 MB in the bucket: enough for the small read, but the big one came first.
+        assert!(matches!(s.admit(small, MB, 0, 0), Admission::WaitMs(_)));
+        assert!(matches!(s.admit(big, 4 * MB, 0, 0), Admission::WaitMs(_)));
+        s.moved(20 * MB);
+        assert_eq!(s.admit(big, 4 * MB, 0, 0), Admission::Now);
+        assert!(matches!(s.admit(small, MB, 0, 0), Admission::WaitMs(_)));
+        s.moved(10 * MB);
+        assert_eq!(s.admit(small, MB, 0, 0), Admission::Now);
+    }
+
+    #[test]
+    fn unused_allowance_is_kept_only_up_to_the_burst() {
+        let mut s = share(0.1, 8 * MB, 60_000);
+        // A long evacuation without readers, then readers arrive: they get the burst, not the whole share.
+        s.moved(100_000 * MB);
+        let mut admitted = 0;
+        let mut t = s.arrive();
+        while s.admit(t, MB, 3_600_000, 3_600_000) == Admission::Now {
+            admitted += MB;
+            t = s.arrive();
+        }
+        assert!(
+            admitted <= READER_BURST_BYTES,
+            "{admitted} bytes in a burst"
+        );
+        assert!(
+            admitted >= READER_BURST_BYTES - MB,
+            "{admitted} bytes in a burst"
+        );
+    }
+
+    #[test]
+    fn a_read_larger_than_the_burst_goes_once_the_bucket_is_full() {
+        let mut s = share(0.1, 0, 60_000);
+        let t = s.arrive();
+        s.moved(100_000 * MB);
+        assert_eq!(s.admit(t, 2 * READER_BURST_BYTES, 0, 0), Admission::Now);
+    }
+
+    #[test]
+    fn every_read_goes_once_the_evacuation_ended_or_without_a_wait_limit() {
+        let mut s = share(0.1, 0, 60_000);
+        let t = s.arrive();
+        assert!(matches!(s.admit(t, MB, 0, 0), Admission::WaitMs(_)));
+        s.finish();
+        assert_eq!(s.admit(t, MB, 0, 0), Admission::Now);
+        let u = s.arrive();
+        assert_eq!(s.admit(u, MB, 0, 0), Admission::Now);
+        // reader_wait_ms_max = 0: the priority is off.
+        let mut s = share(0.1, 0, 0);
+        let t = s.arrive();
+        assert_eq!(s.admit(t, 100 * MB, 0, 0), Admission::Now);
     }
 }

@@ -200,6 +200,8 @@ impl Shared {
     /// Read the true content of `disk` over a chunk for a reader: the disk itself where it can, the grid where it
     /// cannot (then the damaged ranges are queued as defect for the background recovery).
     pub(crate) fn read_chunk(&self, disk: usize, offset: u64, buf: &mut [u8]) -> Result<()> {
+        // While the disk is being evacuated the copy comes first: wait for this read's turn, holding no lock.
+        self.wait_evacuation_turn(disk, buf.len() as u64);
         let end = offset + buf.len() as u64;
         let (lock_start, lock_end) = self.stripe_range(offset, end);
         {
