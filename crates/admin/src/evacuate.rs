@@ -7,7 +7,8 @@
 //! starts, when it ends and when the old disk is retired (or why it is not); a run that stops (an error, a
 //! restart of the server) is resumed by asking again, from what the journal says is still to copy.
 //!
-//! While the task runs, readers keep reading the disk: what is not copied yet comes from the old disk.
+//! While the task runs, readers keep reading the disk: what is not copied yet comes from the old disk, and the
+//! evacuation goes first (readers get a share of its bytes, `[evacuation]` in `grid.toml`).
 //!
 //! **Invariants.** One evacuation task per disk is queued or running at a time (a second request is a 409); a
 //! failed disk is refused (it is replaced and rebuilt instead); the engine runs on the task's thread, never on the
@@ -134,8 +135,14 @@ pub(crate) fn start_evacuation(
                 "disk",
                 format!(
                     "evacuation of disk {disk} finished in {seconds:.1} s: {} bytes copied from the old disk, {} \
-                     reconstructed from the grid, {} served to readers from the old disk",
-                    report.bytes_copied, report.bytes_reconstructed, report.bytes_served_to_readers
+                     reconstructed from the grid, {} served to readers from the old disk; {} of {} reads of the \
+                     disk waited for their turn behind it, the longest {} ms",
+                    report.bytes_copied,
+                    report.bytes_reconstructed,
+                    report.bytes_served_to_readers,
+                    report.reads_waited,
+                    report.reads_admitted,
+                    report.read_wait_ms_longest
                 ),
                 serde_json::json!({
                     "disk": disk,
