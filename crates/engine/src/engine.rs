@@ -260,6 +260,9 @@ pub(crate) struct Shared {
     stop: AtomicBool,
     paused: AtomicBool,
     crash_point: Mutex<Option<CrashPoint>>,
+    /// Set when a test crash point fired (`crash_at`): from then on the engine writes nothing more, to disks or
+    /// journal, as a killed process could not (`Shared::check_crashed`).
+    crashed: AtomicBool,
     /// Wakes the background threads (defects added, deltas added, stop).
     wake: Condvar,
     wake_mutex: Mutex<()>,
@@ -539,8 +542,9 @@ impl Engine {
             .map_or(0, |d| d.total())
     }
 
-    /// Test hook: make the next write or drain that reaches `point` stop there as if the process died (the
-    /// engine stops its background threads and must be dropped and reopened).
+    /// Test hook: make the next write or drain that reaches `point` stop there as if the process died: from then
+    /// on the engine writes nothing more to its disks or journal (its other threads stop at their next step, the
+    /// power counters are not saved); it must be dropped and reopened.
     #[doc(hidden)]
     pub fn set_crash_point(&self, point: Option<CrashPoint>) {
         *self.shared.crash_point.lock() = point;
@@ -616,13 +620,34 @@ impl Shared {
         self.config.read().readahead_chunks
     }
 
+    /// Stop at `point` if it is the armed crash point. Everything a killed process could not do is then refused:
+    /// the journal takes no more transactions, and every other writer of disks or journal (other writers, drains,
+    /// scrub, recovery, replay's settling) stops at its next `check_crashed`. The flag is set before this returns,
+    /// so before the crashed writer lets go of its range locks: a thread that takes them afterwards sees it.
     fn crash_at(&self, point: CrashPoint) -> Result<()> {
         let mut armed = self.crash_point.lock();
         if *armed == Some(point) {
             *armed = None;
+            self.crashed.store(true, Ordering::SeqCst);
+            self.journal.refuse_writes();
             self.stop.store(true, Ordering::SeqCst);
             self.wake.notify_all();
             return Err(Error::SimulatedCrash(point));
+        }
+        Ok(())
+    }
+
+    /// Has a test crash point fired?
+    pub(crate) fn crashed(&self) -> bool {
+        self.crashed.load(Ordering::SeqCst)
+    }
+
+    /// `Err(Closed)` once a test crash point fired. Writers of disks or journal call it after taking their range
+    /// locks and before each write or journal step: a crashed writer's locks are released with its row still open,
+    /// and what lies under them may be half written; a killed process never acts on that.
+    pub(crate) fn check_crashed(&self) -> Result<()> {
+        if self.crashed() {
+            return Err(Error::Closed);
         }
         Ok(())
     }

@@ -10,8 +10,9 @@
 //! - The write hole (RAID's): a range of a data disk that only an unacknowledged write touched holds nothing anyone
 //!   was promised, so its content is replay's to choose. A write into never-written space that did not finish
 //!   takes the range back to never-written (zeros) together with any defect found there meanwhile (a scrub or a
-//!   reconstruction that met the write in flight, e.g. the background threads of an engine stopped at a test crash
-//!   point, which let go of the writer's range locks with its row still open); the parity disks whose update was
+//!   reconstruction that met the write in flight once its writer let go of its range locks with the row still
+//!   open, as a test crash point's writer does; such an engine now stops every other writer, `check_crashed`, and
+//!   this stays as the second line); the parity disks whose update was
 //!   in flight are then recomputed from their members, this range included. Were such a defect kept, the data disk
 //!   and the write's three parity disks would all be defect over the same range (direct mode) and none could be
 //!   recovered. This never applies to a range holding acknowledged data: the row says the whole range was
@@ -19,6 +20,8 @@
 //!   the written map says held committed bytes keeps its defects and is recovered from parity.
 //! - Direct writes settle their data disk stripe by stripe: a stripe that verifies is kept, one that does not is
 //!   re-encoded as it reads; only those.
+//! - A row is never settled by an engine stopped at a test crash point (`Shared::check_crashed`): a writer of
+//!   another chunk that fails afterwards leaves its row to the replay, as a killed process would.
 
 use permafrost_idr::IdrError;
 
@@ -56,6 +59,7 @@ impl Shared {
     /// before the row's marks change or the row is deleted, so a crash while settling (replay simply runs again)
     /// loses none of them.
     pub(super) fn settle_row(&self, row: &PromiseRow, at_open: bool) -> Result<()> {
+        self.check_crashed()?;
         let (start, end) = (row.offset, row.offset + row.length);
         let disk = row.disks[0];
         let data_finished = row.finishes[0] != 0;
@@ -198,6 +202,7 @@ impl Shared {
         let mut buf = vec![0u8; self.stripe_bytes as usize];
         let mut stripe = start;
         while stripe < end {
+            self.check_crashed()?;
             let stripe_end = stripe + self.stripe_bytes;
             let outcome = slot
                 .idr

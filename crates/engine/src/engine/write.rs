@@ -13,6 +13,8 @@
 //! - Never-written stripes are written whole (zeros around the user bytes), so IDR never reads unwritten space.
 //! - A parity update that finds part of its range defect marks the whole range defect instead of skipping it.
 //! - A chunk that fails with an I/O error (not a crash) is settled at once as replay would settle it.
+//! - Once a test crash point fired, a chunk writes no disk and journals nothing more (`Shared::check_crashed`, after
+//!   its locks and before each disk write): the crashed writer's locks were let go with its row still open.
 
 use std::sync::atomic::Ordering;
 
@@ -86,6 +88,7 @@ impl Shared {
                 );
             }
             let lock = self.lock(set);
+            self.check_crashed()?;
             // Old content of the data disk (zeros where unwritten), made the new one below.
             let mut new = buffers.take(io_len as usize);
             match self.read_true(disk, io_start, &mut new, &Snapshot::default()) {
@@ -169,6 +172,7 @@ impl Shared {
             "disk {disk} written before the journal step that allows it is durable"
         );
         let slot = self.slot(disk);
+        self.check_crashed()?;
         if self.crash_point.lock().is_some() {
             self.crash_at(CrashPoint::DataStarted)?;
             if *self.crash_point.lock() == Some(CrashPoint::DataHalfWritten) {
@@ -178,6 +182,7 @@ impl Shared {
                 self.crash_at(CrashPoint::DataHalfWritten)?;
             }
         }
+        self.check_crashed()?;
         let result = slot
             .idr
             .write(w.row.offset, &w.new)
@@ -238,12 +243,14 @@ impl Shared {
             "parity disk {parity} written before the journal step that allows it is durable"
         );
         let slot = self.slot(parity);
+        self.check_crashed()?;
         if crash_half {
             let half = align_down(buf.len() as u64 / 2, 4096).max(4096) as usize;
             let _ = slot.idr.write(start, &buf[..half]);
             let _ = slot.idr.sync();
             self.crash_at(CrashPoint::ParityHalfWritten)?;
         }
+        self.check_crashed()?;
         match slot.idr.write(start, buf).and_then(|_| slot.idr.sync()) {
             Ok(()) => {
                 self.counters[parity]

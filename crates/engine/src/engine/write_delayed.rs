@@ -10,6 +10,7 @@
 //! - A drain re-checks under its exclusive range lock which deltas the disk still owes, so a delta completed
 //!   meanwhile (disk failed, replaced and recomputed) is never applied twice.
 //! - A txn's row and delta file are deleted only when all three parities applied (or no longer owe) the delta.
+//! - Once a test crash point fired, a drain writes no further piece and journals nothing (`Shared::check_crashed`).
 //! - A full delta cache never blocks a writer forever (the drains make room; paused drains are run by the
 //!   writer itself, which holds no lock then).
 
@@ -132,6 +133,7 @@ impl Shared {
                 return Err(Error::Closed);
             }
             let _lock = self.lock(vec![RangeLock::exclusive(disk, start, end)]);
+            self.check_crashed()?;
             // Under the lock, only what the disk still owes: a delta completed meanwhile (the disk failed and
             // was replaced, its range recomputed from the members) must not be applied on top.
             let list: Vec<Arc<Delta>> = list
@@ -162,6 +164,7 @@ impl Shared {
             let mut ok = true;
             let mut piece = start;
             while piece < end {
+                self.check_crashed()?;
                 let piece_end = (piece + piece_max).min(end);
                 let mut buf = vec![0u8; (piece_end - piece) as usize];
                 let parts: Vec<(u64, u64)> = written_before
