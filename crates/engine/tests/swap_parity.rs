@@ -542,3 +542,209 @@ fn on_block_devices_the_old_parity_bytes_are_never_read_as_data() {
     assert!(back[8192 + fresh.len()..].iter().all(|&b| b == 0));
     engine.close().unwrap();
 }
+
+/// Bytes read and written beyond the header, by disk file (the wrapper of `OpenOptions::wrap_disk`, around the
+/// grid's real file disks).
+type Io = std::sync::Arc<std::sync::Mutex<std::collections::BTreeMap<String, (u64, u64)>>>;
+
+struct Counted {
+    inner: std::sync::Arc<dyn permafrost_disk::Disk>,
+    io: Io,
+}
+
+impl permafrost_disk::Disk for Counted {
+    fn capacity_bytes(&self) -> u64 {
+        self.inner.capacity_bytes()
+    }
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<(), permafrost_disk::DiskError> {
+        if offset >= permafrost_engine::HEADER_BYTES {
+            let mut io = self.io.lock().unwrap();
+            io.entry(self.inner.describe()).or_default().0 += buf.len() as u64;
+        }
+        self.inner.read_at(offset, buf)
+    }
+    fn write_at(&self, offset: u64, buf: &[u8]) -> Result<(), permafrost_disk::DiskError> {
+        if offset >= permafrost_engine::HEADER_BYTES {
+            let mut io = self.io.lock().unwrap();
+            io.entry(self.inner.describe()).or_default().1 += buf.len() as u64;
+        }
+        self.inner.write_at(offset, buf)
+    }
+    fn sync(&self) -> Result<(), permafrost_disk::DiskError> {
+        self.inner.sync()
+    }
+    fn describe(&self) -> String {
+        self.inner.describe()
+    }
+}
+
+fn counted(io: &Io) -> OpenOptions {
+    let io = std::sync::Arc::clone(io);
+    OpenOptions {
+        wrap_disk: Some(Box::new(
+            move |_, inner: std::sync::Arc<dyn permafrost_disk::Disk>| {
+                std::sync::Arc::new(Counted {
+                    inner,
+                    io: std::sync::Arc::clone(&io),
+                }) as std::sync::Arc<dyn permafrost_disk::Disk>
+            },
+        )),
+        power_profile: None,
+    }
+}
+
+/// Spin-ups of every disk position, as the grid records them across opens.
+fn recorded_spin_ups(dir: &Path) -> Vec<u64> {
+    let engine = Engine::open_paused(dir, OpenOptions::default()).unwrap();
+    let counts = engine
+        .status()
+        .unwrap()
+        .disks
+        .iter()
+        .map(|d| d.power.spin_ups)
+        .collect();
+    engine.close().unwrap();
+    counts
+}
+
+/// Unraid's point: a parity swap copies the old parity disk onto the new one, so only those two disks work. Every
+/// other disk is neither read nor written nor spun up (a rebuild from the groups reads the four members of hPG 0
+/// over 17 MiB); the pending parity delta is drained onto the old parity disk before it is copied.
+#[test]
+fn a_swap_reads_and_writes_only_the_old_and_the_new_parity_disk() {
+    let dir = tempfile::tempdir().unwrap();
+    let (parity, held) = setup(dir.path());
+    let before = recorded_spin_ups(dir.path());
+    let io: Io = Default::default();
+    let started = std::time::Instant::now();
+    let report = Engine::swap_parity(
+        dir.path(),
+        SwapParity {
+            parity: Some(parity),
+            new: Some(big_disk()),
+            ..Default::default()
+        },
+        counted(&io),
+        &|_, _, _| {},
+    )
+    .unwrap();
+    let millis = started.elapsed().as_millis();
+    let after = recorded_spin_ups(dir.path());
+    let old = dir
+        .path()
+        .join(format!("disks/disk-{parity:02}.img"))
+        .display()
+        .to_string();
+    let new = dir
+        .path()
+        .join("disks/big-parity.img")
+        .display()
+        .to_string();
+    let io = io.lock().unwrap().clone();
+    println!("swap of parity disk {parity} in {millis} ms: {report:?}; bytes (read, written) by disk: {io:?}");
+    assert_eq!(report.bytes_copied, 17 * MIB, "{report:?}");
+    assert_eq!(report.bytes_reconstructed, 0, "{report:?}");
+    assert_eq!(report.bytes_rebuilt, 17 * MIB, "{report:?}");
+    let others: Vec<_> = io
+        .iter()
+        .filter(|(name, &(read, written))| {
+            **name != old && **name != new && (read > 0 || written > 0)
+        })
+        .collect();
+    assert!(
+        others.is_empty(),
+        "disks other than the old and the new parity were read or written: {others:?}"
+    );
+    assert!(
+        io.get(&old).is_some_and(|&(read, _)| read >= 17 * MIB),
+        "{io:?}"
+    );
+    assert!(
+        io.get(&new)
+            .is_some_and(|&(_, written)| written >= 17 * MIB),
+        "{io:?}"
+    );
+    let spun: Vec<usize> = (0..before.len())
+        .filter(|&d| after[d] != before[d])
+        .collect();
+    assert_eq!(
+        spun,
+        [parity],
+        "spin-ups by position: {before:?} -> {after:?}"
+    );
+    assert_eq!(
+        after[48], 0,
+        "the old parity disk as data disk 48 was not spun up"
+    );
+    let swaps = Engine::parity_swaps(dir.path()).unwrap();
+    assert_eq!(
+        (swaps[0].bytes_copied, swaps[0].bytes_reconstructed),
+        (17 * MIB, 0)
+    );
+    assert_swapped(dir.path(), parity, &held, "after a swap by copy");
+}
+
+/// Ranges the old parity disk does not vouch for come from the grid: its defects when it was replaced, and what it
+/// cannot read back (garbage over more than IDR repairs). Everything else is still copied.
+#[test]
+fn what_the_old_parity_disk_cannot_vouch_for_is_reconstructed() {
+    use std::io::{Seek, SeekFrom, Write};
+    let dir = tempfile::tempdir().unwrap();
+    let (parity, held) = setup(dir.path());
+    swap(dir.path(), Some(parity), Some(SwapStep::Replaced)).unwrap_err();
+    let swaps = Engine::parity_swaps(dir.path()).unwrap();
+    let copy = swaps[0]
+        .copy
+        .clone()
+        .expect("the old parity disk's contents noted");
+    assert!(copy.untrusted.is_empty(), "{copy:?}");
+    // 512 KiB of garbage on the old parity disk at 5 MiB: its IDR stripes there no longer verify.
+    let old = dir.path().join(format!("disks/disk-{parity:02}.img"));
+    let mut file = std::fs::OpenOptions::new().write(true).open(&old).unwrap();
+    file.seek(SeekFrom::Start(permafrost_engine::HEADER_BYTES + 5 * MIB))
+        .unwrap();
+    file.write_all(&pattern(98, (MIB / 2) as usize)).unwrap();
+    file.sync_all().unwrap();
+    drop(file);
+    let report = swap(dir.path(), None, None).unwrap();
+    assert!(report.resumed);
+    assert!(
+        report.bytes_reconstructed >= MIB / 2
+            && report.bytes_copied >= 15 * MIB
+            && report.bytes_copied + report.bytes_reconstructed == 17 * MIB,
+        "{report:?}"
+    );
+    assert_swapped(
+        dir.path(),
+        parity,
+        &held,
+        "with garbage on the old parity disk",
+    );
+}
+
+/// A write between a crash and the resumed swap changes the parity: the old parity disk no longer holds it, so
+/// the rest of the new parity is reconstructed from the grid, not copied, and the parity stays clean.
+#[test]
+fn a_write_between_a_crash_and_the_resume_stops_the_copy() {
+    let dir = tempfile::tempdir().unwrap();
+    let (parity, mut held) = setup(dir.path());
+    swap(dir.path(), Some(parity), Some(SwapStep::Rebuilding)).unwrap_err();
+    let left = {
+        let engine = Engine::open_paused(dir.path(), OpenOptions::default()).unwrap();
+        let bucket = held[0].0;
+        let data = pattern(4242, (2 * MIB) as usize);
+        write(&engine, bucket, 10 * MIB, &data, WriteMode::Serialized);
+        let mut whole = held[0].2.clone();
+        whole[(10 * MIB) as usize..(12 * MIB) as usize].copy_from_slice(&data);
+        held[0].2 = whole;
+        let left = engine.defect_bytes(parity);
+        engine.close().unwrap();
+        left
+    };
+    assert!(left > 0);
+    let report = swap(dir.path(), None, None).unwrap();
+    assert!(report.resumed);
+    assert_eq!(report.bytes_copied, 0, "{report:?}");
+    assert!(report.bytes_reconstructed > 0, "{report:?}");
+    assert_swapped(dir.path(), parity, &held, "with a write before the resume");
+}

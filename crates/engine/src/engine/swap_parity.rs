@@ -6,11 +6,17 @@
 //! grid, like `add_disk`). The steps, each idempotent and each recorded before the next starts:
 //! 1. **Recorded**: the intent (the parity disk, the old and the new disk's specs, the old disk's new place) is
 //!    written durably to `parity_swaps.json` in the grid directory, state `replacing`.
-//! 2. **Replacing**: the larger disk replaces the parity disk exactly as `replace_disk` does (the old one is first
-//!    marked failed in the journal, then the new one gets the grid's header and `grid.toml` names it, then one
-//!    journal transaction makes every range the parity must hold defect); state `rebuilding`.
-//! 3. **Rebuilding**: the recovery run (`recover_disk`: locked chunks, journaled, resumable) reconstructs the new
-//!    parity from its group; when no defect is left, state `moving`.
+//! 2. **Replacing**: the old parity disk is brought up to date first: the parity deltas pending for it are
+//!    drained onto it, and the record notes what it then vouches for (a [`ParityCopy`]: the journal's next write
+//!    transaction id, the geometry version, and its defect ranges, which it does not vouch for). Then the larger
+//!    disk replaces the parity disk exactly as `replace_disk` does (the old one is first marked failed in the
+//!    journal, then the new one gets the grid's header and `grid.toml` names it, then one journal transaction
+//!    makes every range the parity must hold defect); state `rebuilding`.
+//! 3. **Rebuilding**: the recovery run (`recover_disk`: locked chunks, journaled, resumable) fills the new parity
+//!    the way an evacuation fills a replacement (`evacuate`'s `recovery_piece`): each piece is copied from the old
+//!    parity disk where it reads and IDR vouches for it, and reconstructed from the parity's group only where it
+//!    does not (and, first, over the ranges the old disk did not vouch for). When no defect is left, state
+//!    `moving`.
 //! 4. **Moving**: the old parity disk gets a header of the grown geometry's next index and is added as a data disk
 //!    (`add_disk`: one journal transaction in `added_disks` is the commit point, then `grid.toml`). Its written map
 //!    is empty, so it reads as zeros whatever its bytes hold (the old parity), and the parity of its new row and
@@ -28,16 +34,26 @@
 //!   checks what the grid already holds (the journal's failure mark, `grid.toml`, the journal's defects and added
 //!   disks) before doing it again. Running `swap_parity` again resumes; a grid opened meanwhile recovers the new
 //!   parity's defects in the background as after any replacement.
-//! - One swap at a time; a swap is refused when a disk is failed (the rebuild needs the group).
+//! - The copy is valid only while nothing has changed the parity's ranges since the old disk was brought up to
+//!   date: no drain of a delta and no write. The swap runs on a closed grid (the command holds the server's lock)
+//!   and opens it with the background work paused (no drain, recovery or scrub runs but the swap's), so within
+//!   one run nothing but the copy writes the parity. Between runs (a crash, then the grid opened for anything
+//!   else) a write may land: every write starts a journaled transaction with a new id, and a delta for the parity
+//!   exists only through one. So the copy is used only while the journal's next transaction id and the geometry
+//!   version are still those recorded; otherwise the rest of the new parity is reconstructed from its group
+//!   (correct, only slower). The old disk's own defects at that time are always reconstructed, never copied.
+//! - One swap at a time; a swap is refused when a disk is failed (the fallback to reconstruction needs the group).
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::Instant;
 
 use permafrost_disk::{BlockDisk, Disk, FileDisk};
 use permafrost_grid::{AddedDisk, Geometry, GroupId, Role};
 use serde::{Deserialize, Serialize};
 
-use super::{CrashPoint, Engine, OpenOptions, JOURNAL_FILE};
+use super::{CrashPoint, Engine, OpenOptions, Shared, JOURNAL_FILE};
 use crate::config::{DiskSpec, GridConfig};
 use crate::header::DiskHeader;
 use crate::journal::{now_ms, Journal};
@@ -52,7 +68,8 @@ pub const PARITY_SWAPS_FILE: &str = "parity_swaps.json";
 pub enum SwapState {
     /// The new disk is to take the parity's place.
     Replacing,
-    /// The new disk is the parity; its ranges are being rebuilt from its groups.
+    /// The new disk is the parity; its ranges are being filled (copied from the old parity disk, or reconstructed
+    /// from its groups).
     Rebuilding,
     /// The new parity is complete; the old parity disk is to become a data disk.
     Moving,
@@ -96,9 +113,30 @@ pub struct ParitySwap {
     /// The old disk's index as a data disk, once added.
     #[serde(default)]
     pub data_disk: Option<usize>,
-    /// Bytes of the new parity rebuilt (over all runs).
+    /// Bytes of the new parity filled (over all runs): copied plus reconstructed.
     #[serde(default)]
     pub bytes_rebuilt: u64,
+    /// What the old parity disk vouched for right before the replacement (`None` in records of swaps that rebuilt
+    /// from the groups only, or until the replacement).
+    #[serde(default)]
+    pub copy: Option<ParityCopy>,
+    /// Of `bytes_rebuilt`, the bytes copied from the old parity disk and those reconstructed from the grid.
+    #[serde(default)]
+    pub bytes_copied: u64,
+    #[serde(default)]
+    pub bytes_reconstructed: u64,
+}
+
+/// The old parity disk's contents as a source for the new parity, recorded right before the replacement.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ParityCopy {
+    /// The journal's next write transaction id once the parity's pending deltas were drained onto the old disk: the
+    /// copy is valid while it is still the next one (no write started since).
+    pub next_txn: u64,
+    /// The geometry version then (no disk or group added since).
+    pub geometry_version: u64,
+    /// Ranges `[start, end)` (logical bytes) the old disk did not vouch for (its defects then): reconstructed.
+    pub untrusted: Vec<(u64, u64)>,
 }
 
 /// What to swap. `new` may be `None` to resume the swap in progress.
@@ -130,8 +168,11 @@ pub struct ParitySwapReport {
     pub bucket: usize,
     pub hpg: usize,
     pub column: usize,
-    /// Bytes of the new parity rebuilt by this run.
+    /// Bytes of the new parity filled by this run: copied plus reconstructed.
     pub bytes_rebuilt: u64,
+    /// Of those, the bytes copied from the old parity disk (IDR-verified) and those reconstructed from the grid.
+    pub bytes_copied: u64,
+    pub bytes_reconstructed: u64,
     /// True when this run resumed a swap recorded earlier.
     pub resumed: bool,
     pub geometry_version: u64,
@@ -326,10 +367,12 @@ impl Engine {
         }
         let swap = list.last().expect("a swap").clone();
         let parity = swap.parity;
-        let mut bytes_rebuilt = 0;
+        let mut filled = Filled::default();
 
         if matches!(swap.state, SwapState::Replacing | SwapState::Rebuilding) {
-            let engine = Engine::open_with(dir, options)?;
+            // Paused: no drain, recovery or scrub runs but the swap's own, so nothing but the swap writes the
+            // parity while its old disk is copied (see the invariants).
+            let engine = Engine::open_paused(dir, options)?;
             let s = &engine.shared;
             if swap.state == SwapState::Replacing {
                 progress(SwapState::Replacing, 0, 0);
@@ -337,6 +380,13 @@ impl Engine {
                 // cleared; one cut off before it left the position marked failed: do it (again).
                 let replaced = s.config.read().disks[parity] == swap.new && !s.is_failed(parity);
                 if !replaced {
+                    // The old disk still holds the position: bring it up to date and note what it vouches for. A
+                    // position marked failed is a replacement cut off after that note, which stays as it is.
+                    if !s.is_failed(parity) && s.config.read().disks[parity] == swap.old {
+                        let copy = prepare_copy(s, parity)?;
+                        list.last_mut().expect("a swap").copy = copy;
+                        save_swaps(dir, &list)?;
+                    }
                     s.replace_disk(parity, Some(swap.new.clone()))?;
                 }
                 crash(&request, SwapStep::Replaced)?;
@@ -350,36 +400,28 @@ impl Engine {
                         .into(),
                 });
             }
-            let crash_mid = request.crash_after == Some(SwapStep::Rebuilding);
-            let result = s.recover_disk(parity, &|done, total| {
-                progress(SwapState::Rebuilding, done, total);
-                if crash_mid && done > 0 {
-                    // As if the process died after the first chunk was journaled: the run stops at the next.
-                    s.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+            let result = fill_new_parity(s, &list, &request, progress, &mut filled);
+            let entry = list.last_mut().expect("a swap");
+            entry.bytes_rebuilt += filled.copied + filled.reconstructed;
+            entry.bytes_copied += filled.copied;
+            entry.bytes_reconstructed += filled.reconstructed;
+            match result {
+                // As if the process died: nothing more is saved.
+                Err(e @ Error::SimulatedCrash(_)) => return Err(e),
+                Err(e) => {
+                    save_swaps(dir, &list)?;
+                    return Err(e);
                 }
-            });
-            let report = match result {
-                Err(Error::Closed) if crash_mid => {
-                    return Err(Error::SimulatedCrash(CrashPoint::ParitySwap(
-                        SwapStep::Rebuilding,
-                    )))
-                }
-                r => r?,
-            };
-            bytes_rebuilt = report.bytes_recovered + report.bytes_recovered_concurrently;
-            list.last_mut().expect("a swap").bytes_rebuilt += bytes_rebuilt;
-            let left = s.maps.lock().defects[parity].total();
-            if !report.unrecoverable.is_empty() || left > 0 {
-                save_swaps(dir, &list)?;
-                return Err(Error::Unrecoverable {
-                    disk: parity,
-                    offset: report.unrecoverable.first().map_or(0, |r| r.1),
-                    end: report.unrecoverable.first().map_or(0, |r| r.1 + r.2),
-                    stuck: report.unrecoverable.iter().map(|r| r.0).collect(),
-                });
+                Ok(()) => {}
             }
             crash(&request, SwapStep::Rebuilt)?;
             set_state(dir, &mut list, SwapState::Moving)?;
+            tracing::info!(
+                "parity swap of disk {parity}: the new parity is complete ({} bytes copied from the old parity \
+                 disk, {} reconstructed from the grid, over all runs)",
+                list.last().expect("a swap").bytes_copied,
+                list.last().expect("a swap").bytes_reconstructed
+            );
             engine.close()?;
         }
 
@@ -443,7 +485,9 @@ impl Engine {
             bucket,
             hpg: added.hpg,
             column: added.column,
-            bytes_rebuilt,
+            bytes_rebuilt: filled.copied + filled.reconstructed,
+            bytes_copied: filled.copied,
+            bytes_reconstructed: filled.reconstructed,
             resumed,
             geometry_version: geometry.version(),
             geometry: geometry.describe(),
@@ -545,8 +589,130 @@ impl Engine {
             finished_ms: None,
             data_disk: None,
             bytes_rebuilt: 0,
+            copy: None,
+            bytes_copied: 0,
+            bytes_reconstructed: 0,
         })
     }
+}
+
+/// Bytes of the new parity one run filled.
+#[derive(Debug, Default)]
+struct Filled {
+    copied: u64,
+    reconstructed: u64,
+}
+
+/// Bring the old parity disk up to date (drain the parity deltas pending for it) and note what it vouches for:
+/// `None` when deltas are still pending (they could not be drained), so the new parity is reconstructed instead.
+fn prepare_copy(s: &Shared, parity: usize) -> Result<Option<ParityCopy>> {
+    s.drain(parity)?;
+    if s.is_failed(parity) || !s.deltas.pending_of(parity).is_empty() {
+        tracing::info!(
+            "parity disk {parity} could not take its pending parity deltas: the new parity is reconstructed from \
+             its groups, not copied"
+        );
+        return Ok(None);
+    }
+    let untrusted = s.maps.lock().defects[parity].iter().collect();
+    Ok(Some(ParityCopy {
+        next_txn: s.next_txn.load(Ordering::SeqCst),
+        geometry_version: s.geometry.version(),
+        untrusted,
+    }))
+}
+
+/// Fill every defect range of the new parity disk (the swap's last entry in `list`): the ranges the old disk did
+/// not vouch for from the grid first, then the rest through the recovery run with the old disk as the source its
+/// pieces are copied from (`recovery_piece`), when the copy is still valid (no write since it was noted).
+fn fill_new_parity(
+    s: &Shared,
+    list: &[ParitySwap],
+    request: &SwapParity,
+    progress: &dyn Fn(SwapState, u64, u64),
+    filled: &mut Filled,
+) -> Result<()> {
+    let swap = list.last().expect("a swap");
+    let parity = swap.parity;
+    let next_txn = s.next_txn.load(Ordering::SeqCst);
+    let copy = swap.copy.as_ref().filter(|c| {
+        let valid = c.next_txn == next_txn && c.geometry_version == s.geometry.version();
+        if !valid {
+            tracing::info!(
+                "the grid was written or grown since the old parity disk {parity} was brought up to date: the rest \
+                 of the new parity is reconstructed from its groups, not copied"
+            );
+        }
+        valid
+    });
+    let crash_mid = request.crash_after == Some(SwapStep::Rebuilding);
+    let stopped = |e: Error| match e {
+        Error::Closed if crash_mid => {
+            Error::SimulatedCrash(CrashPoint::ParitySwap(SwapStep::Rebuilding))
+        }
+        e => e,
+    };
+    if let Some(copy) = copy {
+        for &(start, end) in &copy.untrusted {
+            let mut recovered = 0;
+            let result = s.recover_range(parity, start, end, &mut recovered);
+            filled.reconstructed += recovered;
+            result.map_err(stopped)?;
+        }
+    }
+    let source = match copy {
+        None => None,
+        Some(_) => match s.open_evacuation_source(parity, &swap.old) {
+            Ok(mut source) => {
+                source.copies_parity = true;
+                Some(Arc::new(source))
+            }
+            Err(e) => {
+                tracing::warn!(
+                    "the old parity disk {} cannot be opened ({e}): the new parity is reconstructed from its \
+                     groups",
+                    swap.old.resolved_path(&s.dir).display()
+                );
+                None
+            }
+        },
+    };
+    if let Some(source) = &source {
+        s.evacuation_sources
+            .lock()
+            .insert(parity, Arc::clone(source));
+    }
+    let result = s.recover_disk(parity, &|done, total| {
+        progress(SwapState::Rebuilding, done, total);
+        if crash_mid && done > 0 {
+            // As if the process died after the first chunk was journaled: the run stops at the next.
+            s.stop.store(true, Ordering::SeqCst);
+        }
+    });
+    s.evacuation_sources.lock().remove(&parity);
+    let recovered = match &result {
+        Ok(r) => r.bytes_recovered + r.bytes_recovered_concurrently,
+        Err(_) => 0,
+    };
+    match &source {
+        Some(source) => {
+            let copied = source.copied.load(Ordering::SeqCst);
+            filled.copied += copied;
+            filled.reconstructed += source.reconstructed.load(Ordering::SeqCst);
+        }
+        None => filled.reconstructed += recovered,
+    }
+    let report = result.map_err(stopped)?;
+    let left = s.maps.lock().defects[parity].total();
+    if !report.unrecoverable.is_empty() || left > 0 {
+        return Err(Error::Unrecoverable {
+            disk: parity,
+            offset: report.unrecoverable.first().map_or(0, |r| r.1),
+            end: report.unrecoverable.first().map_or(0, |r| r.1 + r.2),
+            stuck: report.unrecoverable.iter().map(|r| r.0).collect(),
+        });
+    }
+    Ok(())
 }
 
 /// Give the old parity disk the header of the grown geometry's next index (role data), so `add_disk` takes it as
