@@ -111,3 +111,38 @@ def test_swap_parity_survives_sigkill_at_every_step(tmp_path):
     assert_objects(grid, tmp_path, objects + [(32, 0, data)])
     checked = run("grid", "verify-parity", "--dir", grid, "--json", check=False)
     assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
+def test_swap_parity_copies_the_old_parity_disk_and_spins_no_other(tmp_path):
+    """Unraid's point: the new parity is copied from the old parity disk, so the swap spins up only the parity's
+    position (the old and the new disk; `grid status` power counters before and after) and the command says how
+    many bytes it copied and reconstructed."""
+    grid = tmp_path / "g"
+    run("grid", "init", "--dir", grid, "--layout", "8x6:4+1", "--disk-size", "64MiB", "--spin-up-ms", "1",
+        "--json")
+    st = json.loads(run("grid", "status", "--dir", grid, "--json").stdout)
+    parity = next(d["index"] for d in st["disks"] if d["role"] == {"h_parity": {"hpg": 0}})
+    rng = random.Random(34)
+    objects = []
+    for bucket in range(4):
+        data = rng.randbytes(8 << 20)
+        src = tmp_path / f"in-{bucket}.bin"
+        src.write_bytes(data)
+        run("grid", "write", "--dir", grid, "--bucket", bucket, "--offset", 0, "--input", src, "--json")
+        objects.append((bucket, 0, data))
+    before = [d["power"]["spin_ups"] for d in json.loads(run("grid", "status", "--dir", grid, "--json").stdout)["disks"]]
+
+    out = run("grid", "swap-parity", "--dir", grid, "--parity", parity, "--size", "128MiB")
+    assert "copied from the old parity disk" in out.stdout, out.stdout
+    st = json.loads(run("grid", "status", "--dir", grid, "--json").stdout)
+    after = [d["power"]["spin_ups"] for d in st["disks"]]
+    spun = [d for d in range(len(before)) if after[d] != before[d]]
+    assert spun == [parity], (spun, before, after)
+    swaps = json.loads((grid / "parity_swaps.json").read_text())
+    assert swaps[0]["bytes_copied"] == swaps[0]["bytes_rebuilt"] > 0, swaps
+    assert swaps[0]["bytes_reconstructed"] == 0, swaps
+    text = run("grid", "status", "--dir", grid).stdout
+    assert "of parity copied from the old parity disk, 0 B reconstructed" in text, text
+    checked = run("grid", "verify-parity", "--dir", grid, "--json", check=False)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert_objects(grid, tmp_path, objects)

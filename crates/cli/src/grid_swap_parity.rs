@@ -98,7 +98,7 @@ pub fn run(args: SwapParityArgs) -> Result<()> {
             );
         }
     }
-    let bar = bytes_bar("rebuilding the new parity", args.json);
+    let bar = bytes_bar("filling the new parity", args.json);
     let started = Instant::now();
     let result = Engine::swap_parity(
         &args.dir,
@@ -152,10 +152,12 @@ pub fn run(args: SwapParityArgs) -> Result<()> {
             report.column
         );
         println!(
-            "{} of parity rebuilt in {seconds:.1} s{}; the new data disk reads as zeros, so no other parity was \
-             recomputed; grid now {} (geometry version {})",
-            format_bytes(report.bytes_rebuilt),
+            "new parity filled in {seconds:.1} s{}: copied from the old parity disk {}, reconstructed from the grid \
+             {}; the new data disk reads as zeros, so no other parity was recomputed; grid now {} (geometry version \
+             {})",
             if report.resumed { " (resumed)" } else { "" },
+            format_bytes(report.bytes_copied),
+            format_bytes(report.bytes_reconstructed),
             report.geometry,
             report.geometry_version
         );
@@ -179,9 +181,11 @@ fn other_file(size: u64, parity: usize, recorded: &DiskSpec) -> DiskSpec {
 
 fn step_line(state: SwapState) -> &'static str {
     match state {
-        SwapState::Replacing => "step 1/3: the larger disk takes the parity disk's place",
+        SwapState::Replacing => {
+            "step 1/3: pending parity deltas drained onto the old parity disk; the larger disk takes its place"
+        }
         SwapState::Rebuilding => {
-            "step 2/3: rebuilding the parity on the larger disk from its groups"
+            "step 2/3: copying the old parity disk onto the larger disk (the grid fills what it cannot vouch for)"
         }
         SwapState::Moving => {
             "step 3/3: the old parity disk becomes a data disk (reads as zeros until written)"
@@ -231,11 +235,12 @@ pub fn print_swaps(status: &GridStatus) {
             ),
         };
         println!(
-            "disk {}: {} -> {}: {state} ({} of parity rebuilt)",
+            "disk {}: {} -> {}: {state} ({} of parity copied from the old parity disk, {} reconstructed)",
             s.parity,
             path(&s.old),
             path(&s.new),
-            format_bytes(s.bytes_rebuilt)
+            format_bytes(s.bytes_copied),
+            format_bytes(s.bytes_reconstructed)
         );
     }
 }
