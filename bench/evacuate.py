@@ -14,12 +14,16 @@ them from its cache; then, per round,
      the upload's), the cache evicted every 0.5 s so the reads keep going to the disks; as fast as they can, or
      paced to --reader-mb-per-s MB/s together;
   3. `POST /_permafrost/api/v1/disks/{disk}/evacuate`, timed from the request to the task's end (GET /tasks/{id}).
-Reports the evacuation time against the copy (ratio, goal <= 1.2), the readers' GETs, bytes, MB/s and their
-errors and mismatches (must be 0). The next round evacuates the disk's new file again; the retired file of the
-round before is deleted. The grid, the cache and two copies of the disk need about 6x --gib GiB of free space.
+Reports the evacuation time against the copy (ratio, goal <= 1.2), the readers' GETs, bytes, MB/s, their longest
+GET, errors and mismatches (must be 0), and the reads of the disk that waited for their turn behind the evacuation
+(the engine's `[evacuation]` settings in grid.toml; --grid-evacuation "reader_wait_ms_max = 0" turns the priority
+off: the server is restarted with it after the upload). The next round evacuates the disk's new file again; the
+retired file of the round before is deleted before the second copy. The grid (the disk and its three parity
+disks), the cache and a second copy of the disk need about 6x --gib GiB of free space.
 
 Usage: bench/evacuate.py [--bin target/release/permafrost] [--gib 1] [--dir /var/tmp/evac-bench]
        bench/evacuate.py --live [--gib 2] [--readers 8] [--reader-mb-per-s 0] [--rounds 3] [--bin PATH] [--dir DIR]
+                            [--grid-evacuation "reader_share = 0.1"]
 Results of --live: bench/out/evacuate-live-<UTC time>/ (results.json, summary.txt, server log)."""
 
 import argparse
@@ -60,6 +64,11 @@ def main():
                    help="--live: the readers' bytes per second together, in MB/s (0: as fast as they can)")
     p.add_argument("--rounds", type=int, default=3, help="--live: evacuations measured")
     p.add_argument("--out", default=None, help="--live: results directory")
+    p.add_argument("--profile", action="store_true",
+                   help="--live: sample what the evacuation's threads wait for every 10 ms (/proc/PID/task/*/syscall)")
+    p.add_argument("--grid-evacuation", default="",
+                   help="--live: settings of [evacuation] in the grid's grid.toml, e.g. 'reader_wait_ms_max = 0' "
+                        "(the evacuation without priority over reads); ';' between several")
     a = p.parse_args()
     if a.live:
         return live(a)
@@ -161,6 +170,7 @@ class Readers:
         self.stop = threading.Event()
         self.lock = threading.Lock()
         self.gets, self.bytes, self.errors, self.mismatches = 0, 0, [], []
+        self.get_s_max = 0.0
         self.threads = [threading.Thread(target=self.read, args=(i,), daemon=True) for i in range(n)]
         self.threads.append(threading.Thread(target=self.evict, daemon=True))
 
@@ -194,6 +204,7 @@ class Readers:
                         self.mismatches.append(f"{key}: {n} bytes, sha256 {h.hexdigest()}")
                     self.gets += 1
                     self.bytes += n
+                    self.get_s_max = max(self.get_s_max, time.monotonic() - started)
             except Exception as e:  # noqa: BLE001 - every failure is counted and reported
                 with self.lock:
                     self.errors.append(f"{key}: {e}")
@@ -213,6 +224,105 @@ class Readers:
         self.stop.set()
         for t in self.threads:
             t.join()
+
+
+# System calls of x86-64 Linux that move a disk's bytes, and the futex (a lock, condition variable or channel).
+DISK_CALLS = {0: "read", 1: "write", 17: "pread", 18: "pwrite", 19: "readv", 20: "writev", 74: "fsync",
+              75: "fdatasync", 295: "preadv", 296: "pwritev", 277: "sync_file_range"}
+FUTEX = 202
+
+
+class ThreadSampler:
+    """Every 10 ms, what the evacuation's threads are doing: in a disk system call, waiting on a futex (a range
+    lock, the rendezvous of the piece reader with the writer thread, the power budget), running, or else. The
+    evacuation runs on the maintenance lane's thread (named `permafrost-task-0`, shown as `permafrost-task`: the
+    one of the task threads present before the evacuation that used the most CPU during it); each recovery chunk
+    starts a writer thread, which inherits the name (task threads born during the evacuation). A sample where the
+    lane thread waits on a futex while no writer thread lives is the evacuation between two chunks: waiting for
+    its range locks (or the power budget)."""
+
+    def __init__(self, pid: int):
+        self.pid, self.stop = pid, threading.Event()
+        self.base = Path(f"/proc/{pid}/task")
+        self.initial = {t.name: self.cpu(t) for t in self.tasks()}
+        self.samples = []  # per sample: {tid: state}
+        self.thread = threading.Thread(target=self.run, daemon=True)
+
+    def tasks(self):
+        for task in self.base.iterdir():
+            try:
+                if (task / "comm").read_text().strip().startswith("permafrost-task"):
+                    yield task
+            except OSError:
+                continue
+
+    @staticmethod
+    def cpu(task: Path) -> int:
+        try:
+            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+            return int(fields[11]) + int(fields[12])
+        except (OSError, IndexError, ValueError):
+            return 0
+
+    def start(self):
+        self.thread.start()
+        return self
+
+    def run(self):
+        while not self.stop.is_set():
+            sample = {}
+            for task in self.tasks():
+                try:
+                    call = (task / "syscall").read_text().split()
+                except OSError:
+                    continue
+                if not call:
+                    continue
+                if call[0] == "running":
+                    sample[task.name] = "running"
+                elif call[0].lstrip("-").isdigit() and int(call[0]) in DISK_CALLS:
+                    sample[task.name] = "disk"
+                elif call[0].lstrip("-").isdigit() and int(call[0]) == FUTEX:
+                    sample[task.name] = "futex"
+                else:
+                    sample[task.name] = "other"
+            self.samples.append(sample)
+            self.stop.wait(0.01)
+
+    def finish(self) -> dict:
+        self.stop.set()
+        self.thread.join()
+        used = {tid: self.cpu(self.base / tid) - cpu for tid, cpu in self.initial.items()}
+        lane = max(used, key=used.get) if used else None
+        states = ("disk", "futex", "running", "other")
+        out = dict(samples=len(self.samples), lane={k: 0 for k in states}, writers={k: 0 for k in states},
+                   lane_futex_without_writer=0)
+        for sample in self.samples:
+            writers = [st for tid, st in sample.items() if tid not in self.initial]
+            for st in writers:
+                out["writers"][st] += 1
+            if lane in sample:
+                out["lane"][sample[lane]] += 1
+                if sample[lane] == "futex" and not writers:
+                    out["lane_futex_without_writer"] += 1
+        return out
+
+
+def set_grid_evacuation(path: Path, settings: str):
+    """Set `key = value` pairs (';' between them) in the [evacuation] table of grid.toml (the server is stopped)."""
+    text = path.read_text()
+    if "\n[evacuation]\n" not in text:
+        raise SystemExit(f"{path} has no [evacuation] table: the binary predates the setting")
+    head, rest = text.split("\n[evacuation]\n", 1)
+    table, sep, tail = rest.partition("\n[")
+    lines = dict(line.split(" = ", 1) for line in table.splitlines() if " = " in line)
+    for setting in filter(None, (x.strip() for x in settings.split(";"))):
+        key, value = (x.strip() for x in setting.split("=", 1))
+        if key not in lines:
+            raise SystemExit(f"[evacuation] has no setting {key!r} (it has {', '.join(lines)})")
+        lines[key] = value
+    table = "\n".join(f"{k} = {v}" for k, v in lines.items()) + "\n"
+    path.write_text(head + "\n[evacuation]\n" + table + sep + tail)
 
 
 def live(a):
@@ -237,6 +347,7 @@ def live(a):
     commit = subprocess.run(["git", "-C", str(pf.REPO), "rev-parse", "--short", "HEAD"], capture_output=True,
                             text=True).stdout.strip()
     results = dict(machine=pf.machine(scratch), binary=str(a.bin), commit=commit, data_bytes=data_bytes,
+                   grid_evacuation=a.grid_evacuation,
                    readers=a.readers, reader_mb_per_s_cap=a.reader_mb_per_s, started=time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
                    load_start=pf.loadavg(), rounds=[])
     m = results["machine"]
@@ -264,6 +375,12 @@ def live(a):
         r = pf.admin(s.endpoint, "POST", EVICT_PATH)
         assert r.status_code == 200, r.text
         say(f"   uploaded and persisted in {time.monotonic() - t:.1f} s")
+        if a.grid_evacuation:
+            s.stop()
+            set_grid_evacuation(s.data_dir / "grid" / "grid.toml", a.grid_evacuation)
+            s.start()
+            s3 = pf.s3_client(s.endpoint)
+            say(f"   restarted with [evacuation] {a.grid_evacuation} in grid.toml")
         buckets = {}
         for key in digests:
             head = s3.head_object(Bucket=pf.BUCKET, Key=key)["ResponseMetadata"]["HTTPHeaders"]
@@ -282,18 +399,22 @@ def live(a):
             while readers.counts()[0] < a.readers and not (readers.errors or readers.mismatches):
                 time.sleep(0.05)
             gets0, bytes0 = readers.counts()
+            sampler = ThreadSampler(s.pid).start() if a.profile else None
             t = time.monotonic()
             task = api(pf, s.endpoint, "POST", f"/disks/{disk}/evacuate")["task"]
             while task["state"] not in ("done", "failed"):
                 time.sleep(0.1)
                 task = api(pf, s.endpoint, "GET", f"/tasks/{task['id']}")
             evac_s = time.monotonic() - t
+            profile = sampler.finish() if sampler else None
             gets1, bytes1 = readers.counts()
             readers.finish()
             assert task["state"] == "done", task
             report = task["result"]
             state = next(d for d in api(pf, s.endpoint, "GET", "/disks")["disks"] if d["disk"] == disk)["evacuation"]
             assert report["retired"] and state["state"] == "retired", (report, state)
+            # The retired disk file of this round is no longer part of the grid: free its space first.
+            (grid / state["source"]).unlink()
             after = odirect_copy(grid / state["target"], scratch)
             dd_s = (before["seconds"] + after["seconds"]) / 2
             row = dict(disk=disk, evacuate_s=round(evac_s, 3), engine_s=round(report["seconds"], 3),
@@ -302,18 +423,23 @@ def live(a):
                        bytes_served_to_readers=report["bytes_served_to_readers"],
                        reader_gets=gets1 - gets0, reader_bytes=bytes1 - bytes0,
                        reader_mb_per_s=round((bytes1 - bytes0) / evac_s / 1e6, 1),
+                       reader_get_s_max=round(readers.get_s_max, 3), profile=profile,
+                       reads_admitted=report.get("reads_admitted"), reads_waited=report.get("reads_waited"),
+                       read_wait_ms_longest=report.get("read_wait_ms_longest"),
                        reader_gets_total=readers.gets, reader_errors=len(readers.errors),
                        reader_mismatches=len(readers.mismatches), errors=readers.errors[:5],
                        mismatches=readers.mismatches[:5], load=pf.loadavg())
             results["rounds"].append(row)
+            if profile:
+                say(f"   round {i} threads of the evacuation, samples every 10 ms: {profile}")
             say(f"   round {i}: evacuation {evac_s:.2f} s / O_DIRECT copy {dd_s:.2f} s "
                 f"({before['seconds']:.2f}, {after['seconds']:.2f}) = {row['ratio']:.3f}; "
                 f"{row['bytes_copied'] >> 20} MiB copied, {row['bytes_reconstructed'] >> 20} MiB reconstructed, "
                 f"{row['bytes_served_to_readers'] >> 20} MiB served to readers from the old disk; readers "
-                f"{row['reader_gets']} GETs, {row['reader_mb_per_s']} MB/s during it, {row['reader_errors']} "
-                f"errors, {row['reader_mismatches']} mismatches (load {row['load']})")
-            # The retired disk file of this round is no longer part of the grid: free its space.
-            (grid / state["source"]).unlink()
+                f"{row['reader_gets']} GETs, {row['reader_mb_per_s']} MB/s during it, longest GET "
+                f"{row['reader_get_s_max']:.2f} s, {row['reads_waited']} of {row['reads_admitted']} read chunks "
+                f"waited (longest {row['read_wait_ms_longest']} ms), {row['reader_errors']} errors, "
+                f"{row['reader_mismatches']} mismatches (load {row['load']})")
         # After the last round: every object of the disk once more, byte-exact, from the disks.
         pf.admin(s.endpoint, "POST", EVICT_PATH)
         bad = 0
