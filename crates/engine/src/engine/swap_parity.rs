@@ -561,7 +561,8 @@ impl Engine {
             return Err(Error::DiskFailed {
                 disk: *disk,
                 message: format!(
-                    "{why}; replace and rebuild it before a parity swap (the new parity is rebuilt from its groups)"
+                    "{why}; replace and rebuild it before a parity swap (the swap reconstructs from its groups \
+                     what the old parity disk cannot vouch for)"
                 ),
             });
         }
