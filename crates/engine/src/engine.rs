@@ -260,8 +260,8 @@ pub(crate) struct Shared {
     stop: AtomicBool,
     paused: AtomicBool,
     crash_point: Mutex<Option<CrashPoint>>,
-    /// Set when a test crash point fired (`crash_at`): from then on the engine writes nothing more, to disks or
-    /// journal, as a killed process could not (`Shared::check_crashed`).
+    /// Set when a test crash point fired (`crash_at`): from then on no thread starts another step under range
+    /// locks, as in a killed process (`Shared::check_crashed`).
     crashed: AtomicBool,
     /// Wakes the background threads (defects added, deltas added, stop).
     wake: Condvar,
@@ -543,8 +543,8 @@ impl Engine {
     }
 
     /// Test hook: make the next write or drain that reaches `point` stop there as if the process died: from then
-    /// on the engine writes nothing more to its disks or journal (its other threads stop at their next step, the
-    /// power counters are not saved); it must be dropped and reopened.
+    /// on no thread of the engine starts another step under range locks (see `Shared::check_crashed`), and the
+    /// power counters are not saved; it must be dropped and reopened.
     #[doc(hidden)]
     pub fn set_crash_point(&self, point: Option<CrashPoint>) {
         *self.shared.crash_point.lock() = point;
@@ -620,16 +620,15 @@ impl Shared {
         self.config.read().readahead_chunks
     }
 
-    /// Stop at `point` if it is the armed crash point. Everything a killed process could not do is then refused:
-    /// the journal takes no more transactions, and every other writer of disks or journal (other writers, drains,
-    /// scrub, recovery, replay's settling) stops at its next `check_crashed`. The flag is set before this returns,
-    /// so before the crashed writer lets go of its range locks: a thread that takes them afterwards sees it.
+    /// Stop at `point` if it is the armed crash point. Every other writer of disks or journal (write chunks,
+    /// drains, scrub, recovery) then stops at its next `check_crashed`, right after it takes its range locks. The
+    /// flag is set before this returns, so before the crashed writer lets go of its range locks: a thread that
+    /// takes them afterwards always sees it.
     fn crash_at(&self, point: CrashPoint) -> Result<()> {
         let mut armed = self.crash_point.lock();
         if *armed == Some(point) {
             *armed = None;
             self.crashed.store(true, Ordering::SeqCst);
-            self.journal.refuse_writes();
             self.stop.store(true, Ordering::SeqCst);
             self.wake.notify_all();
             return Err(Error::SimulatedCrash(point));
@@ -642,9 +641,11 @@ impl Shared {
         self.crashed.load(Ordering::SeqCst)
     }
 
-    /// `Err(Closed)` once a test crash point fired. Writers of disks or journal call it after taking their range
-    /// locks and before each write or journal step: a crashed writer's locks are released with its row still open,
-    /// and what lies under them may be half written; a killed process never acts on that.
+    /// `Err(Closed)` once a test crash point fired. Writers of disks or journal call it right after taking their
+    /// range locks, before any disk write or journal step under them: a crashed writer's locks are released with
+    /// its row still open, and what lies under them may be half written; a killed process never acts on that. A
+    /// thread that already held its locks when the crash fired finishes the step under them (as if the crash came
+    /// a moment later) and takes no further locks.
     pub(crate) fn check_crashed(&self) -> Result<()> {
         if self.crashed() {
             return Err(Error::Closed);

@@ -27,7 +27,7 @@
 //! pages, so every later sync fails too until the engine is reopened (SQLite recovers the WAL from the disk).
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use parking_lot::Mutex;
@@ -177,8 +177,6 @@ pub(crate) struct Journal {
     syncs: AtomicU64,
     /// Tells this journal's commits apart from another's in [`LAST_COMMIT`].
     id: u64,
-    /// Set when the engine stopped at a test crash point: no transaction commits any more.
-    writes_refused: AtomicBool,
 }
 
 /// Journal ids, for [`LAST_COMMIT`].
@@ -276,7 +274,6 @@ impl Journal {
             sync_failure: Mutex::new(None),
             syncs: AtomicU64::new(0),
             id: JOURNAL_IDS.fetch_add(1, Ordering::Relaxed),
-            writes_refused: AtomicBool::new(false),
         };
         // What the statements above committed, and the directory entries of a new database and WAL.
         journal.sync_wal()?;
@@ -310,9 +307,6 @@ impl Journal {
         f: impl FnOnce(&Batch) -> rusqlite::Result<R>,
     ) -> crate::Result<(R, u64)> {
         let mut conn = self.conn.lock();
-        if self.writes_refused.load(Ordering::SeqCst) {
-            return Err(crate::Error::Closed);
-        }
         let tx = conn.transaction()?;
         let batch = Batch { tx };
         let result = f(&batch)?;
@@ -320,13 +314,6 @@ impl Journal {
         batch.tx.commit()?;
         LAST_COMMIT.with(|c| c.set((self.id, seq)));
         Ok((result, seq))
-    }
-
-    /// From now on every transaction fails with `Closed` and commits nothing (the engine stopped at a test crash
-    /// point: a killed process writes no more rows). A commit in progress finishes first (it holds the connection).
-    pub(crate) fn refuse_writes(&self) {
-        let _conn = self.conn.lock();
-        self.writes_refused.store(true, Ordering::SeqCst);
     }
 
     /// Is every transaction this thread committed durable? The write paths assert it before they write a disk:

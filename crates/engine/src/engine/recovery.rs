@@ -9,9 +9,9 @@
 //! - One run per disk at a time (`recovery_mutexes`); the background task skips a disk whose run is in progress.
 //! - A piece that cannot be recovered now stays defect and the run goes on; only a failed target or a journal error
 //!   ends it.
-//! - After a test crash point (`Shared::check_crashed`), a recovery writes no further piece and journals nothing:
-//!   the crashed writer let go of its range locks with its row open, and a range reconstructed from disks in
-//!   the middle of its write is not the range's content (a killed process never recovers anything).
+//! - After a test crash point (`Shared::check_crashed`), a recovery takes on no further chunk: the crashed writer
+//!   let go of its range locks with its row open, and a range reconstructed from disks in the middle of its write
+//!   is not the range's content (a killed process never recovers anything).
 
 use permafrost_disk::power::WakeContext;
 use std::collections::HashMap;
@@ -93,9 +93,6 @@ impl Shared {
                 let _wake = WakeContext::enter_opt(wake);
                 let mut runs = RangeSet::new();
                 for (offset, data) in receiver {
-                    if self.crashed() {
-                        return Ok(runs); // written so far: never synced nor journaled (checked below)
-                    }
                     slot.idr.write(offset, &data)?;
                     counters
                         .logical_written
@@ -134,7 +131,6 @@ impl Shared {
             drop(sender);
             writer.join().expect("recovery writer thread panicked")
         });
-        self.check_crashed()?;
         let written = match written {
             Ok(runs) => runs,
             Err(e) => {

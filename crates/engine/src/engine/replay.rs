@@ -20,8 +20,6 @@
 //!   the written map says held committed bytes keeps its defects and is recovered from parity.
 //! - Direct writes settle their data disk stripe by stripe: a stripe that verifies is kept, one that does not is
 //!   re-encoded as it reads; only those.
-//! - A row is never settled by an engine stopped at a test crash point (`Shared::check_crashed`): a writer of
-//!   another chunk that fails afterwards leaves its row to the replay, as a killed process would.
 
 use permafrost_idr::IdrError;
 
@@ -59,7 +57,6 @@ impl Shared {
     /// before the row's marks change or the row is deleted, so a crash while settling (replay simply runs again)
     /// loses none of them.
     pub(super) fn settle_row(&self, row: &PromiseRow, at_open: bool) -> Result<()> {
-        self.check_crashed()?;
         let (start, end) = (row.offset, row.offset + row.length);
         let disk = row.disks[0];
         let data_finished = row.finishes[0] != 0;
@@ -202,7 +199,6 @@ impl Shared {
         let mut buf = vec![0u8; self.stripe_bytes as usize];
         let mut stripe = start;
         while stripe < end {
-            self.check_crashed()?;
             let stripe_end = stripe + self.stripe_bytes;
             let outcome = slot
                 .idr

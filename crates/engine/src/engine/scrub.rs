@@ -10,9 +10,9 @@
 //! - Findings are journaled under the range lock, re-checked after it is taken, so a scrub racing a disk
 //!   replacement leaves no stale defect on the replacement.
 //! - The cursor and each range's verified time are in the journal; a range's age can look older, never younger.
-//! - After a test crash point (`Shared::check_crashed`), a scrub stops before its next stripe and journals nothing:
-//!   under the range locks the crashed writer let go of lies its write in flight, which a scrub must not repair,
-//!   record as verified, or mark defect (a killed process never would).
+//! - After a test crash point (`Shared::check_crashed`), a scrub takes on no further chunk: under the range locks
+//!   the crashed writer let go of lies its write in flight, which a scrub must not repair, record as verified, or
+//!   mark defect (a killed process never would).
 
 use std::sync::atomic::Ordering;
 
@@ -48,10 +48,7 @@ impl Shared {
                 let slot = self.slot(disk);
                 for (ps, pe) in self.written_parts(disk, at, to) {
                     let (ps, pe) = self.stripe_range(ps, pe);
-                    let report = self.scrub_stripes(&slot, ps, pe);
-                    // Stopped at a crash point on the way: nothing found is recorded.
-                    self.check_crashed()?;
-                    let report = match report {
+                    let report = match self.scrub_stripes(&slot, ps, pe) {
                         Ok(report) => report,
                         Err(e) => {
                             self.note_error(disk, &e);
@@ -86,8 +83,7 @@ impl Shared {
 
     /// `IdrDisk::scrub` of `[at, to)` (written stripes), one stripe at a time so that damage IDR accepts is found:
     /// a stripe that is never written, or that needed repairs and holds an all-zero block (see
-    /// `untrusted_zero_stripes`), is reported unrecoverable as a whole. Stops before the next stripe (IDR repairs
-    /// in place) once a test crash point fired; the caller then records nothing.
+    /// `untrusted_zero_stripes`), is reported unrecoverable as a whole.
     fn scrub_stripes(
         &self,
         slot: &DiskSlot,
@@ -97,7 +93,7 @@ impl Shared {
         let mut total = ScrubReport::default();
         let mut buf = vec![0u8; self.stripe_bytes as usize];
         let mut stripe = at;
-        while stripe < to && !self.crashed() {
+        while stripe < to {
             let report = slot.idr.scrub(stripe, self.stripe_bytes)?;
             total.bytes_verified += report.bytes_verified;
             total.stripes_never_written += report.stripes_never_written;

@@ -13,8 +13,8 @@
 //! - Never-written stripes are written whole (zeros around the user bytes), so IDR never reads unwritten space.
 //! - A parity update that finds part of its range defect marks the whole range defect instead of skipping it.
 //! - A chunk that fails with an I/O error (not a crash) is settled at once as replay would settle it.
-//! - Once a test crash point fired, a chunk writes no disk and journals nothing more (`Shared::check_crashed`, after
-//!   its locks and before each disk write): the crashed writer's locks were let go with its row still open.
+//! - Once a test crash point fired, a chunk that takes its locks afterwards writes no disk and journals nothing
+//!   (`Shared::check_crashed`): the crashed writer's locks were let go with its row still open.
 
 use std::sync::atomic::Ordering;
 
@@ -172,7 +172,6 @@ impl Shared {
             "disk {disk} written before the journal step that allows it is durable"
         );
         let slot = self.slot(disk);
-        self.check_crashed()?;
         if self.crash_point.lock().is_some() {
             self.crash_at(CrashPoint::DataStarted)?;
             if *self.crash_point.lock() == Some(CrashPoint::DataHalfWritten) {
@@ -182,7 +181,6 @@ impl Shared {
                 self.crash_at(CrashPoint::DataHalfWritten)?;
             }
         }
-        self.check_crashed()?;
         let result = slot
             .idr
             .write(w.row.offset, &w.new)
@@ -243,14 +241,12 @@ impl Shared {
             "parity disk {parity} written before the journal step that allows it is durable"
         );
         let slot = self.slot(parity);
-        self.check_crashed()?;
         if crash_half {
             let half = align_down(buf.len() as u64 / 2, 4096).max(4096) as usize;
             let _ = slot.idr.write(start, &buf[..half]);
             let _ = slot.idr.sync();
             self.crash_at(CrashPoint::ParityHalfWritten)?;
         }
-        self.check_crashed()?;
         match slot.idr.write(start, buf).and_then(|_| slot.idr.sync()) {
             Ok(()) => {
                 self.counters[parity]
