@@ -111,6 +111,12 @@ fn a_crashed_engine_writes_no_disk_and_no_journal_row() {
     let flush = engine.flush();
     assert!(flush.is_err(), "a drain after the crash: {flush:?}");
     assert!(engine.write(3, 0, len, WriteMode::Direct).is_err());
+    // A read over the latent error would repair it in place: refused (a read promise already open stops at its
+    // next chunk's lock).
+    assert!(
+        matches!(engine.read(0, 0, len), Err(Error::Closed)),
+        "a read after the crash is refused"
+    );
     engine.pause_background(false);
     std::thread::sleep(std::time::Duration::from_millis(300));
     let after = contents(dir);

@@ -206,6 +206,8 @@ impl Shared {
         let (lock_start, lock_end) = self.stripe_range(offset, end);
         {
             let _lock = self.lock(vec![RangeLock::shared(disk, lock_start, lock_end)]);
+            // A read repairs blocks in place and records defects: after a test crash point it does neither.
+            self.check_crashed()?;
             match self.read_true(disk, offset, buf, &Snapshot::default()) {
                 Ok(()) => return Ok(()),
                 Err(ReadFail::Ranges(ranges)) => {
@@ -223,6 +225,7 @@ impl Shared {
         // Degraded: per stripe, the disk where it is good, the grid elsewhere; runs of stripes that need the grid
         // (all of them when the disk is failed) are reconstructed together, in pieces.
         let _lock = self.lock_all(disk, false, lock_start, lock_end);
+        self.check_crashed()?;
         let snapshot = self.deltas.snapshot(self.geometry.parity_disks());
         let pool = BufferPool::default();
         // Stripes `[from, to)` from the grid, their part inside `[offset, end)` copied into `buf`.
