@@ -12,29 +12,7 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use common::*;
-use permafrost_engine::{CrashPoint, Engine, Error, OpenOptions, WriteMode, HEADER_BYTES};
-
-/// Physical bytes of one IDR stripe with the default configuration (274 blocks).
-const PHYSICAL_STRIPE_BYTES: u64 = 274 * 4096;
-
-fn disk_path(dir: &Path, disk: usize) -> PathBuf {
-    dir.join(format!("disks/disk-{disk:02}.img"))
-}
-
-/// A latent error IDR repairs in place: one bit of block 40 of stripe `stripe` of `disk`, flipped in its file.
-fn plant_bit_flip(dir: &Path, disk: usize, stripe: u64) {
-    use std::os::unix::fs::FileExt;
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(disk_path(dir, disk))
-        .unwrap();
-    let offset = HEADER_BYTES + stripe * PHYSICAL_STRIPE_BYTES + 40 * 4096 + 123;
-    let mut byte = [0u8];
-    file.read_exact_at(&mut byte, offset).unwrap();
-    file.write_all_at(&[byte[0] ^ 0x10], offset).unwrap();
-    file.sync_all().unwrap();
-}
+use permafrost_engine::{CrashPoint, Engine, Error, OpenOptions, WriteMode};
 
 /// BLAKE3 of every file under `dir` (disks, journal and its WAL, delta files, configuration), by path. The
 /// journal's `-shm` index is left out: readers update it, and it is rebuilt on open.

@@ -4,35 +4,11 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use common::*;
-use permafrost_engine::{Engine, WriteMode, HEADER_BYTES};
-
-/// Physical bytes of one IDR stripe with the default configuration (274 blocks).
-const PHYSICAL_STRIPE_BYTES: u64 = 274 * 4096;
-
-fn disk_path(dir: &Path, disk: usize) -> PathBuf {
-    dir.join(format!("disks/disk-{disk:02}.img"))
-}
-
-/// A latent error: flip a bit of block 40 of stripe `stripe` (logical `[stripe MiB, stripe+1 MiB)`) in the disk's
-/// file, behind the engine's back (the engine is closed). Returns the file offset and the byte before the flip.
-fn plant_bit_flip(dir: &Path, disk: usize, stripe: u64) -> (u64, u8) {
-    use std::os::unix::fs::FileExt;
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(disk_path(dir, disk))
-        .unwrap();
-    let offset = HEADER_BYTES + stripe * PHYSICAL_STRIPE_BYTES + 40 * 4096 + 123;
-    let mut byte = [0u8];
-    file.read_exact_at(&mut byte, offset).unwrap();
-    file.write_all_at(&[byte[0] ^ 0x10], offset).unwrap();
-    file.sync_all().unwrap();
-    (offset, byte[0])
-}
+use permafrost_engine::{Engine, WriteMode};
 
 fn byte_at(dir: &Path, disk: usize, offset: u64) -> u8 {
     use std::os::unix::fs::FileExt;

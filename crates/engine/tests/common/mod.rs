@@ -115,3 +115,28 @@ pub fn spun_up(before: &[u64], after: &[u64]) -> Vec<usize> {
         .filter(|&d| after[d] != before[d])
         .collect()
 }
+
+/// Physical bytes of one IDR stripe with the default configuration (274 blocks).
+pub const PHYSICAL_STRIPE_BYTES: u64 = 274 * 4096;
+
+/// The file of file-backed disk `disk` in the grid directory `dir`.
+pub fn disk_path(dir: &Path, disk: usize) -> std::path::PathBuf {
+    dir.join(format!("disks/disk-{disk:02}.img"))
+}
+
+/// A latent error: flip a bit of block 40 of stripe `stripe` (logical `[stripe MiB, stripe+1 MiB)`) in the disk's
+/// file, behind the engine's back (closed, or paused). Returns the file offset and the byte before the flip.
+pub fn plant_bit_flip(dir: &Path, disk: usize, stripe: u64) -> (u64, u8) {
+    use std::os::unix::fs::FileExt;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(disk_path(dir, disk))
+        .unwrap();
+    let offset = permafrost_engine::HEADER_BYTES + stripe * PHYSICAL_STRIPE_BYTES + 40 * 4096 + 123;
+    let mut byte = [0u8];
+    file.read_exact_at(&mut byte, offset).unwrap();
+    file.write_all_at(&[byte[0] ^ 0x10], offset).unwrap();
+    file.sync_all().unwrap();
+    (offset, byte[0])
+}
