@@ -33,8 +33,14 @@ impl Shared {
     /// Finish or recover every promise left in the journal (docs/engine.md "Replay").
     pub(super) fn replay(&self) -> Result<()> {
         let rows = self.journal.promises()?;
+        // Rows that would leave their data disk defect (an unfinished serialized or delayed write over written
+        // space) go last: whether its parity can give the old data back depends on what the other rows leave in
+        // doubt (a direct write in flight in the same stripe of the group).
+        let (late, early): (Vec<&PromiseRow>, Vec<&PromiseRow>) = rows.iter().partition(|r| {
+            r.finishes[0] == 0 && !r.data_was_unwritten && r.mode != WriteMode::Direct
+        });
         let mut with_rows = Vec::new();
-        for row in &rows {
+        for row in early.into_iter().chain(late) {
             with_rows.push(row.txn_id);
             self.settle_row(row, true)?;
         }
@@ -85,9 +91,16 @@ impl Shared {
                 self.forget_unfinished_write(disk, start, end)?;
             } else if direct {
                 self.settle_direct_data(disk, start, end)?;
-            } else {
+            } else if self.rebuildable_now(disk, start, end) {
                 // Parity untouched: it still describes the old data.
                 self.add_defect(disk, start, end)?;
+            } else {
+                // No group of the data disk can give the old data back over the range (a member or parity failed
+                // or in doubt, e.g. the parity of a direct write in flight in the same stripe): keep what the disk
+                // holds, as for a direct write. Acknowledged bytes are the same in the old and the new content
+                // (the write changed only its own, unacknowledged range); the parity is recomputed from it.
+                self.settle_direct_data(disk, start, end)?;
+                add_parity_defects(&unfinished_parities)?;
             }
             self.journal.batch(|b| b.delete_promise(row.txn_id))?;
             self.deltas
@@ -145,6 +158,18 @@ impl Shared {
             self.finish_txn(row.txn_id)?;
         }
         Ok(())
+    }
+
+    /// Can `[start, end)` of `disk` be reconstructed in one step: one of its groups has every other member (its
+    /// parity included) live and without defects there?
+    fn rebuildable_now(&self, disk: usize, start: u64, end: u64) -> bool {
+        self.geometry.groups_of(disk).into_iter().any(|g| {
+            self.geometry
+                .group_members(g)
+                .iter()
+                .filter(|&&m| m != disk)
+                .all(|&m| !self.is_failed(m) && self.defects_in(m, start, end).is_empty())
+        })
     }
 
     /// Remove `[start, end)` (bytes, stripe aligned) from the written map of `disk`.
