@@ -293,10 +293,6 @@ def test_kill_a_node_while_clients_write_loses_nothing_acknowledged(pg, tmp_path
         wait_for("d shown up", lambda: health(tmp_path / "a")["d"] == "up")
 
         s3 = {n: client(nodes[n].endpoint) for n in nodes}
-        # A write whose second copy was cut by the kill is held once until the catch-up (every 0.9 s) makes the
-        # copy again: every acknowledged object is held twice within the wait, and reads back exact everywhere.
-        for key in acknowledged:
-            wait_for(f"{key} held twice", lambda: len(holders(pg, url, "writes", key)) >= 2, timeout_s=60)
         for key, body in acknowledged.items():
             held = holders(pg, url, "writes", key)
             assert len(held) >= 2, (key, held)

@@ -36,7 +36,9 @@
 //!   ([`ClusterDb::publish_copy`], one transaction); else it deletes the copy again and does not acknowledge it.
 //! - **A received copy is covered by a tombstone until it is published.** Before a copy commits, its holder
 //!   leaves itself a tombstone of the copy's version ([`ClusterDb::mark_copy`]), which only the publish
-//!   removes; tombstone passes leave the keys being received alone ([`ClusterNode::receiving`]). So a copy
+//!   removes; tombstone passes leave the keys being received alone, and read each tombstone again while no copy
+//!   of its key arrives, so a mark listed before its publish never deletes the published copy
+//!   ([`ClusterNode::receiving`], [`Receiving::settle`]). So a copy
 //!   committed and never published (a crash or the database gone between the two) is deleted by its node's
 //!   next tombstone pass, before any reconcile, and a reconcile never publishes a version its node has a
 //!   tombstone for: such a copy is not the node's to publish (its sender counted it as failed, the directory
@@ -93,31 +95,70 @@ pub struct ClusterNode {
 }
 
 /// The `bucket/key`s of the copies a node is receiving ([`ClusterNode::receiving`]), each with how many
-/// arrive at once.
+/// arrive at once, and the keys whose tombstone is being applied now ([`Receiving::settle`]): a copy's arrival
+/// and its key's tombstone take turns, so a tombstone read before a copy's publish removed it never deletes
+/// that copy after.
 #[derive(Default)]
 pub struct Receiving {
-    keys: std::sync::Mutex<std::collections::HashMap<(String, String), usize>>,
+    keys: std::sync::Mutex<ReceivingKeys>,
+    settled: std::sync::Condvar,
+}
+
+#[derive(Default)]
+struct ReceivingKeys {
+    arriving: std::collections::HashMap<(String, String), usize>,
+    settling: std::collections::HashSet<(String, String)>,
 }
 
 impl Receiving {
+    fn lock(&self) -> std::sync::MutexGuard<'_, ReceivingKeys> {
+        self.keys.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     /// A copy of `bucket/key` is about to be marked, committed and published; until the guard is dropped.
+    /// Waits while a tombstone of the key is being applied ([`Receiving::settle`]).
     pub fn enter(&self, bucket: &str, key: &str) -> ReceivingGuard<'_> {
         let id = (bucket.to_owned(), key.to_owned());
-        *self
-            .keys
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .entry(id.clone())
-            .or_default() += 1;
+        let mut keys = self.lock();
+        while keys.settling.contains(&id) {
+            keys = self.settled.wait(keys).unwrap_or_else(|p| p.into_inner());
+        }
+        *keys.arriving.entry(id.clone()).or_default() += 1;
         ReceivingGuard { set: self, id }
     }
 
     /// Whether a copy of `bucket/key` is being received now.
     pub fn contains(&self, bucket: &str, key: &str) -> bool {
-        self.keys
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
+        self.lock()
+            .arriving
             .contains_key(&(bucket.to_owned(), key.to_owned()))
+    }
+
+    /// Run `apply` (the application of `bucket/key`'s tombstone, which must read the tombstone afresh) unless a
+    /// copy of the key is arriving now (`None`: its tombstone is that copy's mark, or a delete its publish
+    /// refuses, and waits for a later pass). No copy of the key starts or ends its arrival while `apply` runs:
+    /// a tombstone read inside it is one no publish removes before `apply` is done with it.
+    pub fn settle<R>(&self, bucket: &str, key: &str, apply: impl FnOnce() -> R) -> Option<R> {
+        let id = (bucket.to_owned(), key.to_owned());
+        {
+            let mut keys = self.lock();
+            while keys.settling.contains(&id) {
+                keys = self.settled.wait(keys).unwrap_or_else(|p| p.into_inner());
+            }
+            if keys.arriving.contains_key(&id) {
+                return None;
+            }
+            keys.settling.insert(id.clone());
+        }
+        struct Settled<'a>(&'a Receiving, (String, String));
+        impl Drop for Settled<'_> {
+            fn drop(&mut self) {
+                self.0.lock().settling.remove(&self.1);
+                self.0.settled.notify_all();
+            }
+        }
+        let _settled = Settled(self, id);
+        Some(apply())
     }
 }
 
@@ -129,11 +170,11 @@ pub struct ReceivingGuard<'a> {
 
 impl Drop for ReceivingGuard<'_> {
     fn drop(&mut self) {
-        let mut keys = self.set.keys.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(n) = keys.get_mut(&self.id) {
+        let mut keys = self.set.lock();
+        if let Some(n) = keys.arriving.get_mut(&self.id) {
             *n -= 1;
             if *n == 0 {
-                keys.remove(&self.id);
+                keys.arriving.remove(&self.id);
             }
         }
     }
@@ -732,14 +773,15 @@ impl ClusterNode {
         key: &str,
     ) -> Result<(), ClusterError> {
         // A copy of the key arriving now is covered by its own tombstone until its publish: left for later.
-        if self.receiving.contains(bucket, key) {
-            return Ok(());
-        }
-        if let Some(t) = self.db.tombstone(self.node_id, bucket, key)? {
-            apply_tombstone(store, &t).map_err(ClusterError::Store)?;
-            self.db.clear_tombstone(self.node_id, &t)?;
-        }
-        Ok(())
+        self.receiving
+            .settle(bucket, key, || {
+                if let Some(t) = self.db.tombstone(self.node_id, bucket, key)? {
+                    apply_tombstone(store, &t).map_err(ClusterError::Store)?;
+                    self.db.clear_tombstone(self.node_id, &t)?;
+                }
+                Ok(())
+            })
+            .unwrap_or(Ok(()))
     }
 
     /// The condition the local commit of a conditional write checks when it must differ from the client's
@@ -1200,7 +1242,7 @@ impl<S: PartialEq> ReportGate<S> {
 
 #[cfg(test)]
 mod tests {
-    use super::CopiesInFlight;
+    use super::{CopiesInFlight, Receiving};
 
     #[test]
     fn a_report_is_due_on_a_change_of_state_or_after_the_interval() {
@@ -1285,5 +1327,42 @@ mod tests {
             copying.try_enter("b", "k").is_some(),
             "the write gave the key back"
         );
+    }
+
+    #[test]
+    fn a_tombstone_waits_for_an_arriving_copy_and_an_arrival_waits_for_a_tombstone() {
+        let receiving = Receiving::default();
+        let arriving = receiving.enter("b", "k");
+        assert_eq!(
+            receiving.settle("b", "k", || "applied"),
+            None,
+            "a tombstone applied while a copy of its key arrives"
+        );
+        assert_eq!(
+            receiving.settle("b", "other", || "applied"),
+            Some("applied")
+        );
+        drop(arriving);
+        let entered = AtomicBool::new(false);
+        std::thread::scope(|s| {
+            receiving
+                .settle("b", "k", || {
+                    let copy = s.spawn(|| {
+                        let _arriving = receiving.enter("b", "k");
+                        entered.store(true, Ordering::SeqCst);
+                    });
+                    std::thread::sleep(Duration::from_millis(100));
+                    assert!(
+                        !entered.load(Ordering::SeqCst),
+                        "a copy began to arrive while its key's tombstone was applied"
+                    );
+                    copy
+                })
+                .expect("no copy of the key arrives")
+                .join()
+                .unwrap();
+        });
+        assert!(entered.load(Ordering::SeqCst));
+        assert!(!receiving.contains("b", "k"), "the copy gave the key back");
     }
 }

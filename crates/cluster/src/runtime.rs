@@ -578,15 +578,33 @@ pub fn apply_tombstones(
     node_id: i64,
     receiving: &crate::Receiving,
 ) -> Result<usize> {
+    let listed = db.tombstones(node_id).map_err(runtime)?;
+    apply_listed_tombstones(store, db, node_id, receiving, &listed)
+}
+
+/// [`apply_tombstones`] for the keys of tombstones `listed` earlier. A listed tombstone may be gone by now (a
+/// copy's mark its publish removed, after which the copy is the node's to keep), so each key's tombstone is
+/// read again, and applied, while no copy of the key arrives ([`crate::Receiving::settle`]).
+pub fn apply_listed_tombstones(
+    store: &Store,
+    db: &ClusterDb,
+    node_id: i64,
+    receiving: &crate::Receiving,
+    listed: &[permafrost_catalog::cluster::Tombstone],
+) -> Result<usize> {
     let mut deleted = 0;
-    for t in db.tombstones(node_id).map_err(runtime)? {
-        if receiving.contains(&t.bucket, &t.key) {
-            continue;
-        }
-        if crate::apply_tombstone(store, &t).map_err(runtime)? {
+    for t in listed {
+        let applied = receiving.settle(&t.bucket, &t.key, || -> Result<bool> {
+            let Some(now) = db.tombstone(node_id, &t.bucket, &t.key).map_err(runtime)? else {
+                return Ok(false);
+            };
+            let gone = crate::apply_tombstone(store, &now).map_err(runtime)?;
+            db.clear_tombstone(node_id, &now).map_err(runtime)?;
+            Ok(gone)
+        });
+        if applied.transpose()?.unwrap_or(false) {
             deleted += 1;
         }
-        db.clear_tombstone(node_id, &t).map_err(runtime)?;
     }
     Ok(deleted)
 }

@@ -192,4 +192,26 @@ fn a_received_copy_never_published_is_deleted_not_republished() {
     );
     assert_eq!(holders(&db, "v"), ["a", "b"]);
     assert!(held(&store, "v"));
+
+    // A tombstone pass that listed a copy's mark just before the copy's publish removed it (seen in the
+    // end-to-end suite: a copy acknowledged, then deleted 13 ms later with its row, leaving one copy of an
+    // acknowledged two-copy write): the published copy stays, and so does its row.
+    let u = entry("u", "eu", 6_000);
+    db.publish_write(a, &u, 2).unwrap();
+    let arriving = node.receiving.enter("bkt", "u");
+    db.mark_copy(b, &u).unwrap();
+    commit_copy(&store, &u);
+    let listed = db.tombstones(b).unwrap();
+    assert!(listed.iter().any(|t| t.key == "u"));
+    assert!(db.publish_copy(b, &u).unwrap());
+    drop(arriving);
+    assert_eq!(
+        runtime::apply_listed_tombstones(&store, &db, b, &node.receiving, &listed).unwrap(),
+        0
+    );
+    assert!(
+        held(&store, "u"),
+        "a published copy was deleted by its stale mark"
+    );
+    assert_eq!(holders(&db, "u"), ["a", "b"]);
 }
