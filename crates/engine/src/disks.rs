@@ -53,7 +53,8 @@ impl IoCounters {
     }
 }
 
-/// Counts physical bytes of successful I/O (and clears the disk's run of errors).
+/// Counts physical bytes of successful I/O (and clears the disk's run of errors); tells a read promise's
+/// ordering that its thread's disk read completed.
 pub(crate) struct CountingDisk {
     pub inner: Arc<dyn Disk>,
     pub counters: Arc<IoCounters>,
@@ -64,7 +65,9 @@ impl Disk for CountingDisk {
         self.inner.capacity_bytes()
     }
     fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<(), DiskError> {
-        self.inner.read_at(offset, buf)?;
+        let read = self.inner.read_at(offset, buf);
+        crate::promise::disk_read_done(); // a read promise's next chunk may start reading
+        read?;
         self.counters
             .physical_read
             .fetch_add(buf.len() as u64, Ordering::Relaxed);

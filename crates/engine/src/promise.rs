@@ -1,5 +1,6 @@
 //! Forward-only read and write promises (thesis §4.3.3, Fig. 4.4).
 
+use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::io;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -8,7 +9,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use bytes::Bytes;
-use parking_lot::Mutex;
+use parking_lot::{Condvar, Mutex};
 use permafrost_disk::power::WakeContext;
 
 use crate::buffer_pool::BufferPool;
@@ -255,6 +256,12 @@ impl io::Write for WritePromise {
 /// reconstruction from the grid): the reader only ever sees verified bytes. A range that cannot be read or
 /// reconstructed ends the stream with an error; it never yields wrong bytes, and a stream never ends short.
 ///
+/// The disk reads go in chunk order, one at a time ([`ReadOrder`]): chunk `k`'s thread starts its read once
+/// chunk `k - 1`'s disk read has completed, so the disk reads the range front to back at one request in flight,
+/// as a sequential reader would, while the other threads check the chunks already read (crc32c, IDR repair) and
+/// hand them over. Reads of the promise never wait for each other's checks, and the disk never has two chunks
+/// of one promise in flight that would finish together, both late.
+///
 /// Memory is bounded: a thread holds one chunk (being read, or waiting for the reader to take it) and the reader
 /// one, so at most `readahead_chunks + 1` chunk buffers are in use, plus those the caller still holds slices of
 /// ([`ReadPromise::take_bytes`]); each one goes back to a pool
@@ -266,6 +273,8 @@ impl io::Write for WritePromise {
 pub struct ReadPromise {
     /// One rendezvous channel per read-ahead thread; chunk `k` comes from `chunks[k % chunks.len()]`.
     chunks: Vec<Receiver<Result<Vec<u8>>>>,
+    /// The order of the threads' disk reads.
+    order: Arc<ReadOrder>,
     /// Index of the next chunk to receive.
     next_chunk: usize,
     /// Bytes of the range not yet received.
@@ -279,6 +288,77 @@ pub struct ReadPromise {
     /// Counted in `Shared::readers` until dropped.
     shared: Arc<Shared>,
     disk: usize,
+}
+
+/// The order in which a read promise's threads read the disk: chunk `k` starts when every chunk before it has
+/// had its first disk read completed (or is done without one).
+///
+/// A thread announces the chunk it reads ([`ReadOrder::reading`]); the engine's disk stack reports each
+/// completed disk read of that thread ([`disk_read_done`]), which lets the next chunk go. A chunk whose read
+/// ends without a disk read (never-written space, a failed disk) lets the next one go when it ends. A thread
+/// waits for its turn holding no lock and no chunk; a stopping promise or an ending thread lets every chunk go.
+#[derive(Default)]
+struct ReadOrder {
+    /// Every chunk before this one has had its disk read.
+    next: Mutex<u64>,
+    changed: Condvar,
+}
+
+thread_local! {
+    /// The order and the chunk a read-ahead thread is reading, while it reads it.
+    static READING: RefCell<Option<(Arc<ReadOrder>, u64)>> = const { RefCell::new(None) };
+}
+
+impl ReadOrder {
+    /// Wait until chunk `k` may read (or the promise stops).
+    fn wait_turn(&self, k: u64, stop: &AtomicBool) {
+        let mut next = self.next.lock();
+        while *next < k && !stop.load(Ordering::SeqCst) {
+            self.changed.wait(&mut next);
+        }
+    }
+
+    /// Chunks up to `k` have had their disk read: the next may start.
+    fn pass(&self, k: u64) {
+        let mut next = self.next.lock();
+        if *next <= k {
+            *next = k + 1;
+            self.changed.notify_all();
+        }
+    }
+
+    /// No more order: every waiting chunk may start.
+    fn release(&self) {
+        *self.next.lock() = u64::MAX;
+        self.changed.notify_all();
+    }
+
+    /// Mark this thread as reading chunk `k` until the guard drops (then the next chunk may start).
+    fn reading(self: &Arc<Self>, k: u64) -> ReadingChunk {
+        READING.with(|r| *r.borrow_mut() = Some((Arc::clone(self), k)));
+        ReadingChunk
+    }
+}
+
+/// This thread's chunk read in [`ReadOrder`]; dropping it ends the chunk's turn.
+struct ReadingChunk;
+
+impl Drop for ReadingChunk {
+    fn drop(&mut self) {
+        if let Some((order, k)) = READING.with(|r| r.borrow_mut().take()) {
+            order.pass(k);
+        }
+    }
+}
+
+/// A disk read of the calling thread completed: when it is a read promise's thread, its chunk's turn is over
+/// and the next chunk may start reading (see [`ReadPromise`]). Called by the engine's disk stack.
+pub(crate) fn disk_read_done() {
+    READING.with(|r| {
+        if let Some((order, k)) = r.borrow().as_ref() {
+            order.pass(*k);
+        }
+    });
 }
 
 /// Idle chunk buffers kept for read promises to reuse (engine-wide; 8 MiB each by default).
@@ -336,6 +416,7 @@ impl ReadPromise {
         let chunk_max = shared.chunk_bytes_max();
         let end = offset + len;
         let stop = Arc::new(AtomicBool::new(false));
+        let order = Arc::new(ReadOrder::default());
         shared.readers[disk].fetch_add(1, Ordering::SeqCst);
         let mut chunks = Vec::with_capacity(threads_count);
         let mut threads = Vec::with_capacity(threads_count);
@@ -345,11 +426,29 @@ impl ReadPromise {
             chunks.push(rx);
             let shared = Arc::clone(&shared);
             let stop = Arc::clone(&stop);
+            let order = Arc::clone(&order);
             let wake = WakeContext::current(); // the reader's reason, for the spin-ups it causes
             let thread = std::thread::Builder::new()
                 .name(format!("permafrost-read-{disk}"))
                 .spawn(move || {
                     let _wake = WakeContext::enter_opt(wake);
+                    // A thread that ends before its last chunk (stopped, an error, the reader gone) lets every
+                    // later chunk go: none waits for a read that will not come.
+                    struct Release {
+                        order: Arc<ReadOrder>,
+                        finished: bool,
+                    }
+                    impl Drop for Release {
+                        fn drop(&mut self) {
+                            if !self.finished {
+                                self.order.release();
+                            }
+                        }
+                    }
+                    let mut release = Release {
+                        order: Arc::clone(&order),
+                        finished: false,
+                    };
                     let mut k = first as u64;
                     while let Some((from, to)) = chunk_range(offset, end, chunk_max, k) {
                         if stop.load(Ordering::SeqCst) {
@@ -363,7 +462,15 @@ impl ReadPromise {
                         let mut buf = take_chunk_buffer();
                         // Every byte is overwritten by the read: a reused buffer's old bytes never show.
                         buf.resize(want.div_ceil(4096) * 4096, 0);
-                        let result = match shared.read_chunk(disk, from, &mut buf) {
+                        order.wait_turn(k, &stop);
+                        if stop.load(Ordering::SeqCst) {
+                            give_chunk_buffer(buf);
+                            return;
+                        }
+                        let reading = order.reading(k);
+                        let read = shared.read_chunk(disk, from, &mut buf);
+                        drop(reading);
+                        let result = match read {
                             Ok(()) => {
                                 buf.truncate(want);
                                 Ok(buf)
@@ -386,12 +493,14 @@ impl ReadPromise {
                         }
                         k += threads_count as u64;
                     }
+                    release.finished = true;
                 })
                 .expect("spawn a read-ahead thread");
             threads.push(thread);
         }
         ReadPromise {
             chunks,
+            order,
             next_chunk: 0,
             remaining_bytes: len,
             current: Bytes::new(),
@@ -476,6 +585,7 @@ impl io::BufRead for ReadPromise {
 impl Drop for ReadPromise {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::SeqCst);
+        self.order.release(); // unblocks read-ahead threads waiting for their turn
         self.chunks.clear(); // unblocks read-ahead threads waiting to send
         for t in self.threads.drain(..) {
             let _ = t.join();

@@ -1,12 +1,17 @@
 //! The read promise's read-ahead (several threads, reused chunk buffers) returns exactly the committed bytes, in
-//! order, whatever the number of read-ahead threads, the start offset and the reader's buffer size.
+//! order, whatever the number of read-ahead threads, the start offset and the reader's buffer size; its threads
+//! read the disk in order, one read at a time.
 
 mod common;
 
 use std::io::Read;
+use std::sync::Arc;
+use std::time::Duration;
 
 use common::*;
-use permafrost_engine::{Engine, WriteMode};
+use parking_lot::Mutex;
+use permafrost_disk::{Disk, DiskError};
+use permafrost_engine::{Engine, OpenOptions, WriteMode};
 
 /// Everything `promise` yields, read `step` bytes at a time.
 fn read_all(engine: &Engine, offset: u64, len: u64, step: usize) -> Vec<u8> {
@@ -105,5 +110,104 @@ fn read_in_place_returns_committed_bytes_and_pooled_buffers_never_leak_old_bytes
             assert_eq!(promise.read(&mut [0u8; 8]).unwrap(), 0);
         }
     }
+    engine.close().unwrap();
+}
+
+/// Reads of a read promise's threads as the disk sees them: how many were in flight at most, and their offsets
+/// in the order they started.
+#[derive(Default)]
+struct PromiseReads {
+    in_flight: usize,
+    in_flight_max: usize,
+    offsets: Vec<u64>,
+}
+
+/// A disk that records the reads of read-ahead threads and makes each take 20 ms (long enough for any other
+/// thread to start one meanwhile).
+struct SlowReads {
+    inner: Arc<dyn Disk>,
+    reads: Arc<Mutex<PromiseReads>>,
+}
+
+impl Disk for SlowReads {
+    fn capacity_bytes(&self) -> u64 {
+        self.inner.capacity_bytes()
+    }
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<(), DiskError> {
+        let promise_thread = std::thread::current()
+            .name()
+            .is_some_and(|n| n.starts_with("permafrost-read-"));
+        if !promise_thread {
+            return self.inner.read_at(offset, buf);
+        }
+        {
+            let mut r = self.reads.lock();
+            r.in_flight += 1;
+            r.in_flight_max = r.in_flight_max.max(r.in_flight);
+            r.offsets.push(offset);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+        let result = self.inner.read_at(offset, buf);
+        self.reads.lock().in_flight -= 1;
+        result
+    }
+    fn write_at(&self, offset: u64, buf: &[u8]) -> Result<(), DiskError> {
+        self.inner.write_at(offset, buf)
+    }
+    fn sync(&self) -> Result<(), DiskError> {
+        self.inner.sync()
+    }
+    fn describe(&self) -> String {
+        self.inner.describe()
+    }
+}
+
+/// However many read-ahead threads a promise has, the disk reads its range front to back, one read at a time
+/// (as a sequential reader would; concurrent reads of one range are slower on a disk and finish together, late),
+/// and the bytes are the committed ones.
+#[test]
+fn read_ahead_threads_read_the_disk_in_order_one_read_at_a_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = test_config();
+    config.readahead_chunks = 3;
+    Engine::create(dir.path(), config)
+        .expect("create grid")
+        .close()
+        .unwrap();
+    let reads = Arc::new(Mutex::new(PromiseReads::default()));
+    let recorded = Arc::clone(&reads);
+    let options = OpenOptions {
+        wrap_disk: Some(Box::new(move |_, disk| {
+            Arc::new(SlowReads {
+                inner: disk,
+                reads: Arc::clone(&recorded),
+            }) as Arc<dyn Disk>
+        })),
+        power_profile: None,
+    };
+    let engine = Engine::open_with(dir.path(), options).expect("open grid");
+    let data = pattern(5, (12 * MIB) as usize);
+    write(&engine, 0, 0, &data, WriteMode::Serialized);
+    *reads.lock() = PromiseReads::default();
+
+    let back = read_all(&engine, 0, 12 * MIB, 1 << 20);
+    assert!(back == data, "bytes differ from the committed ones");
+    let reads = reads.lock();
+    assert!(
+        reads.offsets.len() >= 6,
+        "six chunks of 2 MiB need six disk reads, {} recorded",
+        reads.offsets.len()
+    );
+    assert_eq!(
+        reads.in_flight_max, 1,
+        "the promise's threads had reads in flight at the same time: {:?}",
+        reads.offsets
+    );
+    assert!(
+        reads.offsets.windows(2).all(|w| w[0] < w[1]),
+        "disk reads out of order: {:?}",
+        reads.offsets
+    );
+    drop(reads);
     engine.close().unwrap();
 }

@@ -434,15 +434,17 @@ impl TakeBlock for PartsBody {
         let block = reader.take_block(max)?;
         if let Some(b) = &block {
             self.pos += b.len() as u64;
+            self.open_ahead_when_due();
         }
         Ok(block)
     }
 }
 
 /// Bytes `[pos, end)` of the concatenation of parts, reading one part at a time. The part after the one being
-/// read is opened as soon as that one is (at most two parts open): a persisted part's read promise starts its
-/// read-ahead then, so the disk keeps reading across the part boundary instead of waiting until the reader
-/// reaches it.
+/// read is opened when the read comes within [`open_ahead_bytes`] (stored bytes) of the current part's end (at
+/// most two parts open): a persisted part's read promise starts its read-ahead then, so the disk reads on across
+/// the part boundary instead of waiting until the reader reaches it, and the next part's reads do not take the
+/// disk from the current part's while the reader still needs those first.
 struct PartsBody {
     inner: Arc<Inner>,
     parts: Vec<(ContentPart, ContentRecord)>,
@@ -452,6 +454,8 @@ struct PartsBody {
     current: Option<(ObjectReader, u64)>,
     /// The next part's reader, opened ahead, with the object positions where it starts and ends.
     next: Option<(ObjectReader, u64, u64)>,
+    /// The object position from which the next part is opened ahead; `u64::MAX` once it was (or there is none).
+    ahead_at: u64,
     prefer_grid: bool,
     /// The check of a part read whole.
     part_check: EndCheck,
@@ -473,6 +477,7 @@ impl PartsBody {
             end,
             current: None,
             next: None,
+            ahead_at: u64::MAX,
             prefer_grid,
             part_check,
         }
@@ -507,8 +512,8 @@ impl PartsBody {
         Ok((reader, part.logical_offset + to))
     }
 
-    /// Make the part holding `self.pos` current (the one opened ahead when it is that one), and open the one
-    /// after it ahead. A failure to open ahead is not reported here: the part is opened again when reached.
+    /// Make the part holding `self.pos` current (the one opened ahead when it is that one); the one after it is
+    /// opened ahead near its end ([`PartsBody::open_ahead_when_due`]).
     fn open_next(&mut self) -> io::Result<()> {
         let pos = self.pos;
         let current = match self.next.take() {
@@ -517,14 +522,45 @@ impl PartsBody {
         };
         let part_end = current.1;
         self.current = Some(current);
+        self.ahead_at = u64::MAX;
         if part_end < self.end {
-            self.next = self
-                .open_at(part_end)
-                .ok()
-                .map(|(reader, end)| (reader, part_end, end));
+            // Within `open_ahead_bytes` of the part's stored bytes before its end, in object positions.
+            let i = self
+                .parts
+                .partition_point(|(p, _)| p.logical_offset + p.logical_bytes <= pos);
+            let (part, record) = &self.parts[i];
+            let ahead = u128::from(open_ahead_bytes(&self.inner)) * u128::from(part.logical_bytes)
+                / u128::from(record.stored_bytes.max(1));
+            self.ahead_at = part_end.saturating_sub(u64::try_from(ahead).unwrap_or(u64::MAX));
+            self.open_ahead_when_due();
         }
         Ok(())
     }
+
+    /// Open the part after the current one once the read is near the current one's end. A failure is not
+    /// reported here: the part is opened again when reached.
+    fn open_ahead_when_due(&mut self) {
+        if self.pos < self.ahead_at {
+            return;
+        }
+        self.ahead_at = u64::MAX;
+        let Some((_, part_end)) = self.current.as_ref() else {
+            return;
+        };
+        let part_end = *part_end;
+        self.next = self
+            .open_at(part_end)
+            .ok()
+            .map(|(reader, end)| (reader, part_end, end));
+    }
+}
+
+/// How far before the end of a read promise's range the next one is opened, in stored bytes: two engine chunks.
+/// The promise's read-ahead is then reading its last chunks, so the next promise's first disk read starts about
+/// as its last one ends: the disk reads on without a pause, and the next promise does not compete with the
+/// chunks the reader needs first.
+fn open_ahead_bytes(inner: &Inner) -> u64 {
+    2 * inner.engine.config().chunk_bytes_max
 }
 
 impl Read for PartsBody {
@@ -534,6 +570,7 @@ impl Read for PartsBody {
                 let n = reader.read(buf)?;
                 if n > 0 || buf.is_empty() {
                     self.pos += n as u64;
+                    self.open_ahead_when_due();
                     return Ok(n);
                 }
                 if self.pos != *part_end {
@@ -667,6 +704,7 @@ impl Source for GridSource {
             if let Some(block) = stream.take_block(max)? {
                 *at += block.len() as u64;
                 self.pos += block.len() as u64;
+                self.open_ahead_when_due();
                 return Ok(Some(block));
             }
             // The segment's output is delivered: finish its check, then go on in the next one.
@@ -736,15 +774,17 @@ pub(crate) fn open_source(
         pos: 0,
         current: None,
         next: None,
+        ahead_at: u64::MAX,
         checks,
     }))
 }
 
 /// Stored bytes of a content on the grid, seekable (a seek to another position opens a new read promise).
 ///
-/// A read that goes on past the segment it is in has the next segment's read promise open while it reads the
-/// end of the current one (at most two promises): the disk keeps reading across the extent boundary, and the
-/// disk never looks idle to the spin-up scrub slice between them (it waits for a disk's readers).
+/// A read that goes on past the segment it is in opens the next segment's read promise when it comes within
+/// [`open_ahead_bytes`] of the current one's end (at most two promises): the disk keeps reading across the
+/// extent boundary, and the disk never looks idle to the spin-up scrub slice between them (it waits for a
+/// disk's readers).
 struct GridSource {
     inner: Arc<Inner>,
     /// `(first stored byte, segment)` in order.
@@ -758,6 +798,9 @@ struct GridSource {
     current: Option<(SegmentStream, u64, usize)>,
     /// The next segment's stream, opened ahead from its start, and its index.
     next: Option<(SegmentStream, usize)>,
+    /// The stored position from which the next segment is opened ahead; `u64::MAX` once it was (or there is
+    /// none).
+    ahead_at: u64,
     checks: ExtentChecks,
 }
 
@@ -789,8 +832,8 @@ impl GridSource {
         Ok(())
     }
 
-    /// Make the stream at `pos` current (the one opened ahead when it starts there) and open the next segment's
-    /// ahead when the read goes on into it.
+    /// Make the stream at `pos` current (the one opened ahead when it starts there); the next segment's is
+    /// opened ahead near its end when the read goes on into it ([`GridSource::open_ahead_when_due`]).
     fn open_at(&mut self, pos: u64) -> io::Result<()> {
         let i = self
             .segments
@@ -802,14 +845,32 @@ impl GridSource {
         self.current = Some((stream, pos, i));
         let (start, s) = &self.segments[i];
         let segment_end = start + s.segment.length_bytes;
-        if segment_end < self.end && i + 1 < self.segments.len() {
-            // A failure here is not reported: the segment is opened again when the read reaches it.
-            self.next = self
-                .open_segment(i + 1, segment_end)
-                .ok()
-                .map(|stream| (stream, i + 1));
-        }
+        self.ahead_at = if segment_end < self.end && i + 1 < self.segments.len() {
+            segment_end.saturating_sub(open_ahead_bytes(&self.inner))
+        } else {
+            u64::MAX
+        };
+        self.open_ahead_when_due();
         Ok(())
+    }
+
+    /// Open the segment after the current one once the read is near the current one's end. A failure is not
+    /// reported here: the segment is opened again when the read reaches it.
+    fn open_ahead_when_due(&mut self) {
+        if self.pos < self.ahead_at {
+            return;
+        }
+        self.ahead_at = u64::MAX;
+        let Some((_, _, i)) = self.current.as_ref() else {
+            return;
+        };
+        let i = *i;
+        let (start, s) = &self.segments[i];
+        let segment_end = start + s.segment.length_bytes;
+        self.next = self
+            .open_segment(i + 1, segment_end)
+            .ok()
+            .map(|stream| (stream, i + 1));
     }
 }
 
@@ -834,6 +895,7 @@ impl Read for GridSource {
             }
             *at += n as u64;
             self.pos += n as u64;
+            self.open_ahead_when_due();
             return Ok(n);
         }
     }
