@@ -439,6 +439,7 @@ impl Engine {
                         swap.new.resolved_path(dir).display()
                     )));
                 }
+                resize_cut_file(dir, &swap.old)?;
                 self::write_moved_header(dir, &config, &geometry, &swap)?;
                 crash(&request, SwapStep::HeaderWritten)?;
                 Engine::add_disk(
@@ -718,6 +719,27 @@ fn fill_new_parity(
 
 /// Give the old parity disk the header of the grown geometry's next index (role data), so `add_disk` takes it as
 /// the disk it adds. Refused when the disk holds another grid's header (it was swapped by hand meanwhile).
+/// The add of the old parity disk re-creates its file (`create_grid_disk`: truncated to 0 bytes, then sized), so
+/// a process killed in between leaves a short file. The new parity is complete by then and the add re-creates the
+/// file anyway: a file of another length than its capacity is sized again, so the resumed move can go on.
+fn resize_cut_file(dir: &Path, spec: &DiskSpec) -> Result<()> {
+    let DiskSpec::File { capacity_bytes, .. } = spec else {
+        return Ok(());
+    };
+    let path = spec.resolved_path(dir);
+    let len = std::fs::metadata(&path)
+        .map_err(|e| Error::Io(format!("cannot read the length of {}: {e}", path.display())))?
+        .len();
+    if len != *capacity_bytes {
+        tracing::warn!(
+            "parity swap: the old parity disk {} is {len} bytes, not {capacity_bytes} (a move cut short); sized again",
+            path.display()
+        );
+        FileDisk::create_or_replace(&path, *capacity_bytes)?;
+    }
+    Ok(())
+}
+
 fn write_moved_header(
     dir: &Path,
     config: &GridConfig,
