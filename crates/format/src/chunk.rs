@@ -548,32 +548,71 @@ pub fn decode_chunk_into(entry: &ChunkEntry, stored: &[u8], out: &mut [u8]) -> R
     Ok(())
 }
 
-/// A reader of a logical range of a chunked content; see [`decode_range`].
-pub struct RangeReader<R> {
+/// One chunk a logical range touches, as [`StoredChunks`] yields it: the chunk, and which of its logical bytes
+/// the range takes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RangeChunk {
+    /// The chunk.
+    pub entry: ChunkEntry,
+    /// Logical bytes of the chunk before the range (non-zero for the first chunk of a range only).
+    pub skip: usize,
+    /// Logical bytes of the chunk the range takes, from `skip` on (≥ 1).
+    pub take: usize,
+}
+
+impl RangeChunk {
+    /// Whether the range takes the whole chunk.
+    pub fn is_whole(&self) -> bool {
+        self.skip == 0 && self.take as u64 == self.entry.logical_len
+    }
+
+    /// Decodes the chunk's `stored` bytes and writes the bytes the range takes into `out` (exactly
+    /// [`RangeChunk::take`] long). A whole chunk decodes straight into `out`; a partial one through a buffer of
+    /// its own.
+    pub fn decode_into(&self, stored: &[u8], out: &mut [u8]) -> Result<()> {
+        if out.len() != self.take {
+            return Err(FormatError::malformed(
+                "chunk",
+                format!(
+                    "{} bytes asked of a range that takes {} of the chunk at stored offset {}",
+                    out.len(),
+                    self.take,
+                    self.entry.stored_offset
+                ),
+            ));
+        }
+        if self.is_whole() {
+            return decode_chunk_into(&self.entry, stored, out);
+        }
+        let mut chunk = Vec::new();
+        decode_chunk(&self.entry, stored, &mut chunk)?;
+        out.copy_from_slice(&chunk[self.skip..self.skip + self.take]);
+        Ok(())
+    }
+}
+
+/// The chunks a logical range of a chunked content touches, in order, each with its stored bytes read from
+/// `stored`; see [`stored_chunks`]. Decoding is the caller's: [`RangeReader`] decodes them one at a time, a
+/// caller with threads to spare may decode several at once ([`RangeChunk::decode_into`]).
+pub struct StoredChunks<R> {
     index: ChunkIndex,
     stored: R,
     next_chunk: usize,
-    /// Logical bytes still to return.
+    /// Logical bytes of the range not yet yielded.
     remaining: u64,
-    /// Bytes of the current chunk to skip before returning (only the first).
+    /// Bytes of the next chunk before the range (only the first).
     skip: usize,
-    stored_buf: Vec<u8>,
-    chunk: Vec<u8>,
-    chunk_pos: usize,
 }
 
-/// Returns a reader of logical bytes `[logical_offset, logical_offset + len)`
-/// of the content whose stored bytes `stored` holds (stored offset 0 = the
-/// reader's position 0). Only the chunks the range touches are read and decoded,
-/// one at a time (memory ≈ two chunks). A range outside the content is
-/// [`FormatError::InvalidRange`]; damaged chunks surface as `io::Error`
-/// (`InvalidData`) from `read`.
-pub fn decode_range<R: Read + Seek>(
+/// The chunks of logical bytes `[logical_offset, logical_offset + len)` of the content whose stored bytes
+/// `stored` holds (stored offset 0 = the reader's position 0). A range outside the content is
+/// [`FormatError::InvalidRange`].
+pub fn stored_chunks<R: Read + Seek>(
     index: &ChunkIndex,
     stored: R,
     logical_offset: u64,
     len: u64,
-) -> Result<RangeReader<R>> {
+) -> Result<StoredChunks<R>> {
     let logical_len = index.logical_len();
     if logical_offset
         .checked_add(len)
@@ -592,78 +631,127 @@ pub fn decode_range<R: Read + Seek>(
         ),
         None => (index.entries.len(), 0),
     };
-    Ok(RangeReader {
+    Ok(StoredChunks {
         index: index.clone(),
         stored,
         next_chunk,
         remaining: len,
         skip,
-        stored_buf: Vec::new(),
-        chunk: Vec::new(),
-        chunk_pos: 0,
     })
 }
 
-impl<R: Read + Seek> RangeReader<R> {
-    fn load_next_chunk(&mut self) -> Result<()> {
-        let entry = self.index.entries[self.next_chunk];
-        self.load_stored(&entry)?;
-        decode_chunk(&entry, &self.stored_buf, &mut self.chunk)?;
-        self.chunk_pos = std::mem::take(&mut self.skip);
-        Ok(())
+impl<R: Read + Seek> StoredChunks<R> {
+    /// A reader of the range's logical bytes, decoding the chunks one at a time ([`decode_range`]).
+    pub fn decoded(self) -> RangeReader<R> {
+        RangeReader {
+            chunks: self,
+            stored_buf: Vec::new(),
+            chunk: Vec::new(),
+            chunk_pos: 0,
+            chunk_end: 0,
+        }
     }
 
-    /// Read the stored bytes of `entry` (the next chunk) into `stored_buf`.
-    fn load_stored(&mut self, entry: &ChunkEntry) -> Result<()> {
-        self.next_chunk += 1;
-        self.stored.seek(SeekFrom::Start(entry.stored_offset))?;
-        self.stored_buf.clear();
-        (&mut self.stored)
-            .take(entry.stored_len)
-            .read_to_end(&mut self.stored_buf)?;
-        if (self.stored_buf.len() as u64) < entry.stored_len {
-            return Err(FormatError::malformed(
-                "chunked content",
-                format!(
-                    "stored bytes end at {} inside a chunk of {} bytes at stored offset {}",
-                    entry.stored_offset + self.stored_buf.len() as u64,
-                    entry.stored_len,
-                    entry.stored_offset
-                ),
-            ));
+    /// The next chunk of the range, without reading it; `None` after the last.
+    pub fn peek(&self) -> Option<RangeChunk> {
+        if self.remaining == 0 {
+            return None;
         }
-        Ok(())
+        let entry = *self.index.entries.get(self.next_chunk)?;
+        let take = (entry.logical_len - self.skip as u64).min(self.remaining) as usize;
+        Some(RangeChunk {
+            entry,
+            skip: self.skip,
+            take,
+        })
     }
+
+    /// Reads the next chunk's stored bytes into `buf[at..at + stored_len]` (growing `buf` when it is shorter,
+    /// never shrinking it) and moves past the chunk; `None` after the last. Stored bytes that end inside the
+    /// chunk are an error.
+    pub fn read_next(&mut self, buf: &mut Vec<u8>, at: usize) -> Result<Option<RangeChunk>> {
+        let Some(chunk) = self.peek() else {
+            return Ok(None);
+        };
+        let entry = chunk.entry;
+        let end = at + entry.stored_len as usize;
+        if buf.len() < end {
+            buf.resize(end, 0);
+        }
+        self.stored.seek(SeekFrom::Start(entry.stored_offset))?;
+        let mut n = at;
+        while n < end {
+            match self.stored.read(&mut buf[n..end]) {
+                Ok(0) => {
+                    return Err(FormatError::malformed(
+                        "chunked content",
+                        format!(
+                            "stored bytes end at {} inside a chunk of {} bytes at stored offset {}",
+                            entry.stored_offset + (n - at) as u64,
+                            entry.stored_len,
+                            entry.stored_offset
+                        ),
+                    ))
+                }
+                Ok(k) => n += k,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        self.next_chunk += 1;
+        self.skip = 0;
+        self.remaining -= chunk.take as u64;
+        Ok(Some(chunk))
+    }
+}
+
+/// A reader of a logical range of a chunked content; see [`decode_range`].
+pub struct RangeReader<R> {
+    chunks: StoredChunks<R>,
+    stored_buf: Vec<u8>,
+    /// The current chunk decoded, and the range of it still to return.
+    chunk: Vec<u8>,
+    chunk_pos: usize,
+    chunk_end: usize,
+}
+
+/// Returns a reader of logical bytes `[logical_offset, logical_offset + len)`
+/// of the content whose stored bytes `stored` holds (stored offset 0 = the
+/// reader's position 0). Only the chunks the range touches are read and decoded,
+/// one at a time (memory ≈ two chunks). A range outside the content is
+/// [`FormatError::InvalidRange`]; damaged chunks surface as `io::Error`
+/// (`InvalidData`) from `read`.
+pub fn decode_range<R: Read + Seek>(
+    index: &ChunkIndex,
+    stored: R,
+    logical_offset: u64,
+    len: u64,
+) -> Result<RangeReader<R>> {
+    Ok(stored_chunks(index, stored, logical_offset, len)?.decoded())
 }
 
 impl<R: Read + Seek> Read for RangeReader<R> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        if self.remaining == 0 || buf.is_empty() {
+        if buf.is_empty() {
             return Ok(0);
         }
-        if self.chunk_pos >= self.chunk.len() {
-            if self.next_chunk >= self.index.entries.len() {
-                return Ok(0); // unreachable while the index is consistent with remaining
-            }
-            let entry = self.index.entries[self.next_chunk];
-            let len = entry.logical_len;
-            if self.skip == 0 && len > 0 && len <= self.remaining && len <= buf.len() as u64 {
+        if self.chunk_pos >= self.chunk_end {
+            let Some(chunk) = self.chunks.read_next(&mut self.stored_buf, 0)? else {
+                return Ok(0);
+            };
+            let stored = &self.stored_buf[..chunk.entry.stored_len as usize];
+            if chunk.is_whole() && chunk.take <= buf.len() {
                 // A whole chunk fits: decoded straight into `buf`, no copy through `chunk`.
-                self.load_stored(&entry)?;
-                let n = len as usize;
-                decode_chunk_into(&entry, &self.stored_buf, &mut buf[..n])?;
-                self.remaining -= len;
-                return Ok(n);
+                decode_chunk_into(&chunk.entry, stored, &mut buf[..chunk.take])?;
+                return Ok(chunk.take);
             }
-            self.load_next_chunk()?;
+            decode_chunk(&chunk.entry, stored, &mut self.chunk)?;
+            self.chunk_pos = chunk.skip;
+            self.chunk_end = chunk.skip + chunk.take;
         }
-        let n = buf
-            .len()
-            .min(self.chunk.len() - self.chunk_pos)
-            .min(self.remaining.min(usize::MAX as u64) as usize);
+        let n = buf.len().min(self.chunk_end - self.chunk_pos);
         buf[..n].copy_from_slice(&self.chunk[self.chunk_pos..self.chunk_pos + n]);
         self.chunk_pos += n;
-        self.remaining -= n as u64;
         Ok(n)
     }
 }

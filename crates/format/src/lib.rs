@@ -6,7 +6,8 @@
 //! - [chunked compression](ChunkEncoder) (SPEC idea 11): independent chunks of
 //!   `chunk_bytes` logical bytes, zstd (level 1, `ZSTD_LEVEL`) or LZ4 (block format), each
 //!   stored raw when compression saves less than 12.5 % ([`saves_enough`]);
-//!   a [`ChunkIndex`] lets [`decode_range`] decode only the chunks a range needs.
+//!   a [`ChunkIndex`] lets [`decode_range`] decode only the chunks a range needs
+//!   ([`stored_chunks`] hands them over undecoded, to callers that decode several at once).
 //!   Client-compressed streams (`Content-Encoding: zstd` = zstd frames,
 //!   `lz4` = LZ4 *frame* format) decode with [`decode_stream`]; zstd streams
 //!   made of independent sized frames get a frame index ([`index_zstd_frames`]).
@@ -56,9 +57,9 @@ mod salvage;
 
 pub use chunk::{
     decode_chunk, decode_range, decode_stream, decode_stream_range, encode_chunks,
-    index_zstd_frames, saves_enough, Algorithm, ChunkCompressor, ChunkEncoder, ChunkEntry,
-    ChunkIndex, RangeReader, StreamDecoder, CHUNK_BYTES_MAX, CHUNK_INDEX_VERSION,
-    DEFAULT_CHUNK_BYTES, ZSTD_LEVEL,
+    index_zstd_frames, saves_enough, stored_chunks, Algorithm, ChunkCompressor, ChunkEncoder,
+    ChunkEntry, ChunkIndex, RangeChunk, RangeReader, StoredChunks, StreamDecoder, CHUNK_BYTES_MAX,
+    CHUNK_INDEX_VERSION, DEFAULT_CHUNK_BYTES, ZSTD_LEVEL,
 };
 pub use error::{FormatError, Result};
 pub use extent::{

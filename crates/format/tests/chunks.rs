@@ -82,6 +82,42 @@ proptest! {
             let offset = if len == 0 { 0 } else { a % (len as u64 + 1) };
             let n = b % (len as u64 - offset + 1);
             prop_assert_eq!(read_range(&index, &stored, offset, n), &data[offset as usize..(offset + n) as usize]);
+            prop_assert_eq!(range_by_chunks(&index, &stored, offset, n), &data[offset as usize..(offset + n) as usize]);
+        }
+    }
+}
+
+/// The range read through [`stored_chunks`]: several chunks' stored bytes read into one buffer, back to back,
+/// then each decoded on its own (as a caller that decodes chunks in parallel does).
+fn range_by_chunks(index: &ChunkIndex, stored: &[u8], offset: u64, len: u64) -> Vec<u8> {
+    let mut chunks = stored_chunks(index, Cursor::new(stored), offset, len).unwrap();
+    let mut buf = vec![0xAA; 3];
+    let mut out = Vec::new();
+    loop {
+        let mut run = Vec::new();
+        let mut at = 0;
+        while run.len() < 3 {
+            let peeked = chunks.peek();
+            let Some(chunk) = chunks.read_next(&mut buf, at).unwrap() else {
+                break;
+            };
+            assert_eq!(peeked, Some(chunk));
+            run.push((at, chunk));
+            at += chunk.entry.stored_len as usize;
+        }
+        if run.is_empty() {
+            assert_eq!(chunks.peek(), None);
+            return out;
+        }
+        for (at, chunk) in run {
+            let from = out.len();
+            out.resize(from + chunk.take, 0);
+            chunk
+                .decode_into(
+                    &buf[at..at + chunk.entry.stored_len as usize],
+                    &mut out[from..],
+                )
+                .unwrap();
         }
     }
 }
