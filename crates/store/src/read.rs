@@ -13,8 +13,9 @@
 //! never sees a clean end after wrong bytes. Memory: one 64 KiB buffer for a cache file (a grid segment is read in
 //! place from the engine's chunk buffers) plus the engine's read-ahead of at most two read promises (the next extent's
 //! or the next part's opens before the current one ends, so the disk reads on across the boundary) and, for chunked
-//! contents, about two chunks; a long read of a persisted chunked content decodes on a read-ahead thread
-//! ([`ReadAhead`], a few 1 MiB blocks ahead), whose errors keep their place in the stream, so all of the above holds
+//! contents, about two chunks; a long read of a persisted chunked content reads on a read-ahead thread and decodes
+//! on the decode threads ([`ReadAhead`], a few 1 MiB blocks ahead, several decoding at once), whose errors keep
+//! their place in the stream, so all of the above holds
 //! unchanged. Opening ahead delivers and checks nothing early: every byte still passes the same checks, in order,
 //! before the caller sees it.
 
@@ -300,20 +301,19 @@ impl ObjectReader {
                     source.start(last.stored_offset + last.stored_len);
                 }
             }
-            let decode: Box<dyn Read + Send> = Box::new(permafrost_format::decode_range(
-                &index, source, offset, len,
-            )?);
+            let chunks = permafrost_format::stored_chunks(&index, source, offset, len)?;
             if on_grid && len >= READ_AHEAD_BYTES_MIN {
-                // The grid read, its checks and the decode on a thread of their own, ahead of the caller.
-                match ReadAhead::start(decode) {
+                // The grid read and its checks on a thread of their own, ahead of the caller, and the decode
+                // on the decode threads, several chunks at once.
+                match ReadAhead::start(chunks) {
                     Ok(ahead) => Box::new(ahead),
-                    Err((e, decode)) => {
+                    Err((e, chunks)) => {
                         tracing::warn!("reading without read-ahead: cannot start a thread: {e}");
-                        copied(decode)
+                        copied(chunks.decoded())
                     }
                 }
             } else {
-                copied(decode)
+                copied(chunks.decoded())
             }
         } else {
             let algorithm = match content.id.encoding {
