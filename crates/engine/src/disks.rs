@@ -30,6 +30,8 @@ pub(crate) struct IoCounters {
     /// Failed engine operations since the disk last completed a read or write: a disk that fails this many in a
     /// row is marked failed; one with bad sectors among good ones stays live (its bad ranges become defects).
     pub errors_in_a_row: AtomicU32,
+    /// Reads started on the disk (for a read promise's thread that waits until the next read has started).
+    pub reads_started: AtomicU64,
 }
 
 impl IoCounters {
@@ -53,8 +55,8 @@ impl IoCounters {
     }
 }
 
-/// Counts physical bytes of successful I/O (and clears the disk's run of errors); tells a read promise's
-/// ordering that its thread's disk read completed.
+/// Counts physical bytes of successful I/O (and clears the disk's run of errors) and the reads started; tells
+/// a read promise's ordering that its thread's disk read completed.
 pub(crate) struct CountingDisk {
     pub inner: Arc<dyn Disk>,
     pub counters: Arc<IoCounters>,
@@ -65,8 +67,12 @@ impl Disk for CountingDisk {
         self.inner.capacity_bytes()
     }
     fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<(), DiskError> {
+        let started = self.counters.reads_started.fetch_add(1, Ordering::SeqCst) + 1;
         let read = self.inner.read_at(offset, buf);
-        crate::promise::disk_read_done(); // a read promise's next chunk may start reading
+        // A read promise's next chunk may start reading (this thread waits until it has).
+        crate::promise::disk_read_done(|| {
+            self.counters.reads_started.load(Ordering::SeqCst) > started
+        });
         read?;
         self.counters
             .physical_read

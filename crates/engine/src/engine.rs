@@ -269,6 +269,8 @@ pub(crate) struct Shared {
     scrub_queue: Mutex<VecDeque<usize>>,
     /// Read promises open per disk: the spin-up scrub slice of a disk waits while a reader streams from it.
     pub(crate) readers: Vec<AtomicUsize>,
+    /// Where the open read promises end, so one opened where another ends reads after it.
+    pub(crate) read_tails: crate::promise::ReadTails,
     /// The caller's disk wrapper, applied to replacement disks too.
     wrap_disk: Option<WrapDisk>,
     /// Power counters of earlier processes (from the journal); this process's are added on top.

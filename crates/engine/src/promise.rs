@@ -5,8 +5,9 @@ use std::collections::VecDeque;
 use std::io;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use parking_lot::{Condvar, Mutex};
@@ -260,7 +261,16 @@ impl io::Write for WritePromise {
 /// chunk `k - 1`'s disk read has completed, so the disk reads the range front to back at one request in flight,
 /// as a sequential reader would, while the other threads check the chunks already read (crc32c, IDR repair) and
 /// hand them over. Reads of the promise never wait for each other's checks, and the disk never has two chunks
-/// of one promise in flight that would finish together, both late.
+/// of one promise in flight that would finish together, both late. The thread whose read completed leaves its
+/// processor to the next chunk's thread until that one has started its read (at most [`HANDOFF_WAIT_MAX`]),
+/// then checks its own chunk: on a busy machine the next read does not wait for the scheduler to find the
+/// woken thread a processor while the checks and the reader's work take them all.
+///
+/// A promise opened while another read promise of the same disk is open whose range ends where this one's
+/// begins (the next part or segment of one object, opened ahead by the store) reads after it: its first chunk
+/// starts once that promise's last chunk has had its disk read, or as soon as that promise has no read to make
+/// (its threads all wait for their reader), so the disk reads on across the boundary front to back instead of
+/// serving both promises at once, and a reader that stopped reading holds up nobody.
 ///
 /// Memory is bounded: a thread holds one chunk (being read, or waiting for the reader to take it) and the reader
 /// one, so at most `readahead_chunks + 1` chunk buffers are in use, plus those the caller still holds slices of
@@ -275,6 +285,8 @@ pub struct ReadPromise {
     chunks: Vec<Receiver<Result<Vec<u8>>>>,
     /// The order of the threads' disk reads.
     order: Arc<ReadOrder>,
+    /// The order of the promise this one reads after (see above), woken when this one stops.
+    after: Option<Arc<ReadOrder>>,
     /// Index of the next chunk to receive.
     next_chunk: usize,
     /// Bytes of the range not yet received.
@@ -293,54 +305,107 @@ pub struct ReadPromise {
 /// The order in which a read promise's threads read the disk: chunk `k` starts when every chunk before it has
 /// had its first disk read completed (or is done without one).
 ///
-/// A thread announces the chunk it reads ([`ReadOrder::reading`]); the engine's disk stack reports each
-/// completed disk read of that thread ([`disk_read_done`]), which lets the next chunk go. A chunk whose read
-/// ends without a disk read (never-written space, a failed disk) lets the next one go when it ends. A thread
-/// waits for its turn holding no lock and no chunk; a stopping promise or an ending thread lets every chunk go.
+/// A thread takes chunk `k`'s turn ([`ReadOrder::take_turn`]); the engine's disk stack reports each completed
+/// disk read of that thread ([`disk_read_done`]), which lets the next chunk go. A chunk whose read ends without a
+/// disk read (never-written space, a failed disk) lets the next one go when it ends. A thread waits for its turn
+/// holding no lock and no chunk; a stopping promise or an ending thread lets every chunk go.
 #[derive(Default)]
 struct ReadOrder {
-    /// Every chunk before this one has had its disk read.
-    next: Mutex<u64>,
+    state: Mutex<OrderState>,
     changed: Condvar,
 }
 
+#[derive(Default)]
+struct OrderState {
+    /// Every chunk before this one has had its disk read.
+    next: u64,
+    /// The chunks threads wait to read: this promise's own, and the first of a promise that reads after this
+    /// one (numbered as if it followed this promise's last chunk).
+    waiting: Vec<u64>,
+    /// This promise's threads that took their turn and wait for their first disk read.
+    reading: usize,
+}
+
+impl OrderState {
+    /// This promise's reads are done or cannot go on now: its last chunk (of `chunks`) had its disk read, or no
+    /// thread of it reads or waits to read (they all wait for their reader, or have ended).
+    fn idle(&self, chunks: u64) -> bool {
+        self.next >= chunks || (self.reading == 0 && self.waiting.iter().all(|&k| k >= chunks))
+    }
+}
+
 thread_local! {
-    /// The order and the chunk a read-ahead thread is reading, while it reads it.
+    /// The order and the chunk a read-ahead thread is reading, while it waits for the chunk's first disk read.
     static READING: RefCell<Option<(Arc<ReadOrder>, u64)>> = const { RefCell::new(None) };
 }
 
+/// How long a thread whose disk read completed leaves its processor to the thread of the next read before it
+/// checks its own chunk (the next thread's way to its disk read takes microseconds; this bounds the wait when
+/// it takes longer, e.g. for a fresh buffer).
+const HANDOFF_WAIT_MAX: Duration = Duration::from_millis(2);
+
 impl ReadOrder {
-    /// Wait until chunk `k` may read (or the promise stops).
-    fn wait_turn(&self, k: u64, stop: &AtomicBool) {
-        let mut next = self.next.lock();
-        while *next < k && !stop.load(Ordering::SeqCst) {
-            self.changed.wait(&mut next);
+    /// Wait until chunk `k` may read (or the promise stops), then hold its turn until the thread's first disk
+    /// read completes or the returned guard drops.
+    fn take_turn(self: &Arc<Self>, k: u64, stop: &AtomicBool) -> ReadingChunk {
+        let mut state = self.state.lock();
+        state.waiting.push(k);
+        while state.next < k && !stop.load(Ordering::SeqCst) {
+            self.changed.wait(&mut state);
         }
+        remove_one(&mut state.waiting, k);
+        state.reading += 1;
+        drop(state);
+        READING.with(|r| *r.borrow_mut() = Some((Arc::clone(self), k)));
+        ReadingChunk
     }
 
-    /// Chunks up to `k` have had their disk read: the next may start.
-    fn pass(&self, k: u64) {
-        let mut next = self.next.lock();
-        if *next <= k {
-            *next = k + 1;
-            self.changed.notify_all();
+    /// Wait until this promise (of `chunks` chunks) is [`OrderState::idle`], for the first chunk of the promise
+    /// that reads after it (or until that promise stops).
+    fn wait_idle(&self, chunks: u64, stop: &AtomicBool) {
+        let mut state = self.state.lock();
+        state.waiting.push(chunks);
+        while !state.idle(chunks) && !stop.load(Ordering::SeqCst) {
+            self.changed.wait(&mut state);
         }
+        remove_one(&mut state.waiting, chunks);
+    }
+
+    /// Chunk `k`'s turn is over (its first disk read completed, or it ended without one): chunks up to `k` have
+    /// had their disk read and the next may start. True when a thread waits to read chunk `k + 1`.
+    fn pass(&self, k: u64) -> bool {
+        let mut state = self.state.lock();
+        state.reading -= 1;
+        state.next = state.next.max(k + 1);
+        self.changed.notify_all();
+        state.waiting.contains(&(k + 1))
+    }
+
+    /// The chunk the order waits for: every one before it has had its disk read.
+    fn next(&self) -> u64 {
+        self.state.lock().next
     }
 
     /// No more order: every waiting chunk may start.
     fn release(&self) {
-        *self.next.lock() = u64::MAX;
+        self.state.lock().next = u64::MAX;
         self.changed.notify_all();
     }
 
-    /// Mark this thread as reading chunk `k` until the guard drops (then the next chunk may start).
-    fn reading(self: &Arc<Self>, k: u64) -> ReadingChunk {
-        READING.with(|r| *r.borrow_mut() = Some((Arc::clone(self), k)));
-        ReadingChunk
+    /// Wake the threads waiting on this order (to see their promise stop).
+    fn wake(&self) {
+        let _state = self.state.lock();
+        self.changed.notify_all();
     }
 }
 
-/// This thread's chunk read in [`ReadOrder`]; dropping it ends the chunk's turn.
+fn remove_one(list: &mut Vec<u64>, k: u64) {
+    if let Some(i) = list.iter().position(|&w| w == k) {
+        list.swap_remove(i);
+    }
+}
+
+/// This thread's chunk read in [`ReadOrder`]; dropping it ends the chunk's turn if no disk read did.
 struct ReadingChunk;
 
 impl Drop for ReadingChunk {
@@ -351,14 +416,65 @@ impl Drop for ReadingChunk {
     }
 }
 
-/// A disk read of the calling thread completed: when it is a read promise's thread, its chunk's turn is over
-/// and the next chunk may start reading (see [`ReadPromise`]). Called by the engine's disk stack.
-pub(crate) fn disk_read_done() {
-    READING.with(|r| {
-        if let Some((order, k)) = r.borrow().as_ref() {
-            order.pass(*k);
-        }
-    });
+/// A disk read of the calling thread completed: when it is a read promise's thread and the read was its
+/// chunk's first, the chunk's turn is over and the next chunk may start reading (see [`ReadPromise`]). When the
+/// next chunk's thread waits for that, this thread sleeps until `next_read_started()` says a later read of the
+/// disk has started, that chunk's turn is over, or [`HANDOFF_WAIT_MAX`] has passed. Called by the engine's disk
+/// stack.
+pub(crate) fn disk_read_done(next_read_started: impl Fn() -> bool) {
+    let Some((order, k)) = READING.with(|r| r.borrow_mut().take()) else {
+        return;
+    };
+    if !order.pass(k) {
+        return;
+    }
+    let deadline = Instant::now() + HANDOFF_WAIT_MAX;
+    while !next_read_started() && order.next() <= k + 1 && Instant::now() < deadline {
+        std::thread::sleep(HANDOFF_POLL);
+    }
+}
+
+/// How often a thread that leaves its processor to the next read looks whether that read has started.
+const HANDOFF_POLL: Duration = Duration::from_micros(50);
+
+/// The open read promises' range ends per disk, so a promise opened where one ends reads after it (see
+/// [`ReadPromise`]); entries of promises gone are dropped as new promises open.
+#[derive(Default)]
+pub(crate) struct ReadTails(Mutex<Vec<ReadTail>>);
+
+struct ReadTail {
+    disk: usize,
+    end: u64,
+    chunks: u64,
+    order: Weak<ReadOrder>,
+}
+
+impl ReadTails {
+    /// Register a promise of `disk` over `[offset, end)` in `chunks` chunks; returns the order of the open
+    /// promise it reads after, and that promise's chunk count, when one ends at `offset`.
+    fn register(
+        &self,
+        disk: usize,
+        offset: u64,
+        end: u64,
+        chunks: u64,
+        order: &Arc<ReadOrder>,
+    ) -> Option<(Arc<ReadOrder>, u64)> {
+        let mut tails = self.0.lock();
+        tails.retain(|t| t.order.strong_count() > 0);
+        let before = tails
+            .iter()
+            .position(|t| t.disk == disk && t.end == offset)
+            .map(|i| tails.swap_remove(i))
+            .and_then(|t| Some((t.order.upgrade()?, t.chunks)));
+        tails.push(ReadTail {
+            disk,
+            end,
+            chunks,
+            order: Arc::downgrade(order),
+        });
+        before
+    }
 }
 
 /// Idle chunk buffers kept for read promises to reuse (engine-wide; 8 MiB each by default).
@@ -410,6 +526,15 @@ fn chunk_range(offset: u64, end: u64, chunk_bytes_max: u64, k: u64) -> Option<(u
     (from < end).then(|| (from, chunk_end(from, end, chunk_bytes_max)))
 }
 
+/// The number of chunks of `[offset, end)` ([`chunk_range`]).
+fn chunk_count(offset: u64, end: u64, chunk_bytes_max: u64) -> u64 {
+    if end <= offset {
+        return 0;
+    }
+    let first_boundary = (offset / chunk_bytes_max + 1) * chunk_bytes_max;
+    1 + end.saturating_sub(first_boundary).div_ceil(chunk_bytes_max)
+}
+
 impl ReadPromise {
     pub(crate) fn new(shared: Arc<Shared>, disk: usize, offset: u64, len: u64) -> ReadPromise {
         let threads_count = shared.readahead_chunks();
@@ -417,6 +542,10 @@ impl ReadPromise {
         let end = offset + len;
         let stop = Arc::new(AtomicBool::new(false));
         let order = Arc::new(ReadOrder::default());
+        let chunks_count = chunk_count(offset, end, chunk_max);
+        let after = shared
+            .read_tails
+            .register(disk, offset, end, chunks_count, &order);
         shared.readers[disk].fetch_add(1, Ordering::SeqCst);
         let mut chunks = Vec::with_capacity(threads_count);
         let mut threads = Vec::with_capacity(threads_count);
@@ -427,6 +556,8 @@ impl ReadPromise {
             let shared = Arc::clone(&shared);
             let stop = Arc::clone(&stop);
             let order = Arc::clone(&order);
+            // The first chunk's thread reads after the promise this one follows.
+            let after = after.clone().filter(|_| first == 0);
             let wake = WakeContext::current(); // the reader's reason, for the spin-ups it causes
             let thread = std::thread::Builder::new()
                 .name(format!("permafrost-read-{disk}"))
@@ -462,12 +593,15 @@ impl ReadPromise {
                         let mut buf = take_chunk_buffer();
                         // Every byte is overwritten by the read: a reused buffer's old bytes never show.
                         buf.resize(want.div_ceil(4096) * 4096, 0);
-                        order.wait_turn(k, &stop);
+                        if let (0, Some((before, before_chunks))) = (k, &after) {
+                            before.wait_idle(*before_chunks, &stop);
+                        }
+                        let reading = order.take_turn(k, &stop);
                         if stop.load(Ordering::SeqCst) {
+                            drop(reading);
                             give_chunk_buffer(buf);
                             return;
                         }
-                        let reading = order.reading(k);
                         let read = shared.read_chunk(disk, from, &mut buf);
                         drop(reading);
                         let result = match read {
@@ -501,6 +635,7 @@ impl ReadPromise {
         ReadPromise {
             chunks,
             order,
+            after: after.map(|(before, _)| before),
             next_chunk: 0,
             remaining_bytes: len,
             current: Bytes::new(),
@@ -586,6 +721,9 @@ impl Drop for ReadPromise {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::SeqCst);
         self.order.release(); // unblocks read-ahead threads waiting for their turn
+        if let Some(before) = &self.after {
+            before.wake(); // and the first chunk's thread waiting for the promise before this one
+        }
         self.chunks.clear(); // unblocks read-ahead threads waiting to send
         for t in self.threads.drain(..) {
             let _ = t.join();

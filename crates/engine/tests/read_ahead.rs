@@ -211,3 +211,107 @@ fn read_ahead_threads_read_the_disk_in_order_one_read_at_a_time() {
     drop(reads);
     engine.close().unwrap();
 }
+
+/// An engine whose disks record the reads of read-ahead threads (each taking 20 ms), with `readahead_chunks`
+/// threads per promise and 2 MiB chunks.
+fn engine_with_slow_reads(
+    dir: &std::path::Path,
+    readahead_chunks: usize,
+) -> (Engine, Arc<Mutex<PromiseReads>>) {
+    let mut config = test_config();
+    config.readahead_chunks = readahead_chunks;
+    Engine::create(dir, config)
+        .expect("create grid")
+        .close()
+        .unwrap();
+    let reads = Arc::new(Mutex::new(PromiseReads::default()));
+    let recorded = Arc::clone(&reads);
+    let options = OpenOptions {
+        wrap_disk: Some(Box::new(move |_, disk| {
+            Arc::new(SlowReads {
+                inner: disk,
+                reads: Arc::clone(&recorded),
+            }) as Arc<dyn Disk>
+        })),
+        power_profile: None,
+    };
+    (Engine::open_with(dir, options).expect("open grid"), reads)
+}
+
+/// A promise opened while the one before it in the bucket is still read (as the store opens an object's next
+/// part ahead) reads after it: the disk reads both ranges front to back, one read at a time, instead of
+/// serving the two promises at once.
+#[test]
+fn a_promise_opened_where_another_ends_reads_after_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let (engine, reads) = engine_with_slow_reads(dir.path(), 2);
+    let data = pattern(6, (12 * MIB) as usize);
+    write(&engine, 0, 0, &data, WriteMode::Serialized);
+    *reads.lock() = PromiseReads::default();
+
+    let mut first = engine.read(0, 0, 6 * MIB).expect("read promise");
+    let mut back = vec![0u8; (6 * MIB) as usize];
+    first.read_exact(&mut back[..MIB as usize]).unwrap();
+    // The next range's promise opens while the first one's threads read its last chunks.
+    let mut second = engine.read(0, 6 * MIB, 6 * MIB).expect("read promise");
+    first.read_exact(&mut back[MIB as usize..]).unwrap();
+    drop(first);
+    back.resize((12 * MIB) as usize, 0);
+    second.read_exact(&mut back[(6 * MIB) as usize..]).unwrap();
+    assert!(back == data, "bytes differ from the committed ones");
+    drop(second);
+    let reads = reads.lock();
+    assert!(
+        reads.offsets.len() >= 6,
+        "six chunks of 2 MiB need six disk reads, {} recorded",
+        reads.offsets.len()
+    );
+    assert_eq!(
+        reads.in_flight_max, 1,
+        "the two promises had reads in flight at the same time: {:?}",
+        reads.offsets
+    );
+    assert!(
+        reads.offsets.windows(2).all(|w| w[0] < w[1]),
+        "disk reads out of order: {:?}",
+        reads.offsets
+    );
+    drop(reads);
+    engine.close().unwrap();
+}
+
+/// A promise opened where another one ends does not wait for that one's reader: when the first promise's
+/// threads hold the chunks they read and its reader takes none, the second promise reads on.
+#[test]
+fn a_promise_after_one_whose_reader_stopped_reads_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let (engine, _reads) = engine_with_slow_reads(dir.path(), 2);
+    let data = pattern(7, (16 * MIB) as usize);
+    write(&engine, 0, 0, &data, WriteMode::Serialized);
+    let engine = Arc::new(engine);
+
+    let stalled = engine.read(0, 0, 12 * MIB).expect("read promise");
+    let (done, finished) = std::sync::mpsc::channel();
+    let reader = {
+        let engine = Arc::clone(&engine);
+        std::thread::spawn(move || {
+            let back = read_all(&engine, 12 * MIB, 4 * MIB, 1 << 20);
+            let _ = done.send(());
+            back
+        })
+    };
+    let waited = finished.recv_timeout(Duration::from_secs(20));
+    // Dropping the stalled promise lets the reader go on even when it waited for it.
+    drop(stalled);
+    let back = reader.join().unwrap();
+    assert!(
+        waited.is_ok(),
+        "the promise after one whose reader stopped did not finish while that one stayed open"
+    );
+    assert!(back == data[(12 * MIB) as usize..], "bytes differ");
+    Arc::try_unwrap(engine)
+        .ok()
+        .expect("the only handle")
+        .close()
+        .unwrap();
+}

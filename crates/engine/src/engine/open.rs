@@ -282,6 +282,7 @@ impl Engine {
             wake_mutex: Mutex::new(()),
             scrub_queue: Mutex::new(VecDeque::new()),
             readers: (0..per_disk).map(|_| AtomicUsize::new(0)).collect(),
+            read_tails: Default::default(),
             wrap_disk: options.wrap_disk,
             power_base,
             grow_mutex: Mutex::new(()),
