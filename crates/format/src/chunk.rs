@@ -670,39 +670,61 @@ impl<R: Read + Seek> StoredChunks<R> {
     /// never shrinking it) and moves past the chunk; `None` after the last. Stored bytes that end inside the
     /// chunk are an error.
     pub fn read_next(&mut self, buf: &mut Vec<u8>, at: usize) -> Result<Option<RangeChunk>> {
+        let got = self.next_with(|stored, entry| {
+            let end = at + entry.stored_len as usize;
+            if buf.len() < end {
+                buf.resize(end, 0);
+            }
+            read_stored(stored, entry, &mut buf[at..end])
+        })?;
+        Ok(got.map(|(chunk, ())| chunk))
+    }
+
+    /// Moves past the next chunk, its stored bytes read by `read` (given the stored reader at the chunk's first
+    /// stored byte, and the chunk); `None` after the last. `read` must consume exactly the chunk's stored bytes
+    /// ([`read_stored`] reads them into a buffer).
+    pub fn next_with<T>(
+        &mut self,
+        read: impl FnOnce(&mut R, &ChunkEntry) -> Result<T>,
+    ) -> Result<Option<(RangeChunk, T)>> {
         let Some(chunk) = self.peek() else {
             return Ok(None);
         };
-        let entry = chunk.entry;
-        let end = at + entry.stored_len as usize;
-        if buf.len() < end {
-            buf.resize(end, 0);
-        }
-        self.stored.seek(SeekFrom::Start(entry.stored_offset))?;
-        let mut n = at;
-        while n < end {
-            match self.stored.read(&mut buf[n..end]) {
-                Ok(0) => {
-                    return Err(FormatError::malformed(
-                        "chunked content",
-                        format!(
-                            "stored bytes end at {} inside a chunk of {} bytes at stored offset {}",
-                            entry.stored_offset + (n - at) as u64,
-                            entry.stored_len,
-                            entry.stored_offset
-                        ),
-                    ))
-                }
-                Ok(k) => n += k,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(e.into()),
-            }
-        }
+        self.stored
+            .seek(SeekFrom::Start(chunk.entry.stored_offset))?;
+        let got = read(&mut self.stored, &chunk.entry)?;
         self.next_chunk += 1;
         self.skip = 0;
         self.remaining -= chunk.take as u64;
-        Ok(Some(chunk))
+        Ok(Some((chunk, got)))
     }
+}
+
+/// Reads the stored bytes of chunk `entry` (the reader at its first stored byte) into `out`, from its
+/// `out.len()`-th last byte on: `out` holds the chunk's last `out.len()` stored bytes (all of them when it is
+/// `stored_len` long). Stored bytes that end inside the chunk are an error.
+pub fn read_stored<R: Read>(stored: &mut R, entry: &ChunkEntry, out: &mut [u8]) -> Result<()> {
+    let before = entry.stored_len as usize - out.len();
+    let mut n = 0;
+    while n < out.len() {
+        match stored.read(&mut out[n..]) {
+            Ok(0) => {
+                return Err(FormatError::malformed(
+                    "chunked content",
+                    format!(
+                        "stored bytes end at {} inside a chunk of {} bytes at stored offset {}",
+                        entry.stored_offset + (before + n) as u64,
+                        entry.stored_len,
+                        entry.stored_offset
+                    ),
+                ))
+            }
+            Ok(k) => n += k,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
 }
 
 /// A reader of a logical range of a chunked content; see [`decode_range`].

@@ -57,9 +57,9 @@ mod salvage;
 
 pub use chunk::{
     decode_chunk, decode_range, decode_stream, decode_stream_range, encode_chunks,
-    index_zstd_frames, saves_enough, stored_chunks, Algorithm, ChunkCompressor, ChunkEncoder,
-    ChunkEntry, ChunkIndex, RangeChunk, RangeReader, StoredChunks, StreamDecoder, CHUNK_BYTES_MAX,
-    CHUNK_INDEX_VERSION, DEFAULT_CHUNK_BYTES, ZSTD_LEVEL,
+    index_zstd_frames, read_stored, saves_enough, stored_chunks, Algorithm, ChunkCompressor,
+    ChunkEncoder, ChunkEntry, ChunkIndex, RangeChunk, RangeReader, StoredChunks, StreamDecoder,
+    CHUNK_BYTES_MAX, CHUNK_INDEX_VERSION, DEFAULT_CHUNK_BYTES, ZSTD_LEVEL,
 };
 pub use error::{FormatError, Result};
 pub use extent::{

@@ -11,20 +11,24 @@
 //!   before it, and every read after it fails too (the stream never ends cleanly after an error). A clean end
 //!   is the range's end, with the stored reader's checks passed.
 //! - Memory: [`BLOCKS_AHEAD`] blocks queued (decoded or being decoded, each with its stored bytes until it is
-//!   decoded), one being read, and the ones the caller holds. Blocks taken whole ([`ReadAhead::take_block`],
+//!   decoded), one being read, and the ones the caller holds. The stored bytes of a chunk are a slice of the
+//!   grid read's verified buffer, without a copy, unless the chunk lies across two buffers (then it is copied
+//!   into a buffer of its run). Blocks taken whole ([`ReadAhead::take_block`],
 //!   handed to the HTTP body without a copy) and stored buffers go to a process-wide pool of at most
 //!   [`POOL_BLOCKS_MAX`] idle blocks when their last user drops them; new blocks come from there. No allocation
 //!   per block once the pool has them.
 //! - Dropping the reader stops and joins the thread (which finishes the stored read it is in); decodes still
 //!   running finish on their own and their blocks go back to the pool.
 
-use std::io::{self, Read, Seek};
+use std::io::{self, Read};
 use std::panic::AssertUnwindSafe;
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 use std::thread::JoinHandle;
 
 use bytes::Bytes;
 use permafrost_format::{RangeChunk, StoredChunks};
+
+use crate::read::Source;
 
 /// Bytes per block handed from the read-ahead to the caller (at most, but for a single chunk larger than it).
 pub(crate) const BLOCK_BYTES: usize = 1 << 20;
@@ -125,9 +129,9 @@ pub(crate) struct ReadAhead {
 impl ReadAhead {
     /// Start reading and decoding `chunks` ahead. Falls back to no thread (the caller decodes `chunks` itself)
     /// only if a thread cannot be started: then the error is returned with `chunks` back.
-    pub(crate) fn start<R: Read + Seek + Send + 'static>(
-        chunks: StoredChunks<R>,
-    ) -> std::result::Result<ReadAhead, (io::Error, StoredChunks<R>)> {
+    pub(crate) fn start(
+        chunks: StoredChunks<Box<dyn Source>>,
+    ) -> std::result::Result<ReadAhead, (io::Error, StoredChunks<Box<dyn Source>>)> {
         let (filled_tx, filled_rx) = sync_channel::<Slot>(BLOCKS_AHEAD);
         // The thread gets `chunks` through this slot so they can be handed back when the spawn fails.
         let slot = std::sync::Arc::new(parking_lot::Mutex::new(Some(chunks)));
@@ -192,24 +196,49 @@ impl ReadAhead {
     }
 }
 
-/// The read-ahead thread: reads runs of consecutive chunks (their stored bytes into one buffer) and hands each
-/// run to a decode thread, queueing the decode's answer in order; stops at the end, at an error (queued in its
-/// place) or when the reader is dropped.
-fn read_and_decode<R: Read + Seek>(mut chunks: StoredChunks<R>, filled: SyncSender<Slot>) {
+/// Where a chunk's stored bytes are for its decode: a slice of the source's own verified buffers (taken without
+/// a copy, [`Source::take_block`]), or copied into the run's buffer at an offset (a chunk across two of them).
+enum Stored {
+    Shared(Bytes),
+    Buffered(usize),
+}
+
+/// The read-ahead thread: reads runs of consecutive chunks and hands each run to a decode thread, queueing the
+/// decode's answer in order; stops at the end, at an error (queued in its place) or when the reader is dropped.
+fn read_and_decode(mut chunks: StoredChunks<Box<dyn Source>>, filled: SyncSender<Slot>) {
     loop {
-        let mut stored = Block::take(0);
-        let mut run: Vec<(usize, RangeChunk)> = Vec::new();
+        let mut buffer: Option<Block> = None;
+        let mut run: Vec<(RangeChunk, Stored)> = Vec::new();
         let mut out_bytes = 0;
         let mut failure = None;
         while let Some(next) = chunks.peek() {
             if !run.is_empty() && out_bytes + next.take > BLOCK_BYTES {
                 break;
             }
-            match chunks.read_next(&mut stored.buf, stored.len) {
-                Ok(Some(chunk)) => {
-                    run.push((stored.len, chunk));
-                    stored.len += chunk.entry.stored_len as usize;
+            let read = chunks.next_with(|source, entry| {
+                let len = entry.stored_len as usize;
+                let first = source.take_block(len)?;
+                if let Some(whole) = first.as_ref().filter(|b| b.len() == len) {
+                    return Ok(Stored::Shared(whole.clone()));
+                }
+                let buffer = buffer.get_or_insert_with(|| Block::take(0));
+                let (from, end) = (buffer.len, buffer.len + len);
+                if buffer.buf.len() < end {
+                    buffer.buf.resize(end, 0);
+                }
+                let mut at = from;
+                if let Some(part) = first {
+                    buffer.buf[at..at + part.len()].copy_from_slice(&part);
+                    at += part.len();
+                }
+                permafrost_format::read_stored(source, entry, &mut buffer.buf[at..end])?;
+                buffer.len = end;
+                Ok(Stored::Buffered(from))
+            });
+            match read {
+                Ok(Some((chunk, stored))) => {
                     out_bytes += chunk.take;
+                    run.push((chunk, stored));
                 }
                 Ok(None) => break,
                 Err(e) => {
@@ -221,8 +250,10 @@ fn read_and_decode<R: Read + Seek>(mut chunks: StoredChunks<R>, filled: SyncSend
         // The chunks read before an error go first; the error (or the clean end) after them.
         if !run.is_empty() {
             let decode = move || {
-                std::panic::catch_unwind(AssertUnwindSafe(|| decode_run(&stored, &run, out_bytes)))
-                    .unwrap_or_else(|_| Err(io::Error::other("the decode of a chunk panicked")))
+                std::panic::catch_unwind(AssertUnwindSafe(|| {
+                    decode_run(&run, buffer.as_ref(), out_bytes)
+                }))
+                .unwrap_or_else(|_| Err(io::Error::other("the decode of a chunk panicked")))
             };
             let slot = match decode_threads() {
                 Some(threads) => {
@@ -249,13 +280,23 @@ fn read_and_decode<R: Read + Seek>(mut chunks: StoredChunks<R>, filled: SyncSend
     }
 }
 
-/// Decodes a run of chunks (`run`: where each chunk's stored bytes start in `stored`) into one block of
-/// `out_bytes`.
-fn decode_run(stored: &Block, run: &[(usize, RangeChunk)], out_bytes: usize) -> io::Result<Block> {
+/// Decodes a run of chunks (their stored bytes shared, or in `buffer`) into one block of `out_bytes`.
+fn decode_run(
+    run: &[(RangeChunk, Stored)],
+    buffer: Option<&Block>,
+    out_bytes: usize,
+) -> io::Result<Block> {
     let mut out = Block::take(out_bytes);
     let mut at = 0;
-    for (from, chunk) in run {
-        let bytes = &stored.buf[*from..*from + chunk.entry.stored_len as usize];
+    for (chunk, stored) in run {
+        let bytes = match stored {
+            Stored::Shared(bytes) => &bytes[..],
+            Stored::Buffered(from) => {
+                let buffer =
+                    buffer.ok_or_else(|| io::Error::other("a chunk's stored bytes are missing"))?;
+                &buffer.buf[*from..*from + chunk.entry.stored_len as usize]
+            }
+        };
         chunk.decode_into(bytes, &mut out.buf[at..at + chunk.take])?;
         at += chunk.take;
     }
@@ -319,20 +360,34 @@ impl Drop for ReadAhead {
 mod tests {
     use super::*;
     use permafrost_format::{encode_chunks, stored_chunks, Algorithm, ChunkIndex};
-    use std::io::SeekFrom;
+    use std::io::{Seek, SeekFrom};
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::Arc;
 
-    /// Stored bytes in reads of at most `step` bytes; a read at or after `fail_at` fails.
-    struct Source {
+    /// Stored bytes in reads of at most `step` bytes, or (`shares`) in blocks of at most `step` taken whole;
+    /// a read at or after `fail_at` fails.
+    struct TestSource {
         data: Vec<u8>,
         pos: usize,
         step: usize,
+        shares: bool,
         fail_at: Option<usize>,
         reads: Arc<AtomicUsize>,
     }
 
-    impl Read for Source {
+    impl Source for TestSource {
+        fn take_block(&mut self, max: usize) -> io::Result<Option<Bytes>> {
+            if !self.shares {
+                return Ok(None);
+            }
+            let mut block = vec![0u8; max.min(self.step)];
+            let n = self.read(&mut block)?;
+            block.truncate(n);
+            Ok((n > 0).then(|| Bytes::from(block)))
+        }
+    }
+
+    impl Read for TestSource {
         fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
             self.reads.fetch_add(1, Ordering::SeqCst);
             if let Some(at) = self.fail_at {
@@ -348,7 +403,7 @@ mod tests {
         }
     }
 
-    impl Seek for Source {
+    impl Seek for TestSource {
         fn seek(&mut self, to: SeekFrom) -> io::Result<u64> {
             match to {
                 SeekFrom::Start(n) => self.pos = n as usize,
@@ -389,13 +444,15 @@ mod tests {
         fail_at: Option<usize>,
     ) -> (ReadAhead, Arc<AtomicUsize>) {
         let reads = Arc::new(AtomicUsize::new(0));
-        let source = Source {
+        let source: Box<dyn Source> = Box::new(TestSource {
             data: e.stored.clone(),
             pos: 0,
             step,
+            // Odd steps: stored bytes taken whole where a chunk fits, copied where it lies across two.
+            shares: step % 2 == 1,
             fail_at,
             reads: Arc::clone(&reads),
-        };
+        });
         let chunks = stored_chunks(&e.index, source, offset, len).unwrap();
         let ahead = ReadAhead::start(chunks).map_err(|(e, _)| e).unwrap();
         (ahead, reads)
@@ -413,7 +470,8 @@ mod tests {
                 let e = encoded(len, algorithm, chunk_bytes);
                 let ranges = [(0, len), (len / 3, len - len / 3), (len / 4, len / 2)];
                 for (i, (offset, n)) in ranges.into_iter().enumerate() {
-                    let (step, out_step) = [(1 << 20, 1 << 20), (4097, 100_000), (3 << 20, 7)][i];
+                    let (step, out_step) =
+                        [(1 << 20, 1 << 20), (4097, 100_000), ((3 << 20) + 1, 7)][i];
                     let (mut r, _) = start(&e, offset as u64, n as u64, step, None);
                     let mut back = Vec::new();
                     let mut buf = vec![0u8; out_step];
@@ -447,8 +505,11 @@ mod tests {
     fn a_read_error_at_any_position_comes_after_the_chunks_before_it_and_repeats() {
         let e = encoded(6 * BLOCK_BYTES + 5, Algorithm::Zstd, 256 << 10);
         let stored_len = e.stored.len();
-        for fail_at in [0, 1, 300_000, stored_len / 2, stored_len - 1] {
-            let (mut r, _) = start(&e, 0, e.data.len() as u64, 65_536, Some(fail_at));
+        for (fail_at, step) in [0, 1, 300_000, stored_len / 2, stored_len - 1]
+            .into_iter()
+            .flat_map(|at| [(at, 65_536), (at, 200_001)])
+        {
+            let (mut r, _) = start(&e, 0, e.data.len() as u64, step, Some(fail_at));
             let mut back = Vec::new();
             let err = r.read_to_end(&mut back).unwrap_err();
             assert_eq!(err.kind(), io::ErrorKind::InvalidData, "at {fail_at}");
@@ -483,7 +544,7 @@ mod tests {
         for b in &mut e.stored[middle..middle + 64] {
             *b ^= 0x5A;
         }
-        let (mut r, _) = start(&e, 0, e.data.len() as u64, 1 << 20, None);
+        let (mut r, _) = start(&e, 0, e.data.len() as u64, (1 << 20) + 1, None);
         let mut back = Vec::new();
         let err = r.read_to_end(&mut back).unwrap_err();
         assert_eq!(err.kind(), io::ErrorKind::InvalidData, "{err}");
