@@ -21,7 +21,6 @@ Results: bench/out/cold-get-<UTC time>/ (results.json, summary.txt, server log).
 
 import argparse
 import json
-import os
 import re
 import shutil
 import statistics
@@ -33,17 +32,13 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import ingest  # noqa: E402  (the persistence configuration)
 import peers  # noqa: E402  (multipart upload, compressible data)
+from pagecache import drop_caches  # noqa: E402
 import s3 as pf  # noqa: E402  (server, clients, measuring)
 
 MiB, GiB = pf.MiB, pf.GiB
 EVICT_PATH = "/_permafrost/cache/evict"
 GOAL = 0.9
 OBJECTS = (("random", pf.RandomData, 31), ("compressible", peers.TextData, 32))
-
-
-def drop_caches():
-    os.sync()
-    Path("/proc/sys/vm/drop_caches").write_text("3\n")
 
 
 def odirect_read(path: Path, offset: int, length: int) -> dict:

@@ -38,19 +38,11 @@ import threading
 import time
 from pathlib import Path
 
+from pagecache import drop_caches
+
 
 def run(*args, **kw):
     return subprocess.run([str(a) for a in args], check=True, capture_output=True, text=True, **kw)
-
-
-def drop_caches():
-    try:
-        os.sync()
-        with open("/proc/sys/vm/drop_caches", "w") as f:
-            f.write("3\n")
-        return True
-    except OSError:
-        return False
 
 
 def main():
@@ -94,14 +86,14 @@ def main():
     block = 4 << 20
     count = -(-allocated // block)
 
-    dropped = drop_caches()
+    dropped = drop_caches(required=False)
     t = time.monotonic()
     run("dd", f"if={old}", f"of={os.path.join(a.dir, 'copy.img')}", f"bs={block}", f"count={count}",
         "iflag=direct", "oflag=direct", "conv=fsync")
     dd_s = time.monotonic() - t
     os.remove(os.path.join(a.dir, "copy.img"))
 
-    drop_caches()
+    drop_caches(required=False)
     t = time.monotonic()
     out = json.loads(run(a.bin, "grid", "evacuate", "--dir", grid, "--disk", str(disk), "--json").stdout)
     evac_s = time.monotonic() - t
@@ -135,7 +127,7 @@ def odirect_copy(path: Path, scratch: Path) -> dict:
     allocated = path.stat().st_blocks * 512
     block = 4 << 20
     copy = scratch / "copy.img"
-    drop_caches()
+    drop_caches(required=False)
     t = time.monotonic()
     run("dd", f"if={path}", f"of={copy}", f"bs={block}", f"count={-(-allocated // block)}", "iflag=direct",
         "oflag=direct", "conv=fsync")
@@ -394,7 +386,7 @@ def live(a):
             name = next(d["name"] for d in api(pf, s.endpoint, "GET", "/disks")["disks"] if d["disk"] == disk)
             path = Path(name) if Path(name).is_absolute() else grid / name
             before = odirect_copy(path, scratch)
-            drop_caches()
+            drop_caches(required=False)
             readers = Readers(pf, s.endpoint, keys, digests, a.readers, a.reader_mb_per_s).start()
             while readers.counts()[0] < a.readers and not (readers.errors or readers.mismatches):
                 time.sleep(0.05)

@@ -34,6 +34,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import s3 as pf  # noqa: E402  (server, clients, data, measuring)
+from pagecache import drop_caches  # noqa: E402
 
 MiB, GiB = pf.MiB, pf.GiB
 BUCKET = pf.BUCKET
@@ -62,11 +63,6 @@ persist_under_pressure_above_bytes = {pf.NEVER}
 layout = "8x6:4+1"
 disk_capacity_bytes = {disk_bytes}
 """
-
-
-def drop_caches():
-    subprocess.run(["sync"], check=True)
-    Path("/proc/sys/vm/drop_caches").write_text("3\n")
 
 
 def status(endpoint: str) -> dict:
