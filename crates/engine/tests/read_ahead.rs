@@ -168,31 +168,19 @@ impl Disk for SlowReads {
 #[test]
 fn read_ahead_threads_read_the_disk_in_order_one_read_at_a_time() {
     let dir = tempfile::tempdir().unwrap();
-    let mut config = test_config();
-    config.readahead_chunks = 3;
-    Engine::create(dir.path(), config)
-        .expect("create grid")
-        .close()
-        .unwrap();
-    let reads = Arc::new(Mutex::new(PromiseReads::default()));
-    let recorded = Arc::clone(&reads);
-    let options = OpenOptions {
-        wrap_disk: Some(Box::new(move |_, disk| {
-            Arc::new(SlowReads {
-                inner: disk,
-                reads: Arc::clone(&recorded),
-            }) as Arc<dyn Disk>
-        })),
-        power_profile: None,
-    };
-    let engine = Engine::open_with(dir.path(), options).expect("open grid");
+    let (engine, reads) = engine_with_slow_reads(dir.path(), 3);
     let data = pattern(5, (12 * MIB) as usize);
     write(&engine, 0, 0, &data, WriteMode::Serialized);
     *reads.lock() = PromiseReads::default();
 
     let back = read_all(&engine, 0, 12 * MIB, 1 << 20);
     assert!(back == data, "bytes differ from the committed ones");
-    let reads = reads.lock();
+    assert_in_order_one_at_a_time(&reads.lock(), "the promise's threads");
+    engine.close().unwrap();
+}
+
+/// The recorded reads of 12 MiB in 2 MiB chunks went to the disk front to back, one at a time.
+fn assert_in_order_one_at_a_time(reads: &PromiseReads, whose: &str) {
     assert!(
         reads.offsets.len() >= 6,
         "six chunks of 2 MiB need six disk reads, {} recorded",
@@ -200,7 +188,7 @@ fn read_ahead_threads_read_the_disk_in_order_one_read_at_a_time() {
     );
     assert_eq!(
         reads.in_flight_max, 1,
-        "the promise's threads had reads in flight at the same time: {:?}",
+        "{whose} had reads in flight at the same time: {:?}",
         reads.offsets
     );
     assert!(
@@ -208,8 +196,6 @@ fn read_ahead_threads_read_the_disk_in_order_one_read_at_a_time() {
         "disk reads out of order: {:?}",
         reads.offsets
     );
-    drop(reads);
-    engine.close().unwrap();
 }
 
 /// An engine whose disks record the reads of read-ahead threads (each taking 20 ms), with `readahead_chunks`
@@ -260,23 +246,7 @@ fn a_promise_opened_where_another_ends_reads_after_it() {
     second.read_exact(&mut back[(6 * MIB) as usize..]).unwrap();
     assert!(back == data, "bytes differ from the committed ones");
     drop(second);
-    let reads = reads.lock();
-    assert!(
-        reads.offsets.len() >= 6,
-        "six chunks of 2 MiB need six disk reads, {} recorded",
-        reads.offsets.len()
-    );
-    assert_eq!(
-        reads.in_flight_max, 1,
-        "the two promises had reads in flight at the same time: {:?}",
-        reads.offsets
-    );
-    assert!(
-        reads.offsets.windows(2).all(|w| w[0] < w[1]),
-        "disk reads out of order: {:?}",
-        reads.offsets
-    );
-    drop(reads);
+    assert_in_order_one_at_a_time(&reads.lock(), "the two promises");
     engine.close().unwrap();
 }
 
