@@ -115,14 +115,20 @@ impl Receiving {
         self.keys.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// The keys, once no tombstone of `id` is being applied ([`Receiving::settle`]).
+    fn lock_unsettled(&self, id: &(String, String)) -> std::sync::MutexGuard<'_, ReceivingKeys> {
+        let mut keys = self.lock();
+        while keys.settling.contains(id) {
+            keys = self.settled.wait(keys).unwrap_or_else(|p| p.into_inner());
+        }
+        keys
+    }
+
     /// A copy of `bucket/key` is about to be marked, committed and published; until the guard is dropped.
     /// Waits while a tombstone of the key is being applied ([`Receiving::settle`]).
     pub fn enter(&self, bucket: &str, key: &str) -> ReceivingGuard<'_> {
         let id = (bucket.to_owned(), key.to_owned());
-        let mut keys = self.lock();
-        while keys.settling.contains(&id) {
-            keys = self.settled.wait(keys).unwrap_or_else(|p| p.into_inner());
-        }
+        let mut keys = self.lock_unsettled(&id);
         *keys.arriving.entry(id.clone()).or_default() += 1;
         ReceivingGuard { set: self, id }
     }
@@ -141,10 +147,7 @@ impl Receiving {
     pub fn settle<R>(&self, bucket: &str, key: &str, apply: impl FnOnce() -> R) -> Option<R> {
         let id = (bucket.to_owned(), key.to_owned());
         {
-            let mut keys = self.lock();
-            while keys.settling.contains(&id) {
-                keys = self.settled.wait(keys).unwrap_or_else(|p| p.into_inner());
-            }
+            let mut keys = self.lock_unsettled(&id);
             if keys.arriving.contains_key(&id) {
                 return None;
             }
