@@ -217,10 +217,10 @@ fn read_and_decode(mut chunks: StoredChunks<Box<dyn Source>>, filled: SyncSender
             }
             let read = chunks.next_with(|source, entry| {
                 let len = entry.stored_len as usize;
-                let first = source.take_block(len)?;
-                if let Some(whole) = first.as_ref().filter(|b| b.len() == len) {
-                    return Ok(Stored::Shared(whole.clone()));
-                }
+                let first = match source.take_block(len)? {
+                    Some(whole) if whole.len() == len => return Ok(Stored::Shared(whole)),
+                    first => first,
+                };
                 let buffer = buffer.get_or_insert_with(|| Block::take(0));
                 let (from, end) = (buffer.len, buffer.len + len);
                 if buffer.buf.len() < end {
