@@ -282,7 +282,7 @@ impl io::Write for WritePromise {
 /// that checks or copies the bytes anyway reads them in place from the chunk buffer (one copy less).
 pub struct ReadPromise {
     /// One rendezvous channel per read-ahead thread; chunk `k` comes from `chunks[k % chunks.len()]`.
-    chunks: Vec<Receiver<Result<Vec<u8>>>>,
+    chunks: Vec<Receiver<Result<ChunkBuf>>>,
     /// The order of the threads' disk reads.
     order: Arc<ReadOrder>,
     /// The order of the promise this one reads after (see above), woken when this one stops.
@@ -482,35 +482,47 @@ const CHUNK_BUFFERS_KEPT: usize = 8;
 
 static CHUNK_BUFFERS: Mutex<Vec<Vec<u8>>> = Mutex::new(Vec::new());
 
-/// A chunk buffer owned by the [`Bytes`] of a promise's current chunk and every slice handed out of it: back to
-/// the pool when the last of them drops.
-struct PooledChunk(Vec<u8>);
+/// A read promise's chunk: the first `len` bytes of a pooled buffer of a whole chunk's size. The buffer keeps
+/// its size whatever the chunk's, so a short chunk (a range's last) does not cost the next full one a clearing
+/// of the rest (a `Vec` truncated and resized again writes zeros over it). The buffer goes back to the pool when
+/// the chunk drops: when the last [`Bytes`] of it drops, once the reader has it.
+struct ChunkBuf {
+    buf: Vec<u8>,
+    len: usize,
+}
 
-impl AsRef<[u8]> for PooledChunk {
+impl ChunkBuf {
+    /// A chunk of `len` bytes (a multiple of 4096), in a pooled buffer of at least `capacity` bytes when one is
+    /// idle, else a fresh one. Its bytes are stale: the read overwrites every one.
+    fn take(len: usize, capacity: usize) -> ChunkBuf {
+        let pooled = CHUNK_BUFFERS.lock().pop().filter(|b| b.len() >= len);
+        let buf = pooled.unwrap_or_else(|| vec![0; capacity.max(len)]);
+        ChunkBuf { buf, len }
+    }
+
+    fn as_mut_slice(&mut self) -> &mut [u8] {
+        &mut self.buf[..self.len]
+    }
+
+    fn truncate(&mut self, len: usize) {
+        self.len = self.len.min(len);
+    }
+}
+
+impl AsRef<[u8]> for ChunkBuf {
     fn as_ref(&self) -> &[u8] {
-        &self.0
+        &self.buf[..self.len]
     }
 }
 
-impl Drop for PooledChunk {
+impl Drop for ChunkBuf {
+    /// Back to the pool (dropped when the pool is full).
     fn drop(&mut self) {
-        give_chunk_buffer(std::mem::take(&mut self.0));
-    }
-}
-
-/// A chunk buffer from the pool (empty when the pool is).
-fn take_chunk_buffer() -> Vec<u8> {
-    CHUNK_BUFFERS.lock().pop().unwrap_or_default()
-}
-
-/// Hand a chunk buffer back to the pool (dropped when the pool is full).
-fn give_chunk_buffer(buf: Vec<u8>) {
-    if buf.capacity() == 0 {
-        return;
-    }
-    let mut pool = CHUNK_BUFFERS.lock();
-    if pool.len() < CHUNK_BUFFERS_KEPT {
-        pool.push(buf);
+        let buf = std::mem::take(&mut self.buf);
+        let mut pool = CHUNK_BUFFERS.lock();
+        if !buf.is_empty() && pool.len() < CHUNK_BUFFERS_KEPT {
+            pool.push(buf);
+        }
     }
 }
 
@@ -590,37 +602,25 @@ impl ReadPromise {
                             return;
                         }
                         let want = (to - from) as usize;
-                        let mut buf = take_chunk_buffer();
                         // Every byte is overwritten by the read: a reused buffer's old bytes never show.
-                        buf.resize(want.div_ceil(4096) * 4096, 0);
+                        let mut buf =
+                            ChunkBuf::take(want.div_ceil(4096) * 4096, chunk_max as usize);
                         if let (0, Some((before, before_chunks))) = (k, &after) {
                             before.wait_idle(*before_chunks, &stop);
                         }
                         let reading = order.take_turn(k, &stop);
                         if stop.load(Ordering::SeqCst) {
-                            drop(reading);
-                            give_chunk_buffer(buf);
                             return;
                         }
-                        let read = shared.read_chunk(disk, from, &mut buf);
+                        let read = shared.read_chunk(disk, from, buf.as_mut_slice());
                         drop(reading);
-                        let result = match read {
-                            Ok(()) => {
-                                buf.truncate(want);
-                                Ok(buf)
-                            }
-                            Err(e) => {
-                                give_chunk_buffer(buf);
-                                Err(e)
-                            }
-                        };
+                        let result = read.map(|()| {
+                            buf.truncate(want);
+                            buf
+                        });
                         let failed = result.is_err();
-                        if let Err(unsent) = tx.send(result) {
-                            // The reader is gone: keep the buffer for the next promise.
-                            if let Ok(buf) = unsent.0 {
-                                give_chunk_buffer(buf);
-                            }
-                            return;
+                        if tx.send(result).is_err() {
+                            return; // the reader is gone (the buffer went back to the pool)
                         }
                         if failed {
                             return;
@@ -670,9 +670,9 @@ impl ReadPromise {
             }
         };
         self.next_chunk += 1;
-        self.remaining_bytes -= chunk.len() as u64;
+        self.remaining_bytes -= chunk.len as u64;
         // The previous chunk's buffer goes back to the pool once no slice of it is held any more.
-        self.current = Bytes::from_owner(PooledChunk(chunk));
+        self.current = Bytes::from_owner(chunk);
         self.pos = 0;
         Ok(true)
     }
