@@ -208,7 +208,7 @@ impl IdrDisk {
         let end = offset + len;
         let mut report = ReadReport::default();
         let mut bad = Ranges::default();
-        self.for_each_verified_stripe(
+        let visited = self.for_each_verified_stripe(
             offset / stripe_bytes,
             (end - 1) / stripe_bytes,
             |stripe, image, outcome| {
@@ -224,17 +224,19 @@ impl IdrDisk {
                     let at = (logical_offset - offset) as usize;
                     let target = &mut buf[at..at + BLOCK_BYTES];
                     if outcome.ipg_ok[logical_block / self.geometry.n] {
-                        target.copy_from_slice(block(
-                            image,
-                            self.geometry.logical_position(logical_block),
-                        ));
+                        crate::copy::copy_block(
+                            target,
+                            block(image, self.geometry.logical_position(logical_block)),
+                        );
                     } else {
                         target.fill(0);
                         bad.push(logical_offset, BLOCK);
                     }
                 }
             },
-        )?;
+        );
+        crate::copy::copies_done();
+        visited?;
         if bad.0.is_empty() {
             Ok(report)
         } else {

@@ -48,6 +48,7 @@
 #![allow(clippy::manual_is_multiple_of)]
 
 mod codec;
+mod copy;
 mod idr_disk;
 mod layout;
 pub mod xor;

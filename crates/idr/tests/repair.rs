@@ -434,10 +434,12 @@ proptest! {
     /// Verified iPGs are copied into the caller's buffer as they are verified: any block-aligned window (not
     /// aligned to iPGs or stripes) into a buffer full of stale bytes comes back byte-exact, with one repairable
     /// block in one iPG and one iPG beyond repair; the unrepairable part of the window is reported clipped to
-    /// the window and zeroed, never stale or unverified bytes.
+    /// the window and zeroed, never stale or unverified bytes. The window starts at a cache line's start (the
+    /// blocks are copied with streaming stores where the CPU has them) or 16 bytes past one (copied plainly).
     #[test]
     fn a_window_into_a_stale_buffer_is_exact_and_damage_is_zeroed_and_reported(
         seed in any::<u64>(),
+        cache_line_aligned in any::<bool>(),
         first_block in 0..(STRIPES * 256),
         blocks in 1..(STRIPES * 256),
         repaired_at in (0..STRIPES, 0..16u64, 0..17u64),
@@ -455,10 +457,12 @@ proptest! {
         }
         let offset = first_block * B;
         let len = (blocks * B).min(idr.logical_capacity() - offset);
-        let mut buf = vec![0xA5u8; len as usize];
+        let mut space = vec![0xA5u8; len as usize + 128];
+        let at = space.as_ptr().align_offset(64) + if cache_line_aligned { 0 } else { 16 };
+        let buf = &mut space[at..at + len as usize];
         let lost = ls * shape.stripe_bytes() + li * shape.ipg_bytes();
         let (lo, hi) = (lost.max(offset), (lost + shape.ipg_bytes()).min(offset + len));
-        let result = idr.read(offset, &mut buf);
+        let result = idr.read(offset, buf);
         let window = &data[offset as usize..(offset + len) as usize];
         if lo < hi {
             match result {
