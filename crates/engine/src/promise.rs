@@ -491,17 +491,30 @@ struct ChunkBuf {
     len: usize,
 }
 
+/// Alignment of a chunk's first byte (a cache line): the disk layer copies verified blocks into it with
+/// streaming stores, which need it.
+const CHUNK_ALIGN: usize = 64;
+
 impl ChunkBuf {
     /// A chunk of `len` bytes (a multiple of 4096), in a pooled buffer of at least `capacity` bytes when one is
     /// idle, else a fresh one. Its bytes are stale: the read overwrites every one.
     fn take(len: usize, capacity: usize) -> ChunkBuf {
-        let pooled = CHUNK_BUFFERS.lock().pop().filter(|b| b.len() >= len);
-        let buf = pooled.unwrap_or_else(|| vec![0; capacity.max(len)]);
+        let pooled = CHUNK_BUFFERS
+            .lock()
+            .pop()
+            .filter(|b| b.len() >= len + CHUNK_ALIGN);
+        let buf = pooled.unwrap_or_else(|| vec![0; capacity.max(len) + CHUNK_ALIGN]);
         ChunkBuf { buf, len }
     }
 
+    /// Where the chunk starts in the buffer: its first [`CHUNK_ALIGN`]-aligned byte.
+    fn start(&self) -> usize {
+        self.buf.as_ptr().align_offset(CHUNK_ALIGN)
+    }
+
     fn as_mut_slice(&mut self) -> &mut [u8] {
-        &mut self.buf[..self.len]
+        let start = self.start();
+        &mut self.buf[start..start + self.len]
     }
 
     fn truncate(&mut self, len: usize) {
@@ -511,7 +524,8 @@ impl ChunkBuf {
 
 impl AsRef<[u8]> for ChunkBuf {
     fn as_ref(&self) -> &[u8] {
-        &self.buf[..self.len]
+        let start = self.start();
+        &self.buf[start..start + self.len]
     }
 }
 
