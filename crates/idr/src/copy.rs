@@ -15,8 +15,8 @@ pub(crate) fn copy_block(target: &mut [u8], source: &[u8]) {
     );
     #[cfg(target_arch = "x86_64")]
     {
-        if (target.as_ptr() as usize).is_multiple_of(64)
-            && target.len().is_multiple_of(64)
+        if (target.as_ptr() as usize) % 64 == 0
+            && target.len() % 64 == 0
             && std::arch::is_x86_feature_detected!("avx512f")
         {
             // SAFETY: the CPU supports AVX-512F (checked just above); target is 64-byte aligned and both hold the
