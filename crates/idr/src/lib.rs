@@ -44,7 +44,7 @@
 //! **Not here.** Redundancy across disks (the grid), and remembering which stripes were
 //! ever written (the engine's written map).
 
-// `x % y != 0` rather than `is_multiple_of` (stable only since 1.87; the workspace targets 1.85).
+// `x % y != 0` rather than `is_multiple_of`: the crate's convention, from when the workspace targeted Rust 1.85.
 #![allow(clippy::manual_is_multiple_of)]
 
 mod codec;
