@@ -100,6 +100,12 @@ impl Disk for BlockDisk {
         check_io(self, offset, buf.len())?;
         self.io.read_at(offset, buf)
     }
+    fn read_ranges_at(&self, ranges: &mut [(u64, &mut [u8])]) -> Result<(), DiskError> {
+        for (offset, buf) in ranges.iter() {
+            check_io(self, *offset, buf.len())?;
+        }
+        self.io.read_ranges_at(ranges)
+    }
     fn write_at(&self, offset: u64, buf: &[u8]) -> Result<(), DiskError> {
         check_io(self, offset, buf.len())?;
         self.io.write_at(offset, buf)

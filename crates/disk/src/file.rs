@@ -9,6 +9,8 @@ use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
 
 /// Largest bounce buffer allocated for one unaligned request; bigger requests
 /// are bounced in chunks of this size.
@@ -136,6 +138,12 @@ impl Disk for FileDisk {
         check_io(self, offset, buf.len())?;
         self.io.read_at(offset, buf)
     }
+    fn read_ranges_at(&self, ranges: &mut [(u64, &mut [u8])]) -> Result<(), DiskError> {
+        for (offset, buf) in ranges.iter() {
+            check_io(self, *offset, buf.len())?;
+        }
+        self.io.read_ranges_at(ranges)
+    }
     fn write_at(&self, offset: u64, buf: &[u8]) -> Result<(), DiskError> {
         check_io(self, offset, buf.len())?;
         self.io.write_at(offset, buf)
@@ -178,6 +186,46 @@ impl PositionedFile {
             chunk.copy_from_slice(staged);
         }
         Ok(())
+    }
+
+    /// Read each range (already validated by the caller) with two reads in flight, taken in the order given:
+    /// the ranges of one call are close together (an IDR batch's stripes without their parity), and with one
+    /// read in flight the device idles between them for a request's round trip. Two keep it busy, and on a
+    /// rotating disk they are two neighbouring requests served in order. A failed range fails the call; the
+    /// ranges after it may or may not have been read.
+    pub(crate) fn read_ranges_at(&self, ranges: &mut [(u64, &mut [u8])]) -> Result<(), DiskError> {
+        if ranges.len() < 2 {
+            return ranges
+                .iter_mut()
+                .try_for_each(|(offset, buf)| self.read_at(*offset, buf));
+        }
+        let next = Mutex::new(ranges.iter_mut());
+        let failed = AtomicBool::new(false);
+        let read_some = || -> Result<(), DiskError> {
+            while !failed.load(Ordering::Relaxed) {
+                let Some((offset, buf)) = next.lock().unwrap_or_else(|e| e.into_inner()).next()
+                else {
+                    return Ok(());
+                };
+                if let Err(e) = self.read_at(*offset, buf) {
+                    failed.store(true, Ordering::Relaxed);
+                    return Err(e);
+                }
+            }
+            Ok(())
+        };
+        std::thread::scope(|scope| {
+            let other = std::thread::Builder::new()
+                .name("permafrost-disk-read".into())
+                .spawn_scoped(scope, read_some);
+            let mine = read_some();
+            match other {
+                Ok(handle) => mine.and(handle.join().unwrap_or_else(|_| {
+                    Err(self.error(0, 0, io::Error::other("a read thread panicked")))
+                })),
+                Err(_) => mine, // no second thread: this one read every range
+            }
+        })
     }
 
     /// Write all of `buf` at `offset` (already validated by the caller).

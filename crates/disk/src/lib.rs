@@ -52,6 +52,16 @@ pub trait Disk: Send + Sync + 'static {
     fn capacity_bytes(&self) -> u64;
     /// Read `buf.len()` bytes at `offset`. Both must be multiples of [`BLOCK_BYTES`].
     fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<(), DiskError>;
+    /// Read several ranges (each as [`Disk::read_at`] would) as one operation of the disk: for ranges close
+    /// together, in ascending order, that a caller wants without the bytes between them (an IDR batch's stripes
+    /// without their parity). A failed range fails the call; the ranges after it may or may not have been read.
+    /// The default reads them one after the other; files and block devices keep two reads in flight.
+    fn read_ranges_at(&self, ranges: &mut [(u64, &mut [u8])]) -> Result<(), DiskError> {
+        for (offset, buf) in ranges.iter_mut() {
+            self.read_at(*offset, buf)?;
+        }
+        Ok(())
+    }
     /// Write `buf` at `offset`. Both must be multiples of [`BLOCK_BYTES`].
     fn write_at(&self, offset: u64, buf: &[u8]) -> Result<(), DiskError>;
     /// Make every completed write durable.

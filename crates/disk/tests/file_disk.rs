@@ -27,6 +27,53 @@ fn round_trip_with_o_direct_and_aligned_buffers() {
     disk.sync().unwrap();
 }
 
+/// Several ranges read as one operation (two reads in flight) each land in their own buffer, aligned or not; a
+/// range outside the disk fails the call before anything is read.
+#[test]
+fn ranges_read_together_land_in_their_own_buffers() {
+    let dir = tempfile::tempdir().unwrap();
+    let disk = FileDisk::create(dir.path().join("d0"), 16 * MIB).unwrap();
+    let data = AlignedBuf::copy_from(&pattern(12 * MIB as usize, 5));
+    disk.write_at(0, &data).unwrap();
+    // Nine ranges of 257 blocks, 17 blocks apart (an IDR batch without its parity), and one unaligned buffer.
+    let stride = 274 * BLOCK_BYTES;
+    let len = 257 * BLOCK_BYTES;
+    let mut image = AlignedBuf::zeroed(9 * stride);
+    let mut unaligned_storage = vec![0u8; BLOCK_BYTES + 1];
+    let mut ranges: Vec<(u64, &mut [u8])> = image
+        .chunks_exact_mut(stride)
+        .enumerate()
+        .map(|(i, one)| ((i * stride) as u64, &mut one[..len]))
+        .collect();
+    ranges.push((10 * MIB, &mut unaligned_storage[1..]));
+    disk.read_ranges_at(&mut ranges).unwrap();
+    for (i, one) in image.chunks_exact(stride).enumerate() {
+        let at = i * stride;
+        assert!(
+            one[..len] == data[at..at + len],
+            "range {i} holds other bytes"
+        );
+        assert!(
+            one[len..].iter().all(|&b| b == 0),
+            "bytes between ranges were written"
+        );
+    }
+    let at = 10 * MIB as usize;
+    assert_eq!(&unaligned_storage[1..], &data[at..at + BLOCK_BYTES]);
+
+    let mut a = AlignedBuf::zeroed(BLOCK_BYTES);
+    let mut b = AlignedBuf::zeroed(BLOCK_BYTES);
+    let mut ranges: Vec<(u64, &mut [u8])> = vec![(0, &mut a[..]), (16 * MIB, &mut b[..])];
+    assert!(matches!(
+        disk.read_ranges_at(&mut ranges),
+        Err(DiskError::OutOfRange { .. })
+    ));
+    assert!(
+        a.iter().all(|&x| x == 0),
+        "nothing is read when a range is bad"
+    );
+}
+
 #[test]
 fn round_trip_with_unaligned_caller_buffers_bounces() {
     let dir = tempfile::tempdir().unwrap();

@@ -1214,6 +1214,13 @@ impl Disk for PoweredDisk {
         let _on = self.manager.acquire(self.index);
         self.inner.read_at(offset, buf)
     }
+    fn read_ranges_at(&self, ranges: &mut [(u64, &mut [u8])]) -> Result<(), DiskError> {
+        for (offset, buf) in ranges.iter() {
+            check_io(self, *offset, buf.len())?;
+        }
+        let _on = self.manager.acquire(self.index); // one spin-up check for all of them
+        self.inner.read_ranges_at(ranges)
+    }
     fn write_at(&self, offset: u64, buf: &[u8]) -> Result<(), DiskError> {
         check_io(self, offset, buf.len())?;
         let _on = self.manager.acquire(self.index);
