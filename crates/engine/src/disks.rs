@@ -80,6 +80,21 @@ impl Disk for CountingDisk {
         self.counters.errors_in_a_row.store(0, Ordering::Relaxed);
         Ok(())
     }
+    /// One disk read for a read promise's ordering (its next chunk starts after all the ranges).
+    fn read_ranges_at(&self, ranges: &mut [(u64, &mut [u8])]) -> Result<(), DiskError> {
+        let started = self.counters.reads_started.fetch_add(1, Ordering::SeqCst) + 1;
+        let read = self.inner.read_ranges_at(ranges);
+        crate::promise::disk_read_done(|| {
+            self.counters.reads_started.load(Ordering::SeqCst) > started
+        });
+        read?;
+        let bytes: usize = ranges.iter().map(|(_, buf)| buf.len()).sum();
+        self.counters
+            .physical_read
+            .fetch_add(bytes as u64, Ordering::Relaxed);
+        self.counters.errors_in_a_row.store(0, Ordering::Relaxed);
+        Ok(())
+    }
     fn write_at(&self, offset: u64, buf: &[u8]) -> Result<(), DiskError> {
         self.inner.write_at(offset, buf)?;
         self.counters
