@@ -197,7 +197,9 @@ impl IdrDisk {
     /// block and repairing (in place on the disk) whatever the code can. Ranges that cannot be
     /// verified make the whole call fail with [`IdrError::Unrecoverable`] listing them; their
     /// bytes in `buf` are zeroed, never filled with unverified data (other bytes of `buf` are
-    /// verified data).
+    /// verified data). A stripe whose data blocks all match their crcs in its first check block is
+    /// read without its parity and second check block ([`IdrDisk::scrub`] checks those); any
+    /// other goes through the full check and repair.
     pub fn read(&self, offset: u64, buf: &mut [u8]) -> Result<ReadReport, IdrError> {
         let len = buf.len() as u64;
         self.check_request(offset, len)?;
@@ -208,7 +210,7 @@ impl IdrDisk {
         let end = offset + len;
         let mut report = ReadReport::default();
         let mut bad = Ranges::default();
-        let visited = self.for_each_verified_stripe(
+        let visited = self.for_each_read_stripe(
             offset / stripe_bytes,
             (end - 1) / stripe_bytes,
             |stripe, image, outcome| {
@@ -422,6 +424,71 @@ impl IdrDisk {
             stripe += count as u64;
         }
         Ok(())
+    }
+
+    /// [`IdrDisk::for_each_verified_stripe`] for a read, without the parity when nothing is wrong: per stripe,
+    /// the first check block and the data blocks (one range, `1 + s·n` blocks; the batch's ranges in one disk
+    /// operation). A stripe whose first check block is valid and whose data blocks all match their crcs in it
+    /// is handed to `visit` as read: its data is verified, and its parity and second check block are neither
+    /// read nor checked (scrub does). Any other stripe (a check block not valid, a block that does not match,
+    /// an I/O error in the batch) is read whole, verified and repaired by the full path.
+    fn for_each_read_stripe(
+        &self,
+        first: u64,
+        last: u64,
+        mut visit: impl FnMut(u64, &[u8], &StripeOutcome),
+    ) -> Result<(), IdrError> {
+        let geometry = self.geometry;
+        let physical_stripe_bytes = self.physical_stripe_bytes() as usize;
+        let data_end = 1 + geometry.logical_blocks(); // check block A, then the data blocks
+        let batch = self.batch_stripes().min(last - first + 1);
+        let verified = StripeOutcome {
+            ipg_ok: vec![true; geometry.s],
+            dirty: vec![false; geometry.physical_blocks()],
+            blocks_repaired: 0,
+            check_blocks_repaired: 0,
+            never_written: false,
+        };
+        let mut image = BatchBuf::take();
+        let mut stripe = first;
+        while stripe <= last {
+            let count = batch.min(last - stripe + 1) as usize;
+            let images = image.get(count * physical_stripe_bytes);
+            let mut ranges: Vec<(u64, &mut [u8])> = images
+                .chunks_exact_mut(physical_stripe_bytes)
+                .enumerate()
+                .map(|(i, one_image)| {
+                    (
+                        self.stripe_offset(stripe + i as u64),
+                        &mut one_image[..data_end * BLOCK_BYTES],
+                    )
+                })
+                .collect();
+            let read = match self.disk.read_ranges_at(&mut ranges) {
+                Ok(()) => true,
+                Err(e) if is_io_error(&e) => false,
+                Err(e) => return Err(e.into()),
+            };
+            drop(ranges);
+            for (i, one_image) in images.chunks_exact(physical_stripe_bytes).enumerate() {
+                let index = stripe + i as u64;
+                if read && self.data_matches_first_check_block(index, one_image) {
+                    visit(index, one_image, &verified);
+                } else {
+                    self.for_each_verified_stripe(index, index, &mut visit)?;
+                }
+            }
+            stripe += count as u64;
+        }
+        Ok(())
+    }
+
+    /// The stripe image's first check block is valid for this stripe and every data block matches its crc.
+    fn data_matches_first_check_block(&self, stripe: u64, image: &[u8]) -> bool {
+        let table = block(image, 0);
+        parse_check_block(&self.geometry, stripe, table) == CheckState::Valid
+            && (1..=self.geometry.logical_blocks())
+                .all(|p| crc_fast::crc32_iscsi(block(image, p)) == table_crc(table, p - 1))
     }
 
     /// Read consecutive stripes from `first` into `image` (a whole number of stripes), one

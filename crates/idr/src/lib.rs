@@ -12,9 +12,12 @@
 //! written down byte by byte in `docs/idr.md`.
 //!
 //! **Invariants.**
-//! - [`IdrDisk::read`] returns only verified bytes: every block either matches its crc in
-//!   a valid check block *and* its iPG's parity, or was rebuilt by the code and matches
-//!   its crc. Anything else is [`IdrError::Unrecoverable`], never data.
+//! - [`IdrDisk::read`] returns only verified bytes: every block matches its crc in a valid
+//!   check block of its stripe, or was rebuilt by the code and matches its crc. Anything else
+//!   is [`IdrError::Unrecoverable`], never data. A stripe whose data all match their crcs in
+//!   its first check block is read without its parity and second check block; any other
+//!   stripe is read whole, and its iPGs are checked against their parity as well.
+//!   [`IdrDisk::scrub`] reads and checks everything.
 //! - Repairs are written back in place, and only to blocks that were bad.
 //! - A never-written stripe (all zeros, check blocks included) reads as zeros.
 //! - A stripe-aligned write of whole stripes never reads the disk.
@@ -36,7 +39,7 @@
 //! let stripe = vec![7u8; idr.stripe_bytes() as usize];
 //! idr.write(0, &stripe).unwrap(); // a whole stripe: encoded and written, nothing read
 //! let mut back = vec![0u8; 4096];
-//! let report = idr.read(4096, &mut back).unwrap(); // verified against crcs and parity
+//! let report = idr.read(4096, &mut back).unwrap(); // verified against the crcs
 //! assert_eq!(back, vec![7u8; 4096]);
 //! assert_eq!(report.blocks_repaired, 0);
 //! ```

@@ -3,6 +3,7 @@
 
 mod common;
 
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use common::*;
@@ -116,13 +117,20 @@ fn whole_stripe_writes_never_read_and_large_io_is_batched() {
     idr.write(0, &data).unwrap();
     let (reads, writes) = disk.io_counts();
     assert_eq!(reads, 0, "whole-stripe writes must not read");
-    // 20 stripes of 1.07 MiB in batches of at most 8 MiB (7 stripes): 3 writes.
+    // 20 stripes of 1.07 MiB in batches of at most 10 MiB (9 stripes): 3 writes.
     assert_eq!(writes, 3);
     let mut buf = vec![0u8; data.len()];
     idr.read(0, &mut buf).unwrap();
     assert_eq!(buf, data);
     assert_eq!(disk.io_counts(), (3, 3));
     assert_eq!(shape.physical_blocks(), 274);
+    // A read of undamaged stripes reads each one's first check block and data, not its parity and second
+    // check block: 257 of its 274 blocks.
+    assert_eq!(
+        disk.bytes_read.load(Ordering::SeqCst),
+        20 * 257 * B,
+        "bytes read for 20 undamaged stripes"
+    );
 }
 
 #[test]

@@ -3,6 +3,8 @@
 
 mod common;
 
+use std::sync::atomic::Ordering;
+
 use common::*;
 use permafrost_idr::{IdrConfig, IdrDisk, IdrError};
 use proptest::collection::vec;
@@ -56,8 +58,9 @@ fn cases(n: u32) -> ProptestConfig {
 }
 
 /// Damage up to `per_ipg` distinct blocks of each iPG (and optionally one check block per
-/// stripe), then check: read is byte-exact, repair counts are exact, the disk is restored
-/// to its pristine bytes, and a second read repairs nothing.
+/// stripe), then check: read is byte-exact; what it repaired and what a scrub after it repaired
+/// add up to the damage (a read leaves a stripe whose data all match their crcs to scrub), the
+/// disk is then restored to its pristine bytes, and a second read repairs nothing.
 fn check_repairs_within_reach(
     config: IdrConfig,
     seed: u64,
@@ -98,8 +101,16 @@ fn check_repairs_within_reach(
         .read(0, &mut buf)
         .map_err(|e| TestCaseError::fail(format!("read failed: {e}")))?;
     prop_assert!(buf == data, "read returned wrong bytes");
-    prop_assert_eq!(report.blocks_repaired, damaged_blocks);
-    prop_assert_eq!(report.check_blocks_repaired, damaged_checks);
+    let scrub = idr.scrub(0, idr.logical_capacity()).unwrap();
+    prop_assert!(scrub.unrecoverable.is_empty());
+    prop_assert_eq!(
+        report.blocks_repaired + scrub.blocks_repaired,
+        damaged_blocks
+    );
+    prop_assert_eq!(
+        report.check_blocks_repaired + scrub.check_blocks_repaired,
+        damaged_checks
+    );
     prop_assert!(
         region(&disk.snapshot(), shape, STRIPES) == region(&pristine, shape, STRIPES),
         "repairs did not restore the disk"
@@ -158,7 +169,13 @@ proptest! {
         let mut buf = vec![0u8; data.len()];
         let report = idr.read(0, &mut buf).map_err(|e| TestCaseError::fail(format!("burst {start}+{len}: {e}")))?;
         prop_assert!(buf == data, "burst {}+{}: wrong bytes", start, len);
-        prop_assert_eq!(report.blocks_repaired + report.check_blocks_repaired, len);
+        // What the read left (damage outside the data and first check block of a stripe) scrub repairs.
+        let scrub = idr.scrub(0, idr.logical_capacity()).unwrap();
+        prop_assert_eq!(
+            report.blocks_repaired + report.check_blocks_repaired
+                + scrub.blocks_repaired + scrub.check_blocks_repaired,
+            len
+        );
         prop_assert!(region(&disk.snapshot(), shape, STRIPES) == region(&pristine, shape, STRIPES));
     }
 
@@ -371,6 +388,58 @@ fn reencode_zeroes_unreadable_blocks_in_its_range() {
     let mut buf = vec![0u8; shape.ipg_bytes() as usize];
     idr.read(0, &mut buf).unwrap();
     assert_eq!(buf, expected);
+}
+
+/// A stripe whose data blocks all match their crcs in its first check block is read without its parity and
+/// second check block: damage there does not fail or slow the read, and scrub repairs it.
+#[test]
+fn a_read_leaves_parity_and_the_second_check_block_to_scrub() {
+    let (disk, idr, shape) = setup(spc(16), STRIPES);
+    let data = pattern(shape.stripe_bytes() as usize, 21);
+    idr.write(0, &data).unwrap();
+    let pristine = disk.snapshot();
+    disk.flip_bit(shape.ipg_block(0, 5, 16) * B, 3); // a parity block
+    disk.flip_bit(
+        shape.disk_block(0, shape.physical_blocks() - 1) * B + 100,
+        0,
+    ); // check block B
+    disk.inject_eio(shape.ipg_block(0, 9, 16)); // another parity block, unreadable
+    let before = disk.bytes_read.load(Ordering::SeqCst);
+    let mut buf = vec![0u8; data.len()];
+    let report = idr.read(0, &mut buf).unwrap();
+    assert!(buf == data, "read returned wrong bytes");
+    assert_eq!(report, Default::default(), "the read repaired nothing");
+    assert_eq!(
+        disk.bytes_read.load(Ordering::SeqCst) - before,
+        257 * B,
+        "one stripe read as its first check block and 256 data blocks"
+    );
+    let scrub = idr.scrub(0, shape.stripe_bytes()).unwrap();
+    assert_eq!((scrub.blocks_repaired, scrub.check_blocks_repaired), (2, 1));
+    assert!(region(&disk.snapshot(), shape, 1) == region(&pristine, shape, 1));
+}
+
+/// A data block that does not match its crc sends the stripe through the full check: the block is rebuilt
+/// from its iPG's parity and written back, and the damaged second check block with it.
+#[test]
+fn a_read_of_a_damaged_data_block_repairs_its_whole_stripe() {
+    let (disk, idr, shape) = setup(spc(16), STRIPES);
+    let data = pattern(shape.stripe_bytes() as usize, 22);
+    idr.write(shape.stripe_bytes(), &data).unwrap();
+    let pristine = disk.snapshot();
+    disk.flip_bit(shape.ipg_block(1, 2, 7) * B + 9, 1); // a data block
+    disk.flip_bit(
+        shape.disk_block(1, shape.physical_blocks() - 1) * B + 100,
+        0,
+    ); // check block B
+    let mut buf = vec![0u8; data.len()];
+    let report = idr.read(shape.stripe_bytes(), &mut buf).unwrap();
+    assert!(buf == data, "read returned wrong bytes");
+    assert_eq!(
+        (report.blocks_repaired, report.check_blocks_repaired),
+        (1, 1)
+    );
+    assert!(region(&disk.snapshot(), shape, 2) == region(&pristine, shape, 2));
 }
 
 #[test]

@@ -20,7 +20,9 @@ pub struct TestDisk {
     inner: MemDisk,
     bad_blocks: Mutex<BTreeSet<u64>>,
     failed: AtomicBool,
+    /// Read operations: one per `read_at`, one per `read_ranges_at` however many ranges it has.
     pub reads: AtomicU64,
+    pub bytes_read: AtomicU64,
     pub writes: AtomicU64,
 }
 
@@ -31,6 +33,7 @@ impl TestDisk {
             bad_blocks: Mutex::new(BTreeSet::new()),
             failed: AtomicBool::new(false),
             reads: AtomicU64::new(0),
+            bytes_read: AtomicU64::new(0),
             writes: AtomicU64::new(0),
         }
     }
@@ -61,6 +64,27 @@ impl TestDisk {
         self.inner.read_at(0, &mut buf).unwrap();
         buf
     }
+    fn read_one(&self, offset: u64, buf: &mut [u8]) -> Result<(), DiskError> {
+        if self.failed.load(Ordering::SeqCst) {
+            return Err(DiskError::Failed {
+                disk: self.describe(),
+            });
+        }
+        check_io(self, offset, buf.len())?;
+        self.bytes_read
+            .fetch_add(buf.len() as u64, Ordering::SeqCst);
+        let first = offset / B;
+        let end = first + buf.len() as u64 / B;
+        if self.bad_blocks.lock().range(first..end).next().is_some() {
+            return Err(DiskError::Io {
+                disk: self.describe(),
+                offset,
+                len: buf.len(),
+                source: std::io::Error::other("injected latent sector error"),
+            });
+        }
+        self.inner.read_at(offset, buf)
+    }
     pub fn io_counts(&self) -> (u64, u64) {
         (
             self.reads.load(Ordering::SeqCst),
@@ -74,24 +98,15 @@ impl Disk for TestDisk {
         self.inner.capacity_bytes()
     }
     fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<(), DiskError> {
-        if self.failed.load(Ordering::SeqCst) {
-            return Err(DiskError::Failed {
-                disk: self.describe(),
-            });
-        }
-        check_io(self, offset, buf.len())?;
         self.reads.fetch_add(1, Ordering::SeqCst);
-        let first = offset / B;
-        let end = first + buf.len() as u64 / B;
-        if self.bad_blocks.lock().range(first..end).next().is_some() {
-            return Err(DiskError::Io {
-                disk: self.describe(),
-                offset,
-                len: buf.len(),
-                source: std::io::Error::other("injected latent sector error"),
-            });
+        self.read_one(offset, buf)
+    }
+    fn read_ranges_at(&self, ranges: &mut [(u64, &mut [u8])]) -> Result<(), DiskError> {
+        self.reads.fetch_add(1, Ordering::SeqCst);
+        for (offset, buf) in ranges.iter_mut() {
+            self.read_one(*offset, buf)?;
         }
-        self.inner.read_at(offset, buf)
+        Ok(())
     }
     fn write_at(&self, offset: u64, buf: &[u8]) -> Result<(), DiskError> {
         if self.failed.load(Ordering::SeqCst) {
