@@ -1,7 +1,7 @@
 //! A disk backed by a block device (`/dev/sdX`, `/dev/loopN`), always O_DIRECT.
 
 use crate::file::{setup, PositionedFile, O_DIRECT};
-use crate::{check_io, Disk, DiskError, BLOCK_BYTES};
+use crate::{check_io, check_ranges, Disk, DiskError, BLOCK_BYTES};
 use std::fs::OpenOptions;
 use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
 use std::os::unix::io::AsRawFd;
@@ -101,9 +101,7 @@ impl Disk for BlockDisk {
         self.io.read_at(offset, buf)
     }
     fn read_ranges_at(&self, ranges: &mut [(u64, &mut [u8])]) -> Result<(), DiskError> {
-        for (offset, buf) in ranges.iter() {
-            check_io(self, *offset, buf.len())?;
-        }
+        check_ranges(self, ranges)?;
         self.io.read_ranges_at(ranges)
     }
     fn write_at(&self, offset: u64, buf: &[u8]) -> Result<(), DiskError> {

@@ -4,7 +4,7 @@
 //! read and write with `pread`/`pwrite`, bouncing through an [`AlignedBuf`] when
 //! O_DIRECT is on and the caller's buffer is not 4096-aligned.
 
-use crate::{check_io, AlignedBuf, Disk, DiskError, BLOCK_BYTES};
+use crate::{check_io, check_ranges, AlignedBuf, Disk, DiskError, BLOCK_BYTES};
 use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
@@ -139,9 +139,7 @@ impl Disk for FileDisk {
         self.io.read_at(offset, buf)
     }
     fn read_ranges_at(&self, ranges: &mut [(u64, &mut [u8])]) -> Result<(), DiskError> {
-        for (offset, buf) in ranges.iter() {
-            check_io(self, *offset, buf.len())?;
-        }
+        check_ranges(self, ranges)?;
         self.io.read_ranges_at(ranges)
     }
     fn write_at(&self, offset: u64, buf: &[u8]) -> Result<(), DiskError> {

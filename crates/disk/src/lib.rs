@@ -70,6 +70,16 @@ pub trait Disk: Send + Sync + 'static {
     fn describe(&self) -> String;
 }
 
+/// [`check_io`] for every range of a [`Disk::read_ranges_at`].
+pub fn check_ranges(
+    disk: &(impl Disk + ?Sized),
+    ranges: &[(u64, &mut [u8])],
+) -> Result<(), DiskError> {
+    ranges
+        .iter()
+        .try_for_each(|(offset, buf)| check_io(disk, *offset, buf.len()))
+}
+
 /// Check the block-alignment invariant shared by all backends.
 pub fn check_io(disk: &(impl Disk + ?Sized), offset: u64, len: usize) -> Result<(), DiskError> {
     let block = BLOCK_BYTES as u64;

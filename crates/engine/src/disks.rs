@@ -62,38 +62,40 @@ pub(crate) struct CountingDisk {
     pub counters: Arc<IoCounters>,
 }
 
-impl Disk for CountingDisk {
-    fn capacity_bytes(&self) -> u64 {
-        self.inner.capacity_bytes()
-    }
-    fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<(), DiskError> {
+impl CountingDisk {
+    /// One disk read of `bytes` bytes: counted when it succeeds, and reported to a read promise's ordering.
+    fn counted_read(
+        &self,
+        bytes: usize,
+        read: impl FnOnce() -> Result<(), DiskError>,
+    ) -> Result<(), DiskError> {
         let started = self.counters.reads_started.fetch_add(1, Ordering::SeqCst) + 1;
-        let read = self.inner.read_at(offset, buf);
+        let result = read();
         // A read promise's next chunk may start reading (this thread waits until it has).
         crate::promise::disk_read_done(|| {
             self.counters.reads_started.load(Ordering::SeqCst) > started
         });
-        read?;
-        self.counters
-            .physical_read
-            .fetch_add(buf.len() as u64, Ordering::Relaxed);
-        self.counters.errors_in_a_row.store(0, Ordering::Relaxed);
-        Ok(())
-    }
-    /// One disk read for a read promise's ordering (its next chunk starts after all the ranges).
-    fn read_ranges_at(&self, ranges: &mut [(u64, &mut [u8])]) -> Result<(), DiskError> {
-        let started = self.counters.reads_started.fetch_add(1, Ordering::SeqCst) + 1;
-        let read = self.inner.read_ranges_at(ranges);
-        crate::promise::disk_read_done(|| {
-            self.counters.reads_started.load(Ordering::SeqCst) > started
-        });
-        read?;
-        let bytes: usize = ranges.iter().map(|(_, buf)| buf.len()).sum();
+        result?;
         self.counters
             .physical_read
             .fetch_add(bytes as u64, Ordering::Relaxed);
         self.counters.errors_in_a_row.store(0, Ordering::Relaxed);
         Ok(())
+    }
+}
+
+impl Disk for CountingDisk {
+    fn capacity_bytes(&self) -> u64 {
+        self.inner.capacity_bytes()
+    }
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<(), DiskError> {
+        let bytes = buf.len();
+        self.counted_read(bytes, || self.inner.read_at(offset, buf))
+    }
+    /// One disk read for a read promise's ordering (its next chunk starts after all the ranges).
+    fn read_ranges_at(&self, ranges: &mut [(u64, &mut [u8])]) -> Result<(), DiskError> {
+        let bytes = ranges.iter().map(|(_, buf)| buf.len()).sum();
+        self.counted_read(bytes, || self.inner.read_ranges_at(ranges))
     }
     fn write_at(&self, offset: u64, buf: &[u8]) -> Result<(), DiskError> {
         self.inner.write_at(offset, buf)?;

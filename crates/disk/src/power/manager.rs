@@ -5,7 +5,7 @@ use super::{
     Admission, PowerBudget, PowerController, PowerError, PowerModel, PowerProfile, PowerState,
     PowerStats, SimulatedPower, SpinUpHistogram, WakeContext, WakeKind, WakeReason, WakeRecord,
 };
-use crate::{check_io, Disk, DiskError};
+use crate::{check_io, check_ranges, Disk, DiskError};
 use parking_lot::{Condvar, Mutex, MutexGuard, RwLock};
 use permafrost_policy::{
     DiskCosts, IdleConfig, IdleTimeouts, RequestId, Scheduler, SchedulerConfig, SchedulerStrategy,
@@ -1215,9 +1215,7 @@ impl Disk for PoweredDisk {
         self.inner.read_at(offset, buf)
     }
     fn read_ranges_at(&self, ranges: &mut [(u64, &mut [u8])]) -> Result<(), DiskError> {
-        for (offset, buf) in ranges.iter() {
-            check_io(self, *offset, buf.len())?;
-        }
+        check_ranges(self, ranges)?;
         let _on = self.manager.acquire(self.index); // one spin-up check for all of them
         self.inner.read_ranges_at(ranges)
     }
